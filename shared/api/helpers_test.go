@@ -1,0 +1,185 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+type env struct {
+	t     *testing.T
+	srv   *httptest.Server
+	store *store.Store
+	pool  *pgxpool.Pool
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	st := store.New(pool, store.Limits{LeaseTTL: 30 * time.Second, MaxLogBytes: 1 << 20})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := httptest.NewServer((&api.Server{Store: st, Log: log}).Handler())
+	t.Cleanup(srv.Close)
+	return &env{t: t, srv: srv, store: st, pool: pool}
+}
+
+type runnerCreds struct {
+	ID, Token string
+}
+
+// registerRunner registers a runner through the real route.
+func (e *env) registerRunner(name string, labels ...string) runnerCreds {
+	e.t.Helper()
+	reg, _, err := e.store.CreateRegistrationToken(context.Background(), time.Minute, "test")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if labels == nil {
+		labels = []string{}
+	}
+	status, body := e.post("/v1/runners/register", "", map[string]any{"registration_token": reg, "name": name, "labels": labels})
+	if status != http.StatusCreated {
+		e.t.Fatalf("register: %d %s", status, body)
+	}
+	var out struct{ RunnerID, Token string }
+	out.RunnerID, out.Token = str(body, "runner_id"), str(body, "token")
+	return runnerCreds{ID: out.RunnerID, Token: out.Token}
+}
+
+// createRun creates a run of jobs; a job "name:need1,need2" needs others.
+func (e *env) createRun(jobs ...string) store.Run {
+	e.t.Helper()
+	nr := store.NewRun{Project: "acme/app"}
+	for _, j := range jobs {
+		name, needs, _ := strings.Cut(j, ":")
+		nj := store.NewJob{Name: name, Spec: domain.JobSpec{Steps: []domain.Step{{Name: "s", Run: "true"}}}}
+		if needs != "" {
+			nj.Needs = strings.Split(needs, ",")
+		}
+		nr.Jobs = append(nr.Jobs, nj)
+	}
+	run, err := e.store.CreateRun(context.Background(), nr)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return run
+}
+
+func (e *env) claim(r runnerCreds) domain.Claim {
+	e.t.Helper()
+	status, body := e.post("/v1/runner/claim", r.Token, map[string]any{"wait_seconds": 0})
+	if status != http.StatusOK {
+		e.t.Fatalf("claim: %d %s", status, body)
+	}
+	var c domain.Claim
+	if err := json.Unmarshal(body, &c); err != nil {
+		e.t.Fatal(err)
+	}
+	return c
+}
+
+// post sends a JSON body (or raw bytes when body is []byte).
+func (e *env) post(path, token string, body any) (int, []byte) {
+	e.t.Helper()
+	var raw []byte
+	switch b := body.(type) {
+	case []byte:
+		raw = b
+	default:
+		var err error
+		if raw, err = json.Marshal(b); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	req, err := http.NewRequest(http.MethodPost, e.srv.URL+path, bytes.NewReader(raw))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+func (e *env) exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(context.Background(), sql, args...); err != nil {
+		e.t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func (e *env) jobState(jobID string) string {
+	e.t.Helper()
+	var s string
+	if err := e.pool.QueryRow(context.Background(), `SELECT state FROM jobs WHERE id = $1`, jobID).Scan(&s); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// snapshot renders every row that a runner route could change, so that a
+// rejected call can be shown to have changed nothing.
+func (e *env) snapshot() string {
+	e.t.Helper()
+	var b strings.Builder
+	for _, table := range []string{"runs", "jobs", "job_attempts", "log_chunks", "artifacts",
+		"caches", "pending_caches", "blobs", "runners", "registration_tokens", "projects"} {
+		rows, err := e.pool.Query(context.Background(), `SELECT to_jsonb(t)::text FROM `+table+` t ORDER BY 1`)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				e.t.Fatal(err)
+			}
+			b.WriteString(table + " " + s + "\n")
+		}
+		rows.Close()
+	}
+	return b.String()
+}
+
+func errCode(body []byte) string {
+	var v struct {
+		Error struct{ Code, Message string }
+	}
+	_ = json.Unmarshal(body, &v)
+	return v.Error.Code
+}
+
+func str(body []byte, field string) string {
+	var m map[string]any
+	_ = json.Unmarshal(body, &m)
+	s, _ := m[field].(string)
+	return s
+}
+
+func leaseBody(l domain.Lease, extra map[string]any) map[string]any {
+	m := map[string]any{"lease": l}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}

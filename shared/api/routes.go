@@ -1,0 +1,115 @@
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// Server holds what the handlers need.
+type Server struct {
+	Store *store.Store
+	Log   *slog.Logger
+}
+
+// Route is one HTTP route of one Lambda function.
+type Route struct {
+	Method string
+	Path   string // net/http pattern syntax; also the API Gateway route
+}
+
+type route struct {
+	Route
+	handler func(s *Server) http.HandlerFunc
+}
+
+// functions maps each Lambda function (functions/<name>) to the routes it
+// serves. template.yaml must list exactly these; a test holds them together.
+var functions = map[string][]route{
+	"register": {
+		{Route{"POST", "/v1/runners/register"}, func(s *Server) http.HandlerFunc { return s.handle(s.register) }},
+	},
+	"claim": {
+		{Route{"POST", "/v1/runner/claim"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.claim) }},
+	},
+	"heartbeat": {
+		{Route{"POST", "/v1/runner/jobs/{job_id}/heartbeat"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.heartbeat) }},
+	},
+	"source": {
+		{Route{"POST", "/v1/runner/jobs/{job_id}/source"}, casRoute(func() leasedBody { return &sourceRequest{} })},
+	},
+	"logs": {
+		{Route{"POST", "/v1/runner/jobs/{job_id}/logs"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.logs) }},
+	},
+	"artifacts": {
+		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts"}, casRoute(func() leasedBody { return &artifactRequest{} })},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts/commit"}, casRoute(func() leasedBody { return &artifactRequest{} })},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts/fetch"}, casRoute(func() leasedBody { return &fetchRequest{} })},
+	},
+	"cache": {
+		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/restore"}, casRoute(func() leasedBody { return &restoreRequest{} })},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/save"}, casRoute(func() leasedBody { return &cacheRequest{} })},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/commit"}, casRoute(func() leasedBody { return &cacheRequest{} })},
+	},
+	"complete": {
+		{Route{"POST", "/v1/runner/jobs/{job_id}/complete"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.complete) }},
+	},
+}
+
+func casRoute(newBody func() leasedBody) func(s *Server) http.HandlerFunc {
+	return func(s *Server) http.HandlerFunc { return s.asRunner(s.casHandler(newBody)) }
+}
+
+// Functions returns the names of the HTTP functions, sorted.
+func Functions() []string {
+	names := make([]string, 0, len(functions))
+	for n := range functions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Routes returns the routes of one function.
+func Routes(function string) []Route {
+	var out []Route
+	for _, r := range functions[function] {
+		out = append(out, r.Route)
+	}
+	return out
+}
+
+// Handler returns a handler serving the routes of the named functions (all
+// of them when none is named). A Lambda serves one function; the local stack
+// serves them all in one process, with the same handlers.
+func (s *Server) Handler(names ...string) http.Handler {
+	if s.Log == nil {
+		s.Log = slog.Default()
+	}
+	mux := http.NewServeMux()
+	for name, routes := range functions {
+		if len(names) > 0 && !slices.Contains(names, name) {
+			continue
+		}
+		for _, r := range routes {
+			mux.Handle(r.Method+" "+r.Path, r.handler(s))
+		}
+	}
+	return notFoundJSON(mux, s)
+}
+
+// notFoundJSON answers requests no route matches with the error envelope
+// rather than the mux's plain-text page.
+func notFoundJSON(mux *http.ServeMux, s *Server) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			writeError(w, r, s.Log, domain.Errorf(domain.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,276 @@
+package api
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// runnerHandler is a handler for an authenticated runner.
+type runnerHandler func(w http.ResponseWriter, r *http.Request, runner store.Runner) error
+
+// asRunner authenticates the bearer token and runs h; any error h returns is
+// written by writeError. Authentication says who is calling; whether the
+// caller owns a job is decided later, by the store's lease check.
+func (s *Server) asRunner(h runnerHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			writeError(w, r, s.Log, domain.Errorf(domain.EUnauthorized, "Authorization: Bearer <runner token> is required"))
+			return
+		}
+		runner, err := s.Store.AuthenticateRunner(r.Context(), strings.TrimSpace(token))
+		if err == nil {
+			err = h(w, r, runner)
+		}
+		if err != nil {
+			writeError(w, r, s.Log, err)
+		}
+	}
+}
+
+func (s *Server) handle(h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			writeError(w, r, s.Log, err)
+		}
+	}
+}
+
+type registerRequest struct {
+	RegistrationToken string   `json:"registration_token"`
+	Name              string   `json:"name"`
+	Labels            []string `json:"labels"`
+}
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
+	var req registerRequest
+	if err := decodeJSON(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if req.RegistrationToken == "" {
+		return domain.Errorf(domain.EInvalid, "field registration_token is required")
+	}
+	id, token, err := s.Store.RegisterRunner(r.Context(), req.RegistrationToken, req.Name, req.Labels)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"runner_id": id, "token": token})
+	return nil
+}
+
+type claimRequest struct {
+	Labels      []string `json:"labels"`
+	WaitSeconds int      `json:"wait_seconds"`
+}
+
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req claimRequest
+	if err := decodeJSON(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if req.WaitSeconds < 0 || time.Duration(req.WaitSeconds)*time.Second > store.MaxClaimWait {
+		return domain.Errorf(domain.EInvalid, "wait_seconds must be between 0 and %d", int(store.MaxClaimWait.Seconds()))
+	}
+	c, err := s.Store.Claim(r.Context(), runner, req.Labels, time.Duration(req.WaitSeconds)*time.Second)
+	if err != nil {
+		return err
+	}
+	if c == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, c)
+	return nil
+}
+
+// leaseRequest is the part every job-scoped request shares.
+type leaseRequest struct {
+	Lease *domain.Lease `json:"lease"`
+}
+
+func (l leaseRequest) lease() (domain.Lease, error) {
+	if err := l.Lease.Validate(); err != nil {
+		return domain.Lease{}, err
+	}
+	return *l.Lease, nil
+}
+
+// decodeLeased decodes a job-scoped request and returns its validated lease.
+func decodeLeased(w http.ResponseWriter, r *http.Request, limit int64, v interface{ lease() (domain.Lease, error) }) (domain.Lease, error) {
+	if err := decodeJSON(w, r, limit, v); err != nil {
+		return domain.Lease{}, err
+	}
+	return v.lease()
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req leaseRequest
+	l, err := decodeLeased(w, r, maxBody, &req)
+	if err != nil {
+		return err
+	}
+	expires, cancel, err := s.Store.Heartbeat(r.Context(), runner.ID, r.PathValue("job_id"), l)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"expires_at": expires.UTC().Format(time.RFC3339Nano), "cancel_requested": cancel})
+	return nil
+}
+
+type logsRequest struct {
+	leaseRequest
+	Offset *int64 `json:"offset"`
+	Data   []byte `json:"data"` // base64 on the wire
+}
+
+func (s *Server) logs(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req logsRequest
+	l, err := decodeLeased(w, r, maxLogBody, &req)
+	if err != nil {
+		return err
+	}
+	if req.Offset == nil {
+		return domain.Errorf(domain.EInvalid, "field offset is required")
+	}
+	next, err := s.Store.AppendLog(r.Context(), runner.ID, r.PathValue("job_id"), l, *req.Offset, req.Data)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int64{"next_offset": next})
+	return nil
+}
+
+type completeRequest struct {
+	leaseRequest
+	Outcome  string `json:"outcome"`
+	ExitCode *int   `json:"exit_code"`
+}
+
+func (s *Server) complete(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req completeRequest
+	l, err := decodeLeased(w, r, maxBody, &req)
+	if err != nil {
+		return err
+	}
+	if req.Outcome == "" {
+		return domain.Errorf(domain.EInvalid, "field outcome is required")
+	}
+	exit := 0
+	if req.ExitCode != nil {
+		exit = *req.ExitCode
+	}
+	c, err := s.Store.Complete(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Outcome, exit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"state": c.State, "job_state": c.JobState})
+	return nil
+}
+
+// sourceRequest, artifactRequest, fetchRequest, restoreRequest and
+// cacheRequest are the bodies of the CAS routes.
+type artifactRequest struct {
+	leaseRequest
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+	Size   *int64 `json:"size"`
+}
+
+type fetchRequest struct {
+	leaseRequest
+	Job  string `json:"job"`
+	Name string `json:"name"`
+}
+
+type restoreRequest struct {
+	leaseRequest
+	Keys []string `json:"keys"`
+}
+
+type cacheRequest struct {
+	leaseRequest
+	Key    string `json:"key"`
+	Digest string `json:"digest"`
+	Size   *int64 `json:"size"`
+}
+
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+func validBlob(digest string, size *int64) error {
+	if !digestRE.MatchString(digest) {
+		return domain.Errorf(domain.EInvalid, "field digest must be sha256:<64 lowercase hex digits>")
+	}
+	if size == nil || *size < 0 {
+		return domain.Errorf(domain.EInvalid, "field size is required and must not be negative")
+	}
+	return nil
+}
+
+func (r *artifactRequest) validate() error {
+	if r.Name == "" {
+		return domain.Errorf(domain.EInvalid, "field name is required")
+	}
+	return validBlob(r.Digest, r.Size)
+}
+
+func (r *fetchRequest) validate() error {
+	if r.Job == "" || r.Name == "" {
+		return domain.Errorf(domain.EInvalid, "fields job and name are required")
+	}
+	return nil
+}
+
+func (r *restoreRequest) validate() error {
+	if len(r.Keys) == 0 || len(r.Keys) > 16 {
+		return domain.Errorf(domain.EInvalid, "field keys must hold 1 to 16 keys")
+	}
+	for _, k := range r.Keys {
+		if k == "" || len(k) > 512 {
+			return domain.Errorf(domain.EInvalid, "every cache key must be 1 to 512 characters")
+		}
+	}
+	return nil
+}
+
+func (r *cacheRequest) validate() error {
+	if r.Key == "" || len(r.Key) > 512 {
+		return domain.Errorf(domain.EInvalid, "field key must be 1 to 512 characters")
+	}
+	return validBlob(r.Digest, r.Size)
+}
+
+// leasedBody is a decoded job-scoped body that can check its own fields.
+type leasedBody interface {
+	lease() (domain.Lease, error)
+	validate() error
+}
+
+// casHandler serves a CAS route whose store and S3 side is not wired yet:
+// it decodes and validates the body and answers with the lease check, so
+// that the fencing matrix covers the route from day one. A current lease
+// hears not_implemented.
+func (s *Server) casHandler(newBody func() leasedBody) runnerHandler {
+	return func(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+		body := newBody()
+		l, err := decodeLeased(w, r, maxBody, body)
+		if err != nil {
+			return err
+		}
+		if err := body.validate(); err != nil {
+			return err
+		}
+		if _, err := s.Store.CheckLease(r.Context(), runner.ID, r.PathValue("job_id"), l); err != nil {
+			return err
+		}
+		return domain.Errorf(domain.ENotImplemented, "this control plane has no content-addressed store configured")
+	}
+}
+
+type sourceRequest struct{ leaseRequest }
+
+func (sourceRequest) validate() error { return nil }

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// Heartbeat extends a current lease by the lease TTL from the database's
+// now() and reports whether cancellation was requested.
+func (s *Store) Heartbeat(ctx context.Context, runnerID, jobID string, l domain.Lease) (expires time.Time, cancel bool, err error) {
+	err = s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		cancel = job.CancelRequested
+		return tx.QueryRow(ctx, `
+			UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $2)
+			WHERE id = $1 RETURNING lease_expires_at`,
+			job.ID, s.limits.LeaseTTL.Seconds()).Scan(&expires)
+	})
+	return expires, cancel, err
+}
+
+// CheckLease runs the lease check alone and returns the locked job as it was.
+// Routes that only read (source) use it; it writes nothing.
+func (s *Store) CheckLease(ctx context.Context, runnerID, jobID string, l domain.Lease) (*LeasedJob, error) {
+	var out *LeasedJob
+	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		out = job
+		return nil
+	})
+	return out, err
+}
+
+// MaxLogChunk is the most bytes one log append may carry.
+const MaxLogChunk = 1 << 20
+
+// AppendLog appends data at offset to the current attempt's log.
+//
+// Per DESIGN.md: an append must start at the current end; resending a range
+// that is already stored, byte for byte, is accepted as a no-op so that a
+// runner may retry after a lost response; anything else is EOffsetMismatch
+// carrying the current end. It returns the log's end after the call.
+func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.Lease, offset int64, data []byte) (next int64, err error) {
+	if offset < 0 {
+		return 0, domain.Errorf(domain.EInvalid, "field offset must not be negative")
+	}
+	if len(data) > MaxLogChunk {
+		return 0, domain.Errorf(domain.ETooLarge, "a log append may carry at most %d bytes, got %d", MaxLogChunk, len(data))
+	}
+	err = s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		end := job.LogSize
+		n := int64(len(data))
+		switch {
+		case offset == end:
+			if n == 0 {
+				next = end
+				return nil
+			}
+			if end+n > s.limits.MaxLogBytes {
+				return domain.Errorf(domain.ETooLarge, "job log would exceed the limit of %d bytes", s.limits.MaxLogBytes)
+			}
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO log_chunks (job_id, generation, start_offset, data) VALUES ($1, $2, $3, $4)`,
+				job.ID, job.Generation, end, data); err != nil {
+				return fmt.Errorf("insert log chunk: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET log_size = $2 WHERE id = $1`, job.ID, end+n); err != nil {
+				return fmt.Errorf("update log size: %w", err)
+			}
+			next = end + n
+			return nil
+		case offset+n <= end:
+			stored, err := readLog(ctx, tx, job.ID, job.Generation, offset, n)
+			if err != nil {
+				return err
+			}
+			if bytes.Equal(stored, data) {
+				next = end // an identical resend: nothing to do
+				return nil
+			}
+		}
+		return &domain.Error{Code: domain.EOffsetMismatch, NextOffset: &end,
+			Message: fmt.Sprintf("offset %d with %d bytes does not append at the log's end %d nor repeat stored bytes", offset, n, end)}
+	})
+	return next, err
+}
+
+// readLog returns the bytes [offset, offset+n) of one attempt's log.
+func readLog(ctx context.Context, q pgx.Tx, jobID string, generation int, offset, n int64) ([]byte, error) {
+	rows, err := q.Query(ctx, `
+		SELECT start_offset, data FROM log_chunks
+		WHERE job_id = $1 AND generation = $2
+		  AND start_offset < $3 + $4 AND start_offset + length(data) > $3
+		ORDER BY start_offset`, jobID, generation, offset, n)
+	if err != nil {
+		return nil, fmt.Errorf("read log: %w", err)
+	}
+	defer rows.Close()
+	out := make([]byte, 0, n)
+	for rows.Next() {
+		var start int64
+		var data []byte
+		if err := rows.Scan(&start, &data); err != nil {
+			return nil, fmt.Errorf("read log: %w", err)
+		}
+		lo := max(offset-start, 0)
+		hi := min(offset+n-start, int64(len(data)))
+		out = append(out, data[lo:hi]...)
+	}
+	return out, rows.Err()
+}
+
+// Outcomes a runner may report.
+const (
+	OutcomePassed   = "passed"
+	OutcomeFailed   = "failed"
+	OutcomeCanceled = "canceled"
+)
+
+// Completion is what Complete did.
+type Completion struct {
+	// State is the outcome recorded for this attempt: PASSED, FAILED or CANCELED.
+	State string
+	// JobState is the job's state now: State, or QUEUED when a retry policy
+	// re-queued the job as a new generation.
+	JobState string
+}
+
+// Complete ends the current attempt with the runner's outcome. A failure
+// re-queues the job when its retry policy allows; otherwise the job becomes
+// terminal and the run moves on.
+func (s *Store) Complete(ctx context.Context, runnerID, jobID string, l domain.Lease, outcome string, exitCode int) (Completion, error) {
+	var c Completion
+	switch outcome {
+	case OutcomePassed:
+		c.State = domain.JobPassed
+	case OutcomeFailed:
+		c.State = domain.JobFailed
+	case OutcomeCanceled:
+		c.State = domain.JobCanceled
+	default:
+		return c, domain.Errorf(domain.EInvalid, `field outcome must be "passed", "failed" or "canceled"`)
+	}
+	var requeued bool
+	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		if c.State == domain.JobCanceled && !job.CancelRequested {
+			return domain.Errorf(domain.EInvalid, `outcome "canceled" is only valid after cancellation was requested`)
+		}
+		reason := ""
+		switch c.State {
+		case domain.JobFailed:
+			reason = fmt.Sprintf("%s %d", domain.ReasonExitCode, exitCode)
+		case domain.JobCanceled:
+			reason = domain.ReasonCanceled
+		}
+		var err error
+		c.JobState, err = finishAttempt(ctx, tx, job.ID, job.RunID, job.Generation, c.State, reason, &exitCode)
+		requeued = c.JobState == domain.JobQueued
+		return err
+	})
+	if err == nil && requeued {
+		s.signalQueued()
+	}
+	return c, err
+}
+
+// finishAttempt closes the attempt of the locked job's given generation with
+// outcome, then either re-queues the job (when its explicit retry policy
+// still allows another attempt for this kind of loss) or makes it terminal,
+// and advances the run. It returns the job's new state.
+func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generation int, outcome, reason string, exitCode *int) (string, error) {
+	if _, err := tx.Exec(ctx, `
+		UPDATE job_attempts a
+		SET ended_at = now(), outcome = $3, reason = nullif($4, ''), exit_code = $5,
+		    log_size = (SELECT log_size FROM jobs WHERE id = $1)
+		WHERE a.job_id = $1 AND a.generation = $2`,
+		jobID, generation, outcome, reason, exitCode); err != nil {
+		return "", fmt.Errorf("close attempt: %w", err)
+	}
+	var retry bool
+	if err := tx.QueryRow(ctx, `
+		SELECT CASE
+		         WHEN $2 = 'FAILED'  THEN j.retry_failed
+		         WHEN $2 = 'ABORTED' THEN j.retry_lease_lost
+		         ELSE 0
+		       END > (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = $2) - 1
+		   AND NOT j.cancel_requested AND NOT r.cancel_requested
+		FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`, jobID, outcome).Scan(&retry); err != nil {
+		return "", fmt.Errorf("retry policy: %w", err)
+	}
+	if retry {
+		// The lease columns stay as they were: the old owner's tuple still
+		// names this job but the job is not RUNNING, and the next claim
+		// moves the generation on, so every call of the old lease is fenced.
+		if _, err := tx.Exec(ctx, `
+			UPDATE jobs SET state = 'QUEUED', queued_at = now(), reason = nullif($2, ''), exit_code = $3
+			WHERE id = $1`, jobID, reason, exitCode); err != nil {
+			return "", fmt.Errorf("requeue job: %w", err)
+		}
+		return domain.JobQueued, nil
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE jobs SET state = $2, finished_at = now(), reason = nullif($3, ''), exit_code = $4
+		WHERE id = $1`, jobID, outcome, reason, exitCode); err != nil {
+		return "", fmt.Errorf("finish job: %w", err)
+	}
+	if err := advanceRun(ctx, tx, runID); err != nil {
+		return "", err
+	}
+	return outcome, nil
+}

@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// Token prefixes make leaked secrets recognisable to scanners and humans.
+const (
+	runnerTokenPrefix       = "frt_"
+	registrationTokenPrefix = "frg_"
+)
+
+// Runner is an authenticated runner.
+type Runner struct {
+	ID     string
+	Name   string
+	Labels []string
+}
+
+// RunnerInfo is what admins see about a runner.
+type RunnerInfo struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	Labels     []string   `json:"labels"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastSeenAt *time.Time `json:"last_seen_at,omitempty"`
+	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+}
+
+var labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
+
+// ValidateLabels checks runner or job labels.
+func ValidateLabels(labels []string) error {
+	if len(labels) > 32 {
+		return domain.Errorf(domain.EInvalid, "at most 32 labels are allowed")
+	}
+	seen := map[string]bool{}
+	for _, l := range labels {
+		if !labelRE.MatchString(l) {
+			return domain.Errorf(domain.EInvalid, "label %q is not valid: use letters, digits and . _ : / - (at most 64)", l)
+		}
+		if seen[l] {
+			return domain.Errorf(domain.EInvalid, "label %q is repeated", l)
+		}
+		seen[l] = true
+	}
+	return nil
+}
+
+// newSecret returns a random token with the given prefix: 32 random bytes.
+func newSecret(prefix string) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // the kernel's RNG failing is not recoverable
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func hashSecret(s string) []byte {
+	h := sha256.Sum256([]byte(s))
+	return h[:]
+}
+
+// CreateRegistrationToken makes a one-time token that registers one runner
+// within ttl. The token is returned once and stored only as a hash.
+func (s *Store) CreateRegistrationToken(ctx context.Context, ttl time.Duration, description string) (string, time.Time, error) {
+	if ttl <= 0 || ttl > 30*24*time.Hour {
+		return "", time.Time{}, domain.Errorf(domain.EInvalid, "registration token lifetime must be between 1s and 30 days")
+	}
+	tok := newSecret(registrationTokenPrefix)
+	var expires time.Time
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO registration_tokens (id, token_hash, description, expires_at)
+		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+		RETURNING expires_at`,
+		uuid.Must(uuid.NewV7()).String(), hashSecret(tok), description, ttl.Seconds()).Scan(&expires)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("create registration token: %w", err)
+	}
+	return tok, expires, nil
+}
+
+// RegisterRunner consumes a registration token and creates a runner. A
+// wrong, used or expired token is EUnauthorized and creates nothing.
+func (s *Store) RegisterRunner(ctx context.Context, registrationToken, name string, labels []string) (runnerID, token string, err error) {
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 200 {
+		return "", "", domain.Errorf(domain.EInvalid, "field name is required (1 to 200 characters)")
+	}
+	if labels == nil {
+		labels = []string{}
+	}
+	if err := ValidateLabels(labels); err != nil {
+		return "", "", err
+	}
+	if !strings.HasPrefix(registrationToken, registrationTokenPrefix) {
+		return "", "", domain.Errorf(domain.EUnauthorized, "registration token is not valid")
+	}
+	runnerID = uuid.Must(uuid.NewV7()).String()
+	token = newSecret(runnerTokenPrefix)
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO runners (id, name, token_hash, labels) VALUES ($1, $2, $3, $4)`,
+			runnerID, name, hashSecret(token), labels); err != nil {
+			return fmt.Errorf("insert runner: %w", err)
+		}
+		// The runner row and the token's use commit together or not at all.
+		tag, err := tx.Exec(ctx, `
+			UPDATE registration_tokens SET used_at = now(), used_by_runner = $2
+			WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()`,
+			hashSecret(registrationToken), runnerID)
+		if err != nil {
+			return fmt.Errorf("use registration token: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return domain.Errorf(domain.EUnauthorized, "registration token is unknown, used or expired")
+		}
+		return nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return runnerID, token, nil
+}
+
+// AuthenticateRunner maps a bearer token to its runner. Unknown or revoked
+// tokens are EUnauthorized. The lookup is by hash, so its timing depends on
+// the hash, not on the secret; the final compare is constant time anyway.
+func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, error) {
+	unauthorized := domain.Errorf(domain.EUnauthorized, "runner token is missing, unknown or revoked")
+	if !strings.HasPrefix(token, runnerTokenPrefix) || len(token) > 200 {
+		return Runner{}, unauthorized
+	}
+	want := hashSecret(token)
+	var r Runner
+	var got []byte
+	var revoked bool
+	err := s.pool.QueryRow(ctx, `
+		SELECT id, name, labels, token_hash, revoked_at IS NOT NULL FROM runners WHERE token_hash = $1`,
+		want).Scan(&r.ID, &r.Name, &r.Labels, &got, &revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Runner{}, unauthorized
+	}
+	if err != nil {
+		return Runner{}, fmt.Errorf("authenticate runner: %w", err)
+	}
+	if subtle.ConstantTimeCompare(got, want) != 1 || revoked {
+		return Runner{}, unauthorized
+	}
+	return r, nil
+}
+
+// RevokeRunner revokes a runner: every later request with its token gets 401,
+// and its leases can no longer be used. Running jobs are left to expire, so
+// the sweeper records them as ABORTED like any lost lease.
+func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`, runnerID)
+	if err != nil {
+		return fmt.Errorf("revoke runner: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)
+	}
+	return nil
+}
+
+// ListRunners returns every runner, newest first.
+func (s *Store) ListRunners(ctx context.Context) ([]RunnerInfo, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, name, labels, created_at, last_seen_at, revoked_at FROM runners ORDER BY created_at DESC, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list runners: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunnerInfo, error) {
+		var r RunnerInfo
+		err := row.Scan(&r.ID, &r.Name, &r.Labels, &r.CreatedAt, &r.LastSeenAt, &r.RevokedAt)
+		return r, err
+	})
+}

@@ -1,0 +1,261 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// NewJob is a job of a run being created.
+type NewJob struct {
+	Name           string
+	Needs          []string
+	Labels         []string
+	Spec           domain.JobSpec
+	TimeoutSeconds int
+	RetryLeaseLost int
+	RetryFailed    int
+}
+
+// NewRun is a run being created. The pipeline has been parsed and validated
+// by the caller; the store re-checks what it relies on (names, needs, DAG).
+type NewRun struct {
+	Project  string
+	Trigger  string
+	GitSHA   string
+	GitRef   string
+	GitDirty bool
+	// Source is the verified snapshot; empty only in tests of the lease core.
+	Source domain.Source
+	Jobs   []NewJob
+}
+
+// Run is a run as stored.
+type Run struct {
+	ID             string     `json:"id"`
+	Project        string     `json:"project"`
+	Number         int64      `json:"number"`
+	State          string     `json:"state"`
+	Trigger        string     `json:"trigger"`
+	GitSHA         string     `json:"git_sha,omitempty"`
+	GitRef         string     `json:"git_ref,omitempty"`
+	GitDirty       bool       `json:"git_dirty"`
+	SourceDigest   string     `json:"source_digest,omitempty"`
+	ManifestDigest string     `json:"manifest_digest,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	// JobIDs maps job names to IDs (set by CreateRun).
+	JobIDs map[string]string `json:"job_ids,omitempty"`
+}
+
+// CreateRun stores a run and its jobs as PENDING, then queues the jobs that
+// need nothing.
+func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
+	if err := validateJobs(nr.Jobs); err != nil {
+		return Run{}, err
+	}
+	if nr.Trigger == "" {
+		nr.Trigger = "manual"
+	}
+	run := Run{ID: uuid.Must(uuid.NewV7()).String(), Project: nr.Project, Trigger: nr.Trigger,
+		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
+		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var projectID string
+		err := tx.QueryRow(ctx, `
+			INSERT INTO projects (id, name) VALUES ($1, $2)
+			ON CONFLICT (name) DO UPDATE SET next_run_number = projects.next_run_number + 1
+			RETURNING id, next_run_number`, uuid.Must(uuid.NewV7()).String(), nr.Project).Scan(&projectID, &run.Number)
+		if err != nil {
+			return fmt.Errorf("project %q: %w", nr.Project, err)
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
+			                  source_digest, manifest_digest, source_size)
+			VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10)`,
+			run.ID, projectID, run.Number, nr.Trigger, nr.GitSHA, nr.GitRef, nr.GitDirty,
+			nr.Source.BlobDigest, nr.Source.ManifestDigest, nullIfZero(nr.Source.Size, nr.Source.BlobDigest)); err != nil {
+			return fmt.Errorf("insert run: %w", err)
+		}
+		for _, j := range nr.Jobs {
+			id := uuid.Must(uuid.NewV7()).String()
+			run.JobIDs[j.Name] = id
+			spec, err := json.Marshal(j.Spec)
+			if err != nil {
+				return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
+			}
+			timeout := j.TimeoutSeconds
+			if timeout <= 0 {
+				timeout = 3600
+			}
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost, retry_failed)
+				VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9)`,
+				id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed); err != nil {
+				return fmt.Errorf("insert job %s: %w", j.Name, err)
+			}
+		}
+		if err := advanceRun(ctx, tx, run.ID); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT state, created_at FROM runs WHERE id = $1`, run.ID).Scan(&run.State, &run.CreatedAt)
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	s.signalQueued()
+	return run, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func nullIfZero(size int64, digest string) *int64 {
+	if digest == "" {
+		return nil
+	}
+	return &size
+}
+
+// validateJobs checks what the store relies on: unique names, known needs,
+// no cycles.
+func validateJobs(jobs []NewJob) error {
+	if len(jobs) == 0 {
+		return domain.Errorf(domain.EInvalid, "a run needs at least one job")
+	}
+	if len(jobs) > 1000 {
+		return domain.Errorf(domain.EInvalid, "a run may have at most 1000 jobs")
+	}
+	byName := map[string]NewJob{}
+	for _, j := range jobs {
+		if j.Name == "" {
+			return domain.Errorf(domain.EInvalid, "every job needs a name")
+		}
+		if _, dup := byName[j.Name]; dup {
+			return domain.Errorf(domain.EInvalid, "job name %q is used twice", j.Name)
+		}
+		if err := ValidateLabels(j.Labels); err != nil {
+			return err
+		}
+		byName[j.Name] = j
+	}
+	const (
+		unseen = iota
+		visiting
+		done
+	)
+	mark := map[string]int{}
+	var visit func(name string, path []string) error
+	visit = func(name string, path []string) error {
+		switch mark[name] {
+		case visiting:
+			return domain.Errorf(domain.EInvalid, "jobs form a cycle: %v", append(path, name))
+		case done:
+			return nil
+		}
+		mark[name] = visiting
+		for _, n := range byName[name].Needs {
+			if _, ok := byName[n]; !ok {
+				return domain.Errorf(domain.EInvalid, "job %q needs unknown job %q", name, n)
+			}
+			if err := visit(n, append(path, name)); err != nil {
+				return err
+			}
+		}
+		mark[name] = done
+		return nil
+	}
+	for _, j := range jobs {
+		if err := visit(j.Name, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advanceRun moves a run forward after any job transition, inside the
+// caller's transaction: dependants of jobs that did not pass become SKIPPED
+// (transitively), pending jobs whose needs all passed become QUEUED, and the
+// run's state is derived from its jobs.
+//
+// It locks the run row first, so that two jobs of one run finishing at the
+// same time take turns here; under READ COMMITTED the second then sees the
+// first's committed state and no dependant is left PENDING forever. Lock
+// order is always job row(s) first, then the run row.
+func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, runID); err != nil {
+		return fmt.Errorf("lock run: %w", err)
+	}
+	for {
+		tag, err := tx.Exec(ctx, `
+			UPDATE jobs d SET state = 'SKIPPED', reason = 'need_not_passed', finished_at = now()
+			WHERE d.run_id = $1 AND d.state = 'PENDING'
+			  AND EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
+			              AND n.state IN ('FAILED', 'CANCELED', 'ABORTED', 'SKIPPED'))`, runID)
+		if err != nil {
+			return fmt.Errorf("skip dependants: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			break
+		}
+	}
+	if _, err := tx.Exec(ctx, `
+		UPDATE jobs d SET state = 'QUEUED', queued_at = now()
+		WHERE d.run_id = $1 AND d.state = 'PENDING'
+		  AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
+		                  AND n.state <> 'PASSED')`, runID); err != nil {
+		return fmt.Errorf("queue ready jobs: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `
+		WITH c AS (
+		    SELECT count(*) FILTER (WHERE state IN ('PENDING', 'QUEUED', 'RUNNING')) AS open,
+		           count(*) FILTER (WHERE state = 'RUNNING' OR started_at IS NOT NULL) AS started,
+		           count(*) FILTER (WHERE state = 'FAILED') AS failed,
+		           count(*) FILTER (WHERE state = 'ABORTED') AS aborted,
+		           count(*) FILTER (WHERE state = 'CANCELED') AS canceled
+		    FROM jobs WHERE run_id = $1
+		)
+		UPDATE runs r SET
+		    state = CASE
+		        WHEN c.open > 0 AND c.started > 0 THEN 'RUNNING'
+		        WHEN c.open > 0 THEN 'PENDING'
+		        WHEN c.failed > 0 THEN 'FAILED'
+		        WHEN c.aborted > 0 THEN 'ABORTED'
+		        WHEN c.canceled > 0 THEN 'CANCELED'
+		        ELSE 'PASSED' END,
+		    started_at = CASE WHEN c.started > 0 THEN coalesce(r.started_at, now()) ELSE r.started_at END,
+		    finished_at = CASE WHEN c.open = 0 THEN coalesce(r.finished_at, now()) ELSE NULL END
+		FROM c WHERE r.id = $1`, runID); err != nil {
+		return fmt.Errorf("derive run state: %w", err)
+	}
+	return nil
+}
+
+// GetRun returns a run by ID.
+func (s *Store) GetRun(ctx context.Context, runID string) (Run, error) {
+	var r Run
+	err := s.pool.QueryRow(ctx, `
+		SELECT r.id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''), coalesce(r.git_ref, ''), r.git_dirty,
+		       coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), r.created_at, r.started_at, r.finished_at
+		FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`, runID).Scan(
+		&r.ID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef, &r.GitDirty,
+		&r.SourceDigest, &r.ManifestDigest, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
+	if err == pgx.ErrNoRows {
+		return Run{}, domain.Errorf(domain.ENotFound, "run %s not found", runID)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("get run: %w", err)
+	}
+	return r, nil
+}

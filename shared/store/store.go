@@ -1,0 +1,135 @@
+// Package store holds every SQL statement ForgeCI runs. PostgreSQL is the
+// serialization point of the system: claims, lease checks and terminal
+// transitions are conditional statements here, and lease time is always the
+// database's now(), never the caller's clock.
+//
+// Public methods own their transaction; lowercase helpers take a pgx.Tx.
+// Methods return *domain.Error for anything a client may be told; every other
+// error is internal.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Limits the store enforces. Zero values are replaced by the defaults.
+type Limits struct {
+	// LeaseTTL is how long a claim or heartbeat keeps a lease alive.
+	LeaseTTL time.Duration
+	// MaxLogBytes is the largest log one attempt may write.
+	MaxLogBytes int64
+}
+
+// Defaults used when a Limits field is zero.
+const (
+	DefaultLeaseTTL    = 60 * time.Second
+	DefaultMaxLogBytes = 64 << 20
+)
+
+// Store is the database behind the control plane.
+type Store struct {
+	pool   *pgxpool.Pool
+	limits Limits
+
+	// queuedCh is closed (and replaced) whenever this process queues jobs,
+	// waking its long-polling claims early. Other processes find the jobs
+	// on their next poll.
+	mu       sync.Mutex
+	queuedCh chan struct{}
+}
+
+// New wraps an open pool.
+func New(pool *pgxpool.Pool, limits Limits) *Store {
+	if limits.LeaseTTL <= 0 {
+		limits.LeaseTTL = DefaultLeaseTTL
+	}
+	if limits.MaxLogBytes <= 0 {
+		limits.MaxLogBytes = DefaultMaxLogBytes
+	}
+	return &Store{pool: pool, limits: limits, queuedCh: make(chan struct{})}
+}
+
+func (s *Store) queued() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queuedCh
+}
+
+func (s *Store) signalQueued() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.queuedCh)
+	s.queuedCh = make(chan struct{})
+}
+
+// Limits returns the limits in force.
+func (s *Store) Limits() Limits { return s.limits }
+
+// Pool returns the underlying pool (for tests and benchmarks).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// PoolOptions shape a connection pool for where it runs.
+type PoolOptions struct {
+	// MaxConns caps the pool. A Lambda container serves one request at a
+	// time, so 2 is plenty there; RDS Proxy multiplexes the rest.
+	MaxConns int32
+	// NoStatementCache makes pgx use unnamed statements only, so that RDS
+	// Proxy never pins a client session to one database connection.
+	NoStatementCache bool
+}
+
+// OpenPool connects to PostgreSQL and checks the connection.
+func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.NoStatementCache {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "forgeci"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("ping database: %w", err)
+	}
+	return pool, nil
+}
+
+// inTx runs fn in a transaction, committing when fn returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// isUniqueViolation reports whether err is a unique-constraint violation.
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
+}

@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// SweepResult counts what one sweep did.
+type SweepResult struct {
+	Aborted  int // jobs made ABORTED with reason lease_expired
+	Requeued int // jobs re-queued as a new generation by their retry policy
+}
+
+// Sweep ends every job whose lease expired by the database clock. Recovery
+// refuses to guess: the job's steps may have had side effects, so it becomes
+// ABORTED (reason lease_expired) unless the job declared an explicit
+// lease-lost retry policy, in which case it is re-queued and its next claim
+// fences the old lease by generation.
+//
+// Each job is handled in its own short transaction under a SKIP LOCKED row
+// lock, so sweeps may run concurrently with each other and with late runner
+// calls: whoever holds the row decides, and the other sees the result.
+func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	for {
+		var state string
+		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			var jobID, runID string
+			var generation int
+			err := tx.QueryRow(ctx, `
+				SELECT id, run_id, generation FROM jobs
+				WHERE state = 'RUNNING' AND lease_expires_at <= now()
+				ORDER BY lease_expires_at
+				LIMIT 1
+				FOR UPDATE SKIP LOCKED`).Scan(&jobID, &runID, &generation)
+			if err != nil {
+				return err
+			}
+			state, err = finishAttempt(ctx, tx, jobID, runID, generation, domain.JobAborted, domain.ReasonLeaseExpired, nil)
+			return err
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			break
+		}
+		if err != nil {
+			return res, fmt.Errorf("sweep: %w", err)
+		}
+		if state == domain.JobQueued {
+			res.Requeued++
+		} else {
+			res.Aborted++
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+	}
+	if res.Requeued > 0 {
+		s.signalQueued()
+	}
+	return res, nil
+}
