@@ -94,7 +94,7 @@ func readLog(ctx context.Context, q pgx.Tx, jobID string, generation int, offset
 	rows, err := q.Query(ctx, `
 		SELECT start_offset, data FROM log_chunks
 		WHERE job_id = $1 AND generation = $2
-		  AND start_offset < $3 + $4 AND start_offset + length(data) > $3
+		  AND start_offset < $3::bigint + $4::bigint AND start_offset + length(data) > $3::bigint
 		ORDER BY start_offset`, jobID, generation, offset, n)
 	if err != nil {
 		return nil, fmt.Errorf("read log: %w", err)

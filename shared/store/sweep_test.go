@@ -1,0 +1,264 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+func newRunner(t *testing.T, s *store.Store, labels ...string) store.Runner {
+	t.Helper()
+	ctx := context.Background()
+	reg, _, err := s.CreateRegistrationToken(ctx, time.Minute, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, token, err := s.RegisterRunner(ctx, reg, "r", labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.AuthenticateRunner(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func states(t *testing.T, s *store.Store, runID string) map[string]string {
+	t.Helper()
+	rows, err := s.Pool().Query(context.Background(), `SELECT name, state FROM jobs WHERE run_id = $1`, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var n, st string
+		_ = rows.Scan(&n, &st)
+		out[n] = st
+	}
+	return out
+}
+
+func expire(t *testing.T, s *store.Store, jobID string) {
+	t.Helper()
+	if _, err := s.Pool().Exec(context.Background(),
+		`UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, jobID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSweepAbortsAndSkips: an expired lease makes the job ABORTED (reason
+// lease_expired), closes its attempt, skips its dependants transitively and
+// ends the run ABORTED. Sweeping again changes nothing.
+func TestSweepAbortsAndSkips(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	r := newRunner(t, s)
+	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
+		{Name: "build"}, {Name: "test", Needs: []string{"build"}}, {Name: "deploy", Needs: []string{"test"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := states(t, s, run.ID); got["build"] != "QUEUED" || got["test"] != "PENDING" {
+		t.Fatalf("initial states %v", got)
+	}
+	c, err := s.Claim(ctx, r, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	// Not yet expired: the sweeper leaves it alone.
+	if res, err := s.Sweep(ctx); err != nil || res.Aborted != 0 {
+		t.Fatalf("early sweep: %+v %v", res, err)
+	}
+	expire(t, s, c.Job.ID)
+	if res, err := s.Sweep(ctx); err != nil || res.Aborted != 1 {
+		t.Fatalf("sweep: %+v %v", res, err)
+	}
+	want := map[string]string{"build": "ABORTED", "test": "SKIPPED", "deploy": "SKIPPED"}
+	if got := states(t, s, run.ID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("states %v, want %v", got, want)
+	}
+	got, _ := s.GetRun(ctx, run.ID)
+	if got.State != domain.RunAborted || got.FinishedAt == nil {
+		t.Fatalf("run %+v", got)
+	}
+	if res, err := s.Sweep(ctx); err != nil || res.Aborted+res.Requeued != 0 {
+		t.Fatalf("second sweep did something: %+v %v", res, err)
+	}
+	var outcome, reason string
+	_ = s.Pool().QueryRow(ctx, `SELECT outcome, reason FROM job_attempts WHERE job_id = $1`, c.Job.ID).Scan(&outcome, &reason)
+	if outcome != "ABORTED" || reason != domain.ReasonLeaseExpired {
+		t.Fatalf("attempt %s %s", outcome, reason)
+	}
+}
+
+// TestSweepConcurrent: several sweepers at once, racing late heartbeats and
+// completions from the runners, leave every job in exactly one terminal
+// state with exactly one closed attempt.
+func TestSweepConcurrent(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	r := newRunner(t, s)
+	const n = 200
+	nr := store.NewRun{Project: "p"}
+	for i := range n {
+		nr.Jobs = append(nr.Jobs, store.NewJob{Name: fmt.Sprintf("j%d", i)})
+	}
+	if _, err := s.CreateRun(ctx, nr); err != nil {
+		t.Fatal(err)
+	}
+	var claims []*domain.Claim
+	for range n {
+		c, err := s.Claim(ctx, r, nil, 0)
+		if err != nil || c == nil {
+			t.Fatal(err)
+		}
+		claims = append(claims, c)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE jobs SET lease_expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var aborted, completed int
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := s.Sweep(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			aborted += res.Aborted
+			mu.Unlock()
+		}()
+	}
+	for _, c := range claims {
+		wg.Add(1)
+		go func(c *domain.Claim) {
+			defer wg.Done()
+			_, err := s.Complete(ctx, r.ID, c.Job.ID, c.Lease, store.OutcomePassed, 0)
+			if err == nil {
+				mu.Lock()
+				completed++
+				mu.Unlock()
+			} else if code := domain.ErrorCode(err); code != domain.ELeaseExpired && code != domain.EJobFinished {
+				t.Errorf("late completion: %v", err)
+			}
+		}(c)
+	}
+	wg.Wait()
+	if completed != 0 {
+		t.Fatalf("%d completions of expired leases were accepted", completed)
+	}
+	if aborted != n {
+		t.Fatalf("sweepers aborted %d jobs, want %d", aborted, n)
+	}
+	var bad int
+	_ = s.Pool().QueryRow(ctx, `
+		SELECT count(*) FROM jobs j
+		WHERE j.state <> 'ABORTED'
+		   OR (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = 'ABORTED') <> 1`).Scan(&bad)
+	if bad != 0 {
+		t.Fatalf("%d jobs not aborted exactly once", bad)
+	}
+}
+
+// TestRunOrchestration: passing needs queue dependants; the run follows.
+func TestRunOrchestration(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	r := newRunner(t, s)
+	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
+		{Name: "a"}, {Name: "b"}, {Name: "c", Needs: []string{"a", "b"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunPending {
+		t.Fatalf("new run is %s", got.State)
+	}
+	c1, _ := s.Claim(ctx, r, nil, 0)
+	c2, _ := s.Claim(ctx, r, nil, 0)
+	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunRunning {
+		t.Fatalf("run with a claimed job is %s", got.State)
+	}
+	// Both needs finish at the same moment: c must still be queued once.
+	var wg sync.WaitGroup
+	for _, c := range []*domain.Claim{c1, c2} {
+		wg.Add(1)
+		go func(c *domain.Claim) {
+			defer wg.Done()
+			if _, err := s.Complete(ctx, r.ID, c.Job.ID, c.Lease, store.OutcomePassed, 0); err != nil {
+				t.Error(err)
+			}
+		}(c)
+	}
+	wg.Wait()
+	if got := states(t, s, run.ID)["c"]; got != "QUEUED" {
+		t.Fatalf("c is %s after both needs passed", got)
+	}
+	c3, _ := s.Claim(ctx, r, nil, 0)
+	if _, err := s.Complete(ctx, r.ID, c3.Job.ID, c3.Lease, store.OutcomeFailed, 2); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunFailed {
+		t.Fatalf("run is %s, want FAILED", got.State)
+	}
+}
+
+// TestRetryFailed: retry.failed re-queues a failed job as a new generation,
+// once per allowed retry, then lets it fail.
+func TestRetryFailed(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	r := newRunner(t, s)
+	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "flaky", RetryFailed: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, _ := s.Claim(ctx, r, nil, 0)
+	res, err := s.Complete(ctx, r.ID, c1.Job.ID, c1.Lease, store.OutcomeFailed, 1)
+	if err != nil || res.State != domain.JobFailed || res.JobState != domain.JobQueued {
+		t.Fatalf("first failure: %+v %v", res, err)
+	}
+	c2, _ := s.Claim(ctx, r, nil, 0)
+	if c2 == nil || c2.Lease.Generation != 2 {
+		t.Fatalf("retry claim: %+v", c2)
+	}
+	if _, _, err := s.Heartbeat(ctx, r.ID, c1.Job.ID, c1.Lease); domain.ErrorCode(err) != domain.ELeaseMismatch {
+		t.Fatalf("generation 1 heartbeat after retry: %v", err)
+	}
+	res, err = s.Complete(ctx, r.ID, c2.Job.ID, c2.Lease, store.OutcomeFailed, 1)
+	if err != nil || res.JobState != domain.JobFailed {
+		t.Fatalf("second failure: %+v %v", res, err)
+	}
+	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunFailed {
+		t.Fatalf("run %s", got.State)
+	}
+}
+
+// TestCreateRunValidation: cycles, unknown needs and duplicates are refused.
+func TestCreateRunValidation(t *testing.T) {
+	s := pgtest.NewStore(t, store.Limits{})
+	for name, jobs := range map[string][]store.NewJob{
+		"cycle":     {{Name: "a", Needs: []string{"b"}}, {Name: "b", Needs: []string{"a"}}},
+		"self":      {{Name: "a", Needs: []string{"a"}}},
+		"unknown":   {{Name: "a", Needs: []string{"zz"}}},
+		"duplicate": {{Name: "a"}, {Name: "a"}},
+		"empty":     {},
+	} {
+		if _, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", Jobs: jobs}); domain.ErrorCode(err) != domain.EInvalid {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
