@@ -229,7 +229,9 @@ func TestBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e.t = t
 			s, body := e.post(jobPath(c, tc.route), a.Token, tc.body)
-			var v struct{ Error struct{ Code, Message string } }
+			var v struct {
+				Error struct{ Code, Message string }
+			}
 			_ = json.Unmarshal(body, &v)
 			if s != tc.status || !strings.Contains(v.Error.Message, tc.message) {
 				t.Fatalf("got %d %s, want %d with %q", s, body, tc.status, tc.message)

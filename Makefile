@@ -1,0 +1,49 @@
+# ForgeCI. `make test` and `make dev` install what is missing themselves.
+GO           ?= go
+ARTIFACTS_DIR ?= bin/lambda
+LAMBDA_ARCH  ?= arm64
+# One Lambda bootstrap: static, stripped, without the legacy RPC runtime.
+lambda = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath \
+         -ldflags='-s -w' -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
+
+.PHONY: deps test lint bench dev build clean FORCE
+
+deps:                ## install missing Debian packages and Go tools
+	@scripts/deps.sh
+
+bin/forgeci: FORCE
+	$(GO) build -o $@ ./cmd/forgeci
+
+lint:                ## vet, gofmt and go.mod drift
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@cp go.mod .go.mod.bak; cp go.sum .go.sum.bak; $(GO) mod tidy; \
+	  if ! cmp -s go.mod .go.mod.bak || ! cmp -s go.sum .go.sum.bak; then \
+	    mv .go.mod.bak go.mod; mv .go.sum.bak go.sum; echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi; \
+	  rm -f .go.mod.bak .go.sum.bak
+
+test: deps lint bin/forgeci   ## the whole suite against real PostgreSQL
+	bin/forgeci services -- $(GO) test -race -count=1 -timeout 15m ./...
+
+bench: deps bin/forgeci       ## benchmarks, each beside its baseline
+	bin/forgeci services -- $(GO) run ./cmd/forgeci-bench
+
+dev: deps bin/forgeci         ## a local ForgeCI on 127.0.0.1:8080
+	bin/forgeci dev
+
+build:                        ## every Lambda bootstrap into bin/lambda/<name>/
+	@for f in $$(ls functions); do $(MAKE) --no-print-directory ARTIFACTS_DIR=bin/lambda/$$f build-$$(echo $$f | sed 's/./\U&/')Function || exit 1; done
+
+clean:
+	rm -rf bin .tmp
+
+# SAM (BuildMethod: makefile) calls build-<LogicalId> with ARTIFACTS_DIR set.
+build-RegisterFunction: ; $(call lambda,register)
+build-ClaimFunction: ; $(call lambda,claim)
+build-HeartbeatFunction: ; $(call lambda,heartbeat)
+build-SourceFunction: ; $(call lambda,source)
+build-LogsFunction: ; $(call lambda,logs)
+build-ArtifactsFunction: ; $(call lambda,artifacts)
+build-CacheFunction: ; $(call lambda,cache)
+build-CompleteFunction: ; $(call lambda,complete)
+build-SweeperFunction: ; $(call lambda,sweeper)

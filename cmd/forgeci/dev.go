@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/pglocal"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+func devCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8080", "address to serve the API on (loopback only)")
+	dir := fs.String("dir", "", "directory for the throwaway PostgreSQL cluster (default: a new temporary directory)")
+	leaseTTL := fs.Duration("lease-ttl", store.DefaultLeaseTTL, "job lease lifetime")
+	sweepEvery := fs.Duration("sweep-every", 5*time.Second, "how often the sweeper runs")
+	infoFile := fs.String("info", "", "write the server URL, database URL and a registration token to this file (key=value lines)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if host, _, err := net.SplitHostPort(*addr); err != nil || !net.ParseIP(host).IsLoopback() {
+		return fmt.Errorf("--addr %q must be a loopback address such as 127.0.0.1:8080: the local stack has no TLS", *addr)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	pgLog, err := os.CreateTemp("", "forgeci-dev-pg-*.log")
+	if err != nil {
+		return err
+	}
+	defer pgLog.Close()
+	fmt.Fprintln(os.Stderr, "forgeci dev: starting PostgreSQL (log:", pgLog.Name()+")")
+	cluster, err := pglocal.Start(ctx, pglocal.Options{Dir: *dir, Log: pgLog})
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop()
+	if _, err := store.Migrate(ctx, cluster.URL, nil); err != nil {
+		return err
+	}
+	pool, err := store.OpenPool(ctx, cluster.URL, store.PoolOptions{MaxConns: 40})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st := store.New(pool, store.Limits{LeaseTTL: *leaseTTL})
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	}
+	srv := &http.Server{Handler: (&api.Server{Store: st, Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serve", "err", err)
+		}
+	}()
+	go sweepLoop(ctx, st, *sweepEvery, log)
+
+	token, expires, err := st.CreateRegistrationToken(ctx, 24*time.Hour, "forgeci dev")
+	if err != nil {
+		return err
+	}
+	url := "http://" + ln.Addr().String()
+	if *infoFile != "" {
+		info := fmt.Sprintf("FORGECI_URL=%s\nFORGECI_DATABASE_URL=%s\nFORGECI_REGISTRATION_TOKEN=%s\n", url, cluster.URL, token)
+		if err := writeFileAtomic(*infoFile, []byte(info)); err != nil {
+			return err
+		}
+	}
+	fmt.Printf(`ForgeCI is running at %s
+  database:  %s
+  sweeper:   every %s, lease TTL %s
+
+Register a runner with this one-time token (valid until %s):
+  forgeci-runner register --server %s --registration-token %s --name my-box --labels linux
+or by hand:
+  curl -s -X POST %s/v1/runners/register -H 'Content-Type: application/json' \
+    -d '{"registration_token":"%s","name":"my-box","labels":["linux"]}'
+
+Press Ctrl-C to stop; the database is thrown away.
+`, url, redactPassword(cluster.URL), *sweepEvery, *leaseTTL, expires.Format(time.RFC3339), url, token, url, token)
+
+	<-ctx.Done()
+	fmt.Fprintln(os.Stderr, "forgeci dev: stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// sweepLoop runs the sweeper on a ticker, as EventBridge does in AWS.
+func sweepLoop(ctx context.Context, st *store.Store, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := st.Sweep(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Error("sweep", "err", err)
+		} else if res.Aborted+res.Requeued > 0 {
+			log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued)
+		}
+	}
+}
+
+func migrateCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	url := fs.String("database-url", os.Getenv("FORGECI_DATABASE_URL"), "PostgreSQL URL (default $FORGECI_DATABASE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *url == "" {
+		return errors.New("--database-url or FORGECI_DATABASE_URL is required")
+	}
+	n, err := store.Migrate(ctx, *url, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("applied %d migration(s)\n", n)
+	return nil
+}
+
+// servicesCommand starts the servers tests need, runs a command with their
+// addresses in the environment, and stops them whatever the command did.
+func servicesCommand(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		return errors.New("usage: forgeci services -- CMD [ARGS...]")
+	}
+	pgLog, err := os.CreateTemp("", "forgeci-test-pg-*.log")
+	if err != nil {
+		return err
+	}
+	defer pgLog.Close()
+	cluster, err := pglocal.Start(ctx, pglocal.Options{Fast: true, Log: pgLog})
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop()
+	fmt.Fprintf(os.Stderr, "forgeci services: PostgreSQL on 127.0.0.1:%d (log %s)\n", cluster.Port, pgLog.Name())
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), "FORGECI_TEST_PG="+cluster.URL)
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return exitError(ee.ExitCode())
+	}
+	return err
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func redactPassword(url string) string {
+	at := strings.LastIndex(url, "@")
+	colon := strings.Index(url, "://")
+	if at < 0 || colon < 0 {
+		return url
+	}
+	user := url[colon+3 : at]
+	if i := strings.Index(user, ":"); i >= 0 {
+		return url[:colon+3] + user[:i] + ":***" + url[at:]
+	}
+	return url
+}

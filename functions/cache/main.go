@@ -1,0 +1,14 @@
+// Command cache is the ForgeCI Lambda function serving the "cache" routes
+// (see api.Routes("cache") and template.yaml). Wiring only.
+package main
+
+import (
+	"context"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	lambdaapp.StartHTTP(srv.Handler("cache"))
+}

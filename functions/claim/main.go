@@ -1,0 +1,14 @@
+// Command claim is the ForgeCI Lambda function serving the "claim" routes
+// (see api.Routes("claim") and template.yaml). Wiring only.
+package main
+
+import (
+	"context"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	lambdaapp.StartHTTP(srv.Handler("claim"))
+}

@@ -1,0 +1,14 @@
+// Command complete is the ForgeCI Lambda function serving the "complete" routes
+// (see api.Routes("complete") and template.yaml). Wiring only.
+package main
+
+import (
+	"context"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	lambdaapp.StartHTTP(srv.Handler("complete"))
+}

@@ -1,0 +1,14 @@
+// Command heartbeat is the ForgeCI Lambda function serving the "heartbeat" routes
+// (see api.Routes("heartbeat") and template.yaml). Wiring only.
+package main
+
+import (
+	"context"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	lambdaapp.StartHTTP(srv.Handler("heartbeat"))
+}

@@ -1,0 +1,14 @@
+// Command logs is the ForgeCI Lambda function serving the "logs" routes
+// (see api.Routes("logs") and template.yaml). Wiring only.
+package main
+
+import (
+	"context"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	lambdaapp.StartHTTP(srv.Handler("logs"))
+}

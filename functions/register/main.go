@@ -1,0 +1,14 @@
+// Command register is the ForgeCI Lambda function serving the "register" routes
+// (see api.Routes("register") and template.yaml). Wiring only.
+package main
+
+import (
+	"context"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	lambdaapp.StartHTTP(srv.Handler("register"))
+}

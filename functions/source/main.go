@@ -1,0 +1,14 @@
+// Command source is the ForgeCI Lambda function serving the "source" routes
+// (see api.Routes("source") and template.yaml). Wiring only.
+package main
+
+import (
+	"context"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	lambdaapp.StartHTTP(srv.Handler("source"))
+}

@@ -1,0 +1,18 @@
+// Command sweeper is the scheduled ForgeCI function that ends expired
+// leases (store.Sweep). EventBridge invokes it every minute. Wiring only.
+package main
+
+import (
+	"context"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	lambdaapp.StartScheduled(func(ctx context.Context) error {
+		res, err := srv.Store.Sweep(ctx)
+		srv.Log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued, "err", err)
+		return err
+	})
+}

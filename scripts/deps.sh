@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what ForgeCI's tests and local stack need and are missing:
+# PostgreSQL server binaries from Debian (when root). Idempotent and quiet
+# when everything is present.
+set -euo pipefail
+
+have_pg() {
+  command -v pg_config >/dev/null 2>&1 && [ -x "$(pg_config --bindir)/postgres" ] && return 0
+  ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1
+}
+
+apt_install() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "deps: missing $*; install them (apt-get install $*) or run as root" >&2
+    exit 1
+  fi
+  if [ -z "${APT_UPDATED:-}" ]; then
+    apt-get update -qq
+    APT_UPDATED=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if ! have_pg; then
+  echo "deps: installing PostgreSQL server binaries" >&2
+  # We start our own throwaway clusters; stop Debian from creating and
+  # starting a system-wide one.
+  mkdir -p /etc/postgresql-common/createcluster.d 2>/dev/null || true
+  echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/forgeci.conf 2>/dev/null || true
+  apt_install postgresql
+fi

@@ -1,0 +1,88 @@
+// Package lambdaapp is what every functions/<name>/main.go shares: read the
+// configuration from the environment and fail fast, open one small pgx pool
+// per container at cold start, and hand a plain net/http handler to the
+// Lambda runtime through the API Gateway HTTP API (payload v2) adapter.
+package lambdaapp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
+
+	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// Config is read from the environment.
+type Config struct {
+	DatabaseURL string        // FORGECI_DATABASE_URL
+	LeaseTTL    time.Duration // FORGECI_LEASE_TTL_SECONDS
+	MaxLogBytes int64         // FORGECI_MAX_LOG_BYTES
+	Log         *slog.Logger
+}
+
+// LoadConfig reads the configuration; a missing or malformed value is an error.
+func LoadConfig() (Config, error) {
+	cfg := Config{DatabaseURL: os.Getenv("FORGECI_DATABASE_URL"),
+		Log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
+	if cfg.DatabaseURL == "" {
+		return cfg, fmt.Errorf("FORGECI_DATABASE_URL is not set")
+	}
+	if v := os.Getenv("FORGECI_LEASE_TTL_SECONDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 5 || n > 3600 {
+			return cfg, fmt.Errorf("FORGECI_LEASE_TTL_SECONDS must be an integer from 5 to 3600, got %q", v)
+		}
+		cfg.LeaseTTL = time.Duration(n) * time.Second
+	}
+	if v := os.Getenv("FORGECI_MAX_LOG_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1024 {
+			return cfg, fmt.Errorf("FORGECI_MAX_LOG_BYTES must be an integer of at least 1024, got %q", v)
+		}
+		cfg.MaxLogBytes = n
+	}
+	return cfg, nil
+}
+
+// MustServer builds the store and API server at cold start, or exits: a
+// function that cannot reach its database should fail its init loudly.
+func MustServer(ctx context.Context) *api.Server {
+	cfg, err := LoadConfig()
+	if err != nil {
+		fail(cfg.Log, "config", err)
+	}
+	// One container serves one request at a time; RDS Proxy multiplexes the
+	// rest. No statement cache, so the proxy never pins a session.
+	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolOptions{MaxConns: 2, NoStatementCache: true})
+	if err != nil {
+		fail(cfg.Log, "database", err)
+	}
+	st := store.New(pool, store.Limits{LeaseTTL: cfg.LeaseTTL, MaxLogBytes: cfg.MaxLogBytes})
+	return &api.Server{Store: st, Log: cfg.Log}
+}
+
+// StartHTTP serves h to API Gateway HTTP API events. It does not return.
+func StartHTTP(h http.Handler) {
+	lambda.Start(httpadapter.NewV2(h).ProxyWithContext)
+}
+
+// StartScheduled runs fn for each scheduled (EventBridge) invocation.
+func StartScheduled(fn func(ctx context.Context) error) {
+	lambda.Start(func(ctx context.Context) error { return fn(ctx) })
+}
+
+func fail(log *slog.Logger, what string, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error("cold start failed", "part", what, "err", err)
+	os.Exit(1)
+}
