@@ -105,20 +105,22 @@ CREATE INDEX jobs_queued ON jobs (queued_at, id) WHERE state = 'QUEUED';
 CREATE INDEX jobs_running_expiry ON jobs (lease_expires_at) WHERE state = 'RUNNING';
 CREATE INDEX jobs_run ON jobs (run_id);
 
--- One row per lease: who held which generation, and how it ended.
+-- One row per lease that has ended: who held which generation, and how it
+-- ended. The lease in force lives on the job row; this row is written in the
+-- transaction that ends it. No foreign keys: rows are written only under the
+-- job's row lock, and FK checks would lock the runner's row in every call.
 CREATE TABLE job_attempts (
-    job_id     text NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    job_id     text NOT NULL,
     generation integer NOT NULL CHECK (generation > 0),
-    runner_id  text NOT NULL REFERENCES runners (id),
-    lease_id   uuid NOT NULL UNIQUE,
-    started_at timestamptz NOT NULL DEFAULT now(),
-    ended_at   timestamptz,
-    outcome    text CHECK (outcome IN ('PASSED', 'FAILED', 'CANCELED', 'ABORTED')),
+    runner_id  text NOT NULL,
+    lease_id   uuid NOT NULL,
+    started_at timestamptz NOT NULL,
+    ended_at   timestamptz NOT NULL,
+    outcome    text NOT NULL CHECK (outcome IN ('PASSED', 'FAILED', 'CANCELED', 'ABORTED')),
     reason     text,
     exit_code  integer,
     log_size   bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (job_id, generation),
-    CHECK ((outcome IS NULL) = (ended_at IS NULL))
+    PRIMARY KEY (job_id, generation)
 );
 
 -- A job's log is per attempt: bytes from generation 1 never mix with those of

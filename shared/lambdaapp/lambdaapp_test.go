@@ -41,7 +41,7 @@ func TestAdapterV2(t *testing.T) {
 	}
 	event := func(l domain.Lease) events.APIGatewayV2HTTPRequest {
 		body, _ := json.Marshal(map[string]any{"lease": l})
-		path := "/v1/runner/jobs/" + c.Job.ID + "/heartbeat"
+		path := "/v1/runner/jobs/" + c.Lease.JobID + "/heartbeat"
 		return events.APIGatewayV2HTTPRequest{
 			Version: "2.0", RouteKey: "POST /v1/runner/jobs/{job_id}/heartbeat", RawPath: path,
 			Headers: map[string]string{"authorization": "Bearer " + token, "content-type": "application/json"},

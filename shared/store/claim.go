@@ -19,7 +19,9 @@ const MaxClaimWait = 20 * time.Second
 // claimSQL leases the oldest queued job whose labels the runner covers, in
 // one statement: SKIP LOCKED lets concurrent claimers pass each other, the
 // generation goes up by one, the lease ID is fresh and random, the expiry
-// comes from the database clock, and the attempt row is written alongside.
+// comes from the database clock, and the run is marked started. The current
+// lease lives on the job row; its attempt row is written when it ends
+// (finishAttempt), in the transaction that ends it.
 const claimSQL = `
 WITH candidate AS (
     SELECT id FROM jobs
@@ -35,27 +37,31 @@ WITH candidate AS (
         started_at = now(), log_size = 0, reason = NULL, exit_code = NULL
     FROM candidate c
     WHERE j.id = c.id
-    RETURNING j.id, j.run_id, j.name, j.generation, j.lease_id, j.lease_expires_at,
-              j.needs, j.spec, j.timeout_seconds, j.runner_id
-), attempt AS (
-    INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at)
-    SELECT id, generation, runner_id, lease_id, now() FROM claimed
+    RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec
 ), run_started AS (
-    UPDATE runs r SET state = 'RUNNING', started_at = now()
-    FROM claimed c
-    WHERE r.id = c.run_id AND r.state = 'PENDING'
+    UPDATE runs SET state = 'RUNNING', started_at = now()
+    WHERE id = (SELECT run_id FROM claimed) AND state = 'PENDING'
 )
-SELECT c.id, c.run_id, c.name, c.generation, c.lease_id::text, c.lease_expires_at,
-       c.needs, c.spec, c.timeout_seconds,
+SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spec,
        coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), coalesce(r.source_size, 0)
 FROM claimed c JOIN runs r ON r.id = c.run_id`
+
+// Claim is a granted lease as the store returns it. It marshals to the
+// claim response of DESIGN.md (domain.Claim is its decoded form).
+type Claim struct {
+	Lease domain.Lease `json:"lease"`
+	// Job is the job object (a domain.ClaimedJob), stored whole at run
+	// creation and passed through without decoding.
+	Job    json.RawMessage `json:"job"`
+	Source domain.Source   `json:"source"`
+}
 
 // Claim leases one job for runner whose labels cover the job's labels. If
 // labels is not empty it narrows the runner's registered labels (it may not
 // add to them). With wait > 0 it long-polls: it retries the claim until a job
 // is found or wait passes, holding no transaction or lock while it waits.
 // It returns nil, nil when no job matched.
-func (s *Store) Claim(ctx context.Context, runner Runner, labels []string, wait time.Duration) (*domain.Claim, error) {
+func (s *Store) Claim(ctx context.Context, runner Runner, labels []string, wait time.Duration) (*Claim, error) {
 	effective, err := effectiveLabels(runner, labels)
 	if err != nil {
 		return nil, err
@@ -63,13 +69,20 @@ func (s *Store) Claim(ctx context.Context, runner Runner, labels []string, wait 
 	if wait < 0 || wait > MaxClaimWait {
 		return nil, domain.Errorf(domain.EInvalid, "wait_seconds must be between 0 and %d", int(MaxClaimWait.Seconds()))
 	}
-	s.touchRunner(ctx, runner.ID)
 	deadline := time.Now().Add(wait)
 	delay := 50 * time.Millisecond
+	first := true
 	for {
 		c, err := s.claimOnce(ctx, runner.ID, effective)
 		if err != nil || c != nil {
 			return c, err
+		}
+		if first {
+			// An idle runner is polling: record that it is alive. Busy
+			// runners are seen through their leases; keeping this write off
+			// the claim path keeps claims cheap.
+			s.touchRunner(ctx, runner.ID)
+			first = false
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -103,15 +116,13 @@ func effectiveLabels(runner Runner, requested []string) ([]string, error) {
 	return requested, nil
 }
 
-func (s *Store) claimOnce(ctx context.Context, runnerID string, labels []string) (*domain.Claim, error) {
+func (s *Store) claimOnce(ctx context.Context, runnerID string, labels []string) (*Claim, error) {
 	var (
-		c       domain.Claim
-		spec    []byte
+		c       Claim
 		expires time.Time
 	)
 	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds()).Scan(
-		&c.Job.ID, &c.Job.RunID, &c.Job.Name, &c.Lease.Generation, &c.Lease.LeaseID, &expires,
-		&c.Job.Needs, &spec, &c.Job.TimeoutSeconds,
+		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
 		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -119,16 +130,11 @@ func (s *Store) claimOnce(ctx context.Context, runnerID string, labels []string)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
-	if err := json.Unmarshal(spec, &c.Job.JobSpec); err != nil {
-		return nil, fmt.Errorf("claim: decode spec of job %s: %w", c.Job.ID, err)
-	}
-	c.Lease.RunID, c.Lease.JobID, c.Lease.RunnerID = c.Job.RunID, c.Job.ID, runnerID
+	c.Lease.RunnerID = runnerID
 	c.Lease.ExpiresAt = &expires
 	return &c, nil
 }
 
-// touchRunner records that a runner asked for work; at most every 10s, so
-// that busy runners do not turn every claim into a write on their row.
 func (s *Store) touchRunner(ctx context.Context, runnerID string) {
 	// Best effort: last_seen_at is for humans; a failure must not fail the claim.
 	_, _ = s.pool.Exec(ctx, `

@@ -173,13 +173,14 @@ func (s *Store) Complete(ctx context.Context, runnerID, jobID string, l domain.L
 // still allows another attempt for this kind of loss) or makes it terminal,
 // and advances the run. It returns the job's new state.
 func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generation int, outcome, reason string, exitCode *int) (string, error) {
+	// The attempt row is the lease's record, written as the lease ends.
 	if _, err := tx.Exec(ctx, `
-		UPDATE job_attempts a
-		SET ended_at = now(), outcome = $3, reason = nullif($4, ''), exit_code = $5,
-		    log_size = (SELECT log_size FROM jobs WHERE id = $1)
-		WHERE a.job_id = $1 AND a.generation = $2`,
+		INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at, ended_at,
+		                          outcome, reason, exit_code, log_size)
+		SELECT id, generation, runner_id, lease_id, started_at, now(), $3, nullif($4, ''), $5, log_size
+		FROM jobs WHERE id = $1 AND generation = $2`,
 		jobID, generation, outcome, reason, exitCode); err != nil {
-		return "", fmt.Errorf("close attempt: %w", err)
+		return "", fmt.Errorf("record attempt: %w", err)
 	}
 	var retry bool
 	if err := tx.QueryRow(ctx, `

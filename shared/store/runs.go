@@ -87,13 +87,15 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
 		for _, j := range nr.Jobs {
 			id := uuid.Must(uuid.NewV7()).String()
 			run.JobIDs[j.Name] = id
-			spec, err := json.Marshal(j.Spec)
-			if err != nil {
-				return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
-			}
 			timeout := j.TimeoutSeconds
 			if timeout <= 0 {
 				timeout = 3600
+			}
+			// The spec column holds the claim response's job object whole.
+			spec, err := json.Marshal(domain.ClaimedJob{ID: id, RunID: run.ID, Name: j.Name,
+				Needs: nonNil(j.Needs), TimeoutSeconds: timeout, JobSpec: j.Spec})
+			if err != nil {
+				return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
 			}
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost, retry_failed)

@@ -78,7 +78,7 @@ func TestSweepAbortsAndSkips(t *testing.T) {
 	if res, err := s.Sweep(ctx); err != nil || res.Aborted != 0 {
 		t.Fatalf("early sweep: %+v %v", res, err)
 	}
-	expire(t, s, c.Job.ID)
+	expire(t, s, c.Lease.JobID)
 	if res, err := s.Sweep(ctx); err != nil || res.Aborted != 1 {
 		t.Fatalf("sweep: %+v %v", res, err)
 	}
@@ -94,7 +94,7 @@ func TestSweepAbortsAndSkips(t *testing.T) {
 		t.Fatalf("second sweep did something: %+v %v", res, err)
 	}
 	var outcome, reason string
-	_ = s.Pool().QueryRow(ctx, `SELECT outcome, reason FROM job_attempts WHERE job_id = $1`, c.Job.ID).Scan(&outcome, &reason)
+	_ = s.Pool().QueryRow(ctx, `SELECT outcome, reason FROM job_attempts WHERE job_id = $1`, c.Lease.JobID).Scan(&outcome, &reason)
 	if outcome != "ABORTED" || reason != domain.ReasonLeaseExpired {
 		t.Fatalf("attempt %s %s", outcome, reason)
 	}
@@ -115,7 +115,7 @@ func TestSweepConcurrent(t *testing.T) {
 	if _, err := s.CreateRun(ctx, nr); err != nil {
 		t.Fatal(err)
 	}
-	var claims []*domain.Claim
+	var claims []*store.Claim
 	for range n {
 		c, err := s.Claim(ctx, r, nil, 0)
 		if err != nil || c == nil {
@@ -144,9 +144,9 @@ func TestSweepConcurrent(t *testing.T) {
 	}
 	for _, c := range claims {
 		wg.Add(1)
-		go func(c *domain.Claim) {
+		go func(c *store.Claim) {
 			defer wg.Done()
-			_, err := s.Complete(ctx, r.ID, c.Job.ID, c.Lease, store.OutcomePassed, 0)
+			_, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0)
 			if err == nil {
 				mu.Lock()
 				completed++
@@ -194,11 +194,11 @@ func TestRunOrchestration(t *testing.T) {
 	}
 	// Both needs finish at the same moment: c must still be queued once.
 	var wg sync.WaitGroup
-	for _, c := range []*domain.Claim{c1, c2} {
+	for _, c := range []*store.Claim{c1, c2} {
 		wg.Add(1)
-		go func(c *domain.Claim) {
+		go func(c *store.Claim) {
 			defer wg.Done()
-			if _, err := s.Complete(ctx, r.ID, c.Job.ID, c.Lease, store.OutcomePassed, 0); err != nil {
+			if _, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0); err != nil {
 				t.Error(err)
 			}
 		}(c)
@@ -208,7 +208,7 @@ func TestRunOrchestration(t *testing.T) {
 		t.Fatalf("c is %s after both needs passed", got)
 	}
 	c3, _ := s.Claim(ctx, r, nil, 0)
-	if _, err := s.Complete(ctx, r.ID, c3.Job.ID, c3.Lease, store.OutcomeFailed, 2); err != nil {
+	if _, err := s.Complete(ctx, r.ID, c3.Lease.JobID, c3.Lease, store.OutcomeFailed, 2); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunFailed {
@@ -227,7 +227,7 @@ func TestRetryFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c1, _ := s.Claim(ctx, r, nil, 0)
-	res, err := s.Complete(ctx, r.ID, c1.Job.ID, c1.Lease, store.OutcomeFailed, 1)
+	res, err := s.Complete(ctx, r.ID, c1.Lease.JobID, c1.Lease, store.OutcomeFailed, 1)
 	if err != nil || res.State != domain.JobFailed || res.JobState != domain.JobQueued {
 		t.Fatalf("first failure: %+v %v", res, err)
 	}
@@ -235,10 +235,10 @@ func TestRetryFailed(t *testing.T) {
 	if c2 == nil || c2.Lease.Generation != 2 {
 		t.Fatalf("retry claim: %+v", c2)
 	}
-	if _, _, err := s.Heartbeat(ctx, r.ID, c1.Job.ID, c1.Lease); domain.ErrorCode(err) != domain.ELeaseMismatch {
+	if _, _, err := s.Heartbeat(ctx, r.ID, c1.Lease.JobID, c1.Lease); domain.ErrorCode(err) != domain.ELeaseMismatch {
 		t.Fatalf("generation 1 heartbeat after retry: %v", err)
 	}
-	res, err = s.Complete(ctx, r.ID, c2.Job.ID, c2.Lease, store.OutcomeFailed, 1)
+	res, err = s.Complete(ctx, r.ID, c2.Lease.JobID, c2.Lease, store.OutcomeFailed, 1)
 	if err != nil || res.JobState != domain.JobFailed {
 		t.Fatalf("second failure: %+v %v", res, err)
 	}

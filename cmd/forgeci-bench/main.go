@@ -1,0 +1,125 @@
+// Command forgeci-bench runs ForgeCI's benchmarks and prints one table:
+// each figure beside a baseline measured in the same run on the same
+// machine, and their ratio. Machines are noisy; ratios hold, absolute
+// numbers do not. `make bench` runs it under `forgeci services`.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// row is one line of the table.
+type row struct {
+	name     string
+	figure   float64
+	baseline float64
+	unit     string
+	// higherIsBetter decides how the ratio is taken: figure/baseline for
+	// throughput, baseline/figure for latency, so that 1.0 means "as good
+	// as the baseline" and the goal is always a lower bound.
+	higherIsBetter bool
+	goal           float64
+	baselineName   string
+}
+
+func (r row) ratio() float64 {
+	if r.higherIsBetter {
+		return r.figure / r.baseline
+	}
+	return r.baseline / r.figure
+}
+
+func main() {
+	only := flag.String("only", "", "run only benchmarks whose name contains this")
+	rounds := flag.Int("rounds", 3, "rounds per benchmark (the median is reported)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			_ = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
+	ctx := context.Background()
+	admin := os.Getenv("FORGECI_TEST_PG")
+	if admin == "" {
+		fmt.Fprintln(os.Stderr, "forgeci-bench: FORGECI_TEST_PG is not set; run it as `make bench`")
+		os.Exit(2)
+	}
+	var rows []row
+	for _, b := range benchmarks {
+		if *only != "" && !strings.Contains(b.name, *only) {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "running %s ...\n", b.name)
+		rs, err := b.run(ctx, admin, *rounds)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "forgeci-bench: %s: %v\n", b.name, err)
+			os.Exit(1)
+		}
+		rows = append(rows, rs...)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "benchmark\tfigure\tbaseline\tbaseline is\tratio\tgoal\t")
+	for _, r := range rows {
+		verdict := "ok"
+		if r.ratio() < r.goal {
+			verdict = "BELOW GOAL"
+		}
+		fmt.Fprintf(w, "%s\t%.0f %s\t%.0f %s\t%s\t%.2f\t≥ %.2f %s\t\n",
+			r.name, r.figure, r.unit, r.baseline, r.unit, r.baselineName, r.ratio(), r.goal, verdict)
+	}
+	w.Flush()
+}
+
+type benchmark struct {
+	name string
+	run  func(ctx context.Context, admin string, rounds int) ([]row, error)
+}
+
+var benchmarks = []benchmark{
+	{"claim", benchClaim},
+}
+
+// freshDatabase creates and migrates a database for one benchmark.
+func freshDatabase(ctx context.Context, admin, name string) (string, func(), error) {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", nil, err
+	}
+	_, _ = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+	if _, err := conn.Exec(ctx, `CREATE DATABASE `+name); err != nil {
+		conn.Close(ctx)
+		return "", nil, err
+	}
+	url := strings.Replace(admin, "/postgres?", "/"+name+"?", 1)
+	if _, err := store.Migrate(ctx, url, nil); err != nil {
+		conn.Close(ctx)
+		return "", nil, err
+	}
+	return url, func() {
+		_, _ = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
+		conn.Close(ctx)
+	}, nil
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64{}, xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func perSecond(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
