@@ -29,3 +29,11 @@ if ! have_pg; then
   echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/forgeci.conf 2>/dev/null || true
   apt_install postgresql
 fi
+
+# versitygw: the S3-compatible server the tests and the local stack use.
+VERSITYGW_VERSION=v1.8.0
+gobin="$(go env GOPATH)/bin"
+if ! command -v versitygw >/dev/null 2>&1 && [ ! -x "$gobin/versitygw" ]; then
+  echo "deps: installing versitygw $VERSITYGW_VERSION (go install, about a minute)" >&2
+  GOFLAGS=-buildvcs=false go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+fi

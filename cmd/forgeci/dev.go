@@ -16,6 +16,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/pglocal"
+	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -154,10 +155,16 @@ func servicesCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cluster.Stop()
-	fmt.Fprintf(os.Stderr, "forgeci services: PostgreSQL on 127.0.0.1:%d (log %s)\n", cluster.Port, pgLog.Name())
+	s3, err := s3local.Start(ctx, "", pgLog)
+	if err != nil {
+		return err
+	}
+	defer s3.Stop()
+	fmt.Fprintf(os.Stderr, "forgeci services: PostgreSQL on 127.0.0.1:%d, S3 (versitygw) on %s (log %s)\n",
+		cluster.Port, s3.Endpoint, pgLog.Name())
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), "FORGECI_TEST_PG="+cluster.URL)
+	cmd.Env = append(append(os.Environ(), "FORGECI_TEST_PG="+cluster.URL), s3.Env()...)
 	err = cmd.Run()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
