@@ -6,7 +6,7 @@ LAMBDA_ARCH  ?= arm64
 lambda = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath \
          -ldflags='-s -w' -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
 
-.PHONY: deps test lint bench dev build clean FORCE
+.PHONY: deps test lint bench fuzz dev build clean FORCE
 
 deps:                ## install missing Debian packages and Go tools
 	@scripts/deps.sh
@@ -27,6 +27,9 @@ test: deps lint bin/forgeci   ## the whole suite against real PostgreSQL
 
 bench: deps bin/forgeci       ## benchmarks, each beside its baseline
 	bin/forgeci services -- $(GO) run ./cmd/forgeci-bench
+
+fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
+	$(GO) test -run '^$$' -fuzz FuzzExtract -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
 
 dev: deps bin/forgeci         ## a local ForgeCI on 127.0.0.1:8080
 	bin/forgeci dev

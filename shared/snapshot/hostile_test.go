@@ -1,0 +1,266 @@
+package snapshot_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/forgeci/forgeci/shared/snapshot"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/hostile from the generators")
+
+type tarEntry struct {
+	hdr  tar.Header
+	data []byte
+	// size overrides the header size (for a lying header); data may be shorter.
+}
+
+func reg(name, data string) tarEntry {
+	return tarEntry{hdr: tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data))}, data: []byte(data)}
+}
+
+// hostile archives, each with the reason it must be refused.
+var hostile = map[string]func() []tarEntry{
+	"zip-slip": func() []tarEntry { return []tarEntry{reg("ok.txt", "ok"), reg("../evil.txt", "pwned")} },
+	"zip-slip-nested": func() []tarEntry {
+		return []tarEntry{reg("a/b/../../../evil.txt", "pwned")}
+	},
+	"absolute-path": func() []tarEntry { return []tarEntry{reg("/tmp/forgeci-hostile-abs.txt", "pwned")} },
+	"symlink-escape-then-write": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "lnk", Linkname: "..", Mode: 0o777}}, reg("lnk/evil.txt", "pwned")}
+	},
+	"symlink-inside-then-write": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "sub/", Mode: 0o755}},
+			{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "lnk", Linkname: "sub", Mode: 0o777}}, reg("lnk/x.txt", "through a link")}
+	},
+	"symlink-to-etc": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "etc", Linkname: "/etc", Mode: 0o777}}}
+	},
+	"symlink-to-parent-dir": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "up", Linkname: "../../..", Mode: 0o777}}}
+	},
+	"hard-link": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "passwd", Linkname: "/etc/passwd"}}}
+	},
+	"char-device": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeChar, Name: "null", Devmajor: 1, Devminor: 3, Mode: 0o666}}}
+	},
+	"fifo": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeFifo, Name: "pipe", Mode: 0o644}}}
+	},
+	"duplicate-entry": func() []tarEntry { return []tarEntry{reg("a.txt", "first"), reg("a.txt", "second")} },
+	"setuid": func() []tarEntry {
+		e := reg("suid", "#!/bin/sh\n")
+		e.hdr.Mode = 0o4755
+		return []tarEntry{e}
+	},
+	// The header claims 10 GiB; the bytes never come. Refused at the header.
+	"bomb-10g-header": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "huge.bin", Mode: 0o644, Size: 10 << 30}, data: make([]byte, 4096)}}
+	},
+	// 96 MiB of zeros compresses to a few KB: a ratio bomb.
+	"bomb-ratio": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeReg, Name: "zeros.bin", Mode: 0o644, Size: 96 << 20}, data: make([]byte, 96<<20)}}
+	},
+	"deep-nesting": func() []tarEntry {
+		return []tarEntry{reg(strings.Repeat("d/", 100)+"x.txt", "deep")}
+	},
+	"very-long-name": func() []tarEntry {
+		return []tarEntry{reg(strings.Repeat("n", 250)+"/"+strings.Repeat("m", 250)+"/"+strings.Repeat("o", 700)+".txt", "long")}
+	},
+	"file-then-inside-file": func() []tarEntry { return []tarEntry{reg("f", "file"), reg("f/g", "inside a file")} },
+	"control-char-name": func() []tarEntry { return []tarEntry{reg("bad\nname", "x")} },
+}
+
+func buildArchive(t testing.TB, entries []tarEntry) []byte {
+	t.Helper()
+	var tarBuf bytes.Buffer
+	tw := tar.NewWriter(&tarBuf)
+	for _, e := range entries {
+		h := e.hdr
+		h.Format = tar.FormatPAX
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatalf("%s: %v", h.Name, err)
+		}
+		if len(e.data) > 0 {
+			// A lying header is followed by fewer bytes than it says.
+			if _, err := tw.Write(e.data); err != nil && !errors.Is(err, tar.ErrWriteTooLong) {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Deliberately no Close for lying headers: Close would fail on them.
+	_ = tw.Flush()
+	_ = tw.Close()
+	var out bytes.Buffer
+	enc, _ := zstd.NewWriter(&out, zstd.WithEncoderLevel(zstd.SpeedBestCompression))
+	_, _ = enc.Write(tarBuf.Bytes())
+	_ = enc.Close()
+	return out.Bytes()
+}
+
+// canaryWorkspace makes parent/{canary,ws} and returns parent and ws.
+func canaryWorkspace(t testing.TB) (string, string) {
+	parent := t.TempDir()
+	if err := os.WriteFile(filepath.Join(parent, "canary"), []byte("canary"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(parent, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return parent, ws
+}
+
+// checkCanary fails unless parent still holds exactly the canary, intact,
+// and the workspace.
+func checkCanary(t testing.TB, parent string) {
+	t.Helper()
+	names, _ := os.ReadDir(parent)
+	var got []string
+	for _, n := range names {
+		got = append(got, n.Name())
+	}
+	sort.Strings(got)
+	if strings.Join(got, ",") != "canary,ws" {
+		t.Fatalf("something was written beside the workspace: %v", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(parent, "canary")); string(b) != "canary" {
+		t.Fatalf("canary changed: %q", b)
+	}
+	if _, err := os.Lstat("/tmp/forgeci-hostile-abs.txt"); err == nil {
+		t.Fatal("an absolute path was written")
+	}
+}
+
+// TestHostileCorpus: every archive in testdata/hostile is refused with
+// ErrRefused and nothing lands outside the canary-checked workspace.
+func TestHostileCorpus(t *testing.T) {
+	dir := filepath.Join("testdata", "hostile")
+	if *update {
+		_ = os.MkdirAll(dir, 0o755)
+		for name, gen := range hostile {
+			if err := os.WriteFile(filepath.Join(dir, name+".tar.zst"), buildArchive(t, gen()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.tar.zst"))
+	if len(files) != len(hostile) {
+		t.Fatalf("testdata/hostile has %d archives, generators %d: run go test -run TestHostileCorpus -update", len(files), len(hostile))
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".tar.zst")
+		t.Run(name, func(t *testing.T) {
+			f, err := os.Open(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			parent, ws := canaryWorkspace(t)
+			_, err = snapshot.Extract(f, ws, snapshot.Limits{})
+			if !errors.Is(err, snapshot.ErrRefused) {
+				t.Fatalf("not refused: %v", err)
+			}
+			t.Logf("refused: %v", err)
+			checkCanary(t, parent)
+		})
+	}
+}
+
+// TestLimits: the count and size limits are enforced as configured.
+func TestLimits(t *testing.T) {
+	many := func(n int) []tarEntry {
+		var es []tarEntry
+		for i := range n {
+			es = append(es, reg(strings.Repeat("x", i%7+1)+string(rune('a'+i%26))+"/"+string(rune('a'+i/26))+".txt", "y"))
+		}
+		return es
+	}
+	cases := []struct {
+		name    string
+		entries []tarEntry
+		lim     snapshot.Limits
+	}{
+		{"file count", many(50), snapshot.Limits{MaxFiles: 20}},
+		{"single file", []tarEntry{reg("big", strings.Repeat("z", 5000))}, snapshot.Limits{MaxFileBytes: 4096}},
+		{"total bytes", []tarEntry{reg("a", strings.Repeat("z", 3000)), reg("b", strings.Repeat("z", 3000))}, snapshot.Limits{MaxTotalBytes: 5000}},
+		{"path length", []tarEntry{reg(strings.Repeat("p", 300), "x")}, snapshot.Limits{MaxPathLen: 200}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			parent, ws := canaryWorkspace(t)
+			_, err := snapshot.Extract(bytes.NewReader(buildArchive(t, tc.entries)), ws, tc.lim)
+			if !errors.Is(err, snapshot.ErrRefused) {
+				t.Fatalf("not refused: %v", err)
+			}
+			checkCanary(t, parent)
+		})
+	}
+	// Corrupt zstd and trailing garbage are refused too.
+	good := buildArchive(t, []tarEntry{reg("a", "alpha")})
+	for name, blob := range map[string][]byte{"truncated": good[:len(good)-5], "garbage": append(append([]byte{}, good...), 1, 2, 3)} {
+		_, ws := canaryWorkspace(t)
+		if _, err := snapshot.Extract(bytes.NewReader(blob), ws, snapshot.Limits{}); err == nil {
+			t.Errorf("%s archive accepted", name)
+		}
+	}
+}
+
+// FuzzExtract: whatever tar bytes come in, extraction never panics and
+// never writes outside the workspace. Seeded from testdata/hostile.
+func FuzzExtract(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "hostile", "*.tar.zst"))
+	for _, file := range files {
+		if strings.Contains(file, "bomb") {
+			continue // large when decompressed; the fuzzer finds its own
+		}
+		raw, _ := os.ReadFile(file)
+		dec, _ := zstd.NewReader(bytes.NewReader(raw))
+		tarBytes, _ := io.ReadAll(dec)
+		dec.Close()
+		f.Add(tarBytes)
+	}
+	f.Add(buildTar(f, []tarEntry{reg("a/b.txt", "hello"), {hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "a/l", Linkname: "b.txt", Mode: 0o777}}}))
+	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest))
+	f.Fuzz(func(t *testing.T, tarBytes []byte) {
+		blob := enc.EncodeAll(tarBytes, nil)
+		parent, ws := canaryWorkspace(t)
+		_, _ = snapshot.Extract(bytes.NewReader(blob), ws, snapshot.Limits{MaxTotalBytes: 16 << 20, MaxFileBytes: 8 << 20})
+		checkCanary(t, parent)
+		// Whatever was written inside must itself stay inside.
+		_ = filepath.Walk(ws, func(p string, info os.FileInfo, err error) error {
+			if err != nil || info.Mode()&os.ModeSymlink == 0 {
+				return nil
+			}
+			target, _ := os.Readlink(p)
+			resolved := filepath.Join(filepath.Dir(p), target)
+			if filepath.IsAbs(target) || !strings.HasPrefix(resolved, ws+string(filepath.Separator)) {
+				t.Fatalf("symlink %s -> %s escapes the workspace", p, target)
+			}
+			return nil
+		})
+	})
+}
+
+func buildTar(t testing.TB, entries []tarEntry) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := e.hdr
+		_ = tw.WriteHeader(&h)
+		_, _ = tw.Write(e.data)
+	}
+	_ = tw.Close()
+	return buf.Bytes()
+}
