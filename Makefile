@@ -30,6 +30,7 @@ bench: deps bin/forgeci       ## benchmarks, each beside its baseline
 
 fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzExtract -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),30s) ./shared/pipeline/
 
 dev: deps bin/forgeci         ## a local ForgeCI on 127.0.0.1:8080
 	bin/forgeci dev

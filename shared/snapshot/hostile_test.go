@@ -79,7 +79,7 @@ var hostile = map[string]func() []tarEntry{
 		return []tarEntry{reg(strings.Repeat("n", 250)+"/"+strings.Repeat("m", 250)+"/"+strings.Repeat("o", 700)+".txt", "long")}
 	},
 	"file-then-inside-file": func() []tarEntry { return []tarEntry{reg("f", "file"), reg("f/g", "inside a file")} },
-	"control-char-name": func() []tarEntry { return []tarEntry{reg("bad\nname", "x")} },
+	"control-char-name":     func() []tarEntry { return []tarEntry{reg("bad\nname", "x")} },
 }
 
 func buildArchive(t testing.TB, entries []tarEntry) []byte {

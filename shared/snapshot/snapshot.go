@@ -323,4 +323,3 @@ func hashOf(r io.Reader) (string, int64, error) {
 	n, err := io.Copy(h, r)
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, err
 }
-

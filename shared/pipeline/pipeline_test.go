@@ -1,0 +1,153 @@
+package pipeline_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/pipeline"
+)
+
+func TestExample(t *testing.T) {
+	src, err := os.ReadFile("testdata/example.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.Parse(".forgeci.yml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]pipeline.Job{}
+	var names []string
+	for _, j := range p.Jobs {
+		byName[j.Name] = j
+		names = append(names, j.Name)
+	}
+	if got := strings.Join(names, "|"); got != "lint|test (1.22, debian)|test (1.23, debian)|package|publish" {
+		t.Fatalf("jobs %s", got)
+	}
+	tj := byName["test (1.23, debian)"]
+	if tj.Spec.Steps[0].Name != "Test on debian" || tj.Spec.Steps[0].Run != `echo "$GREETING 1.23"` {
+		t.Fatalf("matrix substitution: %+v", tj.Spec.Steps[0])
+	}
+	if tj.Spec.Env["GREETING"] != "hello" || tj.Spec.Env["LEVEL"] != "job" || tj.Spec.Steps[0].Env["LEVEL"] != "step" {
+		t.Fatalf("env levels: %v %v", tj.Spec.Env, tj.Spec.Steps[0].Env)
+	}
+	if fmt.Sprint(tj.Needs) != "[lint]" || fmt.Sprint(tj.Labels) != "[linux]" {
+		t.Fatalf("needs/labels %v %v", tj.Needs, tj.Labels)
+	}
+	pk := byName["package"]
+	if fmt.Sprint(pk.Needs) != "[test (1.22, debian) test (1.23, debian)]" || pk.TimeoutSeconds != 300 ||
+		pk.RetryLeaseLost != 2 || pk.RetryFailed != 1 || pk.Spec.Cache.Key != "deps-v1" || pk.Spec.Artifacts[0].Name != "dist" {
+		t.Fatalf("package: %+v", pk)
+	}
+	if pub := byName["publish"]; fmt.Sprint(pub.Spec.NeedArtifacts) != "[{package dist}]" {
+		t.Fatalf("publish downloads %v", pub.Spec.NeedArtifacts)
+	}
+}
+
+// TestErrors: every problem is reported at once, each with its position
+// and field path.
+func TestErrors(t *testing.T) {
+	src := `jobs:
+  a:
+    needs: [b]
+    steps:
+      - run: echo a
+  b:
+    needs: [a]
+    steps:
+      - name: no run
+  c:
+    runs-on: linux
+    colour: blue
+    timeout-minutes: ten
+    steps:
+      - run: echo ${{ secrets.TOKEN }}
+  d:
+    needs: [ghost]
+    download: [{job: a, name: dist}]
+    steps: [{run: x, shell: zsh}]
+`
+	_, err := pipeline.Parse(".forgeci.yml", []byte(src))
+	var errs pipeline.Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("not Errors: %v", err)
+	}
+	want := []string{
+		".forgeci.yml:9:9: jobs.b.steps[0].run: run is required",
+		".forgeci.yml:12:5: jobs.c.colour: unknown key \"colour\"",
+		".forgeci.yml:13:22: jobs.c.timeout-minutes: must be an integer",
+		".forgeci.yml:17:12: jobs.d.needs: job \"d\" needs unknown job \"ghost\"",
+		"jobs.d.download[0]: job \"a\" is not in needs",
+		".forgeci.yml:19:22: jobs.d.steps[0].shell: unknown key \"shell\"",
+		"needs form a cycle: a -> b -> a",
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("missing %q in:\n%v", w, err)
+		}
+	}
+	// Errors in later stages (expressions) are reported once the structure is sound.
+	_, err = pipeline.Parse("p.yml", []byte("jobs:\n  c:\n    steps:\n      - run: echo ${{ secrets.TOKEN }}\n"))
+	if err == nil || !strings.Contains(err.Error(), `unsupported expression "${{ secrets.TOKEN }}"`) || !strings.Contains(err.Error(), "p.yml:") {
+		t.Fatalf("expression error: %v", err)
+	}
+}
+
+func TestRejects(t *testing.T) {
+	cases := map[string]string{
+		"not yaml":         "jobs: [unclosed",
+		"no jobs":          "env: {A: b}\n",
+		"empty jobs":       "jobs: {}\n",
+		"duplicate job":    "jobs:\n  a:\n    steps: [{run: x}]\n  a:\n    steps: [{run: y}]\n",
+		"bad job name":     "jobs:\n  'a b':\n    steps: [{run: x}]\n",
+		"reserved env":     "jobs:\n  a:\n    env: {FORGECI_X: 1}\n    steps: [{run: x}]\n",
+		"escaping path":    "jobs:\n  a:\n    steps: [{run: x}]\n    artifacts: [{name: d, paths: [../../etc]}]\n",
+		"matrix too big":   "jobs:\n  a:\n    strategy: {matrix: {x: [" + strings.Repeat("1,", 20) + "1], y: [" + strings.Repeat("1,", 20) + "1]}}\n    steps: [{run: x}]\n",
+		"retry too many":   "jobs:\n  a:\n    retry: {lease-lost: 50}\n    steps: [{run: x}]\n",
+		"two documents":    "jobs:\n  a:\n    steps: [{run: x}]\n---\njobs: {}\n",
+		"steps not a list": "jobs:\n  a:\n    steps: {run: x}\n",
+	}
+	for name, src := range cases {
+		if _, err := pipeline.Parse("f.yml", []byte(src)); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if !strings.HasPrefix(err.Error(), "f.yml:") {
+			t.Errorf("%s: error without position: %v", name, err)
+		}
+	}
+}
+
+// FuzzParse: any input either parses into jobs that satisfy the DAG rules
+// or fails with located errors; never a panic.
+func FuzzParse(f *testing.F) {
+	src, _ := os.ReadFile("testdata/example.yml")
+	f.Add(src)
+	f.Add([]byte("jobs:\n  a:\n    steps: [{run: x}]\n"))
+	f.Add([]byte("jobs: {a: {needs: [a], steps: []}}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := pipeline.Parse("f.yml", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f.yml:") {
+				t.Fatalf("unlocated error: %v", err)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, j := range p.Jobs {
+			if seen[j.Name] || len(j.Spec.Steps) == 0 {
+				t.Fatalf("bad job %+v", j)
+			}
+			seen[j.Name] = true
+		}
+		for _, j := range p.Jobs {
+			for _, n := range j.Needs {
+				if !seen[n] {
+					t.Fatalf("job %q needs unknown %q", j.Name, n)
+				}
+			}
+		}
+	})
+}
