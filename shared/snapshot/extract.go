@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -70,6 +71,13 @@ func refuse(format string, args ...any) error {
 // limit applies: tiny archives of small files have high ratios honestly.
 const ratioSlack = 8 << 20
 
+// sink receives the entries of an archive that passed every check.
+type sink interface {
+	dir(name string) error
+	file(name string, mode fs.FileMode, r io.Reader, size int64) error
+	symlink(name, target string) error
+}
+
 // Extract decompresses and unpacks a snapshot blob into dest, which must be
 // an empty directory, under bounded rules: only regular files, directories
 // and relative in-tree symlinks; no absolute paths, "..", duplicates, writes
@@ -80,7 +88,6 @@ const ratioSlack = 8 << 20
 // recomputed from disk. On error dest may hold a partial tree; the caller
 // removes it.
 func Extract(blob io.Reader, dest string, lim Limits) (Manifest, error) {
-	lim = lim.withDefaults()
 	root, err := os.OpenRoot(dest)
 	if err != nil {
 		return nil, fmt.Errorf("open workspace: %w", err)
@@ -89,43 +96,71 @@ func Extract(blob io.Reader, dest string, lim Limits) (Manifest, error) {
 	if names, err := readDirNames(root); err != nil || len(names) > 0 {
 		return nil, fmt.Errorf("workspace %s must be an empty directory", dest)
 	}
+	if err := unpack(blob, lim, &rootSink{root: root, buf: make([]byte, 256<<10)}); err != nil {
+		return nil, err
+	}
+	return ManifestOf(root)
+}
+
+// Inspect checks a snapshot blob under the same rules as Extract without
+// writing anything, and returns its manifest plus the contents of the
+// regular files named in want (each at most maxWant bytes). The control
+// plane uses it to verify an upload and read the pipeline file.
+func Inspect(blob io.Reader, lim Limits, want []string, maxWant int64) (Manifest, map[string][]byte, error) {
+	h := &hashSink{want: map[string]bool{}, got: map[string][]byte{}, maxWant: maxWant}
+	for _, w := range want {
+		h.want[w] = true
+	}
+	if err := unpack(blob, lim, h); err != nil {
+		return nil, nil, err
+	}
+	h.m.Sort()
+	return h.m, h.got, nil
+}
+
+// unpack is every rule of extraction, once: it reads the archive and hands
+// only entries that passed all checks to the sink.
+func unpack(blob io.Reader, lim Limits, out sink) error {
+	lim = lim.withDefaults()
 	compressed := &countingReader{r: blob}
 	dec, err := zstd.NewReader(compressed, zstd.WithDecoderConcurrency(1),
 		zstd.WithDecoderMaxMemory(64<<20), zstd.WithDecoderMaxWindow(32<<20))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer dec.Close()
-	decompressed := &countingReader{r: dec}
+	decompressed := &countingReader{r: dec, ratioOf: compressed, maxRatio: lim.MaxRatio}
 	tr := tar.NewReader(decompressed)
 	seen := map[string]string{} // path -> type
 	var files int
 	var total int64
-	buf := make([]byte, 256<<10)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, refuse("archive is corrupt: %v", err)
+			if errors.Is(err, ErrRefused) {
+				return err
+			}
+			return refuse("archive is corrupt: %v", err)
 		}
 		files++
 		if files > lim.MaxFiles {
-			return nil, refuse("more than %d entries", lim.MaxFiles)
+			return refuse("more than %d entries", lim.MaxFiles)
 		}
 		name := strings.TrimSuffix(hdr.Name, "/")
 		if hdr.Typeflag == tar.TypeDir && name == "" {
-			return nil, refuse("entry %q names the root", hdr.Name)
+			return refuse("entry %q names the root", hdr.Name)
 		}
 		if err := CheckPath(name, lim.MaxPathLen); err != nil {
-			return nil, refuse("%v", err)
+			return refuse("%v", err)
 		}
 		if depth := strings.Count(name, "/") + 1; depth > lim.MaxDepth {
-			return nil, refuse("path %.80q is %d levels deep, over the limit of %d", name, depth, lim.MaxDepth)
+			return refuse("path %.80q is %d levels deep, over the limit of %d", name, depth, lim.MaxDepth)
 		}
 		if _, dup := seen[name]; dup {
-			return nil, refuse("duplicate entry %q", name)
+			return refuse("duplicate entry %q", name)
 		}
 		// No entry may pass through a symlink this archive made, even one
 		// pointing inside the tree: the manifest would no longer describe
@@ -133,110 +168,120 @@ func Extract(blob io.Reader, dest string, lim Limits) (Manifest, error) {
 		for p := path.Dir(name); p != "."; p = path.Dir(p) {
 			switch seen[p] {
 			case TypeSymlink:
-				return nil, refuse("entry %q is written through the symlink %q", name, p)
+				return refuse("entry %q is written through the symlink %q", name, p)
 			case TypeFile:
-				return nil, refuse("entry %q is inside the file %q", name, p)
+				return refuse("entry %q is inside the file %q", name, p)
 			}
 		}
 		if hdr.Mode&0o7000 != 0 {
-			return nil, refuse("entry %q has setuid, setgid or sticky bits (mode %o)", name, hdr.Mode)
+			return refuse("entry %q has setuid, setgid or sticky bits (mode %o)", name, hdr.Mode)
 		}
-		if err := mkdirParents(root, name, seen); err != nil {
-			return nil, err
+		switch hdr.Typeflag {
+		case tar.TypeDir, tar.TypeReg, tar.TypeSymlink:
+		case tar.TypeLink:
+			return refuse("entry %q is a hard link", name)
+		case tar.TypeChar, tar.TypeBlock:
+			return refuse("entry %q is a device", name)
+		case tar.TypeFifo:
+			return refuse("entry %q is a FIFO", name)
+		default:
+			return refuse("entry %q has unsupported type %q", name, hdr.Typeflag)
+		}
+		if err := makeParents(out, name, seen); err != nil {
+			return err
 		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if err := root.Mkdir(name, 0o755); err != nil {
-				return nil, refuse("directory %q: %v", name, err)
+			if err := out.dir(name); err != nil {
+				return err
 			}
 			seen[name] = TypeDir
 		case tar.TypeReg:
 			if hdr.Size < 0 || hdr.Size > lim.MaxFileBytes {
-				return nil, refuse("file %q is %d bytes, over the limit of %d", name, hdr.Size, lim.MaxFileBytes)
+				return refuse("file %q is %d bytes, over the limit of %d", name, hdr.Size, lim.MaxFileBytes)
 			}
 			total += hdr.Size
 			if total > lim.MaxTotalBytes {
-				return nil, refuse("files total more than %d bytes", lim.MaxTotalBytes)
+				return refuse("files total more than %d bytes", lim.MaxTotalBytes)
 			}
-			if err := writeFile(root, name, NormalFileMode(fs.FileMode(hdr.Mode)), tr, hdr.Size, buf, compressed, decompressed, lim.MaxRatio); err != nil {
-				return nil, err
+			if err := out.file(name, NormalFileMode(fs.FileMode(hdr.Mode)), tr, hdr.Size); err != nil {
+				return err
 			}
 			seen[name] = TypeFile
 		case tar.TypeSymlink:
 			if err := CheckSymlink(name, hdr.Linkname); err != nil {
-				return nil, refuse("%v", err)
+				return refuse("%v", err)
 			}
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return nil, refuse("symlink %q: %v", name, err)
+			if err := out.symlink(name, hdr.Linkname); err != nil {
+				return err
 			}
 			seen[name] = TypeSymlink
-		case tar.TypeLink:
-			return nil, refuse("entry %q is a hard link", name)
-		case tar.TypeChar, tar.TypeBlock:
-			return nil, refuse("entry %q is a device", name)
-		case tar.TypeFifo:
-			return nil, refuse("entry %q is a FIFO", name)
-		default:
-			return nil, refuse("entry %q has unsupported type %q", name, hdr.Typeflag)
-		}
-		if err := checkRatio(compressed, decompressed, lim.MaxRatio); err != nil {
-			return nil, err
 		}
 	}
 	// Drain the zstd stream so that trailing garbage or a bad checksum is
 	// caught, not ignored.
 	if _, err := io.Copy(io.Discard, decompressed); err != nil {
-		return nil, refuse("archive is corrupt after its last entry: %v", err)
+		if errors.Is(err, ErrRefused) {
+			return err
+		}
+		return refuse("archive is corrupt after its last entry: %v", err)
 	}
-	return ManifestOf(root)
+	return nil
 }
 
-// mkdirParents creates the parents of name that the archive did not list.
-func mkdirParents(root *os.Root, name string, seen map[string]string) error {
-	dir := path.Dir(name)
-	if dir == "." {
-		return nil
-	}
+// makeParents creates the parents of name that the archive did not list.
+func makeParents(out sink, name string, seen map[string]string) error {
 	var missing []string
-	for p := dir; p != "."; p = path.Dir(p) {
+	for p := path.Dir(name); p != "."; p = path.Dir(p) {
 		if seen[p] == TypeDir {
 			break
 		}
 		missing = append(missing, p)
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
-		if err := root.Mkdir(missing[i], 0o755); err != nil {
-			return refuse("directory %q: %v", missing[i], err)
+		if err := out.dir(missing[i]); err != nil {
+			return err
 		}
 		seen[missing[i]] = TypeDir
 	}
 	return nil
 }
 
-func writeFile(root *os.Root, name string, mode fs.FileMode, r io.Reader, size int64, buf []byte,
-	compressed, decompressed *countingReader, maxRatio float64) error {
+type rootSink struct {
+	root *os.Root
+	buf  []byte
+}
+
+func (s *rootSink) dir(name string) error {
+	if err := s.root.Mkdir(name, 0o755); err != nil {
+		return refuse("directory %q: %v", name, err)
+	}
+	return nil
+}
+
+func (s *rootSink) symlink(name, target string) error {
+	if err := s.root.Symlink(target, name); err != nil {
+		return refuse("symlink %q: %v", name, err)
+	}
+	return nil
+}
+
+func (s *rootSink) file(name string, mode fs.FileMode, r io.Reader, size int64) error {
 	// O_EXCL: never open something that is already there (a symlink, say).
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return refuse("file %q: %v", name, err)
 	}
 	defer f.Close()
-	var written int64
-	for written < size {
-		chunk := buf[:min(int64(len(buf)), size-written)]
-		n, err := io.ReadFull(r, chunk)
-		if n > 0 {
-			if _, werr := f.Write(chunk[:n]); werr != nil {
-				return fmt.Errorf("write %s: %w", name, werr)
-			}
-			written += int64(n)
-		}
-		if err != nil {
-			return refuse("file %q is truncated: %v", name, err)
-		}
-		if err := checkRatio(compressed, decompressed, maxRatio); err != nil {
+	n, err := io.CopyBuffer(f, io.LimitReader(r, size), s.buf)
+	if err != nil {
+		if errors.Is(err, ErrRefused) {
 			return err
 		}
+		return refuse("file %q: %v", name, err)
+	}
+	if n != size {
+		return refuse("file %q is truncated (%d of %d bytes)", name, n, size)
 	}
 	if err := f.Chmod(mode); err != nil {
 		return err
@@ -244,10 +289,45 @@ func writeFile(root *os.Root, name string, mode fs.FileMode, r io.Reader, size i
 	return f.Close()
 }
 
-func checkRatio(compressed, decompressed *countingReader, maxRatio float64) error {
-	if d := decompressed.n; d > ratioSlack && float64(d) > maxRatio*float64(compressed.n) {
-		return refuse("compression ratio over %.0f:1 (%d bytes from %d): a decompression bomb", maxRatio, d, compressed.n)
+type hashSink struct {
+	m       Manifest
+	want    map[string]bool
+	got     map[string][]byte
+	maxWant int64
+}
+
+func (s *hashSink) dir(name string) error {
+	s.m = append(s.m, Entry{Path: name, Type: TypeDir, Mode: 0o755})
+	return nil
+}
+
+func (s *hashSink) symlink(name, target string) error {
+	s.m = append(s.m, Entry{Path: name, Type: TypeSymlink, Mode: 0o777, Size: int64(len(target)), SHA256: hashString(target), Target: target})
+	return nil
+}
+
+func (s *hashSink) file(name string, mode fs.FileMode, r io.Reader, size int64) error {
+	h := sha256.New()
+	var w io.Writer = h
+	var keep *bytes.Buffer
+	if s.want[name] && size <= s.maxWant {
+		keep = &bytes.Buffer{}
+		w = io.MultiWriter(h, keep)
 	}
+	n, err := io.Copy(w, io.LimitReader(r, size))
+	if err != nil {
+		if errors.Is(err, ErrRefused) {
+			return err
+		}
+		return refuse("file %q: %v", name, err)
+	}
+	if n != size {
+		return refuse("file %q is truncated (%d of %d bytes)", name, n, size)
+	}
+	if keep != nil {
+		s.got[name] = keep.Bytes()
+	}
+	s.m = append(s.m, Entry{Path: name, Type: TypeFile, Mode: mode, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
 	return nil
 }
 
@@ -310,13 +390,20 @@ func readDirNames(root *os.Root) ([]string, error) {
 	return names, err
 }
 
+// countingReader counts bytes; with ratioOf set it refuses to go on once
+// it has produced more than maxRatio times what ratioOf consumed.
 type countingReader struct {
-	r io.Reader
-	n int64
+	r        io.Reader
+	n        int64
+	ratioOf  *countingReader
+	maxRatio float64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if c.ratioOf != nil && c.n > ratioSlack && float64(c.n) > c.maxRatio*float64(c.ratioOf.n) {
+		return n, refuse("compression ratio over %.0f:1 (%d bytes from %d): a decompression bomb", c.maxRatio, c.n, c.ratioOf.n)
+	}
 	return n, err
 }

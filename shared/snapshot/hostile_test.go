@@ -174,6 +174,11 @@ func TestHostileCorpus(t *testing.T) {
 			}
 			t.Logf("refused: %v", err)
 			checkCanary(t, parent)
+			// The control plane's in-memory check refuses it too.
+			_, _ = f.Seek(0, 0)
+			if _, _, err := snapshot.Inspect(f, snapshot.Limits{}, nil, 0); !errors.Is(err, snapshot.ErrRefused) {
+				t.Fatalf("Inspect did not refuse: %v", err)
+			}
 		})
 	}
 }

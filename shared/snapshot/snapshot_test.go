@@ -144,6 +144,14 @@ func TestRoundTrip(t *testing.T) {
 	if target, _ := os.Readlink(filepath.Join(dest, "docs/link-to-src")); target != "../src" {
 		t.Fatalf("symlink target %q", target)
 	}
+	// Inspect computes the same manifest from the stream and returns the
+	// files asked for.
+	bf, _ := os.Open(blob)
+	defer bf.Close()
+	im, files, err := snapshot.Inspect(bf, snapshot.Limits{}, []string{".forgeci.yml"}, 1<<20)
+	if err != nil || im.Digest() != res.ManifestDigest || string(files[".forgeci.yml"]) != sample[".forgeci.yml"] {
+		t.Fatalf("inspect: %v %s %q", err, im.Digest(), files[".forgeci.yml"])
+	}
 }
 
 // TestTampering: a changed blob byte fails the blob digest; a blob that is
