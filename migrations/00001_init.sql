@@ -142,7 +142,9 @@ CREATE TABLE artifacts (
     digest     text NOT NULL REFERENCES blobs (digest),
     size       bigint NOT NULL CHECK (size >= 0),
     created_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (job_id, name)
+    -- Per generation: a retried job uploads its own artifacts; dependants
+    -- read those of the generation that passed.
+    PRIMARY KEY (job_id, generation, name)
 );
 
 -- Cache entries are per project and key; written only by a passing job's lease.

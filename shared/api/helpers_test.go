@@ -3,6 +3,9 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -15,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/cas/castest"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/store"
@@ -24,6 +29,7 @@ type env struct {
 	t     *testing.T
 	srv   *httptest.Server
 	store *store.Store
+	cas   *cas.Store
 	pool  *pgxpool.Pool
 }
 
@@ -32,9 +38,10 @@ func setup(t *testing.T) *env {
 	pool := pgtest.NewPool(t)
 	st := store.New(pool, store.Limits{LeaseTTL: 30 * time.Second, MaxLogBytes: 1 << 20})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer((&api.Server{Store: st, Log: log}).Handler())
+	blobs := castest.New(t)
+	srv := httptest.NewServer((&api.Server{Store: st, CAS: blobs, Log: log}).Handler())
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, store: st, pool: pool}
+	return &env{t: t, srv: srv, store: st, cas: blobs, pool: pool}
 }
 
 type runnerCreds struct {
@@ -158,7 +165,25 @@ func (e *env) snapshot() string {
 		}
 		rows.Close()
 	}
+	objects, err := e.cas.List(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, o := range objects {
+		fmt.Fprintf(&b, "s3 %s %d %s\n", o.Key, o.Size, o.ETag)
+	}
 	return b.String()
+}
+
+// putBlob stores data in the CAS (unregistered) and returns its digest.
+func (e *env) putBlob(data []byte) (string, int64) {
+	e.t.Helper()
+	h := sha256.Sum256(data)
+	d := "sha256:" + hex.EncodeToString(h[:])
+	if err := e.cas.Put(context.Background(), d, bytes.NewReader(data), int64(len(data))); err != nil {
+		e.t.Fatal(err)
+	}
+	return d, int64(len(data))
 }
 
 func errCode(body []byte) string {
@@ -182,4 +207,9 @@ func leaseBody(l domain.Lease, extra map[string]any) map[string]any {
 		m[k] = v
 	}
 	return m
+}
+
+func digestOf(b []byte) string {
+	h := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(h[:])
 }

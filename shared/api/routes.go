@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -13,6 +14,7 @@ import (
 // Server holds what the handlers need.
 type Server struct {
 	Store *store.Store
+	CAS   *cas.Store
 	Log   *slog.Logger
 }
 
@@ -40,28 +42,43 @@ var functions = map[string][]route{
 		{Route{"POST", "/v1/runner/jobs/{job_id}/heartbeat"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.heartbeat) }},
 	},
 	"source": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/source"}, casRoute(func() leasedBody { return &sourceRequest{} })},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/source"}, runnerRoute((*Server).source)},
 	},
 	"logs": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/logs"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.logs) }},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/logs"}, runnerRoute((*Server).logs)},
 	},
 	"artifacts": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts"}, casRoute(func() leasedBody { return &artifactRequest{} })},
-		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts/commit"}, casRoute(func() leasedBody { return &artifactRequest{} })},
-		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts/fetch"}, casRoute(func() leasedBody { return &fetchRequest{} })},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts"}, runnerRoute((*Server).artifactUpload)},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts/commit"}, runnerRoute((*Server).artifactCommit)},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts/fetch"}, runnerRoute((*Server).artifactFetch)},
 	},
 	"cache": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/restore"}, casRoute(func() leasedBody { return &restoreRequest{} })},
-		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/save"}, casRoute(func() leasedBody { return &cacheRequest{} })},
-		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/commit"}, casRoute(func() leasedBody { return &cacheRequest{} })},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/restore"}, runnerRoute((*Server).cacheRestore)},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/save"}, runnerRoute((*Server).cacheSave)},
+		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/commit"}, runnerRoute((*Server).cacheCommit)},
+	},
+	// The user API: what the CLI and dashboard use.
+	"api": {
+		{Route{"POST", "/v1/uploads"}, userRoute(store.RoleWrite, (*Server).createUpload)},
+		{Route{"POST", "/v1/runs"}, userRoute(store.RoleWrite, (*Server).createRun)},
+		{Route{"GET", "/v1/runs/{run_id}"}, userRoute(store.RoleRead, (*Server).getRun)},
+		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(store.RoleRead, (*Server).getLog)},
 	},
 	"complete": {
 		{Route{"POST", "/v1/runner/jobs/{job_id}/complete"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.complete) }},
 	},
 }
 
-func casRoute(newBody func() leasedBody) func(s *Server) http.HandlerFunc {
-	return func(s *Server) http.HandlerFunc { return s.asRunner(s.casHandler(newBody)) }
+func userRoute(role string, h func(s *Server, w http.ResponseWriter, r *http.Request, u store.User) error) func(s *Server) http.HandlerFunc {
+	return func(s *Server) http.HandlerFunc {
+		return s.asUser(role, func(w http.ResponseWriter, r *http.Request, u store.User) error { return h(s, w, r, u) })
+	}
+}
+
+func runnerRoute(h func(s *Server, w http.ResponseWriter, r *http.Request, runner store.Runner) error) func(s *Server) http.HandlerFunc {
+	return func(s *Server) http.HandlerFunc {
+		return s.asRunner(func(w http.ResponseWriter, r *http.Request, runner store.Runner) error { return h(s, w, r, runner) })
+	}
 }
 
 // Functions returns the names of the HTTP functions, sorted.

@@ -1,11 +1,14 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"regexp"
 	"strings"
 	"time"
 
+	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -250,27 +253,200 @@ type leasedBody interface {
 	validate() error
 }
 
-// casHandler serves a CAS route whose store and S3 side is not wired yet:
-// it decodes and validates the body and answers with the lease check, so
-// that the fencing matrix covers the route from day one. A current lease
-// hears not_implemented.
-func (s *Server) casHandler(newBody func() leasedBody) runnerHandler {
-	return func(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
-		body := newBody()
-		l, err := decodeLeased(w, r, maxBody, body)
-		if err != nil {
-			return err
-		}
-		if err := body.validate(); err != nil {
-			return err
-		}
-		if _, err := s.Store.CheckLease(r.Context(), runner.ID, r.PathValue("job_id"), l); err != nil {
-			return err
-		}
-		return domain.Errorf(domain.ENotImplemented, "this control plane has no content-addressed store configured")
+// decodeCAS decodes and validates a CAS route's body.
+func decodeCAS(w http.ResponseWriter, r *http.Request, body leasedBody) (domain.Lease, error) {
+	l, err := decodeLeased(w, r, maxBody, body)
+	if err != nil {
+		return l, err
 	}
+	return l, body.validate()
 }
 
 type sourceRequest struct{ leaseRequest }
 
 func (sourceRequest) validate() error { return nil }
+
+// MaxBlobBytes is the largest artifact or cache blob (one S3 PUT).
+const MaxBlobBytes = 5 << 30
+
+func (s *Server) source(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req sourceRequest
+	l, err := decodeCAS(w, r, &req)
+	if err != nil {
+		return err
+	}
+	src, err := s.Store.RunSource(r.Context(), runner.ID, r.PathValue("job_id"), l)
+	if err != nil {
+		return err
+	}
+	url, err := s.CAS.PresignGet(r.Context(), src.BlobDigest)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"url": url, "blob_digest": src.BlobDigest,
+		"manifest_digest": src.ManifestDigest, "size": src.Size})
+	return nil
+}
+
+// uploadAnswer is the answer of artifacts and cache/save: the blob exists,
+// or where to PUT it (after the lease check, never before).
+func (s *Server) uploadAnswer(w http.ResponseWriter, r *http.Request, digest string, size int64, exists bool) error {
+	if exists {
+		writeJSON(w, http.StatusOK, map[string]any{"exists": true})
+		return nil
+	}
+	up, err := s.CAS.PresignPut(r.Context(), digest, size)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"exists": false, "upload_url": up.URL, "upload_method": up.Method, "upload_headers": up.Headers})
+	return nil
+}
+
+func (s *Server) artifactUpload(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req artifactRequest
+	l, err := decodeCAS(w, r, &req)
+	if err != nil {
+		return err
+	}
+	if *req.Size > MaxBlobBytes {
+		return domain.Errorf(domain.ETooLarge, "an artifact may be at most %d bytes", int64(MaxBlobBytes))
+	}
+	if _, err := s.Store.CheckLease(r.Context(), runner.ID, r.PathValue("job_id"), l); err != nil {
+		return err
+	}
+	_, known, err := s.Store.BlobKnown(r.Context(), req.Digest)
+	if err != nil {
+		return err
+	}
+	return s.uploadAnswer(w, r, req.Digest, *req.Size, known)
+}
+
+// verifyBlob checks an uploaded blob in S3 unless it is already registered.
+// It runs between a lease check and the fenced commit, outside any
+// transaction: reading a large blob back must not hold the job row.
+func (s *Server) verifyBlob(ctx context.Context, digest string, size int64) error {
+	known, ok, err := s.Store.BlobKnown(ctx, digest)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if known != size {
+			return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", digest, known, size)
+		}
+		return nil
+	}
+	err = s.CAS.Verify(ctx, digest, size)
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+		return domain.Errorf(domain.EInvalid, "blob %s has not been uploaded", digest)
+	case errors.Is(err, cas.ErrMismatch):
+		return domain.Errorf(domain.EInvalid, "uploaded blob does not match its digest and size (%v); it was removed, upload it again", err)
+	}
+	return err
+}
+
+func (s *Server) artifactCommit(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req artifactRequest
+	l, err := decodeCAS(w, r, &req)
+	if err != nil {
+		return err
+	}
+	jobID := r.PathValue("job_id")
+	if _, err := s.Store.CheckLease(r.Context(), runner.ID, jobID, l); err != nil {
+		return err
+	}
+	if err := s.verifyBlob(r.Context(), req.Digest, *req.Size); err != nil {
+		return err
+	}
+	if err := s.Store.CommitArtifact(r.Context(), runner.ID, jobID, l, req.Name, req.Digest, *req.Size); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"name": req.Name, "digest": req.Digest, "size": *req.Size})
+	return nil
+}
+
+func (s *Server) artifactFetch(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req fetchRequest
+	l, err := decodeCAS(w, r, &req)
+	if err != nil {
+		return err
+	}
+	digest, size, err := s.Store.FindArtifact(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Job, req.Name)
+	if err != nil {
+		return err
+	}
+	url, err := s.CAS.PresignGet(r.Context(), digest)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"url": url, "digest": digest, "size": size})
+	return nil
+}
+
+func (s *Server) cacheRestore(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req restoreRequest
+	l, err := decodeCAS(w, r, &req)
+	if err != nil {
+		return err
+	}
+	hit, err := s.Store.RestoreCache(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Keys)
+	if err != nil {
+		return err
+	}
+	if hit == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	url, err := s.CAS.PresignGet(r.Context(), hit.Digest)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"key": hit.Key, "url": url, "digest": hit.Digest, "size": hit.Size})
+	return nil
+}
+
+func (s *Server) cacheSave(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req cacheRequest
+	l, err := decodeCAS(w, r, &req)
+	if err != nil {
+		return err
+	}
+	if *req.Size > MaxBlobBytes {
+		return domain.Errorf(domain.ETooLarge, "a cache entry may be at most %d bytes", int64(MaxBlobBytes))
+	}
+	exists, err := s.Store.CacheExists(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Key)
+	if err != nil {
+		return err
+	}
+	if exists {
+		// Entries are immutable; tell the runner not to bother uploading.
+		writeJSON(w, http.StatusOK, map[string]any{"exists": true, "key_exists": true})
+		return nil
+	}
+	_, known, err := s.Store.BlobKnown(r.Context(), req.Digest)
+	if err != nil {
+		return err
+	}
+	return s.uploadAnswer(w, r, req.Digest, *req.Size, known)
+}
+
+func (s *Server) cacheCommit(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
+	var req cacheRequest
+	l, err := decodeCAS(w, r, &req)
+	if err != nil {
+		return err
+	}
+	jobID := r.PathValue("job_id")
+	if _, err := s.Store.CheckLease(r.Context(), runner.ID, jobID, l); err != nil {
+		return err
+	}
+	if err := s.verifyBlob(r.Context(), req.Digest, *req.Size); err != nil {
+		return err
+	}
+	if err := s.Store.CommitCache(r.Context(), runner.ID, jobID, l, req.Key, req.Digest, *req.Size); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"key": req.Key, "digest": req.Digest, "size": *req.Size})
+	return nil
+}

@@ -227,3 +227,26 @@ func isCode(err error, codes ...string) bool {
 	}
 	return false
 }
+
+// Object is one stored object, for audits and tests.
+type Object struct {
+	Key  string
+	Size int64
+	ETag string
+}
+
+// List returns every object in the bucket, sorted by key.
+func (s *Store) List(ctx context.Context) ([]Object, error) {
+	var out []Object
+	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: &s.bucket})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cas: list: %w", err)
+		}
+		for _, o := range page.Contents {
+			out = append(out, Object{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), ETag: aws.ToString(o.ETag)})
+		}
+	}
+	return out, nil
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
 	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -25,7 +26,11 @@ type Config struct {
 	DatabaseURL string        // FORGECI_DATABASE_URL
 	LeaseTTL    time.Duration // FORGECI_LEASE_TTL_SECONDS
 	MaxLogBytes int64         // FORGECI_MAX_LOG_BYTES
-	Log         *slog.Logger
+	// The CAS bucket (FORGECI_BUCKET). FORGECI_S3_ENDPOINT,
+	// FORGECI_S3_ACCESS_KEY and FORGECI_S3_SECRET_KEY are only for
+	// S3-compatible servers; in AWS the function's role is used.
+	CAS cas.Config
+	Log *slog.Logger
 }
 
 // LoadConfig reads the configuration; a missing or malformed value is an error.
@@ -34,6 +39,12 @@ func LoadConfig() (Config, error) {
 		Log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
 	if cfg.DatabaseURL == "" {
 		return cfg, fmt.Errorf("FORGECI_DATABASE_URL is not set")
+	}
+	cfg.CAS = cas.Config{Bucket: os.Getenv("FORGECI_BUCKET"), Region: os.Getenv("AWS_REGION"),
+		Endpoint: os.Getenv("FORGECI_S3_ENDPOINT"), AccessKey: os.Getenv("FORGECI_S3_ACCESS_KEY"),
+		SecretKey: os.Getenv("FORGECI_S3_SECRET_KEY")}
+	if cfg.CAS.Bucket == "" {
+		return cfg, fmt.Errorf("FORGECI_BUCKET is not set")
 	}
 	if v := os.Getenv("FORGECI_LEASE_TTL_SECONDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -66,7 +77,11 @@ func MustServer(ctx context.Context) *api.Server {
 		fail(cfg.Log, "database", err)
 	}
 	st := store.New(pool, store.Limits{LeaseTTL: cfg.LeaseTTL, MaxLogBytes: cfg.MaxLogBytes})
-	return &api.Server{Store: st, Log: cfg.Log}
+	blobs, err := cas.New(ctx, cfg.CAS)
+	if err != nil {
+		fail(cfg.Log, "cas", err)
+	}
+	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log}
 }
 
 // StartHTTP serves h to API Gateway HTTP API events. It does not return.

@@ -204,6 +204,11 @@ func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generati
 		}
 		return domain.JobQueued, nil
 	}
+	if outcome == domain.JobPassed {
+		if err := promoteCaches(ctx, tx, jobID, generation); err != nil {
+			return "", err
+		}
+	}
 	if _, err := tx.Exec(ctx, `
 		UPDATE jobs SET state = $2, finished_at = now(), reason = nullif($3, ''), exit_code = $4
 		WHERE id = $1`, jobID, outcome, reason, exitCode); err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -253,11 +254,66 @@ func (s *Store) GetRun(ctx context.Context, runID string) (Run, error) {
 		FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`, runID).Scan(
 		&r.ID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef, &r.GitDirty,
 		&r.SourceDigest, &r.ManifestDigest, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, domain.Errorf(domain.ENotFound, "run %s not found", runID)
 	}
 	if err != nil {
 		return Run{}, fmt.Errorf("get run: %w", err)
 	}
 	return r, nil
+}
+
+// JobInfo is a job as users see it.
+type JobInfo struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	State      string     `json:"state"`
+	Needs      []string   `json:"needs"`
+	Generation int        `json:"generation"`
+	RunnerID   string     `json:"runner_id,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	LogSize    int64      `json:"log_size"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// RunJobs returns the jobs of a run in creation order.
+func (s *Store) RunJobs(ctx context.Context, runID string) ([]JobInfo, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, name, state, needs, generation, coalesce(runner_id, ''), coalesce(reason, ''), exit_code,
+		       log_size, started_at, finished_at
+		FROM jobs WHERE run_id = $1 ORDER BY created_at, id`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("run jobs: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobInfo, error) {
+		var j JobInfo
+		err := row.Scan(&j.ID, &j.Name, &j.State, &j.Needs, &j.Generation, &j.RunnerID, &j.Reason, &j.ExitCode,
+			&j.LogSize, &j.StartedAt, &j.FinishedAt)
+		return j, err
+	})
+}
+
+// ReadLog returns up to limit bytes of a job's log from offset, for the
+// given generation (0: the current one), and the generation read.
+func (s *Store) ReadLog(ctx context.Context, runID, jobID string, generation int, offset, limit int64) ([]byte, int, error) {
+	var cur int
+	err := s.pool.QueryRow(ctx, `SELECT generation FROM jobs WHERE id = $1 AND run_id = $2`, jobID, runID).Scan(&cur)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, domain.Errorf(domain.ENotFound, "job %s not found in run %s", jobID, runID)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read log: %w", err)
+	}
+	if generation <= 0 {
+		generation = cur
+	}
+	var out []byte
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = readLog(ctx, tx, jobID, generation, offset, limit)
+		return err
+	})
+	return out, generation, err
 }
