@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/store"
@@ -56,11 +57,33 @@ func devCommand(ctx context.Context, args []string) error {
 	defer pool.Close()
 	st := store.New(pool, store.Limits{LeaseTTL: *leaseTTL})
 
+	s3dir := ""
+	if *dir != "" {
+		s3dir = filepath.Join(*dir, "s3")
+	}
+	s3, err := s3local.Start(ctx, s3dir, pgLog)
+	if err != nil {
+		return err
+	}
+	defer s3.Stop()
+	blobs, err := cas.New(ctx, cas.Config{Bucket: "forgeci", Endpoint: s3.Endpoint, AccessKey: s3.AccessKey,
+		SecretKey: s3.SecretKey, Region: s3.Region})
+	if err != nil {
+		return err
+	}
+	if err := blobs.EnsureBucket(ctx); err != nil {
+		return err
+	}
+	_, adminToken, err := st.CreateUser(ctx, "admin", store.RoleAdmin)
+	if err != nil {
+		return err
+	}
+
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	srv := &http.Server{Handler: (&api.Server{Store: st, Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: (&api.Server{Store: st, CAS: blobs, Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve", "err", err)
@@ -74,14 +97,17 @@ func devCommand(ctx context.Context, args []string) error {
 	}
 	url := "http://" + ln.Addr().String()
 	if *infoFile != "" {
-		info := fmt.Sprintf("FORGECI_URL=%s\nFORGECI_DATABASE_URL=%s\nFORGECI_REGISTRATION_TOKEN=%s\n", url, cluster.URL, token)
+		info := fmt.Sprintf("FORGECI_URL=%s\nFORGECI_DATABASE_URL=%s\nFORGECI_REGISTRATION_TOKEN=%s\nFORGECI_TOKEN=%s\n",
+			url, cluster.URL, token, adminToken)
 		if err := writeFileAtomic(*infoFile, []byte(info)); err != nil {
 			return err
 		}
 	}
 	fmt.Printf(`ForgeCI is running at %s
   database:  %s
+  S3 (CAS):  %s, bucket forgeci
   sweeper:   every %s, lease TTL %s
+  admin API token (for forgeci submit): %s
 
 Register a runner with this one-time token (valid until %s):
   forgeci-runner register --server %s --registration-token %s --name my-box --labels linux
@@ -90,7 +116,9 @@ or by hand:
     -d '{"registration_token":"%s","name":"my-box","labels":["linux"]}'
 
 Press Ctrl-C to stop; the database is thrown away.
-`, url, redactPassword(cluster.URL), *sweepEvery, *leaseTTL, expires.Format(time.RFC3339), url, token, url, token)
+Submit this checkout:
+  FORGECI_URL=%s FORGECI_TOKEN=%s forgeci submit --dir .
+`, url, redactPassword(cluster.URL), s3.Endpoint, *sweepEvery, *leaseTTL, adminToken, expires.Format(time.RFC3339), url, token, url, token, url, adminToken)
 
 	<-ctx.Done()
 	fmt.Fprintln(os.Stderr, "forgeci dev: stopping")
@@ -192,4 +220,31 @@ func redactPassword(url string) string {
 		return url[:colon+3] + user[:i] + ":***" + url[at:]
 	}
 	return url
+}
+
+func userCommand(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "create" {
+		return errors.New("usage: forgeci user create --database-url U --name N --role admin|write|read")
+	}
+	fs := flag.NewFlagSet("user create", flag.ContinueOnError)
+	url := fs.String("database-url", os.Getenv("FORGECI_DATABASE_URL"), "PostgreSQL URL (default $FORGECI_DATABASE_URL)")
+	name := fs.String("name", "", "user name")
+	role := fs.String("role", store.RoleRead, "admin, write or read")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *url == "" {
+		return errors.New("--database-url or FORGECI_DATABASE_URL is required")
+	}
+	pool, err := store.OpenPool(ctx, *url, store.PoolOptions{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	u, token, err := store.New(pool, store.Limits{}).CreateUser(ctx, *name, *role)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("user %s (%s) created; API token, shown only now:\n%s\n", u.Name, u.Role, token)
+	return nil
 }

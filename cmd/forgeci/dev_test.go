@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/snapshot"
 )
 
 // TestDevStack builds the real forgeci binary, starts `forgeci dev` (its own
@@ -41,7 +45,7 @@ func TestDevStack(t *testing.T) {
 	})
 	vals := map[string]string{}
 	deadline := time.Now().Add(60 * time.Second)
-	for len(vals) < 3 {
+	for len(vals) < 4 {
 		if time.Now().After(deadline) {
 			t.Fatal("forgeci dev did not write its info file within 60s")
 		}
@@ -84,6 +88,8 @@ func TestDevStack(t *testing.T) {
 	if resp.StatusCode != 204 {
 		t.Fatalf("claim with nothing queued: %d", resp.StatusCode)
 	}
+	testSubmitImmutable(t, bin, vals, reg.Token)
+
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	select {
 	case err := <-exited:
@@ -95,5 +101,99 @@ func TestDevStack(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "forgeci-runner register --server "+url) {
 		t.Fatalf("dev did not print how to register a runner:\n%s", stdout.String())
+	}
+}
+
+// testSubmitImmutable submits a git checkout with the real CLI, then edits
+// and deletes the checkout; the job still gets the submitted bytes,
+// verified by digest and manifest. A broken pipeline is refused with its
+// position.
+func testSubmitImmutable(t *testing.T, bin string, vals map[string]string, runnerToken string) {
+	ctx := context.Background()
+	checkout := filepath.Join(t.TempDir(), "app")
+	if err := os.MkdirAll(checkout, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pipelineYAML := "jobs:\n  build:\n    runs-on: linux\n    steps:\n      - run: cat main.txt\n"
+	for name, content := range map[string]string{".forgeci.yml": pipelineYAML, "main.txt": "original\n"} {
+		if err := os.WriteFile(filepath.Join(checkout, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "."}, {"-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "-m", "one"}} {
+		if out, err := exec.Command("git", append([]string{"-C", checkout}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	submitCmd := exec.Command(bin, "submit", "--dir", checkout, "--project", "acme/app", "--json")
+	submitCmd.Env = append(os.Environ(), "FORGECI_URL="+vals["FORGECI_URL"], "FORGECI_TOKEN="+vals["FORGECI_TOKEN"])
+	out, err := submitCmd.Output()
+	if err != nil {
+		t.Fatalf("submit: %v %s", err, out)
+	}
+	var run struct {
+		ID   string
+		Jobs []struct{ ID, Name, State string }
+	}
+	if err := json.Unmarshal(out, &run); err != nil || len(run.Jobs) != 1 || run.Jobs[0].State != "QUEUED" {
+		t.Fatalf("submit output %s: %v", out, err)
+	}
+	// Edit, then delete, the checkout: the run must not notice.
+	_ = os.WriteFile(filepath.Join(checkout, "main.txt"), []byte("EDITED AFTER SUBMIT\n"), 0o644)
+	_ = os.RemoveAll(checkout)
+
+	post := func(path string, body any, out any) int {
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", vals["FORGECI_URL"]+path, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+runnerToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if out != nil {
+			_ = json.NewDecoder(resp.Body).Decode(out)
+		}
+		return resp.StatusCode
+	}
+	var claim domain.Claim
+	if s := post("/v1/runner/claim", map[string]any{"wait_seconds": 5}, &claim); s != 200 || claim.Job.ID != run.Jobs[0].ID {
+		t.Fatalf("claim: %d %+v", s, claim)
+	}
+	var src struct {
+		URL, BlobDigest, ManifestDigest string
+		Size                            int64
+	}
+	var raw map[string]any
+	if s := post("/v1/runner/jobs/"+claim.Job.ID+"/source", map[string]any{"lease": claim.Lease}, &raw); s != 200 {
+		t.Fatalf("source: %d %v", s, raw)
+	}
+	src.URL, src.BlobDigest, src.ManifestDigest = raw["url"].(string), raw["blob_digest"].(string), raw["manifest_digest"].(string)
+	src.Size = int64(raw["size"].(float64))
+	if src.BlobDigest != claim.Source.BlobDigest {
+		t.Fatalf("source digest %s, claim said %s", src.BlobDigest, claim.Source.BlobDigest)
+	}
+	tmp := t.TempDir()
+	blob, err := snapshot.Download(ctx, http.DefaultClient, src.URL, src.BlobDigest, src.Size, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(tmp, "ws")
+	_ = os.Mkdir(ws, 0o755)
+	if _, err := snapshot.ExtractVerified(blob, ws, src.ManifestDigest, snapshot.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(ws, "main.txt")); string(got) != "original\n" {
+		t.Fatalf("job sees %q, not the submitted bytes", got)
+	}
+
+	// A broken pipeline: refused, every error located, nothing queued.
+	bad := t.TempDir()
+	_ = os.WriteFile(filepath.Join(bad, ".forgeci.yml"), []byte("jobs:\n  a:\n    stepz: []\n"), 0o644)
+	badCmd := exec.Command(bin, "submit", "--dir", bad)
+	badCmd.Env = submitCmd.Env
+	msg, err := badCmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), ".forgeci.yml:3:5: jobs.a.stepz: unknown key") {
+		t.Fatalf("broken pipeline submit: %v\n%s", err, msg)
 	}
 }

@@ -17,7 +17,10 @@ const usage = `forgeci: a low-ops CI system.
 Usage:
   forgeci dev [flags]              start a local ForgeCI: PostgreSQL, every function's
                                    handler on its template route, the sweeper
+  forgeci submit [flags]           snapshot a checkout, upload it and start a run
   forgeci migrate --database-url U apply pending migrations (idempotent)
+  forgeci user create --database-url U --name N --role admin|write|read
+                                   make a user and print its API token (once)
   forgeci services -- CMD [ARGS]   start throwaway servers for tests, run CMD with
                                    FORGECI_TEST_PG set, stop them
 
@@ -38,6 +41,10 @@ func main() {
 		err = devCommand(ctx, args)
 	case "migrate":
 		err = migrateCommand(ctx, args)
+	case "submit":
+		err = submitCommand(ctx, args)
+	case "user":
+		err = userCommand(ctx, args)
 	case "services":
 		err = servicesCommand(ctx, args)
 	case "-h", "--help", "help":

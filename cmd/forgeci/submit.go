@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/snapshot"
+)
+
+// apiClient talks to the user API.
+type apiClient struct {
+	server, token string
+	http          *http.Client
+}
+
+// apiError is an error answer of the API.
+type apiError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
+
+func (c *apiClient) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.server, "/")+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+			return &apiError{Status: resp.StatusCode, Code: "http", Message: strings.TrimSpace(string(raw))}
+		}
+		return &apiError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+	}
+	if out != nil && len(raw) > 0 {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+type submitResult struct {
+	ID     string `json:"id"`
+	Number int64  `json:"number"`
+	State  string `json:"state"`
+	Jobs   []struct {
+		ID    string `json:"id"`
+		Name  string `json:"name"`
+		State string `json:"state"`
+	} `json:"jobs"`
+}
+
+func submitCommand(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	server := fs.String("server", os.Getenv("FORGECI_URL"), "ForgeCI API URL (default $FORGECI_URL)")
+	token := fs.String("token", os.Getenv("FORGECI_TOKEN"), "user API token (default $FORGECI_TOKEN)")
+	dir := fs.String("dir", ".", "the checkout or directory to submit")
+	project := fs.String("project", "", "project name (default: the directory's name)")
+	untracked := fs.Bool("untracked", false, "in a git checkout, include untracked files that are not ignored")
+	asJSON := fs.Bool("json", false, "print the created run as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *server == "" || *token == "" {
+		return errors.New("--server and --token (or FORGECI_URL and FORGECI_TOKEN) are required")
+	}
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		return err
+	}
+	if *project == "" {
+		*project = filepath.Base(abs)
+	}
+	c := &apiClient{server: *server, token: *token, http: &http.Client{Timeout: 10 * time.Minute}}
+	run, err := submit(ctx, c, abs, *project, *untracked, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(run)
+	}
+	fmt.Printf("run #%d %s: %s\n", run.Number, run.ID, run.State)
+	for _, j := range run.Jobs {
+		fmt.Printf("  %-40s %s\n", j.Name, j.State)
+	}
+	fmt.Printf("%s/v1/runs/%s\n", strings.TrimRight(*server, "/"), run.ID)
+	return nil
+}
+
+// submit snapshots dir into a temporary file, uploads it through a
+// presigned URL unless the CAS already has it, and creates the run. After
+// this returns, the run depends only on the uploaded bytes.
+func submit(ctx context.Context, c *apiClient, dir, project string, untracked bool, progress io.Writer) (*submitResult, error) {
+	var tree *snapshot.Tree
+	var err error
+	if snapshot.IsGitCheckout(dir) {
+		tree, err = snapshot.GitTree(dir, untracked)
+	} else {
+		tree, err = snapshot.DirTree(dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp("", "forgeci-snapshot-*.tar.zst")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	res, err := snapshot.Write(f, tree)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "snapshot: %d entries, %d bytes, %s\n", len(res.Manifest), res.Size, res.BlobDigest)
+	var up struct {
+		Exists  bool              `json:"exists"`
+		URL     string            `json:"upload_url"`
+		Method  string            `json:"upload_method"`
+		Headers map[string]string `json:"upload_headers"`
+	}
+	if err := c.do(ctx, "POST", "/v1/uploads", map[string]any{"digest": res.BlobDigest, "size": res.Size}, &up); err != nil {
+		return nil, fmt.Errorf("request upload: %w", err)
+	}
+	if !up.Exists {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+		req, err := http.NewRequestWithContext(ctx, up.Method, up.URL, &progressReader{r: f, total: res.Size, w: progress})
+		if err != nil {
+			return nil, err
+		}
+		req.ContentLength = res.Size
+		for k, v := range up.Headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("upload snapshot: %w", err)
+		}
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		// 412: someone uploaded the same bytes meanwhile; blobs are immutable.
+		if resp.StatusCode != 200 && resp.StatusCode != http.StatusPreconditionFailed {
+			return nil, fmt.Errorf("upload snapshot: HTTP %d: %s", resp.StatusCode, msg)
+		}
+		fmt.Fprintln(progress)
+	}
+	var run submitResult
+	err = c.do(ctx, "POST", "/v1/runs", map[string]any{
+		"project": project, "git_sha": tree.GitSHA, "git_dirty": tree.GitDirty,
+		"source": domain.Source{BlobDigest: res.BlobDigest, ManifestDigest: res.ManifestDigest, Size: res.Size},
+	}, &run)
+	if err != nil {
+		return nil, fmt.Errorf("create run: %w", err)
+	}
+	return &run, nil
+}
+
+type progressReader struct {
+	r     io.Reader
+	total int64
+	n     int64
+	w     io.Writer
+	last  time.Time
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.n += int64(n)
+	if time.Since(p.last) > 200*time.Millisecond || errors.Is(err, io.EOF) {
+		p.last = time.Now()
+		pct := 100.0
+		if p.total > 0 {
+			pct = float64(p.n) * 100 / float64(p.total)
+		}
+		width := 30
+		done := int(pct / 100 * float64(width))
+		fmt.Fprintf(p.w, "\rupload: [%s%s] %5.1f%% of %d bytes", strings.Repeat("#", done), strings.Repeat(".", width-done), pct, p.total)
+	}
+	return n, err
+}
