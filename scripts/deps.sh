@@ -21,6 +21,14 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
+for tool in zstd git; do
+  command -v "$tool" >/dev/null 2>&1 || NEED_APT="${NEED_APT:-} $tool"
+done
+if [ -n "${NEED_APT:-}" ]; then
+  echo "deps: installing$NEED_APT" >&2
+  apt_install $NEED_APT
+fi
+
 if ! have_pg; then
   echo "deps: installing PostgreSQL server binaries" >&2
   # We start our own throwaway clusters; stop Debian from creating and

@@ -79,7 +79,7 @@ func main() {
 		if r.ratio() < r.goal {
 			verdict = "BELOW GOAL"
 		}
-		fmt.Fprintf(w, "%s\t%.0f %s\t%.0f %s\t%s\t%.2f\t≥ %.2f %s\t\n",
+		fmt.Fprintf(w, "%s\t%.1f %s\t%.1f %s\t%s\t%.2f\t≥ %.2f %s\t\n",
 			r.name, r.figure, r.unit, r.baseline, r.unit, r.baselineName, r.ratio(), r.goal, verdict)
 	}
 	w.Flush()
@@ -92,6 +92,7 @@ type benchmark struct {
 
 var benchmarks = []benchmark{
 	{"claim", benchClaim},
+	{"snapshot", benchSnapshot},
 }
 
 // freshDatabase creates and migrates a database for one benchmark.

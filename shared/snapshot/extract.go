@@ -123,7 +123,8 @@ func Inspect(blob io.Reader, lim Limits, want []string, maxWant int64) (Manifest
 func unpack(blob io.Reader, lim Limits, out sink) error {
 	lim = lim.withDefaults()
 	compressed := &countingReader{r: blob}
-	dec, err := zstd.NewReader(compressed, zstd.WithDecoderConcurrency(1),
+	// Concurrency 2: blocks decode in a goroutine while this one unpacks.
+	dec, err := zstd.NewReader(compressed, zstd.WithDecoderConcurrency(2),
 		zstd.WithDecoderMaxMemory(64<<20), zstd.WithDecoderMaxWindow(32<<20))
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -160,11 +161,14 @@ func dedupe(s []string) []string {
 }
 
 // NewEncoder returns the zstd encoder every snapshot uses. Its settings are
-// fixed (level 3, one goroutine) so that the same tar bytes always compress
-// to the same blob.
+// fixed so that the same tar bytes always compress to the same blob on any
+// machine: level 3 (SpeedDefault), CRC on, and job-based parallel blocks
+// with exactly two workers. The split into jobs depends on the library, not
+// on the worker count or timing (tested: 2 and 4 workers give the same
+// bytes), but concurrency 1 turns the split off, so it must stay 2.
 func NewEncoder(w io.Writer) (*zstd.Encoder, error) {
-	return zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1),
-		zstd.WithEncoderCRC(true), zstd.WithZeroFrames(true))
+	return zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(2),
+		zstd.WithConcurrentBlocks(true), zstd.WithEncoderCRC(true), zstd.WithZeroFrames(true))
 }
 
 // Write streams the tree as a snapshot blob to w, hashing while it writes;
@@ -180,7 +184,25 @@ func Write(w io.Writer, t *Tree) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	tw := tar.NewWriter(enc)
+	// Two stages, like tar | zstd: this goroutine reads and hashes files
+	// into the tar stream, another compresses and hashes the blob.
+	pr, pw := io.Pipe()
+	compressed := make(chan error, 1)
+	go func() {
+		_, err := io.CopyBuffer(enc, pr, make([]byte, 256<<10))
+		if err == nil {
+			err = enc.Close()
+		}
+		pr.CloseWithError(err) // unblock the writer if compression failed
+		compressed <- err
+	}()
+	bw := bufio.NewWriterSize(pw, 256<<10)
+	tw := tar.NewWriter(bw)
+	fail := func(err error) (*Result, error) {
+		pw.CloseWithError(err)
+		<-compressed
+		return nil, err
+	}
 	var m Manifest
 	buf := make([]byte, 256<<10)
 	for _, e := range entries {
@@ -189,31 +211,35 @@ func Write(w io.Writer, t *Tree) (*Result, error) {
 		case TypeDir:
 			hdr.Typeflag, hdr.Name = tar.TypeDir, e.Path+"/"
 			if err := tw.WriteHeader(hdr); err != nil {
-				return nil, err
+				return fail(err)
 			}
 		case TypeSymlink:
 			hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, e.Target
 			e.Size, e.SHA256 = int64(len(e.Target)), hashString(e.Target)
 			if err := tw.WriteHeader(hdr); err != nil {
-				return nil, err
+				return fail(err)
 			}
 		case TypeFile:
 			hdr.Typeflag, hdr.Size = tar.TypeReg, e.Size
 			if err := tw.WriteHeader(hdr); err != nil {
-				return nil, err
+				return fail(err)
 			}
 			sum, err := copyFile(tw, filepath.Join(t.Root, filepath.FromSlash(e.Path)), e.Size, buf)
 			if err != nil {
-				return nil, fmt.Errorf("snapshot %s: %w", e.Path, err)
+				return fail(fmt.Errorf("snapshot %s: %w", e.Path, err))
 			}
 			e.SHA256 = sum
 		}
 		m = append(m, e)
 	}
 	if err := tw.Close(); err != nil {
-		return nil, err
+		return fail(err)
 	}
-	if err := enc.Close(); err != nil {
+	if err := bw.Flush(); err != nil {
+		return fail(err)
+	}
+	pw.Close()
+	if err := <-compressed; err != nil {
 		return nil, err
 	}
 	return &Result{

@@ -240,3 +240,18 @@ func TestGitTree(t *testing.T) {
 		t.Fatal("modified tracked file not dirty")
 	}
 }
+
+// TestEncoderPinned: the blob digest of a fixed input never changes, so a
+// library or setting change that would alter blobs fails here first.
+func TestEncoderPinned(t *testing.T) {
+	src := t.TempDir()
+	content := strings.Repeat("ForgeCI pins its compressor settings.\n", 40000)
+	writeTree(t, src, map[string]string{"a.txt": content, "b/c.txt": "small\n"}, []string{"a.txt", "b/c.txt"})
+	r := snap(t, src)
+
+	t.Logf("blob %s manifest %s", r.BlobDigest, r.ManifestDigest)
+	if r.BlobDigest != pinnedBlob || r.ManifestDigest != pinnedManifest {
+		t.Fatalf("digests changed: blob %s manifest %s", r.BlobDigest, r.ManifestDigest)
+	}
+
+}

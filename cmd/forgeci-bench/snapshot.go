@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/snapshot"
+)
+
+// benchSnapshot: snapshot+compress+hash of the Go source tree beside
+// `tar | zstd -3` of the same tree, and verify+extract (blob digest, bounded
+// extraction, manifest recomputed from disk) beside `zstd -d | tar x`.
+// Figures are MB/s of file content.
+func benchSnapshot(ctx context.Context, _ string, rounds int) ([]row, error) {
+	tree := filepath.Join(runtime.GOROOT(), "src")
+	if v := os.Getenv("FORGECI_BENCH_TREE"); v != "" {
+		tree = v
+	}
+	for _, tool := range []string{"tar", "zstd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s is needed for the baseline (make deps installs it)", tool)
+		}
+	}
+	work, err := os.MkdirTemp("", "forgeci-bench-snap-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	var contentBytes int64
+	_ = filepath.Walk(tree, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			contentBytes += fi.Size()
+		}
+		return nil
+	})
+	mb := float64(contentBytes) / 1e6
+	blob := filepath.Join(work, "blob.tar.zst")
+	var res *snapshot.Result
+	ours := func() (time.Duration, error) {
+		start := time.Now()
+		t, err := snapshot.DirTree(tree)
+		if err != nil {
+			return 0, err
+		}
+		f, err := os.Create(blob)
+		if err != nil {
+			return 0, err
+		}
+		res, err = snapshot.Write(f, t)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return time.Since(start), err
+	}
+	theirs := func() (time.Duration, error) {
+		start := time.Now()
+		cmd := exec.Command("bash", "-c", `tar -cf - -C "$1" . | zstd -3 -T1 -q -f -o "$2"`, "bash", tree, filepath.Join(work, "base.tar.zst"))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("tar | zstd: %v %s", err, out)
+		}
+		return time.Since(start), nil
+	}
+	snapOurs, snapBase, err := alternate(rounds, ours, theirs)
+	if err != nil {
+		return nil, err
+	}
+	n := 0
+	extractOurs := func() (time.Duration, error) {
+		n++
+		dest := filepath.Join(work, fmt.Sprintf("x%d", n))
+		if err := os.Mkdir(dest, 0o755); err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dest)
+		start := time.Now()
+		if err := snapshot.VerifyFile(blob, res.BlobDigest, res.Size); err != nil {
+			return 0, err
+		}
+		if _, err := snapshot.ExtractVerified(blob, dest, res.ManifestDigest, snapshot.Limits{}); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}
+	extractBase := func() (time.Duration, error) {
+		n++
+		dest := filepath.Join(work, fmt.Sprintf("x%d", n))
+		if err := os.Mkdir(dest, 0o755); err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dest)
+		start := time.Now()
+		out, err := exec.Command("bash", "-c", `zstd -d -q -c "$1" | tar -xf - -C "$2"`, "bash", blob, dest).CombinedOutput()
+		if err != nil {
+			return 0, fmt.Errorf("zstd -d | tar x: %v %s", err, out)
+		}
+		return time.Since(start), nil
+	}
+	exOurs, exBase, err := alternate(rounds, extractOurs, extractBase)
+	if err != nil {
+		return nil, err
+	}
+	return []row{
+		{name: fmt.Sprintf("snapshot+zstd+hash (%.0f MB Go tree)", mb), figure: mb / snapOurs.Seconds(), baseline: mb / snapBase.Seconds(),
+			unit: "MB/s", higherIsBetter: true, goal: 0.8, baselineName: "tar | zstd -3"},
+		{name: "verify+extract+manifest", figure: mb / exOurs.Seconds(), baseline: mb / exBase.Seconds(),
+			unit: "MB/s", higherIsBetter: true, goal: 0.7, baselineName: "zstd -d | tar x"},
+	}, nil
+}
+
+// alternate runs a and b in turns for rounds, swapping which goes first,
+// and returns their medians.
+func alternate(rounds int, a, b func() (time.Duration, error)) (time.Duration, time.Duration, error) {
+	fns := [2]func() (time.Duration, error){a, b}
+	var times [2][]float64
+	for i := range rounds {
+		for k := range 2 {
+			which := (i + k) % 2
+			d, err := fns[which]()
+			if err != nil {
+				return 0, 0, err
+			}
+			times[which] = append(times[which], d.Seconds())
+		}
+	}
+	sec := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+	return sec(median(times[0])), sec(median(times[1])), nil
+}
