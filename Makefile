@@ -6,13 +6,19 @@ LAMBDA_ARCH  ?= arm64
 lambda = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath \
          -ldflags='-s -w' -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
 
-.PHONY: deps test lint bench fuzz dev build clean FORCE
+.PHONY: demo deps test lint bench fuzz dev build clean FORCE
 
 deps:                ## install missing Debian packages and Go tools
 	@scripts/deps.sh
 
 bin/forgeci: FORCE
 	$(GO) build -o $@ ./cmd/forgeci
+
+bin/forgeci-runner: FORCE
+	$(GO) build -o $@ ./runner/cmd/forgeci-runner
+
+demo: deps bin/forgeci bin/forgeci-runner   ## the main job: local ForgeCI + runner + example pipeline to PASSED
+	scripts/demo.sh
 
 lint:                ## vet, gofmt and go.mod drift
 	$(GO) vet ./...

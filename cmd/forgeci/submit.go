@@ -93,6 +93,7 @@ func submitCommand(ctx context.Context, args []string) error {
 	project := fs.String("project", "", "project name (default: the directory's name)")
 	untracked := fs.Bool("untracked", false, "in a git checkout, include untracked files that are not ignored")
 	asJSON := fs.Bool("json", false, "print the created run as JSON")
+	follow := fs.Bool("follow", false, "stream the jobs' logs until the run ends; exit 0 only if it PASSED")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,15 +112,124 @@ func submitCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if *asJSON && !*follow {
 		return json.NewEncoder(os.Stdout).Encode(run)
 	}
 	fmt.Printf("run #%d %s: %s\n", run.Number, run.ID, run.State)
 	for _, j := range run.Jobs {
 		fmt.Printf("  %-40s %s\n", j.Name, j.State)
 	}
-	fmt.Printf("%s/v1/runs/%s\n", strings.TrimRight(*server, "/"), run.ID)
+	url := fmt.Sprintf("%s/v1/runs/%s", strings.TrimRight(*server, "/"), run.ID)
+	fmt.Println(url)
+	if !*follow {
+		return nil
+	}
+	state, err := followRun(ctx, c, run.ID, os.Stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("run #%d %s\n%s\n", run.Number, state, url)
+	if state != "PASSED" {
+		return exitError(1)
+	}
 	return nil
+}
+
+// followRun prints every job's log as it grows, prefixed with the job's
+// name, and the jobs' states as they end; it returns the run's final state.
+func followRun(ctx context.Context, c *apiClient, runID string, out io.Writer) (string, error) {
+	type jobView struct {
+		ID, Name, State string
+		Generation      int
+		Reason          string
+	}
+	var view struct {
+		State string
+		Jobs  []jobView
+	}
+	offsets := map[string]int64{}
+	gens := map[string]int{}
+	reported := map[string]bool{}
+	partial := map[string]string{}
+	for {
+		if err := c.do(ctx, "GET", "/v1/runs/"+runID, nil, &view); err != nil {
+			return "", err
+		}
+		for _, j := range view.Jobs {
+			if j.Generation == 0 {
+				continue
+			}
+			if gens[j.ID] != j.Generation { // a new attempt has its own log
+				gens[j.ID], offsets[j.ID] = j.Generation, 0
+			}
+			for {
+				data, next, err := c.log(ctx, runID, j.ID, j.Generation, offsets[j.ID])
+				if err != nil {
+					return "", err
+				}
+				if len(data) == 0 {
+					break
+				}
+				offsets[j.ID] = next
+				text := partial[j.ID] + string(data)
+				lines := strings.Split(text, "\n")
+				partial[j.ID] = lines[len(lines)-1]
+				for _, line := range lines[:len(lines)-1] {
+					fmt.Fprintf(out, "[%s] %s\n", j.Name, line)
+				}
+			}
+		}
+		for _, j := range view.Jobs {
+			if !reported[j.ID] && isTerminal(j.State) {
+				reported[j.ID] = true
+				if p := partial[j.ID]; p != "" {
+					fmt.Fprintf(out, "[%s] %s\n", j.Name, p)
+				}
+				msg := j.State
+				if j.Reason != "" {
+					msg += " (" + j.Reason + ")"
+				}
+				fmt.Fprintf(out, "[%s] ==> %s\n", j.Name, msg)
+			}
+		}
+		if isTerminal(view.State) {
+			return view.State, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+func isTerminal(state string) bool {
+	switch state {
+	case "PASSED", "FAILED", "CANCELED", "ABORTED", "SKIPPED":
+		return true
+	}
+	return false
+}
+
+// log reads a job's log bytes from offset.
+func (c *apiClient) log(ctx context.Context, runID, jobID string, gen int, offset int64) ([]byte, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET",
+		fmt.Sprintf("%s/v1/runs/%s/jobs/%s/logs?generation=%d&offset=%d", strings.TrimRight(c.server, "/"), runID, jobID, gen, offset), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		return nil, 0, fmt.Errorf("read log: HTTP %d %v", resp.StatusCode, err)
+	}
+	next := offset + int64(len(data))
+	return data, next, nil
 }
 
 // submit snapshots dir into a temporary file, uploads it through a

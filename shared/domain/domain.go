@@ -132,7 +132,8 @@ type Source struct {
 
 // Claim is a successful claim: the lease, what to run, and on what source.
 type Claim struct {
-	Lease  Lease      `json:"lease"`
-	Job    ClaimedJob `json:"job"`
-	Source Source     `json:"source"`
+	Lease           Lease      `json:"lease"`
+	Job             ClaimedJob `json:"job"`
+	Source          Source     `json:"source"`
+	LeaseTTLSeconds int        `json:"lease_ttl_seconds"`
 }

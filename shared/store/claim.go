@@ -54,6 +54,10 @@ type Claim struct {
 	// creation and passed through without decoding.
 	Job    json.RawMessage `json:"job"`
 	Source domain.Source   `json:"source"`
+	// LeaseTTLSeconds tells the runner how often to heartbeat (a third of
+	// it) and when to give up on its own, measured on its monotonic clock,
+	// so that a runner whose wall clock is wrong still behaves.
+	LeaseTTLSeconds int `json:"lease_ttl_seconds"`
 }
 
 // Claim leases one job for runner whose labels cover the job's labels. If
@@ -132,6 +136,7 @@ func (s *Store) claimOnce(ctx context.Context, runnerID string, labels []string)
 	}
 	c.Lease.RunnerID = runnerID
 	c.Lease.ExpiresAt = &expires
+	c.LeaseTTLSeconds = int(s.limits.LeaseTTL.Seconds())
 	return &c, nil
 }
 

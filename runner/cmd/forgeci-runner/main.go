@@ -1,0 +1,162 @@
+// Command forgeci-runner is the ForgeCI runner agent.
+//
+//	forgeci-runner register --server URL --registration-token frg_... --name NAME --labels linux,x64 --token-file FILE
+//	forgeci-runner run [--config FILE] [--server URL] [--token-file FILE] [--labels L] [--work-dir DIR] [--concurrency N]
+//
+// The config file holds key = value lines with the same names as the flags;
+// flags win. On SIGTERM or SIGINT the runner stops claiming and finishes
+// the jobs it has; a second signal stops them at once (their leases then
+// expire and the jobs are recorded ABORTED).
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/forgeci/forgeci/runner/agent"
+	"github.com/forgeci/forgeci/runner/client"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: forgeci-runner register|run [flags]   (-h for flags)")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "register":
+		err = register(os.Args[2:])
+	case "run":
+		err = run(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q: use register or run", os.Args[1])
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "forgeci-runner:", err)
+		os.Exit(1)
+	}
+}
+
+func splitLabels(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func register(args []string) error {
+	fs := flag.NewFlagSet("register", flag.ContinueOnError)
+	server := fs.String("server", "", "control plane URL")
+	reg := fs.String("registration-token", "", "one-time registration token from an admin")
+	name := fs.String("name", hostname(), "runner name")
+	labels := fs.String("labels", "linux", "comma-separated labels")
+	tokenFile := fs.String("token-file", "forgeci-runner.token", "where to write the runner token (mode 0600)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *server == "" || *reg == "" {
+		return errors.New("--server and --registration-token are required")
+	}
+	c := client.New(*server, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, token, err := c.Register(ctx, *reg, *name, splitLabels(*labels))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(*tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return err
+	}
+	fmt.Printf("registered runner %s (%s); token written to %s\n", *name, id, *tokenFile)
+	return nil
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	config := fs.String("config", "", "config file of key = value lines")
+	server := fs.String("server", "", "control plane URL")
+	tokenFile := fs.String("token-file", "forgeci-runner.token", "file holding the runner token")
+	labels := fs.String("labels", "", "comma-separated labels to claim with (default: all registered)")
+	workDir := fs.String("work-dir", filepath.Join(os.TempDir(), "forgeci-work"), "where job workspaces live")
+	concurrency := fs.Int("concurrency", 1, "jobs at once")
+	grace := fs.Duration("kill-grace", 10*time.Second, "time between SIGTERM and SIGKILL of a stopped step")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *config != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if err := applyConfig(fs, *config, set); err != nil {
+			return err
+		}
+	}
+	if *server == "" {
+		return errors.New("--server (or server in the config file) is required")
+	}
+	raw, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return fmt.Errorf("read token: %w (register first)", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	a := agent.New(agent.Config{Client: client.New(*server, strings.TrimSpace(string(raw))), Labels: splitLabels(*labels),
+		WorkDir: *workDir, Concurrency: *concurrency, KillGrace: *grace, Log: log})
+	ctx, stop := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sigs
+		log.Info("stopping: no new jobs; finishing current ones (signal again to stop them)")
+		stop()
+		<-sigs
+		log.Warn("stopping current jobs")
+		a.Abort()
+	}()
+	log.Info("runner started", "server", *server, "concurrency", *concurrency, "work_dir", *workDir)
+	return a.Run(ctx)
+}
+
+func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		k, v = strings.TrimSpace(k), strings.Trim(strings.TrimSpace(v), `"`)
+		if !ok || fs.Lookup(k) == nil || k == "config" {
+			return fmt.Errorf("%s:%d: expected key = value with a key among the flags, got %q", path, n, line)
+		}
+		if set[k] {
+			continue
+		}
+		if err := fs.Set(k, v); err != nil {
+			return fmt.Errorf("%s:%d: %s: %v", path, n, k, err)
+		}
+	}
+	return sc.Err()
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The main job: a local ForgeCI (PostgreSQL, versitygw, every function's
+# handler, the sweeper), one runner, and this repository's .forgeci.yml
+# submitted and followed to the end. Exits 0 only if every job PASSED.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d /tmp/forgeci-demo-XXXXXX)
+chmod 755 "$work"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+bin/forgeci dev --addr 127.0.0.1:0 --info "$work/info" --sweep-every 2s >"$work/dev.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 600); do [ -s "$work/info" ] && break; sleep 0.1; done
+[ -s "$work/info" ] || { echo "demo: the local stack did not start:"; cat "$work/dev.log"; exit 1; }
+# shellcheck disable=SC1091
+. "$work/info"
+echo "demo: ForgeCI is running at $FORGECI_URL"
+
+bin/forgeci-runner register --server "$FORGECI_URL" --registration-token "$FORGECI_REGISTRATION_TOKEN" \
+  --name demo-runner --labels linux --token-file "$work/runner.token"
+bin/forgeci-runner run --server "$FORGECI_URL" --token-file "$work/runner.token" --work-dir "$work/jobs" \
+  --concurrency 2 >"$work/runner.log" 2>&1 &
+pids+=($!)
+
+export FORGECI_URL FORGECI_TOKEN
+if ! bin/forgeci submit --dir . --project forgeci/demo --follow; then
+  echo "demo: the run did not pass; runner log:"; tail -50 "$work/runner.log"; exit 1
+fi
