@@ -175,7 +175,7 @@ func (a *Agent) runJob(c *domain.Claim) {
 	if reason == "lease lost" || reason == "runner shutting down" {
 		// No longer ours (or deliberately abandoned): report nothing more.
 		log.Warn("job stopped without reporting", "reason", reason)
-		_ = os.RemoveAll(filepath.Join(a.cfg.WorkDir, l.RunID))
+		a.removeWorkspace(l)
 		return
 	}
 	switch reason {
@@ -188,7 +188,7 @@ func (a *Agent) runJob(c *domain.Claim) {
 	}
 	if err := j.logs.Close(fctx); err != nil && client.LostLease(err) {
 		log.Warn("lease lost while flushing logs")
-		_ = os.RemoveAll(filepath.Join(a.cfg.WorkDir, l.RunID))
+		a.removeWorkspace(l)
 		return
 	}
 	if err := a.cfg.Client.Complete(fctx, l, outcome, exitCode); err != nil {
@@ -196,7 +196,14 @@ func (a *Agent) runJob(c *domain.Claim) {
 	} else {
 		log.Info("completed", "outcome", outcome, "exit_code", exitCode)
 	}
-	_ = os.RemoveAll(filepath.Join(a.cfg.WorkDir, l.RunID))
+	a.removeWorkspace(l)
+}
+
+// removeWorkspace deletes this lease's job directory, and the run's
+// directory only if no other job of the run is using it.
+func (a *Agent) removeWorkspace(l domain.Lease) {
+	_ = os.RemoveAll(filepath.Join(a.cfg.WorkDir, l.RunID, l.JobID))
+	_ = os.Remove(filepath.Join(a.cfg.WorkDir, l.RunID))
 }
 
 // heartbeat extends the lease every third of its TTL. It stops the job on

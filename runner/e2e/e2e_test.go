@@ -1,0 +1,219 @@
+// Package e2e runs the real binaries end to end: forgeci dev (PostgreSQL,
+// versitygw, every handler, the sweeper), real forgeci-runner processes
+// executing real shell steps, and forgeci submit.
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type stack struct {
+	t      *testing.T
+	dir    string
+	bin    string
+	vals   map[string]string
+	runner *exec.Cmd
+	token  string
+}
+
+func build(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "bin")
+	for pkg, name := range map[string]string{"../../cmd/forgeci": "forgeci", "../cmd/forgeci-runner": "forgeci-runner"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", name, err, out)
+		}
+	}
+	return bin
+}
+
+func start(t *testing.T) *stack {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	dir := t.TempDir()
+	_ = os.Chmod(dir, 0o755)
+	s := &stack{t: t, dir: dir, bin: build(t, dir), vals: map[string]string{}}
+	info := filepath.Join(dir, "info")
+	dev := exec.Command(filepath.Join(s.bin, "forgeci"), "dev", "--addr", "127.0.0.1:0", "--info", info,
+		"--sweep-every", "300ms", "--lease-ttl", "3s")
+	devLog, _ := os.Create(filepath.Join(dir, "dev.log"))
+	dev.Stdout, dev.Stderr = devLog, devLog
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Process.Signal(syscall.SIGINT); _ = dev.Wait() })
+	deadline := time.Now().Add(60 * time.Second)
+	for len(s.vals) < 4 {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, "dev.log"))
+			t.Fatalf("dev did not start:\n%s", b)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if f, err := os.Open(info); err == nil {
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+					s.vals[k] = v
+				}
+			}
+			f.Close()
+		}
+	}
+	tokenFile := filepath.Join(dir, "runner.token")
+	if out, err := exec.Command(filepath.Join(s.bin, "forgeci-runner"), "register", "--server", s.vals["FORGECI_URL"],
+		"--registration-token", s.vals["FORGECI_REGISTRATION_TOKEN"], "--name", "e2e", "--labels", "linux",
+		"--token-file", tokenFile).CombinedOutput(); err != nil {
+		t.Fatalf("register: %v %s", err, out)
+	}
+	b, _ := os.ReadFile(tokenFile)
+	s.token = strings.TrimSpace(string(b))
+	s.startRunner()
+	return s
+}
+
+func (s *stack) startRunner() {
+	cmd := exec.Command(filepath.Join(s.bin, "forgeci-runner"), "run", "--server", s.vals["FORGECI_URL"],
+		"--token-file", filepath.Join(s.dir, "runner.token"), "--work-dir", filepath.Join(s.dir, "work"), "--concurrency", "2",
+		"--kill-grace", "1s")
+	logf, _ := os.OpenFile(filepath.Join(s.dir, "runner.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.runner = cmd
+	s.t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+}
+
+// submit submits dir and returns the run ID.
+func (s *stack) submit(dir string, follow bool) (string, error) {
+	args := []string{"submit", "--dir", dir, "--project", "e2e", "--json"}
+	if follow {
+		args = append(args, "--follow")
+	}
+	cmd := exec.Command(filepath.Join(s.bin, "forgeci"), args...)
+	cmd.Env = append(os.Environ(), "FORGECI_URL="+s.vals["FORGECI_URL"], "FORGECI_TOKEN="+s.vals["FORGECI_TOKEN"])
+	out, err := cmd.Output()
+	if follow {
+		return string(out), err
+	}
+	var run struct{ ID string }
+	if jerr := json.Unmarshal(out, &run); jerr != nil {
+		return "", jerr
+	}
+	return run.ID, err
+}
+
+type runView struct {
+	State string
+	Jobs  []struct{ ID, Name, State, Reason string }
+}
+
+func (s *stack) run(id string) runView {
+	req, _ := http.NewRequest("GET", s.vals["FORGECI_URL"]+"/v1/runs/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+s.vals["FORGECI_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v runView
+	_ = json.NewDecoder(resp.Body).Decode(&v)
+	return v
+}
+
+func (s *stack) waitRun(id string, done func(runView) bool, within time.Duration) runView {
+	deadline := time.Now().Add(within)
+	for {
+		v := s.run(id)
+		if done(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(s.dir, "runner.log"))
+			s.t.Fatalf("run %s did not get there: %+v\nrunner log:\n%s", id, v, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func writePipeline(t *testing.T, yml string) string {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func states(v runView) map[string]string {
+	m := map[string]string{}
+	for _, j := range v.Jobs {
+		m[j.Name] = j.State
+	}
+	return m
+}
+
+func TestEndToEnd(t *testing.T) {
+	s := start(t)
+
+	t.Run("example pipeline passes", func(t *testing.T) {
+		out, err := s.submit("../..", true)
+		if err != nil || !strings.Contains(out, "[publish] built from") || !strings.Contains(out, "PASSED") {
+			t.Fatalf("example run: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("failing step fails the job and skips dependants", func(t *testing.T) {
+		id, err := s.submit(writePipeline(t, "jobs:\n  a:\n    runs-on: linux\n    steps:\n      - run: echo about to fail; exit 3\n  b:\n    runs-on: linux\n    needs: [a]\n    steps: [{run: echo never}]\n"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := s.waitRun(id, func(v runView) bool { return v.State == "FAILED" }, 60*time.Second)
+		if st := states(v); st["a"] != "FAILED" || st["b"] != "SKIPPED" {
+			t.Fatalf("states %v", st)
+		}
+		for _, j := range v.Jobs {
+			if j.Name == "a" && j.Reason != "exit_code 3" {
+				t.Fatalf("reason %q", j.Reason)
+			}
+		}
+	})
+
+	t.Run("kill -9 of the runner: job ABORTED, not resumed", func(t *testing.T) {
+		marker := filepath.Join(t.TempDir(), "started")
+		id, err := s.submit(writePipeline(t, "jobs:\n  long:\n    runs-on: linux\n    steps:\n      - run: touch "+marker+"; sleep 30\n"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if _, err := os.Stat(marker); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("step never started")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = s.runner.Process.Signal(syscall.SIGKILL)
+		_, _ = s.runner.Process.Wait()
+		v := s.waitRun(id, func(v runView) bool { return v.State == "ABORTED" }, 30*time.Second)
+		if j := v.Jobs[0]; j.State != "ABORTED" || j.Reason != "lease_expired" {
+			t.Fatalf("job %+v", j)
+		}
+		s.startRunner()
+		time.Sleep(2 * time.Second)
+		if v := s.run(id); v.Jobs[0].State != "ABORTED" {
+			t.Fatalf("a restarted runner resumed the job: %+v", v)
+		}
+	})
+}
