@@ -159,4 +159,3 @@ func hostname() string {
 	h, _ := os.Hostname()
 	return h
 }
-
