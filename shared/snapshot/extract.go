@@ -13,6 +13,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -392,19 +393,22 @@ func readDirNames(root *os.Root) ([]string, error) {
 }
 
 // countingReader counts bytes; with ratioOf set it refuses to go on once
-// it has produced more than maxRatio times what ratioOf consumed.
+// it has produced more than maxRatio times what ratioOf consumed. The
+// count is atomic: the zstd decoder reads its input from its own goroutine.
 type countingReader struct {
 	r        io.Reader
-	n        int64
+	n        atomic.Int64
 	ratioOf  *countingReader
 	maxRatio float64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.n += int64(n)
-	if c.ratioOf != nil && c.n > ratioSlack && float64(c.n) > c.maxRatio*float64(c.ratioOf.n) {
-		return n, refuse("compression ratio over %.0f:1 (%d bytes from %d): a decompression bomb", c.maxRatio, c.n, c.ratioOf.n)
+	total := c.n.Add(int64(n))
+	if c.ratioOf != nil && total > ratioSlack {
+		if in := c.ratioOf.n.Load(); float64(total) > c.maxRatio*float64(in) {
+			return n, refuse("compression ratio over %.0f:1 (%d bytes from %d): a decompression bomb", c.maxRatio, total, in)
+		}
 	}
 	return n, err
 }
