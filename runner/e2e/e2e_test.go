@@ -6,10 +6,12 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -188,6 +190,50 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("cancel mid-step kills the process group", func(t *testing.T) {
+		tmp := t.TempDir()
+		id, err := s.submit(writePipeline(t, "jobs:\n  long:\n    runs-on: linux\n    steps:\n      - run: |\n          sleep 300 &\n          echo $! > "+tmp+"/child\n          echo $$ > "+tmp+"/shell\n          wait\n  after:\n    runs-on: linux\n    needs: [long]\n    steps: [{run: echo never}]\n"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pids []int
+		deadline := time.Now().Add(60 * time.Second)
+		for len(pids) < 2 {
+			pids = pids[:0]
+			for _, f := range []string{"shell", "child"} {
+				b, err := os.ReadFile(filepath.Join(tmp, f))
+				if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
+					pids = append(pids, pid)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("step never started")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for _, pid := range pids {
+			if !alive(pid) {
+				t.Fatalf("pid %d not running before cancel", pid)
+			}
+		}
+		req, _ := http.NewRequest("POST", s.vals["FORGECI_URL"]+"/v1/runs/"+id+"/cancel", nil)
+		req.Header.Set("Authorization", "Bearer "+s.vals["FORGECI_TOKEN"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("cancel: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		v := s.waitRun(id, func(v runView) bool { return v.State == "CANCELED" }, 30*time.Second)
+		if st := states(v); st["long"] != "CANCELED" || st["after"] != "CANCELED" {
+			t.Fatalf("states %v", st)
+		}
+		for _, pid := range pids {
+			if alive(pid) {
+				t.Fatalf("pid %d of the canceled step is still running", pid)
+			}
+		}
+	})
+
 	t.Run("kill -9 of the runner: job ABORTED, not resumed", func(t *testing.T) {
 		marker := filepath.Join(t.TempDir(), "started")
 		id, err := s.submit(writePipeline(t, "jobs:\n  long:\n    runs-on: linux\n    steps:\n      - run: touch "+marker+"; sleep 30\n"), false)
@@ -216,4 +262,14 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("a restarted runner resumed the job: %+v", v)
 		}
 	})
+}
+
+// alive reports whether pid runs (a zombie does not count).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z"
 }

@@ -63,6 +63,8 @@ var functions = map[string][]route{
 		{Route{"POST", "/v1/runs"}, userRoute(store.RoleWrite, (*Server).createRun)},
 		{Route{"GET", "/v1/runs/{run_id}"}, userRoute(store.RoleRead, (*Server).getRun)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(store.RoleRead, (*Server).getLog)},
+		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(store.RoleWrite, (*Server).cancel)},
+		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/cancel"}, userRoute(store.RoleWrite, (*Server).cancel)},
 	},
 	"complete": {
 		{Route{"POST", "/v1/runner/jobs/{job_id}/complete"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.complete) }},

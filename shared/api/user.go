@@ -237,3 +237,13 @@ func queryInt(s string, def int64) (int64, error) {
 	}
 	return v, nil
 }
+
+// cancel cancels a run or one of its jobs.
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	canceled, asked, err := s.Store.Cancel(r.Context(), r.PathValue("run_id"), r.PathValue("job_id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]int{"canceled": canceled, "cancel_requested": asked})
+	return nil
+}

@@ -317,3 +317,49 @@ func (s *Store) ReadLog(ctx context.Context, runID, jobID string, generation int
 	})
 	return out, generation, err
 }
+
+// Cancel cancels a run, or one job of it when jobID is not empty: jobs not
+// yet running become CANCELED at once (their dependants SKIPPED); running
+// jobs get cancel_requested, which their runner hears on its next heartbeat
+// and answers by stopping the steps and completing "canceled". Finished
+// jobs are left alone. It returns how many jobs were canceled and asked.
+func (s *Store) Cancel(ctx context.Context, runID, jobID string) (canceled, asked int, err error) {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		// Job rows first, then the run row (advanceRun): the lock order of
+		// every other transition.
+		rows, err := tx.Query(ctx, `
+			SELECT id FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) ORDER BY id FOR UPDATE`, runID, jobID)
+		if err != nil {
+			return fmt.Errorf("lock jobs: %w", err)
+		}
+		n := 0
+		for rows.Next() {
+			n++
+		}
+		rows.Close()
+		if n == 0 {
+			return domain.Errorf(domain.ENotFound, "no such run or job")
+		}
+		tag, err := tx.Exec(ctx, `
+			UPDATE jobs SET state = 'CANCELED', reason = 'canceled', finished_at = now()
+			WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('PENDING', 'QUEUED')`, runID, jobID)
+		if err != nil {
+			return fmt.Errorf("cancel jobs: %w", err)
+		}
+		canceled = int(tag.RowsAffected())
+		tag, err = tx.Exec(ctx, `
+			UPDATE jobs SET cancel_requested = true
+			WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state = 'RUNNING'`, runID, jobID)
+		if err != nil {
+			return fmt.Errorf("request cancel: %w", err)
+		}
+		asked = int(tag.RowsAffected())
+		if jobID == "" {
+			if _, err := tx.Exec(ctx, `UPDATE runs SET cancel_requested = true WHERE id = $1`, runID); err != nil {
+				return fmt.Errorf("cancel run: %w", err)
+			}
+		}
+		return advanceRun(ctx, tx, runID)
+	})
+	return canceled, asked, err
+}
