@@ -346,20 +346,31 @@ func (s *Server) verifyBlob(ctx context.Context, digest string, size int64) erro
 	return err
 }
 
+// commitBlob is the shape of artifacts/commit and cache/commit: a lease
+// check first (no S3 work for a stale caller), the blob verified in S3
+// outside any transaction, then the fenced registration.
+func (s *Server) commitBlob(r *http.Request, runner store.Runner, l domain.Lease, digest string, size int64,
+	register func(ctx context.Context, runnerID, jobID string) error) error {
+	jobID := r.PathValue("job_id")
+	if _, err := s.Store.CheckLease(r.Context(), runner.ID, jobID, l); err != nil {
+		return err
+	}
+	if err := s.verifyBlob(r.Context(), digest, size); err != nil {
+		return err
+	}
+	return register(r.Context(), runner.ID, jobID)
+}
+
 func (s *Server) artifactCommit(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
 	var req artifactRequest
 	l, err := decodeCAS(w, r, &req)
 	if err != nil {
 		return err
 	}
-	jobID := r.PathValue("job_id")
-	if _, err := s.Store.CheckLease(r.Context(), runner.ID, jobID, l); err != nil {
-		return err
-	}
-	if err := s.verifyBlob(r.Context(), req.Digest, *req.Size); err != nil {
-		return err
-	}
-	if err := s.Store.CommitArtifact(r.Context(), runner.ID, jobID, l, req.Name, req.Digest, *req.Size); err != nil {
+	err = s.commitBlob(r, runner, l, req.Digest, *req.Size, func(ctx context.Context, runnerID, jobID string) error {
+		return s.Store.CommitArtifact(ctx, runnerID, jobID, l, req.Name, req.Digest, *req.Size)
+	})
+	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"name": req.Name, "digest": req.Digest, "size": *req.Size})
@@ -437,14 +448,10 @@ func (s *Server) cacheCommit(w http.ResponseWriter, r *http.Request, runner stor
 	if err != nil {
 		return err
 	}
-	jobID := r.PathValue("job_id")
-	if _, err := s.Store.CheckLease(r.Context(), runner.ID, jobID, l); err != nil {
-		return err
-	}
-	if err := s.verifyBlob(r.Context(), req.Digest, *req.Size); err != nil {
-		return err
-	}
-	if err := s.Store.CommitCache(r.Context(), runner.ID, jobID, l, req.Key, req.Digest, *req.Size); err != nil {
+	err = s.commitBlob(r, runner, l, req.Digest, *req.Size, func(ctx context.Context, runnerID, jobID string) error {
+		return s.Store.CommitCache(ctx, runnerID, jobID, l, req.Key, req.Digest, *req.Size)
+	})
+	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"key": req.Key, "digest": req.Digest, "size": *req.Size})
