@@ -178,12 +178,13 @@ func (a *Agent) runJob(c *domain.Claim) {
 		a.removeWorkspace(l)
 		return
 	}
+	why := ""
 	switch reason {
 	case "canceled":
 		outcome = "canceled"
 		fmt.Fprintf(j.logs, "\n==> job canceled\n")
 	case "timeout":
-		outcome = "failed"
+		outcome, why = "failed", "timeout"
 		fmt.Fprintf(j.logs, "\n==> job timed out after %d minutes\n", c.Job.TimeoutSeconds/60)
 	}
 	if err := j.logs.Close(fctx); err != nil && client.LostLease(err) {
@@ -191,7 +192,7 @@ func (a *Agent) runJob(c *domain.Claim) {
 		a.removeWorkspace(l)
 		return
 	}
-	if err := a.cfg.Client.Complete(fctx, l, outcome, exitCode); err != nil {
+	if err := a.cfg.Client.Complete(fctx, l, outcome, exitCode, why); err != nil {
 		log.Warn("complete failed", "err", err)
 	} else {
 		log.Info("completed", "outcome", outcome, "exit_code", exitCode)

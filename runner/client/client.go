@@ -237,9 +237,9 @@ func (c *Client) CommitCache(ctx context.Context, l domain.Lease, key, digest st
 	return err
 }
 
-// Complete reports the outcome.
-func (c *Client) Complete(ctx context.Context, l domain.Lease, outcome string, exitCode int) error {
-	_, err := c.post(ctx, jobPath(l, "complete"), withLease(l, map[string]any{"outcome": outcome, "exit_code": exitCode}), nil)
+// Complete reports the outcome; reason (optional) says why a job failed.
+func (c *Client) Complete(ctx context.Context, l domain.Lease, outcome string, exitCode int, reason string) error {
+	_, err := c.post(ctx, jobPath(l, "complete"), withLease(l, map[string]any{"outcome": outcome, "exit_code": exitCode, "reason": reason}), nil)
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -133,6 +134,18 @@ func (s *stack) run(id string) runView {
 	return v
 }
 
+func (s *stack) log(runID, jobID string) string {
+	req, _ := http.NewRequest("GET", s.vals["FORGECI_URL"]+"/v1/runs/"+runID+"/jobs/"+jobID+"/logs", nil)
+	req.Header.Set("Authorization", "Bearer "+s.vals["FORGECI_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 func (s *stack) waitRun(id string, done func(runView) bool, within time.Duration) runView {
 	deadline := time.Now().Add(within)
 	for {
@@ -187,6 +200,22 @@ func TestEndToEnd(t *testing.T) {
 			if j.Name == "a" && j.Reason != "exit_code 3" {
 				t.Fatalf("reason %q", j.Reason)
 			}
+		}
+	})
+
+	t.Run("timeout fails the job with a reason", func(t *testing.T) {
+		// timeout-minutes is whole minutes, so this waits one minute.
+		id, err := s.submit(writePipeline(t, "jobs:\n  slow:\n    runs-on: linux\n    timeout-minutes: 1\n    steps:\n      - run: echo start; sleep 600\n"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := s.waitRun(id, func(v runView) bool { return v.State == "FAILED" }, 100*time.Second)
+		if j := v.Jobs[0]; j.State != "FAILED" || j.Reason != "timeout" {
+			t.Fatalf("job %+v", j)
+		}
+		log := s.log(id, v.Jobs[0].ID)
+		if !strings.Contains(log, "start") || !strings.Contains(log, "job timed out after 1 minutes") {
+			t.Fatalf("log does not say it timed out:\n%s", log)
 		}
 	})
 

@@ -152,6 +152,8 @@ type completeRequest struct {
 	leaseRequest
 	Outcome  string `json:"outcome"`
 	ExitCode *int   `json:"exit_code"`
+	// Reason is an optional extension: why a failed job failed ("timeout").
+	Reason string `json:"reason"`
 }
 
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
@@ -167,7 +169,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, runner store.R
 	if req.ExitCode != nil {
 		exit = *req.ExitCode
 	}
-	c, err := s.Store.Complete(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Outcome, exit)
+	c, err := s.Store.CompleteWithReason(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Outcome, exit, req.Reason)
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,16 @@ type Completion struct {
 // re-queues the job when its retry policy allows; otherwise the job becomes
 // terminal and the run moves on.
 func (s *Store) Complete(ctx context.Context, runnerID, jobID string, l domain.Lease, outcome string, exitCode int) (Completion, error) {
+	return s.CompleteWithReason(ctx, runnerID, jobID, l, outcome, exitCode, "")
+}
+
+// CompleteWithReason is Complete with the runner's reason for a failure
+// (such as "timeout"); empty means "exit_code N".
+func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, l domain.Lease, outcome string, exitCode int, why string) (Completion, error) {
 	var c Completion
+	if len(why) > 200 {
+		return c, domain.Errorf(domain.EInvalid, "field reason is at most 200 characters")
+	}
 	switch outcome {
 	case OutcomePassed:
 		c.State = domain.JobPassed
@@ -154,6 +163,9 @@ func (s *Store) Complete(ctx context.Context, runnerID, jobID string, l domain.L
 		switch c.State {
 		case domain.JobFailed:
 			reason = fmt.Sprintf("%s %d", domain.ReasonExitCode, exitCode)
+			if why != "" {
+				reason = why
+			}
 		case domain.JobCanceled:
 			reason = domain.ReasonCanceled
 		}
