@@ -84,9 +84,11 @@ func start(t *testing.T) *stack {
 	return s
 }
 
-func (s *stack) startRunner() {
+func (s *stack) startRunner() { s.startRunnerN(2) }
+
+func (s *stack) startRunnerN(concurrency int) {
 	cmd := exec.Command(filepath.Join(s.bin, "forgeci-runner"), "run", "--server", s.vals["FORGECI_URL"],
-		"--token-file", filepath.Join(s.dir, "runner.token"), "--work-dir", filepath.Join(s.dir, "work"), "--concurrency", "2",
+		"--token-file", filepath.Join(s.dir, "runner.token"), "--work-dir", filepath.Join(s.dir, "work"), "--concurrency", strconv.Itoa(concurrency),
 		"--kill-grace", "1s")
 	logf, _ := os.OpenFile(filepath.Join(s.dir, "runner.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -118,7 +120,10 @@ func (s *stack) submit(dir string, follow bool) (string, error) {
 
 type runView struct {
 	State string
-	Jobs  []struct{ ID, Name, State, Reason string }
+	Jobs  []struct {
+		ID, Name, State, Reason string
+		Generation              int
+	}
 }
 
 func (s *stack) run(id string) runView {
@@ -134,8 +139,10 @@ func (s *stack) run(id string) runView {
 	return v
 }
 
-func (s *stack) log(runID, jobID string) string {
-	req, _ := http.NewRequest("GET", s.vals["FORGECI_URL"]+"/v1/runs/"+runID+"/jobs/"+jobID+"/logs", nil)
+func (s *stack) log(runID, jobID string) string { return s.logGen(runID, jobID, 0) }
+
+func (s *stack) logGen(runID, jobID string, gen int) string {
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/v1/runs/%s/jobs/%s/logs?generation=%d", s.vals["FORGECI_URL"], runID, jobID, gen), nil)
 	req.Header.Set("Authorization", "Bearer "+s.vals["FORGECI_TOKEN"])
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -291,6 +298,56 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("a restarted runner resumed the job: %+v", v)
 		}
 	})
+
+	t.Run("SIGSTOP past the lease: the retried generation wins, the stale runner is fenced", func(t *testing.T) {
+		tmp := t.TempDir()
+		// Runner A runs one job at a time: with a second slot, its pending
+		// long-poll would claim the retried generation on the server while
+		// the process is stopped (correct, but not this test).
+		_ = s.runner.Process.Kill()
+		_, _ = s.runner.Process.Wait()
+		s.startRunnerN(1)
+		a := s.runner
+		id, err := s.submit(writePipeline(t, "jobs:\n  flaky:\n    runs-on: linux\n    retry: {lease-lost: 1}\n    steps:\n      - run: |\n          echo gen-$FORGECI_GENERATION-start\n          touch "+tmp+"/started-$FORGECI_GENERATION\n          sleep 4\n          echo gen-$FORGECI_GENERATION-end\n"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if _, err := os.Stat(filepath.Join(tmp, "started-1")); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("generation 1 never started")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		time.Sleep(500 * time.Millisecond) // let gen-1-start reach the log
+		if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		defer a.Process.Signal(syscall.SIGCONT) //nolint:errcheck
+		s.waitRun(id, func(v runView) bool { return v.Jobs[0].Generation == 1 && v.Jobs[0].State == "QUEUED" }, 30*time.Second)
+		s.startRunner() // runner B, same identity, new process
+		s.waitRun(id, func(v runView) bool { return v.Jobs[0].Generation == 2 && v.Jobs[0].State == "RUNNING" }, 30*time.Second)
+		time.Sleep(4500 * time.Millisecond) // A's gen-1 step has ended; its output waits in the stopped runner
+		if err := a.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		v := s.waitRun(id, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
+		jobID := v.Jobs[0].ID
+		time.Sleep(time.Second) // give the resumed runner time to try everything it had queued
+		if gen2 := s.logGen(id, jobID, 2); !strings.Contains(gen2, "gen-2-end") || strings.Contains(gen2, "gen-1") {
+			t.Fatalf("generation 2 log:\n%s", gen2)
+		}
+		if gen1 := s.logGen(id, jobID, 1); !strings.Contains(gen1, "gen-1-start") || strings.Contains(gen1, "gen-1-end") {
+			t.Fatalf("the stale runner's output after its lease was lost got in:\n%s", gen1)
+		}
+		if v := s.run(id); v.Jobs[0].State != "PASSED" || v.Jobs[0].Generation != 2 {
+			t.Fatalf("the stale runner changed the job: %+v", v.Jobs[0])
+		}
+	})
+
 }
 
 // alive reports whether pid runs (a zombie does not count).
