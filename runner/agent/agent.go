@@ -163,6 +163,7 @@ func (a *Agent) runJob(c *domain.Claim) {
 		}
 	}
 	j.logs = newLogAppender(a.cfg.Client, l, redact, func() { j.stop("lease lost") })
+	go j.logs.loop()
 	hbDone := make(chan struct{})
 	go j.heartbeat(hbDone)
 

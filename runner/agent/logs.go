@@ -28,6 +28,7 @@ type logAppender struct {
 	offset  int64
 	lost    func() // called once when the lease is gone
 	failed  error
+	every   time.Duration // how often queued output is sent
 }
 
 const (
@@ -36,13 +37,12 @@ const (
 )
 
 func newLogAppender(c *client.Client, l domain.Lease, redact []string, lost func()) *logAppender {
-	a := &logAppender{c: c, lease: l, wake: make(chan struct{}, 1), done: make(chan struct{}), lost: lost}
+	a := &logAppender{c: c, lease: l, wake: make(chan struct{}, 1), done: make(chan struct{}), lost: lost, every: flushEvery}
 	for _, r := range redact {
 		if len(r) >= 4 {
 			a.redact = append(a.redact, []byte(r))
 		}
 	}
-	go a.loop()
 	return a
 }
 
@@ -80,7 +80,7 @@ func (a *logAppender) Close(ctx context.Context) error {
 
 func (a *logAppender) loop() {
 	defer close(a.done)
-	t := time.NewTicker(flushEvery)
+	t := time.NewTicker(a.every)
 	defer t.Stop()
 	for {
 		select {
