@@ -97,6 +97,7 @@ var benchmarks = []benchmark{
 	{"claim", benchClaim},
 	{"snapshot", benchSnapshot},
 	{"pickup", benchPickup},
+	{"pipeline", benchPipeline},
 }
 
 // freshDatabase creates and migrates a database for one benchmark.

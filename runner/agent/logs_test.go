@@ -17,6 +17,7 @@ import (
 	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/cas/castest"
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -25,11 +26,9 @@ import (
 // 503 before reaching the handler, some reach it and then lose their answer
 // (the connection is dropped after the append committed).
 type faulty struct {
-	next            http.Handler
-	rng             *rand.Rand
-	before, after   atomic.Int64
-	seen            atomic.Int64
-	beforeP, afterP float64
+	next          http.Handler
+	before, after atomic.Int64
+	seen          atomic.Int64
 }
 
 func (f *faulty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -37,13 +36,14 @@ func (f *faulty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.next.ServeHTTP(w, r)
 		return
 	}
-	x := f.rng.Float64()
-	f.seen.Add(1)
+	// Deterministic: every third append fails before the handler, every
+	// fourth (not third) loses its answer after it.
+	n := f.seen.Add(1)
 	switch {
-	case x < f.beforeP:
+	case n%3 == 0:
 		f.before.Add(1)
 		http.Error(w, "injected", http.StatusServiceUnavailable)
-	case x < f.beforeP+f.afterP:
+	case n%4 == 0:
 		f.after.Add(1)
 		f.next.ServeHTTP(httptest.NewRecorder(), r) // the append happens...
 		conn, _, err := w.(http.Hijacker).Hijack()  // ...and its answer is lost
@@ -62,7 +62,7 @@ func TestLogOrderUnderNetworkFaults(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.NewStore(t, store.Limits{})
 	srv := &api.Server{Store: st, CAS: castest.New(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	f := &faulty{next: srv.Handler(), rng: rand.New(rand.NewPCG(1, 2)), beforeP: 0.15, afterP: 0.2}
+	f := &faulty{next: srv.Handler()}
 	ts := httptest.NewServer(f)
 	defer ts.Close()
 
@@ -110,4 +110,23 @@ func TestLogOrderUnderNetworkFaults(t *testing.T) {
 		t.Fatalf("no faults were injected (%d before, %d after, %d appends)", f.before.Load(), f.after.Load(), f.seen.Load())
 	}
 	t.Logf("%d bytes intact through %d failed and %d lost-answer appends", len(got), f.before.Load(), f.after.Load())
+}
+
+// TestRedaction: the runner token and secret-looking env values never
+// reach the log; the step environment does not carry the runner's own.
+func TestRedaction(t *testing.T) {
+	a := newLogAppender(nil, domain.Lease{}, []string{"frt_supersecrettoken", "hunter2-password"}, func() {})
+	got := string(a.scrub([]byte("token=frt_supersecrettoken pw=hunter2-password ok")))
+	if strings.Contains(got, "supersecret") || strings.Contains(got, "hunter2") || !strings.Contains(got, "ok") {
+		t.Fatalf("scrubbed: %q", got)
+	}
+	t.Setenv("FORGECI_RUNNER_SECRET", "leak")
+	j := &job{claim: &domain.Claim{Job: domain.ClaimedJob{Name: "j", JobSpec: domain.JobSpec{Env: map[string]string{"A": "1"}}}}, ws: "/w"}
+	env := strings.Join(j.env(domain.Step{Env: map[string]string{"B": "2"}}), "\n")
+	if strings.Contains(env, "leak") || !strings.Contains(env, "A=1") || !strings.Contains(env, "B=2") || !strings.Contains(env, "CI=true") {
+		t.Fatalf("step env:\n%s", env)
+	}
+	if !looksSecret("GITHUB_TOKEN") || !looksSecret("db_password") || looksSecret("GOFLAGS") {
+		t.Fatal("looksSecret")
+	}
 }
