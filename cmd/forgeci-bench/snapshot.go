@@ -71,36 +71,34 @@ func benchSnapshot(ctx context.Context, _ string, rounds int) ([]row, error) {
 		return nil, err
 	}
 	n := 0
-	extractOurs := func() (time.Duration, error) {
-		n++
-		dest := filepath.Join(work, fmt.Sprintf("x%d", n))
-		if err := os.Mkdir(dest, 0o755); err != nil {
-			return 0, err
+	// inFreshDir times fn extracting into a new empty directory.
+	inFreshDir := func(fn func(dest string) error) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			n++
+			dest := filepath.Join(work, fmt.Sprintf("x%d", n))
+			if err := os.Mkdir(dest, 0o755); err != nil {
+				return 0, err
+			}
+			defer os.RemoveAll(dest)
+			start := time.Now()
+			err := fn(dest)
+			return time.Since(start), err
 		}
-		defer os.RemoveAll(dest)
-		start := time.Now()
-		if err := snapshot.VerifyFile(blob, res.BlobDigest, res.Size); err != nil {
-			return 0, err
-		}
-		if _, err := snapshot.ExtractVerified(blob, dest, res.ManifestDigest, snapshot.Limits{}); err != nil {
-			return 0, err
-		}
-		return time.Since(start), nil
 	}
-	extractBase := func() (time.Duration, error) {
-		n++
-		dest := filepath.Join(work, fmt.Sprintf("x%d", n))
-		if err := os.Mkdir(dest, 0o755); err != nil {
-			return 0, err
+	extractOurs := inFreshDir(func(dest string) error {
+		if err := snapshot.VerifyFile(blob, res.BlobDigest, res.Size); err != nil {
+			return err
 		}
-		defer os.RemoveAll(dest)
-		start := time.Now()
+		_, err := snapshot.ExtractVerified(blob, dest, res.ManifestDigest, snapshot.Limits{})
+		return err
+	})
+	extractBase := inFreshDir(func(dest string) error {
 		out, err := exec.Command("bash", "-c", `zstd -d -q -c "$1" | tar -xf - -C "$2"`, "bash", blob, dest).CombinedOutput()
 		if err != nil {
-			return 0, fmt.Errorf("zstd -d | tar x: %v %s", err, out)
+			return fmt.Errorf("zstd -d | tar x: %v %s", err, out)
 		}
-		return time.Since(start), nil
-	}
+		return nil
+	})
 	exOurs, exBase, err := alternate(rounds, extractOurs, extractBase)
 	if err != nil {
 		return nil, err

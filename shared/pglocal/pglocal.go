@@ -6,11 +6,8 @@ package pglocal
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -22,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/localnet"
 )
 
 // Options shape the cluster.
@@ -94,7 +93,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	data := filepath.Join(c.dir, "data")
-	password := randomHex(16)
+	password := localnet.RandomHex(16)
 	pwfile := filepath.Join(c.dir, "pwfile")
 	if err := os.WriteFile(pwfile, []byte(password+"\n"), 0o600); err != nil {
 		return nil, err
@@ -115,7 +114,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	_ = os.Remove(pwfile)
 
-	port, err := freePort()
+	port, err := localnet.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -216,19 +215,4 @@ func serverCredential() (*syscall.Credential, error) {
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 	}
 	return nil, errors.New("running as root and neither user postgres nor nobody exists to run PostgreSQL as")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }

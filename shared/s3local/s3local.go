@@ -6,8 +6,6 @@ package s3local
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/localnet"
 )
 
 // Server is a running versitygw.
@@ -62,7 +62,7 @@ func Start(ctx context.Context, dir string, log *os.File) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, Region: "us-east-1", AccessKey: "forgeci" + randomHex(6), SecretKey: randomHex(20), done: make(chan error, 1)}
+	s := &Server{dir: dir, Region: "us-east-1", AccessKey: "forgeci" + localnet.RandomHex(6), SecretKey: localnet.RandomHex(20), done: make(chan error, 1)}
 	if s.dir == "" {
 		if s.dir, err = os.MkdirTemp("", "forgeci-s3-"); err != nil {
 			return nil, err
@@ -72,7 +72,7 @@ func Start(ctx context.Context, dir string, log *os.File) (*Server, error) {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := localnet.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -128,19 +128,4 @@ func (s *Server) Stop() {
 func (s *Server) Env() []string {
 	return []string{"FORGECI_TEST_S3_ENDPOINT=" + s.Endpoint, "FORGECI_TEST_S3_ACCESS_KEY=" + s.AccessKey,
 		"FORGECI_TEST_S3_SECRET_KEY=" + s.SecretKey, "FORGECI_TEST_S3_REGION=" + s.Region}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
