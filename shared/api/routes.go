@@ -66,6 +66,9 @@ var functions = map[string][]route{
 		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(store.RoleWrite, (*Server).cancel)},
 		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/cancel"}, userRoute(store.RoleWrite, (*Server).cancel)},
 	},
+	"webhook": {
+		{Route{"POST", "/v1/webhooks/github"}, func(s *Server) http.HandlerFunc { return s.handle(s.githubWebhook) }},
+	},
 	"complete": {
 		{Route{"POST", "/v1/runner/jobs/{job_id}/complete"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.complete) }},
 	},
