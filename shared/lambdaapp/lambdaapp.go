@@ -1,7 +1,8 @@
 // Package lambdaapp is what every functions/<name>/main.go shares: read the
-// configuration from the environment and fail fast, open one small pgx pool
-// per container at cold start, and hand a plain net/http handler to the
-// Lambda runtime through the API Gateway HTTP API (payload v2) adapter.
+// configuration from the environment and fail fast, read secrets (Secrets
+// Manager in AWS, the environment elsewhere), open one small pgx pool per
+// container at cold start, and hand a plain net/http handler to the Lambda
+// runtime through the API Gateway HTTP API (payload v2) adapter.
 package lambdaapp
 
 import (
@@ -23,7 +24,7 @@ import (
 
 // Config is read from the environment.
 type Config struct {
-	DatabaseURL string        // FORGECI_DATABASE_URL
+	DatabaseURL string        // see DatabaseURL
 	LeaseTTL    time.Duration // FORGECI_LEASE_TTL_SECONDS
 	MaxLogBytes int64         // FORGECI_MAX_LOG_BYTES
 	// The CAS bucket (FORGECI_BUCKET). FORGECI_S3_ENDPOINT,
@@ -33,12 +34,13 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// LoadConfig reads the configuration; a missing or malformed value is an error.
-func LoadConfig() (Config, error) {
-	cfg := Config{DatabaseURL: os.Getenv("FORGECI_DATABASE_URL"),
-		Log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
-	if cfg.DatabaseURL == "" {
-		return cfg, fmt.Errorf("FORGECI_DATABASE_URL is not set")
+// LoadConfig reads the configuration, and the database credentials when
+// they are a secret; a missing or malformed value is an error.
+func LoadConfig(ctx context.Context) (Config, error) {
+	cfg := Config{Log: slog.New(slog.NewJSONHandler(os.Stderr, nil))}
+	var err error
+	if cfg.DatabaseURL, err = DatabaseURL(ctx); err != nil {
+		return cfg, err
 	}
 	cfg.CAS = cas.Config{Bucket: os.Getenv("FORGECI_BUCKET"), Region: os.Getenv("AWS_REGION"),
 		Endpoint: os.Getenv("FORGECI_S3_ENDPOINT"), AccessKey: os.Getenv("FORGECI_S3_ACCESS_KEY"),
@@ -66,13 +68,11 @@ func LoadConfig() (Config, error) {
 // MustServer builds the store and API server at cold start, or exits: a
 // function that cannot reach its database should fail its init loudly.
 func MustServer(ctx context.Context) *api.Server {
-	cfg, err := LoadConfig()
+	cfg, err := LoadConfig(ctx)
 	if err != nil {
 		fail(cfg.Log, "config", err)
 	}
-	// One container serves one request at a time; RDS Proxy multiplexes the
-	// rest. No statement cache, so the proxy never pins a session.
-	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, store.PoolOptions{MaxConns: 2, NoStatementCache: true})
+	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, PoolOptions)
 	if err != nil {
 		fail(cfg.Log, "database", err)
 	}
@@ -83,6 +83,12 @@ func MustServer(ctx context.Context) *api.Server {
 	}
 	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log}
 }
+
+// PoolOptions shape the one pool of a container. A container serves one
+// request at a time, so two connections are plenty; RDS Proxy multiplexes
+// the containers. No statement cache and no startup settings, so
+// the proxy neither pins sessions nor refuses the connection.
+var PoolOptions = store.PoolOptions{MaxConns: 2, NoStatementCache: true, NoStartupSettings: true}
 
 // StartHTTP serves h to API Gateway HTTP API events. It does not return.
 func StartHTTP(h http.Handler) {

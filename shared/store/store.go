@@ -82,8 +82,17 @@ type PoolOptions struct {
 	// time, so 2 is plenty there; RDS Proxy multiplexes the rest.
 	MaxConns int32
 	// NoStatementCache makes pgx use unnamed statements only, so that RDS
-	// Proxy never pins a client session to one database connection.
+	// Proxy never pins a client session to one database connection. pgx
+	// still caches each statement's parameter and result types (described
+	// once per connection through an unnamed statement), so arguments are
+	// encoded for their column types: QueryExecModeExec would send a []byte
+	// for a jsonb column as bytea, and PostgreSQL refuses it.
 	NoStatementCache bool
+	// NoStartupSettings sends no server settings in the startup message
+	// (application_name only): RDS Proxy refuses connections that carry
+	// parameters it does not know. The server's parameter group sets
+	// plan_cache_mode instead (template.yaml).
+	NoStartupSettings bool
 }
 
 // OpenPool connects to PostgreSQL and checks the connection.
@@ -96,14 +105,16 @@ func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 		cfg.MaxConns = opts.MaxConns
 	}
 	if opts.NoStatementCache {
-		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "forgeci"
 	// Every query here is a short OLTP statement whose best plan does not
 	// depend on its parameters. Without this, PostgreSQL keeps re-planning
 	// the claim (its generic estimate for "labels <@ $2" looks worse than
 	// the custom plans), which doubled the cost of every claim.
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	if !opts.NoStartupSettings {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)

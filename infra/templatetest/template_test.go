@@ -1,0 +1,548 @@
+// Package templatetest checks template.yaml with goformation: it parses
+// under each deployment shape, every function can be built by the Makefile
+// and is wired to the handler routes of api.Routes, and every IAM statement
+// is scoped (no "*" resource for S3 or Secrets Manager).
+package templatetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/awslabs/goformation/v7"
+	"github.com/awslabs/goformation/v7/cloudformation"
+	"github.com/awslabs/goformation/v7/cloudformation/serverless"
+	"github.com/awslabs/goformation/v7/intrinsics"
+
+	"github.com/forgeci/forgeci/shared/api"
+)
+
+const root = "../../"
+
+// shapes are the deployment choices the template's parameters offer; each
+// must parse and pass every check.
+var shapes = map[string]map[string]any{
+	"default (aurora, proxy, new VPC)": nil,
+	"rds instance, no proxy, existing VPC": {
+		"DatabaseEngine": "rds-instance", "UseRdsProxy": "false", "VpcId": "vpc-0123",
+		"SubnetIds": "subnet-a,subnet-b", "RouteTableIds": "rtb-a",
+	},
+}
+
+// symbolic keeps references to resources visible after goformation's
+// intrinsic processing, which would otherwise resolve them to nil: a Ref to
+// a parameter is its default (or override), a Ref to a resource becomes
+// "ref:<Name>", Fn::GetAtt "getatt:<Name>.<Attr>", Fn::Sub "sub:<template>".
+var symbolic = map[string]intrinsics.IntrinsicHandler{
+	"Ref": func(name string, input, template any) any {
+		if v := intrinsics.Ref(name, input, template); v != nil {
+			// CloudFormation splits list parameters; goformation does not.
+			if s, ok := v.(string); ok && strings.HasPrefix(fmt.Sprint(dig(template, "Parameters", fmt.Sprint(input), "Type")), "CommaDelimitedList") {
+				var list []any
+				for _, p := range strings.Split(s, ",") {
+					list = append(list, p)
+				}
+				return list
+			}
+			return v
+		}
+		s, _ := input.(string)
+		if s == "AWS::NoValue" {
+			return nil
+		}
+		return "ref:" + s
+	},
+	"Fn::GetAtt": func(name string, input, template any) any {
+		switch v := input.(type) {
+		case []any:
+			parts := make([]string, len(v))
+			for i, p := range v {
+				parts[i] = fmt.Sprint(p)
+			}
+			return "getatt:" + strings.Join(parts, ".")
+		case string:
+			return "getatt:" + v
+		}
+		return nil
+	},
+	"Fn::If": func(name string, input, template any) any {
+		arr, ok := input.([]any)
+		if !ok || len(arr) != 3 {
+			return nil
+		}
+		if evalCondition(fmt.Sprint(arr[0]), template) {
+			return arr[1]
+		}
+		return arr[2]
+	},
+	"Fn::Sub": func(name string, input, template any) any {
+		switch v := input.(type) {
+		case []any:
+			return "sub:" + fmt.Sprint(v[0])
+		case string:
+			return "sub:" + v
+		}
+		return nil
+	},
+}
+
+// evalCondition evaluates a named condition of the template against the
+// parameters' defaults (with the overrides applied). goformation's own
+// condition evaluation replaces any map with a Condition key, resources
+// included, so it cannot be used here.
+func evalCondition(name string, template any) bool {
+	var eval func(v any) any
+	eval = func(v any) any {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return v
+		}
+		for k, arg := range m {
+			args, _ := arg.([]any)
+			switch k {
+			case "Condition":
+				return evalCondition(fmt.Sprint(arg), template)
+			case "Ref":
+				d := dig(template, "Parameters", fmt.Sprint(arg), "Default")
+				if d == nil {
+					return ""
+				}
+				return d
+			case "Fn::Equals":
+				return fmt.Sprint(eval(args[0])) == fmt.Sprint(eval(args[1]))
+			case "Fn::Not":
+				return !(eval(args[0]).(bool))
+			case "Fn::And", "Fn::Or":
+				all, any := true, false
+				for _, a := range args {
+					b := eval(a).(bool)
+					all, any = all && b, any || b
+				}
+				return map[string]bool{"Fn::And": all, "Fn::Or": any}[k]
+			case "Fn::Join":
+				return strings.Join(strings.Split(fmt.Sprint(eval(args[1])), ","), fmt.Sprint(args[0]))
+			}
+		}
+		panic(fmt.Sprintf("condition %s: cannot evaluate %v", name, v))
+	}
+	b, ok := eval(dig(template, "Conditions", name)).(bool)
+	if !ok {
+		panic(fmt.Sprintf("condition %s does not evaluate to a boolean", name))
+	}
+	return b
+}
+
+func parse(t *testing.T, overrides map[string]any) (*cloudformation.Template, map[string]any) {
+	t.Helper()
+	raw, err := os.ReadFile(root + "template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &intrinsics.ProcessorOptions{IntrinsicHandlerOverrides: symbolic, ParameterOverrides: overrides}
+	tmpl, err := goformation.ParseYAMLWithOptions(raw, opts)
+	if err != nil {
+		t.Fatalf("template.yaml does not parse: %v", err)
+	}
+	processed, err := intrinsics.ProcessYAML(raw, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generic map[string]any
+	if err := json.Unmarshal(processed, &generic); err != nil {
+		t.Fatal(err)
+	}
+	return tmpl, generic
+}
+
+func TestTemplate(t *testing.T) {
+	for name, overrides := range shapes {
+		t.Run(name, func(t *testing.T) {
+			tmpl, generic := parse(t, overrides)
+			t.Run("Globals", func(t *testing.T) { checkGlobals(t, generic) })
+			t.Run("Functions", func(t *testing.T) { checkFunctions(t, tmpl) })
+			t.Run("Routes", func(t *testing.T) { checkRoutes(t, tmpl) })
+			t.Run("Policies", func(t *testing.T) { checkPolicies(t, tmpl, generic) })
+			t.Run("Bucket", func(t *testing.T) { checkBucket(t, tmpl) })
+			t.Run("Database", func(t *testing.T) { checkDatabase(t, tmpl, generic, overrides) })
+			t.Run("Outputs", func(t *testing.T) {
+				for _, o := range []string{"ApiUrl", "BucketName"} {
+					if _, ok := tmpl.Outputs[o]; !ok {
+						t.Errorf("no output %s", o)
+					}
+				}
+			})
+		})
+	}
+}
+
+func checkGlobals(t *testing.T, generic map[string]any) {
+	fn, _ := dig(generic, "Globals", "Function").(map[string]any)
+	if fn == nil {
+		t.Fatal("no Globals.Function")
+	}
+	want := map[string]any{"Runtime": "provided.al2023", "Handler": "bootstrap", "Tracing": "Active"}
+	for k, v := range want {
+		if fn[k] != v {
+			t.Errorf("Globals.Function.%s = %v, want %v", k, fn[k], v)
+		}
+	}
+	if fmt.Sprint(fn["Architectures"]) != "[arm64]" {
+		t.Errorf("Globals.Function.Architectures = %v, want [arm64]", fn["Architectures"])
+	}
+	if dig(fn, "LoggingConfig", "LogFormat") != "JSON" {
+		t.Error("Globals.Function.LoggingConfig.LogFormat is not JSON")
+	}
+	if fn["Timeout"] == nil || fn["MemorySize"] == nil {
+		t.Error("Globals.Function needs Timeout and MemorySize")
+	}
+	if dig(fn, "VpcConfig", "SecurityGroupIds") == nil || dig(fn, "VpcConfig", "SubnetIds") == nil {
+		t.Error("Globals.Function.VpcConfig needs security groups and subnets")
+	}
+	env, _ := dig(fn, "Environment", "Variables").(map[string]any)
+	for _, k := range []string{"FORGECI_DATABASE_HOST", "FORGECI_DATABASE_CREDENTIALS_SECRET_ARN", "FORGECI_BUCKET"} {
+		if env[k] == nil {
+			t.Errorf("Globals environment has no %s", k)
+		}
+	}
+	if _, ok := env["FORGECI_DATABASE_URL"]; ok {
+		t.Error("FORGECI_DATABASE_URL must not be in the template: it would hold a password")
+	}
+}
+
+// checkFunctions: every functions/<name> is in the template as
+// <Name>Function, built with BuildMethod makefile by a Makefile target
+// build-<LogicalId> that runs the static, stripped, norpc build of that
+// directory; every template function has a functions/<name>/main.go.
+func checkFunctions(t *testing.T, tmpl *cloudformation.Template) {
+	makefile, err := os.ReadFile(root + "Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	macro := regexp.MustCompile(`(?m)^lambda = (.*\\\n)*.*$`).Find(makefile)
+	for _, flag := range []string{"CGO_ENABLED=0", "GOOS=linux", "-tags lambda.norpc", "-trimpath", "-ldflags='-s -w'", "-o $(ARTIFACTS_DIR)/bootstrap"} {
+		if !strings.Contains(string(macro), flag) {
+			t.Errorf("the Makefile's lambda build macro lacks %s:\n%s", flag, macro)
+		}
+	}
+	fns := tmpl.GetAllServerlessFunctionResources()
+	dirs, err := os.ReadDir(root + "functions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if _, ok := fns[logicalID(d.Name())]; !ok {
+			t.Errorf("functions/%s is not in template.yaml as %s", d.Name(), logicalID(d.Name()))
+		}
+	}
+	for id, fn := range fns {
+		name, ok := strings.CutSuffix(id, "Function")
+		if !ok {
+			t.Errorf("function %s: logical IDs must be <Name>Function", id)
+			continue
+		}
+		name = strings.ToLower(name)
+		if _, err := os.Stat(root + "functions/" + name + "/main.go"); err != nil {
+			t.Errorf("%s has no functions/%s/main.go", id, name)
+		}
+		if fn.AWSCloudFormationMetadata["BuildMethod"] != "makefile" {
+			t.Errorf("%s: Metadata.BuildMethod is %v, want makefile", id, fn.AWSCloudFormationMetadata["BuildMethod"])
+		}
+		target := regexp.MustCompile(`(?m)^build-` + id + `: ; \$\(call lambda,` + name + `\)$`)
+		if !target.Match(makefile) {
+			t.Errorf("Makefile has no target `build-%s: ; $(call lambda,%s)`", id, name)
+		}
+		if fn.CodeUri == nil || fn.CodeUri.String == nil || *fn.CodeUri.String != "." {
+			t.Errorf("%s: CodeUri must be . (the module root, for the Makefile)", id)
+		}
+	}
+}
+
+func logicalID(dir string) string { return strings.ToUpper(dir[:1]) + dir[1:] + "Function" }
+
+// checkRoutes: the HttpApi events of each function are exactly its routes
+// in api.Routes, on the template's HttpApi; the scheduled functions run
+// every minute; nothing else has events.
+func checkRoutes(t *testing.T, tmpl *cloudformation.Template) {
+	got := map[string][]string{}
+	scheduled := map[string]string{}
+	for id, fn := range tmpl.GetAllServerlessFunctionResources() {
+		name := strings.ToLower(strings.TrimSuffix(id, "Function"))
+		for evName, ev := range fn.Events {
+			switch ev.Type {
+			case "HttpApi":
+				p := ev.Properties.HttpApiEvent
+				if p == nil || p.Method == nil || p.Path == nil {
+					t.Errorf("%s event %s: HttpApi needs Method and Path", id, evName)
+					continue
+				}
+				if p.ApiId == nil || *p.ApiId != "ref:Api" {
+					t.Errorf("%s event %s: ApiId must be !Ref Api", id, evName)
+				}
+				got[name] = append(got[name], *p.Method+" "+*p.Path)
+			case "Schedule":
+				if p := ev.Properties.ScheduleEvent; p != nil {
+					scheduled[name] = p.Schedule
+				}
+			default:
+				t.Errorf("%s event %s: unexpected type %s", id, evName, ev.Type)
+			}
+		}
+	}
+	want := map[string][]string{}
+	for _, name := range api.Functions() {
+		for _, r := range api.Routes(name) {
+			want[name] = append(want[name], r.Method+" "+r.Path)
+		}
+	}
+	for _, m := range []map[string][]string{got, want} {
+		for _, rs := range m {
+			sort.Strings(rs)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("template HttpApi routes:\n%v\nhandler routes (api.Routes):\n%v", got, want)
+	}
+	wantSchedule := map[string]string{"sweeper": "rate(1 minute)", "scm": "rate(1 minute)"}
+	if fmt.Sprint(scheduled) != fmt.Sprint(wantSchedule) {
+		t.Errorf("scheduled functions %v, want %v", scheduled, wantSchedule)
+	}
+}
+
+// statement is one IAM policy statement, flattened to strings.
+type statement struct {
+	where     string
+	effect    string
+	actions   []string
+	resources []string
+}
+
+func statements(where string, raw []any) []statement {
+	var out []statement
+	for _, r := range raw {
+		m, _ := r.(map[string]any)
+		out = append(out, statement{where: where, effect: fmt.Sprint(m["Effect"]),
+			actions: strs(m["Action"]), resources: strs(m["Resource"])})
+	}
+	return out
+}
+
+func strs(v any) []string {
+	switch v := v.(type) {
+	case string:
+		return []string{v}
+	case []any:
+		var out []string
+		for _, x := range v {
+			out = append(out, fmt.Sprint(x))
+		}
+		return out
+	}
+	return nil
+}
+
+// checkPolicies: every function has an inline policy; it can read the
+// database credentials and every secret named by a *_SECRET_ARN variable of
+// its own; no Allow statement anywhere in the template has a "*" resource
+// for an S3 or Secrets Manager action; S3 resources are the CAS bucket's,
+// secrets resources are secrets of this template.
+func checkPolicies(t *testing.T, tmpl *cloudformation.Template, generic map[string]any) {
+	secrets := map[string]bool{}
+	for id, r := range tmpl.Resources {
+		if r.AWSCloudFormationType() == "AWS::SecretsManager::Secret" {
+			secrets["ref:"+id] = true
+		}
+	}
+	var all []statement
+	for id, fn := range tmpl.GetAllServerlessFunctionResources() {
+		if fn.Policies == nil || fn.Policies.IAMPolicyDocumentArray == nil || len(*fn.Policies.IAMPolicyDocumentArray) == 0 {
+			t.Errorf("%s has no inline policy (Policies: - Statement: ...)", id)
+			continue
+		}
+		var own []statement
+		for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
+			own = append(own, statements(id, doc.Statement)...)
+		}
+		all = append(all, own...)
+		readable := map[string]bool{}
+		for _, s := range own {
+			if s.effect == "Allow" && slices.Contains(s.actions, "secretsmanager:GetSecretValue") {
+				for _, r := range s.resources {
+					readable[r] = true
+				}
+			}
+		}
+		if !readable["ref:DatabaseSecret"] {
+			t.Errorf("%s cannot read the database credentials (secretsmanager:GetSecretValue on !Ref DatabaseSecret)", id)
+		}
+		for k, v := range functionEnv(fn) {
+			if strings.HasSuffix(k, "_SECRET_ARN") && !readable[v] {
+				t.Errorf("%s: %s=%v but the function may not read that secret", id, k, v)
+			}
+		}
+	}
+	// Roles, bucket policies and endpoint policies outside the functions.
+	walk(generic["Resources"], func(m map[string]any) {
+		if _, ok := m["Statement"]; ok {
+			if raw, ok := m["Statement"].([]any); ok {
+				all = append(all, statements("template", raw)...)
+			}
+		}
+	})
+	for _, s := range all {
+		if s.effect != "Allow" {
+			continue
+		}
+		for _, a := range s.actions {
+			service, _, _ := strings.Cut(a, ":")
+			if service != "s3" && service != "secretsmanager" {
+				continue
+			}
+			if a == service+":*" {
+				t.Errorf("%s: Allow %s grants every %s action", s.where, a, service)
+			}
+			if len(s.resources) == 0 {
+				t.Errorf("%s: %s has no Resource", s.where, a)
+			}
+			for _, r := range s.resources {
+				switch {
+				case r == "*" || strings.HasPrefix(r, "arn:aws:s3:::*") || strings.Contains(r, ":secret:*"):
+					t.Errorf("%s: %s on wildcard resource %q", s.where, a, r)
+				case service == "s3" && !strings.Contains(r, "CasBucket"):
+					t.Errorf("%s: %s on %q, which is not the CAS bucket", s.where, a, r)
+				case service == "secretsmanager" && !secrets[r]:
+					t.Errorf("%s: %s on %q, which is not a secret of this template", s.where, a, r)
+				}
+			}
+		}
+	}
+	webhook := tmpl.GetAllServerlessFunctionResources()["WebhookFunction"]
+	if webhook != nil {
+		var invokes bool
+		for _, doc := range *webhook.Policies.IAMPolicyDocumentArray {
+			for _, s := range statements("WebhookFunction", doc.Statement) {
+				invokes = invokes || (slices.Contains(s.actions, "lambda:InvokeFunction") && slices.Equal(s.resources, []string{"getatt:ScmFunction.Arn"}))
+			}
+		}
+		if !invokes {
+			t.Error("WebhookFunction may not invoke ScmFunction (lambda:InvokeFunction on !GetAtt ScmFunction.Arn only)")
+		}
+		if functionEnv(webhook)["FORGECI_SCM_FUNCTION"] != "ref:ScmFunction" {
+			t.Error("WebhookFunction needs FORGECI_SCM_FUNCTION: !Ref ScmFunction")
+		}
+	}
+}
+
+func functionEnv(fn *serverless.Function) map[string]string {
+	if fn.Environment == nil {
+		return nil
+	}
+	return fn.Environment.Variables
+}
+
+func walk(v any, fn func(map[string]any)) {
+	switch v := v.(type) {
+	case map[string]any:
+		fn(v)
+		for _, x := range v {
+			walk(x, fn)
+		}
+	case []any:
+		for _, x := range v {
+			walk(x, fn)
+		}
+	}
+}
+
+func dig(v any, keys ...string) any {
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+// checkBucket: private, encrypted, and incomplete multipart uploads are
+// aborted (the CAS writes only sha256/<hex>, so no prefix of unreferenced
+// uploads exists to expire).
+func checkBucket(t *testing.T, tmpl *cloudformation.Template) {
+	b, err := tmpl.GetS3BucketWithName("CasBucket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pab := b.PublicAccessBlockConfiguration
+	if pab == nil || !isTrue(pab.BlockPublicAcls) || !isTrue(pab.BlockPublicPolicy) || !isTrue(pab.IgnorePublicAcls) || !isTrue(pab.RestrictPublicBuckets) {
+		t.Error("CasBucket must block every kind of public access")
+	}
+	if b.BucketEncryption == nil || len(b.BucketEncryption.ServerSideEncryptionConfiguration) == 0 {
+		t.Error("CasBucket has no default encryption")
+	}
+	var aborts bool
+	if b.LifecycleConfiguration != nil {
+		for _, r := range b.LifecycleConfiguration.Rules {
+			if r.Status == "Enabled" && r.AbortIncompleteMultipartUpload != nil {
+				aborts = true
+			}
+			if r.ExpirationInDays != nil && (r.Prefix == nil || strings.HasPrefix(*r.Prefix, "sha256")) {
+				t.Errorf("lifecycle rule %v would expire referenced blobs", r.Id)
+			}
+		}
+	}
+	if !aborts {
+		t.Error("CasBucket has no enabled rule aborting incomplete multipart uploads")
+	}
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+// checkDatabase: Aurora Serverless v2 with minimum capacity 0, or an RDS
+// instance; RDS Proxy in front unless turned off; credentials from the
+// template's secret; migrations by the custom resource, which every other
+// function waits for.
+func checkDatabase(t *testing.T, tmpl *cloudformation.Template, generic map[string]any, overrides map[string]any) {
+	res, _ := generic["Resources"].(map[string]any)
+	if min := dig(res, "AuroraCluster", "Properties", "ServerlessV2ScalingConfiguration", "MinCapacity"); fmt.Sprint(min) != "0" {
+		t.Errorf("Aurora MinCapacity = %v, want 0", min)
+	}
+	for _, id := range []string{"AuroraCluster", "DatabaseInstance"} {
+		if p := dig(res, id, "Properties", "MasterUserPassword"); !strings.Contains(fmt.Sprint(p), "{{resolve:secretsmanager:${DatabaseSecret}") {
+			t.Errorf("%s password must be resolved from DatabaseSecret, is %v", id, p)
+		}
+		if fmt.Sprint(dig(res, id, "Properties", "StorageEncrypted")) != "true" {
+			t.Errorf("%s storage is not encrypted", id)
+		}
+	}
+	if a := dig(res, "DatabaseProxy", "Properties", "Auth"); !strings.Contains(fmt.Sprint(a), "ref:DatabaseSecret") {
+		t.Errorf("DatabaseProxy must authenticate with DatabaseSecret, has %v", a)
+	}
+	host := fmt.Sprint(dig(generic, "Globals", "Function", "Environment", "Variables", "FORGECI_DATABASE_HOST"))
+	wantHost := "getatt:DatabaseProxy.Endpoint"
+	if overrides["UseRdsProxy"] == "false" {
+		wantHost = "getatt:DatabaseInstance.Endpoint.Address"
+	}
+	if host != wantHost {
+		t.Errorf("FORGECI_DATABASE_HOST = %s, want %s", host, wantHost)
+	}
+	mig, ok := tmpl.Resources["Migrations"].(*cloudformation.CustomResource)
+	if !ok {
+		t.Fatal("no Migrations custom resource")
+	}
+	if mig.Properties["ServiceToken"] != "getatt:MigrateFunction.Arn" {
+		t.Errorf("Migrations ServiceToken = %v, want !GetAtt MigrateFunction.Arn", mig.Properties["ServiceToken"])
+	}
+	if mig.Properties["CodeVersion"] != "ref:MigrateFunction.Version" {
+		t.Error("Migrations must change with the migrate function's version (CodeVersion: !Ref MigrateFunction.Version), or new migrations never run")
+	}
+	for id, fn := range tmpl.GetAllServerlessFunctionResources() {
+		if id != "MigrateFunction" && !slices.Contains(fn.AWSCloudFormationDependsOn, "Migrations") {
+			t.Errorf("%s must DependsOn Migrations", id)
+		}
+	}
+}

@@ -1,0 +1,285 @@
+// Package lambdatest runs ForgeCI's real Lambda bootstraps the way Lambda
+// does, without AWS: it builds functions/<name> as static bootstrap
+// binaries, runs each under the AWS Lambda Runtime Interface Emulator
+// (aws-lambda-rie), invokes it with events, and stands in for Secrets
+// Manager. The smoke tests and cmd/forgeci-lambdabench use it.
+package lambdatest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/localnet"
+)
+
+// RIE finds aws-lambda-rie: $FORGECI_LAMBDA_RIE, then PATH, then $GOPATH/bin.
+func RIE() (string, error) {
+	if b := os.Getenv("FORGECI_LAMBDA_RIE"); b != "" {
+		return b, nil
+	}
+	if b, err := exec.LookPath("aws-lambda-rie"); err == nil {
+		return b, nil
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+			gopath = strings.TrimSpace(string(out))
+		}
+	}
+	for _, dir := range filepath.SplitList(gopath) {
+		b := filepath.Join(dir, "bin", "aws-lambda-rie")
+		if _, err := os.Stat(b); err == nil {
+			return b, nil
+		}
+	}
+	return "", errors.New("aws-lambda-rie not found: run make deps or set FORGECI_LAMBDA_RIE")
+}
+
+// ModuleRoot returns the directory of go.mod, from the working directory up.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Build compiles the packages (import paths relative to the module root,
+// such as ./functions/claim) into out/<last element>/bootstrap, with the
+// flags of the Makefile's lambda macro (static, -tags lambda.norpc,
+// -trimpath, stripped) for linux on this machine's architecture. One go
+// build for all of them, so they compile in parallel.
+func Build(ctx context.Context, out string, pkgs ...string) (map[string]string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(out, ".build")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return nil, err
+	}
+	args := append([]string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", bin + "/"}, pkgs...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, msg)
+	}
+	paths := map[string]string{}
+	for _, p := range pkgs {
+		name := filepath.Base(p)
+		dir := filepath.Join(out, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		path := filepath.Join(dir, "bootstrap")
+		if err := os.Rename(filepath.Join(bin, name), path); err != nil {
+			return nil, err
+		}
+		paths[name] = path
+	}
+	return paths, os.Remove(bin)
+}
+
+// Emulator is one bootstrap running under aws-lambda-rie: one execution
+// environment, like one Lambda container. The emulator fails under
+// concurrent invokes, so Invoke serialises them.
+type Emulator struct {
+	url  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	mu   sync.Mutex
+	log  *syncBuffer
+}
+
+// Start runs bootstrap under the emulator with exactly env (plus PATH), on
+// free loopback ports. The function's init runs at the first Invoke, as in
+// Lambda. Call Stop when done.
+func Start(ctx context.Context, rie, bootstrap string, env []string) (*Emulator, error) {
+	apiPort, err := localnet.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	runtimePort, err := localnet.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	e := &Emulator{url: fmt.Sprintf("http://127.0.0.1:%d/2015-03-31/functions/function/invocations", apiPort),
+		done: make(chan struct{}), log: &syncBuffer{}}
+	e.cmd = exec.Command(rie,
+		"--runtime-interface-emulator-address", "127.0.0.1:"+strconv.Itoa(apiPort),
+		"--runtime-api-address", "127.0.0.1:"+strconv.Itoa(runtimePort),
+		"--log-level", "error", bootstrap)
+	e.cmd.Dir = filepath.Dir(bootstrap)
+	e.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "AWS_LAMBDA_FUNCTION_TIMEOUT=60"}, env...)
+	e.cmd.Stdout, e.cmd.Stderr = e.log, e.log
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := e.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", rie, err)
+	}
+	go func() { _ = e.cmd.Wait(); close(e.done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", apiPort), time.Second)
+		if err == nil {
+			c.Close()
+			return e, nil
+		}
+		select {
+		case <-e.done:
+			return nil, fmt.Errorf("aws-lambda-rie exited at start:\n%s", e.log.String())
+		case <-ctx.Done():
+			e.Stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			e.Stop()
+			return nil, fmt.Errorf("aws-lambda-rie did not listen within 10s:\n%s", e.log.String())
+		}
+	}
+}
+
+// Invoke sends one event and returns the function's response payload and
+// how long the round trip took. A function error (the runtime's
+// {"errorMessage", "errorType"} answer) is returned as an error.
+func (e *Emulator) Invoke(ctx context.Context, event any) (json.RawMessage, time.Duration, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	body, err := json.Marshal(event)
+	if err != nil {
+		return nil, 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("invoke: %w\n%s", err, e.log.String())
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if err != nil {
+		return nil, took, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return out, took, fmt.Errorf("invoke: emulator answered %d %s\n%s", resp.StatusCode, out, e.log.String())
+	}
+	var fnErr struct {
+		ErrorMessage string `json:"errorMessage"`
+		ErrorType    string `json:"errorType"`
+	}
+	if json.Unmarshal(out, &fnErr) == nil && fnErr.ErrorType != "" {
+		return out, took, fmt.Errorf("function error %s: %s\n%s", fnErr.ErrorType, fnErr.ErrorMessage, e.log.String())
+	}
+	return out, took, nil
+}
+
+// Log returns what the emulator and the function wrote so far.
+func (e *Emulator) Log() string { return e.log.String() }
+
+// Stop ends the emulator and the bootstrap it runs.
+func (e *Emulator) Stop() {
+	if e.cmd.Process != nil {
+		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	<-e.done
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// SecretsManager is a stand-in for AWS Secrets Manager's GetSecretValue
+// (JSON 1.1 protocol), so bootstraps read their secrets through the real
+// SDK path: point AWS_ENDPOINT_URL_SECRETS_MANAGER at URL.
+type SecretsManager struct {
+	URL     string
+	srv     *httptest.Server
+	mu      sync.Mutex
+	secrets map[string]string
+	reads   map[string]int
+}
+
+// NewSecretsManager serves secrets (ARN → SecretString). Close it when done.
+func NewSecretsManager(secrets map[string]string) *SecretsManager {
+	sm := &SecretsManager{secrets: secrets, reads: map[string]int{}}
+	sm.srv = httptest.NewServer(http.HandlerFunc(sm.serve))
+	sm.URL = sm.srv.URL
+	return sm
+}
+
+func (sm *SecretsManager) serve(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	var in struct{ SecretId string }
+	if r.Header.Get("X-Amz-Target") != "secretsmanager.GetSecretValue" || json.NewDecoder(r.Body).Decode(&in) != nil ||
+		!strings.HasPrefix(r.Header.Get("Authorization"), "AWS4-HMAC-SHA256 ") {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"__type":"InvalidRequestException","message":"only signed GetSecretValue is served"}`)
+		return
+	}
+	sm.mu.Lock()
+	v, ok := sm.secrets[in.SecretId]
+	if ok {
+		sm.reads[in.SecretId]++
+	}
+	sm.mu.Unlock()
+	if !ok {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"__type":"ResourceNotFoundException","message":"Secrets Manager can't find the specified secret."}`)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"ARN": in.SecretId, "Name": in.SecretId, "SecretString": v,
+		"VersionId": "v1", "CreatedDate": 1.7e9})
+}
+
+// Reads returns how many times the secret was read.
+func (sm *SecretsManager) Reads(arn string) int {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	return sm.reads[arn]
+}
+
+// Close stops the server.
+func (sm *SecretsManager) Close() { sm.srv.Close() }

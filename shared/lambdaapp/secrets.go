@@ -1,0 +1,102 @@
+package lambdaapp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+)
+
+// Secret returns the secret called name. In AWS the template sets
+// <name>_SECRET_ARN and the value is read from Secrets Manager (call it at
+// cold start, not per request); elsewhere (the local stack, tests) the value
+// is the environment variable <name> itself. Setting neither is an error.
+func Secret(ctx context.Context, name string) (string, error) {
+	if arn := os.Getenv(name + "_SECRET_ARN"); arn != "" {
+		client, err := secretsClient(ctx)
+		if err != nil {
+			return "", fmt.Errorf("secret %s: %w", name, err)
+		}
+		out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
+		if err != nil {
+			return "", fmt.Errorf("secret %s: read %s: %w", name, arn, err)
+		}
+		if out.SecretString == nil {
+			return "", fmt.Errorf("secret %s: %s has no string value", name, arn)
+		}
+		return *out.SecretString, nil
+	}
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v, nil
+	}
+	return "", fmt.Errorf("%s is not set (nor %s_SECRET_ARN)", name, name)
+}
+
+var (
+	smOnce   sync.Once
+	smClient *secretsmanager.Client
+	smErr    error
+)
+
+// secretsClient is made once per container. AWS_ENDPOINT_URL_SECRETS_MANAGER
+// (read by the SDK) points it elsewhere, which the smoke tests use.
+func secretsClient(ctx context.Context) (*secretsmanager.Client, error) {
+	smOnce.Do(func() {
+		cfg, err := awsconfig.LoadDefaultConfig(ctx)
+		if err != nil {
+			smErr = fmt.Errorf("aws config: %w", err)
+			return
+		}
+		smClient = secretsmanager.NewFromConfig(cfg)
+	})
+	return smClient, smErr
+}
+
+// DatabaseURL returns the PostgreSQL URL the functions connect with.
+//
+// In AWS the template sets FORGECI_DATABASE_HOST (RDS Proxy's endpoint, or
+// the database's), FORGECI_DATABASE_PORT, FORGECI_DATABASE_NAME,
+// FORGECI_DATABASE_SSLMODE and FORGECI_DATABASE_CREDENTIALS_SECRET_ARN, the
+// Secrets Manager secret holding {"username": ..., "password": ...} (the
+// shape RDS and RDS Proxy use; other keys such as the database's own host
+// are ignored, since the functions must go through the proxy). The URL is
+// assembled from them, so no password is ever in the function's
+// configuration. Without FORGECI_DATABASE_HOST, FORGECI_DATABASE_URL is the
+// whole URL (itself a secret: FORGECI_DATABASE_URL_SECRET_ARN works too).
+func DatabaseURL(ctx context.Context) (string, error) {
+	host := os.Getenv("FORGECI_DATABASE_HOST")
+	if host == "" {
+		return Secret(ctx, "FORGECI_DATABASE_URL")
+	}
+	raw, err := Secret(ctx, "FORGECI_DATABASE_CREDENTIALS")
+	if err != nil {
+		return "", err
+	}
+	var creds struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	}
+	if err := json.Unmarshal([]byte(raw), &creds); err != nil || creds.Username == "" || creds.Password == "" {
+		return "", fmt.Errorf("FORGECI_DATABASE_CREDENTIALS must be JSON with username and password")
+	}
+	port := envOr("FORGECI_DATABASE_PORT", "5432")
+	name := envOr("FORGECI_DATABASE_NAME", "forgeci")
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(creds.Username, creds.Password),
+		Host: net.JoinHostPort(host, port), Path: "/" + name,
+		RawQuery: url.Values{"sslmode": {envOr("FORGECI_DATABASE_SSLMODE", "verify-full")}}.Encode()}
+	return u.String(), nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
