@@ -33,6 +33,7 @@ test: deps lint bin/forgeci   ## the whole suite against real PostgreSQL
 
 bench: deps bin/forgeci       ## benchmarks, each beside its baseline
 	bin/forgeci services -- $(GO) run ./cmd/forgeci-bench
+	bin/forgeci services -- $(GO) run ./cmd/forgeci-lambdabench
 
 fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzExtract -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/

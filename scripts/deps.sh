@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ForgeCI's tests and local stack need and are missing:
-# PostgreSQL server binaries from Debian (when root). Idempotent and quiet
+# PostgreSQL server binaries from Debian (when root), versitygw and the
+# Lambda Runtime Interface Emulator (go install). Idempotent and quiet
 # when everything is present.
 set -euo pipefail
 
@@ -44,4 +45,13 @@ gobin="$(go env GOPATH)/bin"
 if ! command -v versitygw >/dev/null 2>&1 && [ ! -x "$gobin/versitygw" ]; then
   echo "deps: installing versitygw $VERSITYGW_VERSION (go install, about a minute)" >&2
   GOFLAGS=-buildvcs=false go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+fi
+
+# aws-lambda-rie: the Lambda Runtime Interface Emulator the smoke tests run
+# every function's bootstrap under. Only this pseudo-version is served by
+# the module proxy (the tagged releases are not Go-installable).
+RIE_VERSION=v0.0.0-20261030222936-bef5c4ba774d
+if ! command -v aws-lambda-rie >/dev/null 2>&1 && [ ! -x "$gobin/aws-lambda-rie" ]; then
+  echo "deps: installing aws-lambda-rie (go install)" >&2
+  GOFLAGS=-buildvcs=false go install "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$RIE_VERSION"
 fi

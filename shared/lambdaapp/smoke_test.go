@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -82,7 +83,7 @@ func built(t *testing.T) map[string]string {
 		if buildDir, buildErr = os.MkdirTemp("", "forgeci-bootstraps-"); buildErr != nil {
 			return
 		}
-		bootstraps, buildErr = lambdatest.Build(context.Background(), buildDir, pkgs...)
+		bootstraps, buildErr = lambdatest.Build(context.Background(), buildDir, runtime.GOARCH, pkgs...)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -90,50 +91,21 @@ func built(t *testing.T) map[string]string {
 	return bootstraps
 }
 
-// lambdaEnv is what a function gets in AWS (see template.yaml), pointed at
-// the test's PostgreSQL, bucket and stand-in Secrets Manager: the database
-// URL is assembled from FORGECI_DATABASE_* and the credentials secret.
+// lambdaEnv is a function's environment in AWS (lambdatest.AWSEnv) and
+// the stand-in Secrets Manager it reads its secrets from.
 type lambdaEnv struct {
-	vars  []string
-	sm    *lambdatest.SecretsManager
-	dbARN string
+	vars []string
+	sm   *lambdatest.SecretsManager
 }
-
-const (
-	dbSecretARN      = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-db-AbCdEf"
-	webhookSecretARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-webhook-AbCdEf"
-	githubKeyARN     = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-github-key-AbCdEf"
-)
 
 func newLambdaEnv(t *testing.T, dbURL string, blobs cas.Config) *lambdaEnv {
 	t.Helper()
-	u, err := url.Parse(dbURL)
+	vars, sm, err := lambdatest.AWSEnv(dbURL, blobs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pw, _ := u.User.Password()
-	creds, _ := json.Marshal(map[string]string{"username": u.User.Username(), "password": pw,
-		"engine": "postgres", "host": "not-the-proxy.example"})
-	sm := lambdatest.NewSecretsManager(map[string]string{dbSecretARN: string(creds),
-		webhookSecretARN: "smoke-webhook-secret", githubKeyARN: "unset"})
 	t.Cleanup(sm.Close)
-	region := blobs.Region
-	if region == "" {
-		region = "us-east-1"
-	}
-	return &lambdaEnv{sm: sm, dbARN: dbSecretARN, vars: []string{
-		"AWS_REGION=" + region, "AWS_ACCESS_KEY_ID=AKIDSMOKETEST", "AWS_SECRET_ACCESS_KEY=smoke",
-		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + sm.URL,
-		"FORGECI_DATABASE_HOST=" + u.Hostname(), "FORGECI_DATABASE_PORT=" + u.Port(),
-		"FORGECI_DATABASE_NAME=" + strings.TrimPrefix(u.Path, "/"), "FORGECI_DATABASE_SSLMODE=disable",
-		"FORGECI_DATABASE_CREDENTIALS_SECRET_ARN=" + dbSecretARN,
-		"FORGECI_BUCKET=" + blobs.Bucket, "FORGECI_S3_ENDPOINT=" + blobs.Endpoint,
-		"FORGECI_S3_ACCESS_KEY=" + blobs.AccessKey, "FORGECI_S3_SECRET_KEY=" + blobs.SecretKey,
-		"FORGECI_GITHUB_WEBHOOK_SECRET_SECRET_ARN=" + webhookSecretARN,
-		"FORGECI_GITHUB_PRIVATE_KEY_SECRET_ARN=" + githubKeyARN,
-		"FORGECI_GITHUB_APP_ID=", "FORGECI_GITHUB_API_URL=http://127.0.0.1:1/", "FORGECI_PUBLIC_URL=https://ci.example",
-		"FORGECI_SCM_FUNCTION=forgeci-scm",
-	}}
+	return &lambdaEnv{vars: vars, sm: sm}
 }
 
 // fleet starts one emulator per function on first use, like Lambda starts
@@ -617,7 +589,7 @@ func TestLambdaSmoke(t *testing.T) {
 	f.invoke("scm", scheduled)
 
 	// Secrets are read once per container, at cold start, never per request.
-	if got, want := env.sm.Reads(dbSecretARN), len(f.emus); got != want {
+	if got, want := env.sm.Reads(lambdatest.DatabaseSecretARN), len(f.emus); got != want {
 		t.Errorf("database secret read %d times by %d containers", got, want)
 	}
 }

@@ -15,16 +15,17 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/localnet"
 )
 
@@ -72,9 +73,9 @@ func ModuleRoot() (string, error) {
 // Build compiles the packages (import paths relative to the module root,
 // such as ./functions/claim) into out/<last element>/bootstrap, with the
 // flags of the Makefile's lambda macro (static, -tags lambda.norpc,
-// -trimpath, stripped) for linux on this machine's architecture. One go
-// build for all of them, so they compile in parallel.
-func Build(ctx context.Context, out string, pkgs ...string) (map[string]string, error) {
+// -trimpath, stripped) for linux/goarch (runtime.GOARCH to run them here).
+// One go build for all of them, so they compile in parallel.
+func Build(ctx context.Context, out, goarch string, pkgs ...string) (map[string]string, error) {
 	root, err := ModuleRoot()
 	if err != nil {
 		return nil, err
@@ -86,7 +87,7 @@ func Build(ctx context.Context, out string, pkgs ...string) (map[string]string, 
 	args := append([]string{"build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", bin + "/"}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, msg)
 	}
@@ -283,3 +284,45 @@ func (sm *SecretsManager) Reads(arn string) int {
 
 // Close stops the server.
 func (sm *SecretsManager) Close() { sm.srv.Close() }
+
+// Stand-in secret ARNs of the template's three secrets.
+const (
+	DatabaseSecretARN      = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-db-AbCdEf"
+	WebhookSecretARN       = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-webhook-AbCdEf"
+	GitHubPrivateKeyARN    = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-github-key-AbCdEf"
+	unconfiguredPrivateKey = "unset" // what the template's secret holds until an admin sets it
+)
+
+// AWSEnv is the environment template.yaml gives a function (a fresh deploy,
+// GitHub App not configured yet), pointed at the PostgreSQL of dbURL, the
+// bucket of blobs and a stand-in Secrets Manager, which it returns already
+// holding the three secrets: the functions assemble their database URL
+// from FORGECI_DATABASE_* and the credentials secret, as in AWS.
+func AWSEnv(dbURL string, blobs cas.Config) ([]string, *SecretsManager, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	pw, _ := u.User.Password()
+	creds, _ := json.Marshal(map[string]string{"username": u.User.Username(), "password": pw,
+		"engine": "postgres", "host": "the-database-itself.example"})
+	sm := NewSecretsManager(map[string]string{DatabaseSecretARN: string(creds),
+		WebhookSecretARN: "stand-in-webhook-secret", GitHubPrivateKeyARN: unconfiguredPrivateKey})
+	region := blobs.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	return []string{
+		"AWS_REGION=" + region, "AWS_ACCESS_KEY_ID=AKIDLAMBDATEST", "AWS_SECRET_ACCESS_KEY=lambdatest",
+		"AWS_ENDPOINT_URL_SECRETS_MANAGER=" + sm.URL,
+		"FORGECI_DATABASE_HOST=" + u.Hostname(), "FORGECI_DATABASE_PORT=" + u.Port(),
+		"FORGECI_DATABASE_NAME=" + strings.TrimPrefix(u.Path, "/"), "FORGECI_DATABASE_SSLMODE=disable",
+		"FORGECI_DATABASE_CREDENTIALS_SECRET_ARN=" + DatabaseSecretARN,
+		"FORGECI_BUCKET=" + blobs.Bucket, "FORGECI_S3_ENDPOINT=" + blobs.Endpoint,
+		"FORGECI_S3_ACCESS_KEY=" + blobs.AccessKey, "FORGECI_S3_SECRET_KEY=" + blobs.SecretKey,
+		"FORGECI_GITHUB_WEBHOOK_SECRET_SECRET_ARN=" + WebhookSecretARN,
+		"FORGECI_GITHUB_PRIVATE_KEY_SECRET_ARN=" + GitHubPrivateKeyARN,
+		"FORGECI_GITHUB_APP_ID=", "FORGECI_GITHUB_API_URL=http://127.0.0.1:1/", "FORGECI_PUBLIC_URL=https://ci.example",
+		"FORGECI_SCM_FUNCTION=forgeci-scm",
+	}, sm, nil
+}

@@ -1,0 +1,237 @@
+// Command forgeci-lambdabench measures ForgeCI's Lambda functions as they
+// run: each bootstrap's size (linux/arm64, as deployed), and its cold first
+// invoke and warm invokes under the Lambda Runtime Interface Emulator,
+// against real PostgreSQL and S3, beside a hello-world bootstrap measured
+// in the same run. `make bench` runs it under `forgeci services`.
+//
+// A cold invoke is the round trip of the first event sent to a fresh
+// emulator: the emulator starts the bootstrap, which reads its secrets,
+// opens its pool (connect and ping) and serves the event. The emulator has
+// no network or sandbox overhead of Lambda's, so the figures are a lower
+// bound for Lambda's; the ratio to hello-world is what carries over.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/lambdaapp/lambdatest"
+	"github.com/forgeci/forgeci/shared/localnet"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// sizeGoal is the issue's "≤ 15 MB", read as MiB (what ls -lh and the
+// Lambda console show); the table also prints decimal megabytes.
+const sizeGoal = 15 << 20
+
+func main() {
+	colds := flag.Int("cold", 5, "cold starts per function (the median is reported)")
+	warms := flag.Int("warm", 50, "warm invokes per function")
+	flag.Parse()
+	if err := run(context.Background(), *colds, *warms); err != nil {
+		fmt.Fprintln(os.Stderr, "forgeci-lambdabench:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	name         string
+	sizeArm64    int64
+	sizeHere     int64
+	cold         time.Duration // median
+	warm, warm90 time.Duration
+}
+
+func run(ctx context.Context, colds, warms int) error {
+	admin := os.Getenv("FORGECI_TEST_PG")
+	if admin == "" || os.Getenv("FORGECI_TEST_S3_ENDPOINT") == "" {
+		return fmt.Errorf("FORGECI_TEST_PG and FORGECI_TEST_S3_* are not set; run it as `make bench`")
+	}
+	rie, err := lambdatest.RIE()
+	if err != nil {
+		return err
+	}
+	root, err := lambdatest.ModuleRoot()
+	if err != nil {
+		return err
+	}
+	dirs, err := os.ReadDir(filepath.Join(root, "functions"))
+	if err != nil {
+		return err
+	}
+	pkgs := []string{"./shared/lambdaapp/lambdatest/hello"}
+	for _, d := range dirs {
+		pkgs = append(pkgs, "./functions/"+d.Name())
+	}
+	tmp, err := os.MkdirTemp("", "forgeci-lambdabench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	fmt.Fprintln(os.Stderr, "building bootstraps for linux/arm64 (deployed) and linux/"+runtime.GOARCH+" (run here) ...")
+	arm, err := lambdatest.Build(ctx, filepath.Join(tmp, "arm64"), "arm64", pkgs...)
+	if err != nil {
+		return err
+	}
+	here, err := lambdatest.Build(ctx, filepath.Join(tmp, runtime.GOARCH), runtime.GOARCH, pkgs...)
+	if err != nil {
+		return err
+	}
+
+	// A migrated database and a bucket of their own.
+	dbName := "lambdabench_" + localnet.RandomHex(6)
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
+		return err
+	}
+	defer conn.Exec(ctx, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck
+	dbURL := strings.Replace(admin, "/postgres?", "/"+dbName+"?", 1)
+	if _, err := store.Migrate(ctx, dbURL, nil); err != nil {
+		return err
+	}
+	blobs := cas.Config{Bucket: "lambdabench-" + localnet.RandomHex(4), Endpoint: os.Getenv("FORGECI_TEST_S3_ENDPOINT"),
+		AccessKey: os.Getenv("FORGECI_TEST_S3_ACCESS_KEY"), SecretKey: os.Getenv("FORGECI_TEST_S3_SECRET_KEY"),
+		Region: os.Getenv("FORGECI_TEST_S3_REGION")}
+	if bs, err := cas.New(ctx, blobs); err != nil {
+		return err
+	} else if err := bs.EnsureBucket(ctx); err != nil {
+		return err
+	}
+	env, sm, err := lambdatest.AWSEnv(dbURL, blobs)
+	if err != nil {
+		return err
+	}
+	defer sm.Close()
+	// The migrate function answers CloudFormation here.
+	cfn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer cfn.Close()
+
+	names := make([]string, 0, len(here))
+	for n := range here {
+		if n != "hello" {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	names = append([]string{"hello"}, names...)
+	var results []result
+	for _, name := range names {
+		fmt.Fprintf(os.Stderr, "measuring %s ...\n", name)
+		r := result{name: name, sizeArm64: size(arm[name]), sizeHere: size(here[name])}
+		ev := event(name, cfn.URL)
+		var cold []time.Duration
+		var warm []time.Duration
+		for i := 0; i < colds; i++ {
+			e, err := lambdatest.Start(ctx, rie, here[name], env)
+			if err != nil {
+				return err
+			}
+			_, took, err := e.Invoke(ctx, ev)
+			if err != nil {
+				e.Stop()
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			cold = append(cold, took)
+			if i == colds-1 {
+				for j := 0; j < warms; j++ {
+					_, took, err := e.Invoke(ctx, ev)
+					if err != nil {
+						e.Stop()
+						return fmt.Errorf("%s: %w", name, err)
+					}
+					warm = append(warm, took)
+				}
+			}
+			e.Stop()
+		}
+		r.cold = quantile(cold, 0.5)
+		r.warm, r.warm90 = quantile(warm, 0.5), quantile(warm, 0.9)
+		results = append(results, r)
+	}
+
+	hello := results[0]
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "function\tarm64 bootstrap\t(MB)\t%s\tcold first invoke\t× hello\twarm p50\twarm p90\t× hello\t≤ 15 MiB\t\n", runtime.GOARCH)
+	for _, r := range results {
+		ok := "ok"
+		if r.sizeArm64 > sizeGoal {
+			ok = "OVER"
+		}
+		fmt.Fprintf(w, "%s\t%.2f MiB\t(%.2f)\t%.2f MiB\t%.1f ms\t%.1f\t%.2f ms\t%.2f ms\t%.1f\t%s\t\n", r.name, mb(r.sizeArm64), float64(r.sizeArm64)/1e6, mb(r.sizeHere),
+			msf(r.cold), float64(r.cold)/float64(hello.cold), msf(r.warm), msf(r.warm90), float64(r.warm)/float64(hello.warm), ok)
+	}
+	w.Flush()
+	fmt.Printf("\ncold: median of %d fresh emulators; warm: %d sequential invokes of one; each function serves one\n"+
+		"representative event (see cmd/forgeci-lambdabench): HTTP functions a request that authenticates against\n"+
+		"PostgreSQL and is refused (401), scheduled functions a scheduled event, migrate a custom resource Update.\n", colds, warms)
+	return nil
+}
+
+// event is the one event each function is measured with: for an HTTP
+// function, its first route with a bearer token that does not exist (one
+// authenticating query, then 401); a scheduled event for the sweeper and
+// scm; a custom resource Update for migrate.
+func event(name, responseURL string) any {
+	switch name {
+	case "migrate":
+		return map[string]any{"RequestType": "Update", "RequestId": "bench", "ResponseURL": responseURL,
+			"ResourceType": "Custom::Migrations", "LogicalResourceId": "Migrations", "PhysicalResourceId": "forgeci-migrations",
+			"StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/forgeci/1", "ResourceProperties": map[string]any{}}
+	case "sweeper", "scm":
+		return events.EventBridgeEvent{Version: "0", ID: "bench", DetailType: "Scheduled Event", Source: "aws.events",
+			Time: time.Now(), Region: "us-east-1", Detail: json.RawMessage("{}")}
+	}
+	method, path := "POST", "/v1/runners/register"
+	body := `{"registration_token":"frg_bench","name":"bench","labels":["linux"]}`
+	if rs := api.Routes(name); len(rs) > 0 {
+		method, path = rs[0].Method, strings.NewReplacer("{job_id}", "00000000-0000-0000-0000-000000000000",
+			"{run_id}", "00000000-0000-0000-0000-000000000000").Replace(rs[0].Path)
+		if name != "register" {
+			body = `{}`
+		}
+	}
+	return events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: method + " " + path, RawPath: path, Body: body,
+		Headers: map[string]string{"authorization": "Bearer frr_not_a_token", "content-type": "application/json"},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "bench", DomainName: "bench.example",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: path}}}
+}
+
+func size(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(q*float64(len(s)-1)+0.5)]
+}
+
+func mb(n int64) float64          { return float64(n) / (1 << 20) }
+func msf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
