@@ -29,7 +29,6 @@ import (
 	"github.com/forgeci/forgeci/shared/lambdaapp/lambdatest"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/snapshot"
-	"github.com/forgeci/forgeci/shared/store"
 )
 
 // The bootstraps are built once per test binary, into buildDir.
@@ -362,8 +361,10 @@ func get(t *testing.T, rawURL string) []byte {
 // heartbeats, fetches the source, appends logs, saves an artifact and a
 // cache entry and completes; the second job fetches the artifact. Stale
 // leases are fenced (409) through the same path; the webhook refuses an
-// unsigned delivery; the scheduled sweeper and scm functions run; the
-// database credentials come from (stand-in) Secrets Manager at cold start.
+// unsigned delivery; the scheduled sweeper and scm functions run; the admin
+// function makes the registration token and user, lists and revokes the
+// runner; the database credentials come from (stand-in) Secrets Manager at
+// cold start.
 func TestLambdaSmoke(t *testing.T) {
 	ctx := context.Background()
 	dbURL := pgtest.NewDatabase(t)
@@ -375,26 +376,26 @@ func TestLambdaSmoke(t *testing.T) {
 	if err := blobs.EnsureBucket(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := store.OpenPool(ctx, dbURL, store.PoolOptions{MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	st := store.New(pool, store.Limits{})
-	regToken, _, err := st.CreateRegistrationToken(ctx, time.Hour, "smoke")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, userToken, err := st.CreateUser(ctx, "smoke", store.RoleAdmin)
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	env := newLambdaEnv(t, dbURL, blobsCfg)
 	f := newFleet(t, env)
 	// A second claim container with a 5 s lease, for the sweeper.
 	f.extra["claim#short"] = []string{"FORGECI_LEASE_TTL_SECONDS=5"}
 	defer f.report()
+
+	// The admin function makes the registration token and the user.
+	admin := func(req map[string]any) map[string]any {
+		t.Helper()
+		var out map[string]any
+		if err := json.Unmarshal(f.invoke("admin", req), &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	regToken, _ := admin(map[string]any{"command": "registration-token", "ttl_hours": 1, "description": "smoke"})["registration_token"].(string)
+	userToken, _ := admin(map[string]any{"command": "create-user", "name": "smoke", "role": "admin"})["token"].(string)
+	if regToken == "" || userToken == "" {
+		t.Fatal("the admin function made no registration token or user token")
+	}
 
 	// Registration: a wrong token is 401, the right one gives a runner.
 	if r := f.expect("register", "POST /v1/runners/register", "/v1/runners/register", "",
@@ -587,6 +588,16 @@ func TestLambdaSmoke(t *testing.T) {
 	}
 	f.invoke("scm", scheduled)
 	f.invoke("scm", scheduled)
+
+	// Revocation: the runner is listed, revoked, and then refused.
+	if rs, _ := admin(map[string]any{"command": "list-runners"})["runners"].([]any); len(rs) != 1 || rs[0].(map[string]any)["id"] != runner.RunnerID {
+		t.Fatalf("list-runners: %v", rs)
+	}
+	admin(map[string]any{"command": "revoke-runner", "runner_id": runner.RunnerID})
+	f.expect("claim", "POST /v1/runner/claim", "/v1/runner/claim", runner.Token, map[string]any{"labels": []string{"linux"}}, 401)
+	if _, _, err := f.emulator("admin").Invoke(ctx, map[string]any{"command": "drop-everything"}); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Fatalf("unknown admin command: %v", err)
+	}
 
 	// Secrets are read once per container, at cold start, never per request.
 	if got, want := env.sm.Reads(lambdatest.DatabaseSecretARN), len(f.emus); got != want {
