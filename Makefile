@@ -17,6 +17,9 @@ bin/forgeci: FORCE
 bin/forgeci-runner: FORCE
 	$(GO) build -o $@ ./runner/cmd/forgeci-runner
 
+bin/forgeci-runner-linux-%: FORCE   ## the runner for another machine: -amd64 or -arm64 (infra/)
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags='-s -w' -o $@ ./runner/cmd/forgeci-runner
+
 demo: deps bin/forgeci bin/forgeci-runner   ## the main job: local ForgeCI + runner + example pipeline to PASSED
 	scripts/demo.sh
 
