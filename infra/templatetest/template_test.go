@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"sort"
@@ -420,19 +421,27 @@ func checkPolicies(t *testing.T, tmpl *cloudformation.Template, generic map[stri
 			}
 		}
 	}
+	// The webhook function kicks the scm function by name (a Ref would be
+	// a dependency cycle: scm refers to the Api, the Api to the webhook).
+	const scmName = "${AWS::StackName}-scm"
 	webhook := tmpl.GetAllServerlessFunctionResources()["WebhookFunction"]
 	if webhook != nil {
 		var invokes bool
 		for _, doc := range *webhook.Policies.IAMPolicyDocumentArray {
 			for _, s := range statements("WebhookFunction", doc.Statement) {
-				invokes = invokes || (slices.Contains(s.actions, "lambda:InvokeFunction") && slices.Equal(s.resources, []string{"getatt:ScmFunction.Arn"}))
+				invokes = invokes || (slices.Contains(s.actions, "lambda:InvokeFunction") &&
+					slices.Equal(s.resources, []string{"sub:arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:" + scmName}))
 			}
 		}
 		if !invokes {
-			t.Error("WebhookFunction may not invoke ScmFunction (lambda:InvokeFunction on !GetAtt ScmFunction.Arn only)")
+			t.Error("WebhookFunction may not invoke ScmFunction (lambda:InvokeFunction on the scm function's ARN only)")
 		}
-		if functionEnv(webhook)["FORGECI_SCM_FUNCTION"] != "ref:ScmFunction" {
-			t.Error("WebhookFunction needs FORGECI_SCM_FUNCTION: !Ref ScmFunction")
+		if functionEnv(webhook)["FORGECI_SCM_FUNCTION"] != "sub:"+scmName {
+			t.Errorf("WebhookFunction needs FORGECI_SCM_FUNCTION: !Sub %s", scmName)
+		}
+		scm := tmpl.GetAllServerlessFunctionResources()["ScmFunction"]
+		if scm == nil || scm.FunctionName == nil || *scm.FunctionName != "sub:"+scmName {
+			t.Errorf("ScmFunction needs FunctionName: !Sub %s", scmName)
 		}
 	}
 }
@@ -544,5 +553,20 @@ func checkDatabase(t *testing.T, tmpl *cloudformation.Template, generic map[stri
 		if id != "MigrateFunction" && !slices.Contains(fn.AWSCloudFormationDependsOn, "Migrations") {
 			t.Errorf("%s must DependsOn Migrations", id)
 		}
+	}
+}
+
+// TestCfnLint runs cfn-lint (AWS's CloudFormation linter, which applies the
+// SAM transform first and checks every resource against the CloudFormation
+// schemas, dependency cycles included) when it is installed.
+func TestCfnLint(t *testing.T) {
+	bin, err := exec.LookPath("cfn-lint")
+	if err != nil {
+		t.Skip("cfn-lint is not installed (pip install cfn-lint); the goformation checks still ran")
+	}
+	cmd := exec.Command(bin, "template.yaml", "infra/runner-ec2.yaml")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cfn-lint: %v\n%s", err, out)
 	}
 }
