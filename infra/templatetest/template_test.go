@@ -170,6 +170,7 @@ func TestTemplate(t *testing.T) {
 			t.Run("Policies", func(t *testing.T) { checkPolicies(t, tmpl, generic) })
 			t.Run("Bucket", func(t *testing.T) { checkBucket(t, tmpl) })
 			t.Run("Database", func(t *testing.T) { checkDatabase(t, tmpl, generic, overrides) })
+			t.Run("Network", func(t *testing.T) { checkNetwork(t, tmpl, generic) })
 			t.Run("Outputs", func(t *testing.T) {
 				for _, o := range []string{"ApiUrl", "BucketName"} {
 					if _, ok := tmpl.Outputs[o]; !ok {
@@ -568,5 +569,31 @@ func TestCfnLint(t *testing.T) {
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cfn-lint: %v\n%s", err, out)
+	}
+}
+
+// checkNetwork: both VPC shapes get an S3 gateway endpoint, with no policy
+// narrower than the functions' roles (CloudFormation's response bucket goes
+// through it too); the migrate function waits for the new VPC's routes.
+func checkNetwork(t *testing.T, tmpl *cloudformation.Template, generic map[string]any) {
+	res, _ := generic["Resources"].(map[string]any)
+	for _, id := range []string{"S3Endpoint", "ExistingVpcS3Endpoint"} {
+		if dig(res, id, "Properties", "VpcEndpointType") != "Gateway" || !strings.Contains(fmt.Sprint(dig(res, id, "Properties", "ServiceName")), ".s3") {
+			t.Errorf("%s must be an S3 gateway endpoint", id)
+		}
+		if dig(res, id, "Properties", "PolicyDocument") != nil {
+			t.Errorf("%s has an endpoint policy: it would refuse the custom resource's answer to CloudFormation", id)
+		}
+	}
+	mig := tmpl.GetAllServerlessFunctionResources()["MigrateFunction"]
+	if mig == nil {
+		t.Fatal("no MigrateFunction")
+	}
+	if n := functionEnv(mig)["FORGECI_NETWORK"]; n != "existing" {
+		for _, want := range []string{"ref:PrivateDefaultRoute", "ref:PrivateSubnetARoutes", "ref:PrivateSubnetBRoutes", "ref:S3Endpoint"} {
+			if !strings.Contains(n, want) {
+				t.Errorf("MigrateFunction does not wait for %s (FORGECI_NETWORK=%s)", want, n)
+			}
+		}
 	}
 }
