@@ -3,6 +3,7 @@ package lambdaapp_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -221,6 +222,26 @@ func (f *fleet) call(name, route, path, token string, body any) response {
 		}
 	}
 	return response{Status: resp.StatusCode, Headers: resp.Headers, Body: out}
+}
+
+// webhook sends a GitHub App delivery of a ping event, signed when sig is set.
+func (f *fleet) webhook(body []byte, sig string) response {
+	f.t.Helper()
+	headers := map[string]string{"content-type": "application/json", "user-agent": "GitHub-Hookshot/smoke",
+		"x-github-event": "ping", "x-github-delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958",
+		"x-github-hook-installation-target-type": "integration", "x-github-hook-installation-target-id": "12345"}
+	if sig != "" {
+		headers["x-hub-signature-256"] = sig
+	}
+	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "POST /v1/webhooks/github", RawPath: "/v1/webhooks/github",
+		Headers: headers, Body: string(body),
+		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "smoke-webhook", DomainName: "smoke.example",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/v1/webhooks/github"}}}
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(f.invoke("webhook", ev), &resp); err != nil {
+		f.t.Fatal(err)
+	}
+	return response{Status: resp.StatusCode, Headers: resp.Headers, Body: []byte(resp.Body)}
 }
 
 func (f *fleet) expect(name, route, path, token string, body any, status int) response {
@@ -578,13 +599,21 @@ func TestLambdaSmoke(t *testing.T) {
 	f.expect("heartbeat", "POST /v1/runner/jobs/{job_id}/heartbeat", "/v1/runner/jobs/"+c3.Lease.JobID+"/heartbeat", runner.Token,
 		map[string]any{"lease": c3.Lease}, 409)
 
-	// GitHub: an unsigned delivery is refused; the scm worker runs on its
-	// schedule with no GitHub App configured (a fresh deploy).
-	// (501 not_implemented is the committed stub's answer until the intake
-	// lands; drop it then.)
-	if r := f.call("webhook", "POST /v1/webhooks/github", "/v1/webhooks/github", "", map[string]any{"zen": "hi"}); !(r.Status == 401 && r.errorCode() == "unauthorized") &&
-		!(r.Status == 501 && r.errorCode() == "not_implemented") {
+	// GitHub: an unsigned delivery is refused; one signed with the App's
+	// webhook secret (read from Secrets Manager) is accepted, and a ping is
+	// ignored; the scm worker makes its scheduled passes (nothing of GitHub's
+	// to do). (501 not_implemented is the committed stub's answer until the
+	// intake lands; drop it then.)
+	stub := func(r response) bool { return r.Status == 501 && r.errorCode() == "not_implemented" }
+	ping := []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`)
+	r = f.webhook(ping, "")
+	if !(r.Status == 401 && r.errorCode() == "unauthorized") && !stub(r) {
 		t.Fatalf("unsigned webhook: %d %s", r.Status, r.Body)
+	}
+	mac := hmac.New(sha256.New, []byte(lambdatest.WebhookSecret))
+	mac.Write(ping)
+	if r = f.webhook(ping, "sha256="+hex.EncodeToString(mac.Sum(nil))); r.Status != 202 && !stub(r) {
+		t.Fatalf("signed ping: %d %s", r.Status, r.Body)
 	}
 	f.invoke("scm", scheduled)
 	f.invoke("scm", scheduled)

@@ -8,7 +8,11 @@ package lambdatest
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -285,19 +289,21 @@ func (sm *SecretsManager) Reads(arn string) int {
 // Close stops the server.
 func (sm *SecretsManager) Close() { sm.srv.Close() }
 
-// Stand-in secret ARNs of the template's three secrets.
+// Stand-in secret ARNs of the template's three secrets, and the GitHub App
+// webhook secret AWSEnv puts in the second.
 const (
-	DatabaseSecretARN      = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-db-AbCdEf"
-	WebhookSecretARN       = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-webhook-AbCdEf"
-	GitHubPrivateKeyARN    = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-github-key-AbCdEf"
-	unconfiguredPrivateKey = "unset" // what the template's secret holds until an admin sets it
+	DatabaseSecretARN   = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-db-AbCdEf"
+	WebhookSecretARN    = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-webhook-AbCdEf"
+	GitHubPrivateKeyARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:forgeci-github-key-AbCdEf"
+	WebhookSecret       = "stand-in-webhook-secret"
 )
 
-// AWSEnv is the environment template.yaml gives a function (a fresh deploy,
-// GitHub App not configured yet), pointed at the PostgreSQL of dbURL, the
-// bucket of blobs and a stand-in Secrets Manager, which it returns already
-// holding the three secrets: the functions assemble their database URL
-// from FORGECI_DATABASE_* and the credentials secret, as in AWS.
+// AWSEnv is the environment template.yaml gives a function, with a GitHub
+// App configured (ID 12345, a fresh private key, an API URL nothing listens
+// on), pointed at the PostgreSQL of dbURL, the bucket of blobs and a
+// stand-in Secrets Manager, which it returns already holding the three
+// secrets: the functions assemble their database URL from FORGECI_DATABASE_*
+// and the credentials secret, and read the GitHub secrets, as in AWS.
 func AWSEnv(dbURL string, blobs cas.Config) ([]string, *SecretsManager, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -306,8 +312,13 @@ func AWSEnv(dbURL string, blobs cas.Config) ([]string, *SecretsManager, error) {
 	pw, _ := u.User.Password()
 	creds, _ := json.Marshal(map[string]string{"username": u.User.Username(), "password": pw,
 		"engine": "postgres", "host": "the-database-itself.example"})
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, nil, err
+	}
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 	sm := NewSecretsManager(map[string]string{DatabaseSecretARN: string(creds),
-		WebhookSecretARN: "stand-in-webhook-secret", GitHubPrivateKeyARN: unconfiguredPrivateKey})
+		WebhookSecretARN: WebhookSecret, GitHubPrivateKeyARN: string(pemKey)})
 	region := blobs.Region
 	if region == "" {
 		region = "us-east-1"
@@ -322,7 +333,7 @@ func AWSEnv(dbURL string, blobs cas.Config) ([]string, *SecretsManager, error) {
 		"FORGECI_S3_ACCESS_KEY=" + blobs.AccessKey, "FORGECI_S3_SECRET_KEY=" + blobs.SecretKey,
 		"FORGECI_GITHUB_WEBHOOK_SECRET_SECRET_ARN=" + WebhookSecretARN,
 		"FORGECI_GITHUB_PRIVATE_KEY_SECRET_ARN=" + GitHubPrivateKeyARN,
-		"FORGECI_GITHUB_APP_ID=", "FORGECI_GITHUB_API_URL=http://127.0.0.1:1/", "FORGECI_PUBLIC_URL=https://ci.example",
+		"FORGECI_GITHUB_APP_ID=12345", "FORGECI_GITHUB_API_URL=http://127.0.0.1:1/", "FORGECI_PUBLIC_URL=https://ci.example",
 		"FORGECI_SCM_FUNCTION=forgeci-scm",
 	}, sm, nil
 }
