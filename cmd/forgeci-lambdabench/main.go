@@ -183,20 +183,23 @@ func run(ctx context.Context, colds, warms int) error {
 	w.Flush()
 	fmt.Printf("\ncold: median of %d fresh emulators; warm: %d sequential invokes of one; each function serves one\n"+
 		"representative event (see cmd/forgeci-lambdabench): HTTP functions a request that authenticates against\n"+
-		"PostgreSQL and is refused (401), scheduled functions a scheduled event, migrate a custom resource Update.\n", colds, warms)
+		"PostgreSQL and is refused (401), scheduled functions a scheduled event, migrate a custom resource Update,\n"+
+		"admin list-runners.\n", colds, warms)
 	return nil
 }
 
 // event is the one event each function is measured with: for an HTTP
 // function, its first route with a bearer token that does not exist (one
 // authenticating query, then 401); a scheduled event for the sweeper and
-// scm; a custom resource Update for migrate.
+// scm; a custom resource Update for migrate; list-runners for admin.
 func event(name, responseURL string) any {
 	switch name {
 	case "migrate":
 		return map[string]any{"RequestType": "Update", "RequestId": "bench", "ResponseURL": responseURL,
 			"ResourceType": "Custom::Migrations", "LogicalResourceId": "Migrations", "PhysicalResourceId": "forgeci-migrations",
 			"StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/forgeci/1", "ResourceProperties": map[string]any{}}
+	case "admin":
+		return map[string]any{"command": "list-runners"}
 	case "sweeper", "scm":
 		return events.EventBridgeEvent{Version: "0", ID: "bench", DetailType: "Scheduled Event", Source: "aws.events",
 			Time: time.Now(), Region: "us-east-1", Detail: json.RawMessage("{}")}
