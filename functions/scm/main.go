@@ -5,13 +5,31 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
 	"github.com/forgeci/forgeci/shared/scm"
 )
 
 func main() {
-	_ = lambdaapp.MustServer(context.Background())
-	w := &scm.Worker{}
-	lambdaapp.StartScheduled(w.RunOnce)
+	ctx := context.Background()
+	srv := lambdaapp.MustServer(ctx)
+	w := &scm.Worker{Store: srv.Store, CAS: srv.CAS, Log: srv.Log,
+		PublicURL: os.Getenv("FORGECI_PUBLIC_URL"), TempDir: os.TempDir()}
+	key, err := lambdaapp.Secret(ctx, "FORGECI_GITHUB_PRIVATE_KEY")
+	if err == nil {
+		var app *scm.App
+		app, err = scm.AppFromEnv(key)
+		w.App = app
+	}
+	if err != nil {
+		srv.Log.Error("cold start failed", "part", "github", "err", err)
+		os.Exit(1)
+	}
+	lambdaapp.StartScheduled(func(ctx context.Context) error {
+		res, err := w.RunOnce(ctx)
+		srv.Log.Info("scm pass", "runs", res.Runs, "ignored", res.Ignored, "failed", res.Failed,
+			"retried", res.Retried, "checks_pushed", res.ChecksPushed, "check_errors", res.CheckErrors, "err", err)
+		return err
+	})
 }

@@ -1,16 +1,32 @@
 // Command webhook is the ForgeCI Lambda function that takes GitHub webhook
 // deliveries (api.Routes("webhook")): it verifies the signature, records the
-// delivery durably and answers at once; the scm function does the work.
-// Wiring only.
+// delivery durably, kicks the scm function and answers at once. Wiring only.
 package main
 
 import (
 	"context"
+	"errors"
+	"os"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/scm"
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	ctx := context.Background()
+	srv := lambdaapp.MustServer(ctx)
+	// The App's webhook secret is optional: repository webhooks carry their own.
+	var err error
+	if os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET_SECRET_ARN")+os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET") != "" {
+		var secret string
+		secret, err = lambdaapp.Secret(ctx, "FORGECI_GITHUB_WEBHOOK_SECRET")
+		srv.WebhookSecret = []byte(secret)
+	}
+	kick, kerr := scm.LambdaKick(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
+	if err = errors.Join(err, kerr); err != nil {
+		srv.Log.Error("cold start failed", "part", "secret or lambda client", "err", err)
+		os.Exit(1)
+	}
+	srv.OnDelivery = kick
 	lambdaapp.StartHTTP(srv.Handler("webhook"))
 }

@@ -157,6 +157,9 @@ func (a *Agent) runJob(c *domain.Claim) {
 	}()
 
 	redact := []string{a.cfg.Client.Token}
+	for _, v := range c.Secrets {
+		redact = append(redact, v)
+	}
 	for k, v := range c.Job.Env {
 		if looksSecret(k) {
 			redact = append(redact, v)
@@ -393,6 +396,10 @@ func (j *job) env(st domain.Step) []string {
 		vars[k] = v
 	}
 	for k, v := range st.Env {
+		vars[k] = v
+	}
+	// Secrets last: the pipeline cannot shadow what an admin set.
+	for k, v := range c.Secrets {
 		vars[k] = v
 	}
 	out := make([]string, 0, len(vars))

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -16,6 +17,12 @@ type Server struct {
 	Store *store.Store
 	CAS   *cas.Store
 	Log   *slog.Logger
+	// WebhookSecret is the GitHub App's webhook secret (optional: webhooks
+	// of single repositories use the secret registered with them).
+	WebhookSecret []byte
+	// OnDelivery, when set, is called after a new webhook delivery is
+	// recorded, to wake the scm worker. It must not block for long.
+	OnDelivery func(ctx context.Context)
 }
 
 // Route is one HTTP route of one Lambda function.

@@ -122,11 +122,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 		return err
 	}
 	nr := store.NewRun{Project: req.Project, Trigger: req.Trigger, GitSHA: req.GitSHA, GitRef: req.GitRef,
-		GitDirty: req.GitDirty, Source: req.Source}
-	for _, j := range pl.Jobs {
-		nr.Jobs = append(nr.Jobs, store.NewJob{Name: j.Name, Needs: j.Needs, Labels: j.Labels, Spec: j.Spec,
-			TimeoutSeconds: j.TimeoutSeconds, RetryLeaseLost: j.RetryLeaseLost, RetryFailed: j.RetryFailed})
-	}
+		GitDirty: req.GitDirty, Source: req.Source, Jobs: store.JobsOf(pl)}
 	run, err := s.Store.CreateRun(r.Context(), nr)
 	if err != nil {
 		return err

@@ -136,4 +136,7 @@ type Claim struct {
 	Job             ClaimedJob `json:"job"`
 	Source          Source     `json:"source"`
 	LeaseTTLSeconds int        `json:"lease_ttl_seconds"`
+	// Secrets join the job's environment; the runner redacts their values
+	// from the log.
+	Secrets map[string]string `json:"secrets,omitempty"`
 }

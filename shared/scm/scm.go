@@ -1,11 +1,252 @@
-// Package scm is ForgeCI's GitHub integration: it processes recorded webhook
-// deliveries into runs and mirrors jobs to GitHub Check runs.
+// Package scm is ForgeCI's GitHub integration behind the webhook intake:
+// it processes recorded deliveries into runs, as leased work that may be
+// reclaimed, and mirrors every job of such a run to a GitHub Check run
+// through an outbox that a reconciler pushes until GitHub agrees.
 package scm
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
 
-// Worker processes deliveries and reconciles check runs.
-type Worker struct{}
+	"github.com/google/go-github/v62/github"
 
-// RunOnce does one pass of delivery processing and check reconciliation.
-func (w *Worker) RunOnce(ctx context.Context) error { return nil }
+	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// Defaults of the worker.
+const (
+	DefaultDeliveryLease = 5 * time.Minute
+	DefaultMaxAttempts   = 5
+	checkLease           = time.Minute
+)
+
+// Worker processes deliveries and reconciles check runs. Several may run at
+// once (Lambda containers, the dev stack); PostgreSQL leases keep them from
+// doing the same work twice in effect.
+type Worker struct {
+	Store *store.Store
+	CAS   *cas.Store
+	App   *App
+	Log   *slog.Logger
+	// PublicURL is the dashboard's base URL, for check runs' details links.
+	PublicURL string
+	// DeliveryLease is how long a worker owns a delivery; a worker that
+	// dies is replaced after it. MaxAttempts bounds retries.
+	DeliveryLease time.Duration
+	MaxAttempts   int
+	// Backoff returns the wait before attempt n+1 (n >= 1).
+	Backoff func(n int) time.Duration
+	// TempDir holds source trees while they are snapshotted ("" for the
+	// system's; /tmp on Lambda).
+	TempDir string
+	// HTTP downloads tarballs (nil: a client with a 10-minute timeout).
+	HTTP *http.Client
+}
+
+func (w *Worker) defaults() {
+	if w.Log == nil {
+		w.Log = slog.Default()
+	}
+	if w.DeliveryLease == 0 {
+		w.DeliveryLease = DefaultDeliveryLease
+	}
+	if w.MaxAttempts == 0 {
+		w.MaxAttempts = DefaultMaxAttempts
+	}
+	if w.Backoff == nil {
+		w.Backoff = ExponentialBackoff(10*time.Second, 10*time.Minute)
+	}
+}
+
+func (w *Worker) httpClient() *http.Client {
+	if w.HTTP != nil {
+		return w.HTTP
+	}
+	return &http.Client{Timeout: 10 * time.Minute}
+}
+
+// ExponentialBackoff doubles from base up to max.
+func ExponentialBackoff(base, max time.Duration) func(int) time.Duration {
+	return func(n int) time.Duration {
+		d := base
+		for i := 1; i < n && d < max; i++ {
+			d *= 2
+		}
+		return min(d, max)
+	}
+}
+
+// Result counts what one pass did.
+type Result struct {
+	Runs, Ignored, Failed, Retried int
+	ChecksPushed, CheckErrors      int
+}
+
+// RunOnce processes every due delivery, then pushes every due check run.
+// It stops early when ctx is done; what it leaves is due again later.
+func (w *Worker) RunOnce(ctx context.Context) (Result, error) {
+	w.defaults()
+	var res Result
+	for ctx.Err() == nil {
+		d, err := w.Store.ClaimDelivery(ctx, w.DeliveryLease)
+		if err != nil {
+			return res, err
+		}
+		if d == nil {
+			break
+		}
+		w.processDelivery(ctx, d, &res)
+	}
+	for ctx.Err() == nil {
+		work, err := w.Store.ClaimChecks(ctx, 20, checkLease)
+		if err != nil {
+			return res, err
+		}
+		if len(work) == 0 {
+			break
+		}
+		for _, cw := range work {
+			if err := w.pushCheck(ctx, cw); err != nil {
+				res.CheckErrors++
+				w.Log.Warn("check run push failed", "job", cw.JobID, "attempt", cw.Attempts+1, "err", err)
+				var known int64
+				if pe := (*pushError)(nil); errors.As(err, &pe) {
+					known = pe.id
+				}
+				if err := w.Store.CheckFailed(ctx, cw, known, err, w.Backoff(cw.Attempts+1)); err != nil && !errors.Is(err, store.ErrCheckLeaseLost) {
+					return res, err
+				}
+				continue
+			}
+			res.ChecksPushed++
+		}
+	}
+	return res, nil
+}
+
+// Loop runs passes until ctx ends: at once when wake fires, else every
+// interval. The dev stack uses it; in AWS the scm function is invoked on a
+// schedule and by the webhook function.
+func (w *Worker) Loop(ctx context.Context, every time.Duration, wake <-chan struct{}) {
+	for {
+		if _, err := w.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			w.Log.Error("scm pass failed", "err", err)
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// processDelivery turns one claimed delivery into its effect, or records
+// why not. An error here never escapes: it is the delivery's to keep.
+func (w *Worker) processDelivery(ctx context.Context, d *store.Delivery, res *Result) {
+	log := w.Log.With("delivery", d.GUID, "event", d.Event, "attempt", d.Attempts)
+	if d.Attempts > w.MaxAttempts {
+		// Its last worker died holding it: give up rather than loop.
+		err := fmt.Errorf("abandoned: %d attempts did not finish (last error: %s)", d.Attempts-1, d.LastError)
+		if err := w.Store.FailDelivery(ctx, d, err, true, w.MaxAttempts, 0); err != nil {
+			log.Error("mark delivery failed", "err", err)
+		}
+		res.Failed++
+		return
+	}
+	run, note, err := w.deliver(ctx, d)
+	switch {
+	case errors.Is(err, store.ErrDeliveryLeaseLost):
+		log.Warn("delivery was reclaimed by another worker; this attempt's effect was rolled back")
+	case err != nil:
+		perm := permanent(err) || domain.ErrorCode(err) == domain.EInvalid || domain.ErrorCode(err) == domain.ENotFound
+		log.Warn("delivery failed", "permanent", perm, "err", err)
+		if ferr := w.Store.FailDelivery(ctx, d, err, perm, w.MaxAttempts, w.Backoff(d.Attempts)); ferr != nil {
+			log.Error("record delivery failure", "err", ferr)
+		}
+		if perm || d.Attempts >= w.MaxAttempts {
+			res.Failed++
+		} else {
+			res.Retried++
+		}
+	case run == nil:
+		if err := w.Store.IgnoreDelivery(ctx, d, note); err != nil {
+			log.Error("mark delivery ignored", "err", err)
+		}
+		res.Ignored++
+	default:
+		log.Info("delivery created a run", "run", run.ID, "project", run.Project, "number", run.Number)
+		res.Runs++
+	}
+}
+
+// deliver does what a delivery asks: a run for a push or an opened or
+// updated pull request, nothing (with a note) otherwise.
+func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (*store.Run, string, error) {
+	repo, err := w.Store.Repository(ctx, d.RepositoryID)
+	if err != nil {
+		return nil, "", err
+	}
+	ev, err := github.ParseWebHook(d.Event, d.Payload)
+	if err != nil {
+		return nil, "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
+	}
+	var (
+		sha, ref, trigger string
+		noSecrets         bool
+	)
+	switch e := ev.(type) {
+	case *github.PushEvent:
+		if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {
+			return nil, "branch or tag deleted", nil
+		}
+		sha, ref, trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
+	case *github.PullRequestEvent:
+		switch e.GetAction() {
+		case "opened", "synchronize", "reopened":
+		default:
+			return nil, "pull request " + e.GetAction(), nil
+		}
+		pr := e.GetPullRequest()
+		sha = pr.GetHead().GetSHA()
+		ref = fmt.Sprintf("refs/pull/%d/head", pr.GetNumber())
+		trigger = fmt.Sprintf("github:pull_request #%d", pr.GetNumber())
+		// A fork's code must not see this repository's secrets.
+		noSecrets = pr.GetHead().GetRepo().GetID() != pr.GetBase().GetRepo().GetID()
+	default:
+		return nil, "event " + d.Event + " does not create runs", nil
+	}
+	if !shaRE.MatchString(sha) {
+		return nil, "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
+	}
+	owner, name, err := splitFullName(repo.FullName)
+	if err != nil {
+		return nil, "", err
+	}
+	gh, err := w.App.Client(ctx, repo.InstallationID)
+	if err != nil {
+		return nil, "", err
+	}
+	src, err := w.snapshotCommit(ctx, gh, owner, name, sha)
+	if err != nil {
+		return nil, "", err
+	}
+	run, err := w.Store.CompleteDeliveryWithRun(ctx, d, store.NewRun{
+		Project: repo.Project, Trigger: trigger, GitSHA: sha, GitRef: ref, Source: src.Source,
+		Jobs: store.JobsOf(src.Pipeline), NoSecrets: noSecrets,
+		Checks: &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha},
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return &run, "", nil
+}

@@ -132,7 +132,23 @@ func unpack(blob io.Reader, lim Limits, out sink) error {
 	}
 	defer dec.Close()
 	decompressed := &countingReader{r: dec, ratioOf: compressed, maxRatio: lim.MaxRatio}
-	tr := tar.NewReader(decompressed)
+	if err := unpackTar(tar.NewReader(decompressed), lim, out, nil); err != nil {
+		return err
+	}
+	// Drain the zstd stream so that trailing garbage or a bad checksum is
+	// caught, not ignored.
+	if _, err := io.Copy(io.Discard, decompressed); err != nil {
+		if errors.Is(err, ErrRefused) {
+			return err
+		}
+		return refuse("archive is corrupt after its last entry: %v", err)
+	}
+	return nil
+}
+
+// unpackTar applies the entry rules to a tar stream. rename, when set, maps
+// each header's name first (skip drops the entry).
+func unpackTar(tr *tar.Reader, lim Limits, out sink, rename func(*tar.Header) (name string, skip bool, err error)) error {
 	seen := map[string]string{} // path -> type
 	var files int
 	var total int64
@@ -152,6 +168,14 @@ func unpack(blob io.Reader, lim Limits, out sink) error {
 			return refuse("more than %d entries", lim.MaxFiles)
 		}
 		name := strings.TrimSuffix(hdr.Name, "/")
+		if rename != nil {
+			var skip bool
+			if name, skip, err = rename(hdr); err != nil {
+				return err
+			} else if skip {
+				continue
+			}
+		}
 		if hdr.Typeflag == tar.TypeDir && name == "" {
 			return refuse("entry %q names the root", hdr.Name)
 		}
@@ -219,14 +243,6 @@ func unpack(blob io.Reader, lim Limits, out sink) error {
 			}
 			seen[name] = TypeSymlink
 		}
-	}
-	// Drain the zstd stream so that trailing garbage or a bad checksum is
-	// caught, not ignored.
-	if _, err := io.Copy(io.Discard, decompressed); err != nil {
-		if errors.Is(err, ErrRefused) {
-			return err
-		}
-		return refuse("archive is corrupt after its last entry: %v", err)
 	}
 	return nil
 }

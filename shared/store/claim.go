@@ -43,7 +43,10 @@ WITH candidate AS (
     WHERE id = (SELECT run_id FROM claimed) AND state = 'PENDING'
 )
 SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spec,
-       coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), coalesce(r.source_size, 0)
+       coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), coalesce(r.source_size, 0),
+       CASE WHEN r.secrets_allowed THEN
+           (SELECT jsonb_object_agg(s.name, s.value) FROM project_secrets s WHERE s.project_id = r.project_id)
+       END
 FROM claimed c JOIN runs r ON r.id = c.run_id`
 
 // Claim is a granted lease as the store returns it. It marshals to the
@@ -58,6 +61,9 @@ type Claim struct {
 	// it) and when to give up on its own, measured on its monotonic clock,
 	// so that a runner whose wall clock is wrong still behaves.
 	LeaseTTLSeconds int `json:"lease_ttl_seconds"`
+	// Secrets are the project's secrets, for the job's environment; absent
+	// when the run may not have them (a pull request from a fork).
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // Claim leases one job for runner whose labels cover the job's labels. If
@@ -127,7 +133,7 @@ func (s *Store) claimOnce(ctx context.Context, runnerID string, labels []string)
 	)
 	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds()).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
-		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size)
+		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &c.Secrets)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

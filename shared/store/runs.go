@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pipeline"
 )
 
 // NewJob is a job of a run being created.
@@ -24,6 +25,16 @@ type NewJob struct {
 	RetryFailed    int
 }
 
+// JobsOf turns a parsed pipeline into the jobs of a new run.
+func JobsOf(p *pipeline.Pipeline) []NewJob {
+	jobs := make([]NewJob, 0, len(p.Jobs))
+	for _, j := range p.Jobs {
+		jobs = append(jobs, NewJob{Name: j.Name, Needs: j.Needs, Labels: j.Labels, Spec: j.Spec,
+			TimeoutSeconds: j.TimeoutSeconds, RetryLeaseLost: j.RetryLeaseLost, RetryFailed: j.RetryFailed})
+	}
+	return jobs
+}
+
 // NewRun is a run being created. The pipeline has been parsed and validated
 // by the caller; the store re-checks what it relies on (names, needs, DAG).
 type NewRun struct {
@@ -35,6 +46,18 @@ type NewRun struct {
 	// Source is the verified snapshot; empty only in tests of the lease core.
 	Source domain.Source
 	Jobs   []NewJob
+	// NoSecrets keeps the project's secrets from the run's jobs (a pull
+	// request from a fork).
+	NoSecrets bool
+	// Checks, when set, mirrors every job to a GitHub Check run: the outbox
+	// rows are written with the run, in its transaction.
+	Checks *CheckTarget
+}
+
+// CheckTarget is where a run's check runs go.
+type CheckTarget struct {
+	RepositoryID int64
+	HeadSHA      string
 }
 
 // Run is a run as stored.
@@ -59,6 +82,22 @@ type Run struct {
 // CreateRun stores a run and its jobs as PENDING, then queues the jobs that
 // need nothing.
 func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
+	var run Run
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		run, err = createRunTx(ctx, tx, nr)
+		return err
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	s.signalQueued()
+	return run, nil
+}
+
+// createRunTx is CreateRun inside tx, for callers whose own change must
+// commit with the run (a webhook delivery marked done).
+func createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, error) {
 	if err := validateJobs(nr.Jobs); err != nil {
 		return Run{}, err
 	}
@@ -68,7 +107,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
 	run := Run{ID: uuid.Must(uuid.NewV7()).String(), Project: nr.Project, Trigger: nr.Trigger,
 		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
 		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest}
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := func() error {
 		var projectID string
 		err := tx.QueryRow(ctx, `
 			INSERT INTO projects (id, name) VALUES ($1, $2)
@@ -79,10 +118,11 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
 		}
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
-			                  source_digest, manifest_digest, source_size)
-			VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10)`,
+			                  source_digest, manifest_digest, source_size, secrets_allowed)
+			VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11)`,
 			run.ID, projectID, run.Number, nr.Trigger, nr.GitSHA, nr.GitRef, nr.GitDirty,
-			nr.Source.BlobDigest, nr.Source.ManifestDigest, nullIfZero(nr.Source.Size, nr.Source.BlobDigest)); err != nil {
+			nr.Source.BlobDigest, nr.Source.ManifestDigest, nullIfZero(nr.Source.Size, nr.Source.BlobDigest),
+			!nr.NoSecrets); err != nil {
 			return fmt.Errorf("insert run: %w", err)
 		}
 		for _, j := range nr.Jobs {
@@ -104,17 +144,20 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
 				id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed); err != nil {
 				return fmt.Errorf("insert job %s: %w", j.Name, err)
 			}
+			if nr.Checks != nil {
+				if _, err := tx.Exec(ctx, `
+					INSERT INTO check_runs (job_id, repository_id, head_sha, name) VALUES ($1, $2, $3, $4)`,
+					id, nr.Checks.RepositoryID, nr.Checks.HeadSHA, j.Name); err != nil {
+					return fmt.Errorf("check run of job %s: %w", j.Name, err)
+				}
+			}
 		}
 		if err := advanceRun(ctx, tx, run.ID); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `SELECT state, created_at FROM runs WHERE id = $1`, run.ID).Scan(&run.State, &run.CreatedAt)
-	})
-	if err != nil {
-		return Run{}, err
-	}
-	s.signalQueued()
-	return run, nil
+	}()
+	return run, err
 }
 
 func nonNil(s []string) []string {

@@ -1,0 +1,161 @@
+package scm
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/google/go-github/v62/github"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+var shaRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+const zeroSHA = "0000000000000000000000000000000000000000"
+
+// pushCheck makes GitHub's check run for one job show the job as it is now.
+// The check run is created once: the outbox commits create_attempted before
+// the create is sent, and a later attempt that finds it set but no ID
+// (the response was lost) looks the check run up by its external_id.
+func (w *Worker) pushCheck(ctx context.Context, cw store.CheckWork) error {
+	owner, repo, err := splitFullName(cw.RepoFullName)
+	if err != nil {
+		return err
+	}
+	gh, err := w.App.Client(ctx, cw.InstallationID)
+	if err != nil {
+		return err
+	}
+	id := cw.GitHubID
+	if id == 0 && cw.CreateAttempted {
+		if id, err = findCheck(ctx, gh, owner, repo, cw); err != nil {
+			return err
+		}
+	}
+	d := w.describe(cw)
+	if id == 0 {
+		if err := w.Store.MarkCheckCreateAttempted(ctx, cw); err != nil {
+			return err
+		}
+		cr, _, err := gh.Checks.CreateCheckRun(ctx, owner, repo, github.CreateCheckRunOptions{
+			Name: cw.Name, HeadSHA: cw.HeadSHA, ExternalID: github.String(cw.JobID), DetailsURL: d.detailsURL,
+			Status: github.String(d.status), Conclusion: d.conclusion, StartedAt: d.startedAt,
+			CompletedAt: d.completedAt, Output: d.output,
+		})
+		if err != nil {
+			return fmt.Errorf("create check run: %w", err)
+		}
+		return w.Store.CheckPushed(ctx, cw, cr.GetID())
+	}
+	_, _, err = gh.Checks.UpdateCheckRun(ctx, owner, repo, id, github.UpdateCheckRunOptions{
+		Name: cw.Name, ExternalID: github.String(cw.JobID), DetailsURL: d.detailsURL,
+		Status: github.String(d.status), Conclusion: d.conclusion, CompletedAt: d.completedAt, Output: d.output,
+	})
+	if err != nil {
+		// Keep the ID: the next attempt goes straight to the update.
+		return &pushError{id: id, err: fmt.Errorf("update check run %d: %w", id, err)}
+	}
+	return w.Store.CheckPushed(ctx, cw, id)
+}
+
+// pushError is a failed push that learnt the check run's ID first.
+type pushError struct {
+	id  int64
+	err error
+}
+
+func (e *pushError) Error() string { return e.err.Error() }
+func (e *pushError) Unwrap() error { return e.err }
+
+// findCheck looks for the check run a lost create made: on the commit, by
+// name, with this job's external_id. 0 means none exists.
+func findCheck(ctx context.Context, gh *github.Client, owner, repo string, cw store.CheckWork) (int64, error) {
+	opts := &github.ListCheckRunsOptions{CheckName: github.String(cw.Name), Filter: github.String("all"),
+		ListOptions: github.ListOptions{PerPage: 100}}
+	for {
+		res, resp, err := gh.Checks.ListCheckRunsForRef(ctx, owner, repo, cw.HeadSHA, opts)
+		if err != nil {
+			return 0, fmt.Errorf("look up check run: %w", err)
+		}
+		for _, cr := range res.CheckRuns {
+			if cr.GetExternalID() == cw.JobID {
+				return cr.GetID(), nil
+			}
+		}
+		if resp.NextPage == 0 {
+			return 0, nil
+		}
+		opts.Page = resp.NextPage
+	}
+}
+
+type checkView struct {
+	status      string
+	conclusion  *string
+	startedAt   *github.Timestamp
+	completedAt *github.Timestamp
+	detailsURL  *string
+	output      *github.CheckRunOutput
+}
+
+// describe maps a job's state to a check run's.
+func (w *Worker) describe(cw store.CheckWork) checkView {
+	v := checkView{status: "queued"}
+	title := cw.JobState
+	switch cw.JobState {
+	case domain.JobRunning:
+		v.status = "in_progress"
+		title = fmt.Sprintf("Running (attempt %d)", cw.Generation)
+	case domain.JobPassed:
+		v.conclusion = github.String("success")
+		title = "Passed"
+	case domain.JobFailed:
+		v.conclusion = github.String("failure")
+		title = "Failed"
+		if strings.Contains(cw.Reason, "timeout") || strings.Contains(cw.Reason, "timed out") {
+			v.conclusion = github.String("timed_out")
+			title = "Timed out"
+		}
+	case domain.JobCanceled:
+		v.conclusion = github.String("cancelled")
+		title = "Canceled"
+	case domain.JobAborted:
+		// The runner lost its lease: the step may or may not have finished.
+		v.conclusion = github.String("failure")
+		title = "Aborted: the runner stopped answering"
+	case domain.JobSkipped:
+		v.conclusion = github.String("skipped")
+		title = "Skipped"
+	default:
+		title = "Queued"
+	}
+	if v.conclusion != nil {
+		v.status = "completed"
+		if cw.FinishedAt != nil {
+			v.completedAt = &github.Timestamp{Time: *cw.FinishedAt}
+		}
+	}
+	if cw.StartedAt != nil {
+		v.startedAt = &github.Timestamp{Time: *cw.StartedAt}
+	}
+	summary := fmt.Sprintf("Job **%s** of %s run #%d: %s.", cw.Name, cw.Project, cw.RunNumber, cw.JobState)
+	if cw.Generation > 0 {
+		summary += fmt.Sprintf(" Attempt %d.", cw.Generation)
+	}
+	if cw.Reason != "" {
+		summary += " Reason: " + cw.Reason + "."
+	}
+	if cw.ExitCode != nil {
+		summary += fmt.Sprintf(" Exit code %d.", *cw.ExitCode)
+	}
+	if w.PublicURL != "" {
+		u := strings.TrimSuffix(w.PublicURL, "/") + "/runs/" + cw.RunID + "/jobs/" + cw.JobID
+		v.detailsURL = &u
+		summary += fmt.Sprintf("\n\n[Log](%s)", u)
+	}
+	v.output = &github.CheckRunOutput{Title: github.String(title), Summary: github.String(summary)}
+	return v
+}

@@ -1,0 +1,125 @@
+package scm
+
+import (
+	"context"
+	"crypto/rsa"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/go-github/v62/github"
+)
+
+// DefaultAPIURL is GitHub's REST API.
+const DefaultAPIURL = "https://api.github.com/"
+
+// App authenticates as a GitHub App: a short-lived JWT signed with the
+// App's private key buys an installation token (an hour long), which is
+// what every repository call uses. Tokens are cached per installation and
+// renewed well before they expire.
+type App struct {
+	id   int64
+	key  *rsa.PrivateKey
+	base *url.URL
+	http *http.Client
+
+	mu     sync.Mutex
+	tokens map[int64]installationToken
+}
+
+type installationToken struct {
+	token   string
+	expires time.Time
+}
+
+// NewApp returns an App. apiURL is GitHub's REST API ("" for api.github.com).
+func NewApp(appID int64, privateKeyPEM []byte, apiURL string) (*App, error) {
+	if appID <= 0 {
+		return nil, fmt.Errorf("the GitHub App ID must be a positive integer")
+	}
+	key, err := jwt.ParseRSAPrivateKeyFromPEM(privateKeyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the GitHub App private key: %w", err)
+	}
+	if apiURL == "" {
+		apiURL = DefaultAPIURL
+	}
+	if !strings.HasSuffix(apiURL, "/") {
+		apiURL += "/"
+	}
+	base, err := url.Parse(apiURL)
+	if err != nil {
+		return nil, fmt.Errorf("the GitHub API URL: %w", err)
+	}
+	// Every call is bounded: a hung GitHub must not hold a delivery lease
+	// past its expiry without the worker noticing.
+	return &App{id: appID, key: key, base: base, http: &http.Client{Timeout: 30 * time.Second},
+		tokens: map[int64]installationToken{}}, nil
+}
+
+// appJWT is the App's own credential, valid for ten minutes; iat is set a
+// minute back to allow for clock drift between us and GitHub.
+func (a *App) appJWT() (string, error) {
+	now := time.Now()
+	return jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.RegisteredClaims{
+		IssuedAt:  jwt.NewNumericDate(now.Add(-time.Minute)),
+		ExpiresAt: jwt.NewNumericDate(now.Add(9 * time.Minute)),
+		Issuer:    strconv.FormatInt(a.id, 10),
+	}).SignedString(a.key)
+}
+
+func (a *App) client(token string) *github.Client {
+	c := github.NewClient(a.http).WithAuthToken(token)
+	c.BaseURL = a.base
+	return c
+}
+
+// Client returns a GitHub client authenticated as the installation.
+func (a *App) Client(ctx context.Context, installationID int64) (*github.Client, error) {
+	a.mu.Lock()
+	t, ok := a.tokens[installationID]
+	a.mu.Unlock()
+	if !ok || time.Until(t.expires) < 5*time.Minute {
+		jwtToken, err := a.appJWT()
+		if err != nil {
+			return nil, err
+		}
+		it, _, err := a.client(jwtToken).Apps.CreateInstallationToken(ctx, installationID, nil)
+		if err != nil {
+			return nil, fmt.Errorf("installation %d token: %w", installationID, err)
+		}
+		t = installationToken{token: it.GetToken(), expires: it.GetExpiresAt().Time}
+		a.mu.Lock()
+		a.tokens[installationID] = t
+		a.mu.Unlock()
+	}
+	return a.client(t.token), nil
+}
+
+// permanent reports whether a GitHub error will not go away by retrying:
+// the repository or commit is gone, or the request is refused as invalid.
+// Rate limits, 5xx and network errors are worth retrying.
+func permanent(err error) bool {
+	var ge *github.ErrorResponse
+	if errors.As(err, &ge) && ge.Response != nil {
+		switch ge.Response.StatusCode {
+		case http.StatusNotFound, http.StatusGone, http.StatusUnprocessableEntity:
+			return true
+		}
+	}
+	return false
+}
+
+func splitFullName(full string) (owner, repo string, err error) {
+	owner, repo, ok := strings.Cut(full, "/")
+	if !ok || owner == "" || repo == "" || strings.Contains(repo, "/") {
+		return "", "", fmt.Errorf("repository name %q is not owner/name", full)
+	}
+	return owner, repo, nil
+}
