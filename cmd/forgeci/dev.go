@@ -18,6 +18,7 @@ import (
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/s3local"
+	"github.com/forgeci/forgeci/shared/scm"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -83,7 +84,25 @@ func devCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	srv := &http.Server{Handler: (&api.Server{Store: st, CAS: blobs, Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	apiServer := &api.Server{Store: st, CAS: blobs, Log: log, WebhookSecret: []byte(os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET"))}
+	// With a GitHub App configured, the scm worker runs here too, woken by
+	// each new delivery as the webhook function kicks it in AWS.
+	if os.Getenv("FORGECI_GITHUB_APP_ID") != "" {
+		app, err := scm.AppFromEnv(os.Getenv("FORGECI_GITHUB_PRIVATE_KEY"))
+		if err != nil {
+			return err
+		}
+		wake := make(chan struct{}, 1)
+		apiServer.OnDelivery = func(context.Context) {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+		w := &scm.Worker{Store: st, CAS: blobs, App: app, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}
+		go w.Loop(ctx, 5*time.Second, wake)
+	}
+	srv := &http.Server{Handler: apiServer.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve", "err", err)

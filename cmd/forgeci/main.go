@@ -21,6 +21,9 @@ Usage:
   forgeci migrate --database-url U apply pending migrations (idempotent)
   forgeci user create --database-url U --name N --role admin|write|read
                                    make a user and print its API token (once)
+  forgeci repo add [flags]         register a GitHub repository (webhook secret, App installation)
+  forgeci secret set [flags]       set a project secret, read from stdin
+  forgeci deliveries [list|retry]  GitHub webhook deliveries: states, errors; retry a FAILED one
   forgeci services -- CMD [ARGS]   start throwaway servers for tests, run CMD with
                                    FORGECI_TEST_PG set, stop them
 
@@ -45,6 +48,12 @@ func main() {
 		err = submitCommand(ctx, args)
 	case "user":
 		err = userCommand(ctx, args)
+	case "repo":
+		err = repoCommand(ctx, args)
+	case "secret":
+		err = secretCommand(ctx, args)
+	case "deliveries":
+		err = deliveriesCommand(ctx, args)
 	case "services":
 		err = servicesCommand(ctx, args)
 	case "-h", "--help", "help":

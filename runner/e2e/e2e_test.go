@@ -39,7 +39,10 @@ func build(t *testing.T, dir string) string {
 	return bin
 }
 
-func start(t *testing.T) *stack {
+func start(t *testing.T) *stack { return startWith(t) }
+
+// startWith starts the stack with extra environment for forgeci dev.
+func startWith(t *testing.T, devEnv ...string) *stack {
 	if testing.Short() {
 		t.Skip("end to end")
 	}
@@ -49,6 +52,7 @@ func start(t *testing.T) *stack {
 	info := filepath.Join(dir, "info")
 	dev := exec.Command(filepath.Join(s.bin, "forgeci"), "dev", "--addr", "127.0.0.1:0", "--info", info,
 		"--sweep-every", "300ms", "--lease-ttl", "3s")
+	dev.Env = append(os.Environ(), devEnv...)
 	devLog, _ := os.Create(filepath.Join(dir, "dev.log"))
 	dev.Stdout, dev.Stderr = devLog, devLog
 	if err := dev.Start(); err != nil {
