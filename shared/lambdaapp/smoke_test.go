@@ -602,17 +602,14 @@ func TestLambdaSmoke(t *testing.T) {
 	// GitHub: an unsigned delivery is refused; one signed with the App's
 	// webhook secret (read from Secrets Manager) is accepted, and a ping is
 	// ignored; the scm worker makes its scheduled passes (nothing of GitHub's
-	// to do). (501 not_implemented is the committed stub's answer until the
-	// intake lands; drop it then.)
-	stub := func(r response) bool { return r.Status == 501 && r.errorCode() == "not_implemented" }
+	// to do).
 	ping := []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`)
-	r = f.webhook(ping, "")
-	if !(r.Status == 401 && r.errorCode() == "unauthorized") && !stub(r) {
+	if r = f.webhook(ping, ""); r.Status != 401 || r.errorCode() != "unauthorized" {
 		t.Fatalf("unsigned webhook: %d %s", r.Status, r.Body)
 	}
 	mac := hmac.New(sha256.New, []byte(lambdatest.WebhookSecret))
 	mac.Write(ping)
-	if r = f.webhook(ping, "sha256="+hex.EncodeToString(mac.Sum(nil))); r.Status != 202 && !stub(r) {
+	if r = f.webhook(ping, "sha256="+hex.EncodeToString(mac.Sum(nil))); r.Status != 202 || !strings.Contains(string(r.Body), "ignored") {
 		t.Fatalf("signed ping: %d %s", r.Status, r.Body)
 	}
 	f.invoke("scm", scheduled)
