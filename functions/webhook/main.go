@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
-	"github.com/forgeci/forgeci/shared/scm"
+	"github.com/forgeci/forgeci/shared/scm/kick"
 )
 
 func main() {
@@ -22,7 +22,7 @@ func main() {
 		secret, err = lambdaapp.Secret(ctx, "FORGECI_GITHUB_WEBHOOK_SECRET")
 		srv.WebhookSecret = []byte(secret)
 	}
-	kick, kerr := scm.LambdaKick(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
+	kick, kerr := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
 	if err = errors.Join(err, kerr); err != nil {
 		srv.Log.Error("cold start failed", "part", "secret or lambda client", "err", err)
 		os.Exit(1)

@@ -17,10 +17,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+	"github.com/forgeci/forgeci/shared/awsenv"
 )
 
 // Config locates the bucket.
@@ -65,19 +64,16 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.PresignExpiry <= 0 {
 		cfg.PresignExpiry = 5 * time.Minute
 	}
-	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(cfg.Region)}
-	if cfg.AccessKey != "" {
-		opts = append(opts, awsconfig.WithCredentialsProvider(
-			credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")))
-	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	awsCfg, err := awsenv.Config(cfg.Region, cfg.AccessKey, cfg.SecretKey)
 	if err != nil {
-		return nil, fmt.Errorf("cas: aws config: %w", err)
+		return nil, fmt.Errorf("cas: %w", err)
 	}
 	client := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 			o.UsePathStyle = true
+		} else if ep := awsenv.Endpoint("S3"); ep != nil {
+			o.BaseEndpoint = ep
 		}
 		// Checksums are ours (SHA-256 digests checked by reading back);
 		// only send the SDK's when an operation requires one, so presigned

@@ -10,8 +10,8 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/forgeci/forgeci/shared/awsenv"
 )
 
 // Secret returns the secret called name. In AWS the template sets
@@ -49,12 +49,14 @@ var (
 // (read by the SDK) points it elsewhere, which the smoke tests use.
 func secretsClient(ctx context.Context) (*secretsmanager.Client, error) {
 	smOnce.Do(func() {
-		cfg, err := awsconfig.LoadDefaultConfig(ctx)
+		cfg, err := awsenv.Config("", "", "")
 		if err != nil {
-			smErr = fmt.Errorf("aws config: %w", err)
+			smErr = err
 			return
 		}
-		smClient = secretsmanager.NewFromConfig(cfg)
+		smClient = secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
+			o.BaseEndpoint = awsenv.Endpoint("SECRETS_MANAGER")
+		})
 	})
 	return smClient, smErr
 }
