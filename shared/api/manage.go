@@ -1,0 +1,200 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// The user API beyond submitting: lists, job detail, retry, and what admins
+// manage (runners, registration tokens, users, deliveries). docs/openapi.yaml
+// documents every route; a test holds the two together.
+
+func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	ps, err := s.Store.ListProjects(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"projects": nonNilSlice(ps)})
+	return nil
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	q := r.URL.Query()
+	limit, err := queryInt(q.Get("limit"), 50)
+	if err != nil || limit < 1 {
+		return domain.Errorf(domain.EInvalid, "limit must be a positive integer")
+	}
+	runs, err := s.Store.ListRuns(r.Context(), store.RunFilter{Project: q.Get("project"), Limit: int(limit), Before: q.Get("before")})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": nonNilSlice(runs)})
+	return nil
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	j, err := s.Store.GetJob(r.Context(), r.PathValue("run_id"), r.PathValue("job_id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, j)
+	return nil
+}
+
+// retry makes a new run of a finished run, or of one of its jobs.
+func (s *Server) retry(w http.ResponseWriter, r *http.Request, u store.User) error {
+	run, err := s.Store.Retry(r.Context(), r.PathValue("run_id"), r.PathValue("job_id"), u.Name)
+	if err != nil {
+		return err
+	}
+	view, err := s.runView(r.Context(), run.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, view)
+	return nil
+}
+
+func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	rs, err := s.Store.ListRunners(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runners": nonNilSlice(rs)})
+	return nil
+}
+
+func (s *Server) revokeRunner(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	if err := s.Store.RevokeRunner(r.Context(), r.PathValue("runner_id")); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"revoked": r.PathValue("runner_id")})
+	return nil
+}
+
+type registrationTokenRequest struct {
+	TTLSeconds  int    `json:"ttl_seconds"`
+	Description string `json:"description"`
+}
+
+func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	var req registrationTokenRequest
+	if err := decodeJSON(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	if req.TTLSeconds == 0 {
+		req.TTLSeconds = 3600
+	}
+	if req.TTLSeconds < 60 || req.TTLSeconds > 7*24*3600 {
+		return domain.Errorf(domain.EInvalid, "ttl_seconds must be from 60 to 604800")
+	}
+	token, expires, err := s.Store.CreateRegistrationToken(r.Context(), time.Duration(req.TTLSeconds)*time.Second, req.Description)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"registration_token": token, "expires_at": expires})
+	return nil
+}
+
+func (s *Server) listUsers(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	us, err := s.Store.ListUsers(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"users": nonNilSlice(us)})
+	return nil
+}
+
+type createUserRequest struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+}
+
+func (s *Server) createUser(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	var req createUserRequest
+	if err := decodeJSON(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	u, token, err := s.Store.CreateUser(r.Context(), req.Name, req.Role)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"user": u, "token": token})
+	return nil
+}
+
+type createTokenRequest struct {
+	Description string `json:"description"`
+}
+
+// createUserToken: admins for anyone, everyone for themselves.
+func (s *Server) createUserToken(w http.ResponseWriter, r *http.Request, u store.User) error {
+	id := r.PathValue("user_id")
+	if id == "me" {
+		id = u.ID
+	}
+	if id != u.ID && !u.Can(store.RoleAdmin) {
+		return domain.Errorf(domain.EForbidden, "only admins make tokens for other users")
+	}
+	var req createTokenRequest
+	if err := decodeJSON(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	tid, token, err := s.Store.CreateUserToken(r.Context(), id, req.Description)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": tid, "token": token})
+	return nil
+}
+
+func (s *Server) disableUser(w http.ResponseWriter, r *http.Request, u store.User) error {
+	if r.PathValue("user_id") == u.ID {
+		return domain.Errorf(domain.EInvalid, "you cannot disable yourself")
+	}
+	if err := s.Store.DisableUser(r.Context(), r.PathValue("user_id")); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"disabled": r.PathValue("user_id")})
+	return nil
+}
+
+func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, u store.User) error {
+	writeJSON(w, http.StatusOK, u)
+	return nil
+}
+
+func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	limit, err := queryInt(r.URL.Query().Get("limit"), 50)
+	if err != nil || limit < 1 || limit > 500 {
+		return domain.Errorf(domain.EInvalid, "limit must be from 1 to 500")
+	}
+	ds, err := s.Store.Deliveries(r.Context(), strings.ToUpper(r.URL.Query().Get("state")), int(limit))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"deliveries": nonNilSlice(ds)})
+	return nil
+}
+
+func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	if err := s.Store.RetryDelivery(r.Context(), r.PathValue("guid")); err != nil {
+		return err
+	}
+	if s.OnDelivery != nil {
+		s.OnDelivery(r.Context())
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"retrying": r.PathValue("guid")})
+	return nil
+}
+
+func nonNilSlice[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

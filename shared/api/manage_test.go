@@ -1,0 +1,131 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+func (e *env) get(path, token string) (int, []byte) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func (e *env) user(name, role string) string {
+	e.t.Helper()
+	_, token, err := e.store.CreateUser(context.Background(), name, role)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return token
+}
+
+// TestManageAPI: lists, job attempts, retry as a new run, and the admin
+// routes with their role checks.
+func TestManageAPI(t *testing.T) {
+	e := setup(t)
+	admin, reader := e.user("root", store.RoleAdmin), e.user("viewer", store.RoleRead)
+	run := e.createRun("build", "test:build")
+	r := e.registerRunner("box")
+	c := e.claim(r)
+	if st, b := e.post("/v1/runner/jobs/"+c.Lease.JobID+"/complete", r.Token, leaseBody(c.Lease, map[string]any{"outcome": "failed", "exit_code": 3})); st != 200 {
+		t.Fatalf("complete: %d %s", st, b)
+	}
+
+	st, b := e.get("/v1/runs?project=acme/app", reader)
+	var runs struct{ Runs []store.Run }
+	_ = json.Unmarshal(b, &runs)
+	if st != 200 || len(runs.Runs) != 1 || runs.Runs[0].ID != run.ID || runs.Runs[0].State != "FAILED" {
+		t.Fatalf("list runs: %d %s", st, b)
+	}
+	st, b = e.get("/v1/runs/"+run.ID+"/jobs/"+c.Lease.JobID, reader)
+	var job store.JobDetail
+	_ = json.Unmarshal(b, &job)
+	if st != 200 || len(job.Attempts) != 1 || job.Attempts[0].Outcome != "FAILED" || job.Attempts[0].RunnerName != "box" ||
+		*job.Attempts[0].ExitCode != 3 {
+		t.Fatalf("job detail: %d %s", st, b)
+	}
+	if st, _ := e.get("/v1/projects", reader); st != 200 {
+		t.Fatalf("projects: %d", st)
+	}
+
+	// Retry needs the write role; it makes a new run of that job alone.
+	if st, _ := e.post("/v1/runs/"+run.ID+"/jobs/"+c.Lease.JobID+"/retry", reader, map[string]any{}); st != http.StatusForbidden {
+		t.Fatalf("retry as reader: %d", st)
+	}
+	st, b = e.post("/v1/runs/"+run.ID+"/jobs/"+c.Lease.JobID+"/retry", admin, map[string]any{})
+	var retried struct {
+		store.Run
+		Jobs []store.JobInfo
+	}
+	_ = json.Unmarshal(b, &retried)
+	if st != 201 || retried.ID == run.ID || len(retried.Jobs) != 1 || retried.Jobs[0].Name != "build" || retried.Jobs[0].State != "QUEUED" {
+		t.Fatalf("retry job: %d %s", st, b)
+	}
+	if retried.Trigger != "retry of #1 build by root" {
+		t.Fatalf("trigger %q", retried.Trigger)
+	}
+	if st, b := e.post("/v1/runs/"+retried.ID+"/retry", admin, map[string]any{}); st != http.StatusConflict {
+		t.Fatalf("retry of an unfinished run: %d %s", st, b)
+	}
+
+	// Admin routes refuse readers, and work for admins.
+	if st, _ := e.post("/v1/runners/"+r.ID+"/revoke", reader, map[string]any{}); st != http.StatusForbidden {
+		t.Fatalf("revoke as reader: %d", st)
+	}
+	if st, _ := e.post("/v1/runners/"+r.ID+"/revoke", admin, map[string]any{}); st != 200 {
+		t.Fatalf("revoke: %d", st)
+	}
+	if st, b := e.post("/v1/runner/claim", r.Token, map[string]any{}); st != http.StatusUnauthorized {
+		t.Fatalf("revoked runner claims: %d %s", st, b)
+	}
+	st, b = e.post("/v1/registration-tokens", admin, map[string]any{"ttl_seconds": 600, "description": "office box"})
+	if st != 201 || str(b, "registration_token") == "" {
+		t.Fatalf("registration token: %d %s", st, b)
+	}
+	if st, b := e.post("/v1/registration-tokens", admin, map[string]any{"ttl_seconds": 5}); st != 400 || errCode(b) != domain.EInvalid {
+		t.Fatalf("5 s registration token: %d %s", st, b)
+	}
+	st, b = e.post("/v1/users", admin, map[string]any{"name": "dev", "role": "write"})
+	devToken := str(b, "token")
+	if st != 201 || devToken == "" {
+		t.Fatalf("create user: %d %s", st, b)
+	}
+	st, b = e.get("/v1/me", devToken)
+	if st != 200 || str(b, "role") != "write" {
+		t.Fatalf("me: %d %s", st, b)
+	}
+	devID := str(b, "id")
+	st, b = e.post("/v1/users/me/tokens", devToken, map[string]any{"description": "laptop"})
+	second := str(b, "token")
+	if st != 201 || second == "" {
+		t.Fatalf("own token: %d %s", st, b)
+	}
+	if st, _ := e.post("/v1/users/"+devID+"/disable", reader, map[string]any{}); st != http.StatusForbidden {
+		t.Fatalf("disable as reader: %d", st)
+	}
+	if st, _ := e.post("/v1/users/"+devID+"/disable", admin, map[string]any{}); st != 200 {
+		t.Fatalf("disable: %d", st)
+	}
+	for _, tok := range []string{devToken, second} {
+		if st, _ := e.get("/v1/me", tok); st != http.StatusUnauthorized {
+			t.Fatalf("disabled user's token: %d", st)
+		}
+	}
+	if st, _ := e.get("/v1/deliveries", admin); st != 200 {
+		t.Fatalf("deliveries: %d", st)
+	}
+}
