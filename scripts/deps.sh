@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what ForgeCI's tests and local stack need and are missing:
-# PostgreSQL server binaries from Debian (when root), versitygw and the
+# PostgreSQL server binaries and Chromium from Debian (when root), versitygw and the
 # Lambda Runtime Interface Emulator (go install). Idempotent and quiet
 # when everything is present.
 set -euo pipefail
@@ -28,6 +28,12 @@ done
 if [ -n "${NEED_APT:-}" ]; then
   echo "deps: installing$NEED_APT" >&2
   apt_install $NEED_APT
+fi
+
+# Headless Chromium for the dashboard's browser tests (chromedp).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "deps: installing chromium (browser tests)" >&2
+  apt_install chromium
 fi
 
 if ! have_pg; then

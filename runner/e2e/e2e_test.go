@@ -123,8 +123,11 @@ func (s *stack) submit(dir string, follow bool) (string, error) {
 }
 
 type runView struct {
-	State string
-	Jobs  []struct {
+	State          string
+	SourceDigest   string `json:"source_digest"`
+	ManifestDigest string `json:"manifest_digest"`
+	SourceSize     int64  `json:"source_size"`
+	Jobs           []struct {
 		ID, Name, State, Reason string
 		Generation              int
 	}

@@ -72,6 +72,7 @@ type Run struct {
 	GitDirty       bool       `json:"git_dirty"`
 	SourceDigest   string     `json:"source_digest,omitempty"`
 	ManifestDigest string     `json:"manifest_digest,omitempty"`
+	SourceSize     int64      `json:"source_size,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	StartedAt      *time.Time `json:"started_at,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
@@ -293,10 +294,11 @@ func (s *Store) GetRun(ctx context.Context, runID string) (Run, error) {
 	var r Run
 	err := s.pool.QueryRow(ctx, `
 		SELECT r.id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''), coalesce(r.git_ref, ''), r.git_dirty,
-		       coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), r.created_at, r.started_at, r.finished_at
+		       coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), coalesce(r.source_size, 0),
+		       r.created_at, r.started_at, r.finished_at
 		FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`, runID).Scan(
 		&r.ID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef, &r.GitDirty,
-		&r.SourceDigest, &r.ManifestDigest, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
+		&r.SourceDigest, &r.ManifestDigest, &r.SourceSize, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, domain.Errorf(domain.ENotFound, "run %s not found", runID)
 	}

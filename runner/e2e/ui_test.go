@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// newBrowser starts Debian's headless Chromium, with the flags that keep
+// it off this machine's closed network.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatal("chromium is not installed (make deps installs it)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true), chromedp.UserDataDir(t.TempDir()))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	return ctx
+}
+
+// TestDashboard drives the dashboard in headless Chromium against the real
+// stack: log in with an API token, open a run, watch a running job's log
+// grow, cancel the job and see CANCELED; markup injected into the log, the
+// trigger and the ref is shown as text and never runs.
+func TestDashboard(t *testing.T) {
+	s := start(t)
+	const evil = `<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>`
+	dir := writePipeline(t, `jobs:
+  slow:
+    runs-on: linux
+    steps:
+      - run: |
+          printf '\033[31mred alert\033[0m\n'
+          echo '`+evil+`'
+          for i in $(seq 1 300); do echo "line $i"; sleep 0.2; done
+`)
+	runID, err := s.submit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := newBrowser(t)
+	url := s.vals["FORGECI_URL"]
+	do := func(actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	text := func(id string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	eval := func(js string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	do(chromedp.Navigate(url+"/runs/"+runID), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "fru_wrong"), chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("error")))
+	if e := text("error"); !strings.Contains(e, "unknown") {
+		t.Fatalf("bad token: %q", e)
+	}
+	do(chromedp.Navigate(url+"/login?next=/runs/"+runID), chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), s.vals["FORGECI_TOKEN"]), chromedp.Click(chromedp.ID("login")),
+		chromedp.WaitVisible(chromedp.ID("run-state")), chromedp.Click(chromedp.ID("job-slow")),
+		chromedp.WaitVisible(chromedp.ID("log")))
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; log shows:\n%s", what, text("log"))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitFor("line 3", func() bool { return strings.Contains(text("log"), "line 3\n") })
+	n1 := len(text("log"))
+	waitFor("the log to grow", func() bool { return len(text("log")) > n1+20 })
+
+	if v := eval(`String(window.__pwned) + "," + document.querySelectorAll('#log img, #log script').length`); v != "undefined,0" {
+		t.Fatalf("markup in the log ran or became elements: %s", v)
+	}
+	if !strings.Contains(text("log"), evil) {
+		t.Fatalf("the markup is not shown as text:\n%s", text("log"))
+	}
+	red := eval(`(function(){var s=[].find.call(document.querySelectorAll('#log span'),function(e){return e.textContent === 'red alert'});return s?s.className:'none'})()`)
+	if red != "ansi-31" {
+		t.Fatalf("ANSI red rendered with class %q; log HTML: %.600s", red, eval(`document.getElementById('log').innerHTML`))
+	}
+
+	do(chromedp.Click(chromedp.ID("cancel-job")), chromedp.WaitVisible(chromedp.ID("log")))
+	waitFor("CANCELED", func() bool { return text("job-state") == "CANCELED" })
+	do(chromedp.Navigate(url+"/runs/"+runID), chromedp.WaitVisible(chromedp.ID("run-state")))
+	if st := text("run-state"); st != "CANCELED" {
+		t.Fatalf("run page shows %q", st)
+	}
+
+	// Markup in a run's trigger and ref (user-supplied fields) is text too.
+	src := s.run(runID)
+	body, _ := json.Marshal(map[string]any{"project": "e2e", "trigger": evil, "git_ref": "refs/heads/<b>x</b>",
+		"source": map[string]any{"blob_digest": src.SourceDigest, "manifest_digest": src.ManifestDigest, "size": src.SourceSize}})
+	req, _ := http.NewRequest("POST", url+"/v1/runs", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+s.vals["FORGECI_TOKEN"])
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		t.Fatalf("create run with markup trigger: %d", resp.StatusCode)
+	}
+	do(chromedp.Navigate(url+"/"), chromedp.WaitVisible(chromedp.CSS("table.runs")))
+	listText, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("table.runs")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := eval(`String(window.__pwned) + "," + document.querySelectorAll('table.runs b, table.runs img').length`); v != "undefined,0" ||
+		!strings.Contains(listText, evil) || !strings.Contains(listText, "refs/heads/<b>x</b>") {
+		t.Fatalf("runs list: %s\n%s", v, listText)
+	}
+}
