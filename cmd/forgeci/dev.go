@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,16 +21,14 @@ import (
 	"github.com/forgeci/forgeci/shared/store"
 )
 
-func devCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	addr := fs.String("addr", "127.0.0.1:8080", "address to serve the API on (loopback only)")
-	dir := fs.String("dir", "", "directory for the throwaway PostgreSQL cluster (default: a new temporary directory)")
-	leaseTTL := fs.Duration("lease-ttl", store.DefaultLeaseTTL, "job lease lifetime")
-	sweepEvery := fs.Duration("sweep-every", 5*time.Second, "how often the sweeper runs")
-	infoFile := fs.String("info", "", "write the server URL, database URL and a registration token to this file (key=value lines)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// devOptions are the flags of forgeci dev.
+type devOptions struct {
+	Addr, Dir, InfoFile  string
+	LeaseTTL, SweepEvery time.Duration
+}
+
+func devCommand(ctx context.Context, o devOptions) error {
+	addr, dir, leaseTTL, sweepEvery, infoFile := &o.Addr, &o.Dir, &o.LeaseTTL, &o.SweepEvery, &o.InfoFile
 	if host, _, err := net.SplitHostPort(*addr); err != nil || !net.ParseIP(host).IsLoopback() {
 		return fmt.Errorf("--addr %q must be a loopback address such as 127.0.0.1:8080: the local stack has no TLS", *addr)
 	}
@@ -166,12 +163,8 @@ func sweepLoop(ctx context.Context, st *store.Store, every time.Duration, log *s
 	}
 }
 
-func migrateCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	url := fs.String("database-url", os.Getenv("FORGECI_DATABASE_URL"), "PostgreSQL URL (default $FORGECI_DATABASE_URL)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func migrateCommand(ctx context.Context, databaseURL string) error {
+	url := &databaseURL
 	if *url == "" {
 		return errors.New("--database-url or FORGECI_DATABASE_URL is required")
 	}
@@ -241,26 +234,17 @@ func redactPassword(url string) string {
 	return url
 }
 
-func userCommand(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "create" {
-		return errors.New("usage: forgeci user create --database-url U --name N --role admin|write|read")
-	}
-	fs := flag.NewFlagSet("user create", flag.ContinueOnError)
-	url := fs.String("database-url", os.Getenv("FORGECI_DATABASE_URL"), "PostgreSQL URL (default $FORGECI_DATABASE_URL)")
-	name := fs.String("name", "", "user name")
-	role := fs.String("role", store.RoleRead, "admin, write or read")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if *url == "" {
+func userCreate(ctx context.Context, databaseURL, name, role string) error {
+	if databaseURL == "" {
 		return errors.New("--database-url or FORGECI_DATABASE_URL is required")
 	}
+	url := &databaseURL
 	pool, err := store.OpenPool(ctx, *url, store.PoolOptions{MaxConns: 2})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	u, token, err := store.New(pool, store.Limits{}).CreateUser(ctx, *name, *role)
+	u, token, err := store.New(pool, store.Limits{}).CreateUser(ctx, name, role)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -29,26 +28,15 @@ func adminStore(ctx context.Context, url string) (*store.Store, func(), error) {
 	return store.New(pool, store.Limits{}), pool.Close, nil
 }
 
-func databaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", os.Getenv("FORGECI_DATABASE_URL"), "PostgreSQL URL (default $FORGECI_DATABASE_URL)")
+// repoOptions are the flags of forgeci repo add.
+type repoOptions struct {
+	DatabaseURL, Name, Project, SecretFile string
+	ID, Installation                       int64
 }
 
-// repoCommand: forgeci repo add.
-func repoCommand(ctx context.Context, args []string) error {
-	const use = "usage: forgeci repo add --id GITHUB_REPO_ID --name OWNER/REPO --installation ID --project P [--secret-file F]"
-	if len(args) == 0 || args[0] != "add" {
-		return errors.New(use)
-	}
-	fs := flag.NewFlagSet("repo add", flag.ContinueOnError)
-	url := databaseFlag(fs)
-	id := fs.Int64("id", 0, "GitHub's numeric repository ID (repository.id in any webhook payload)")
-	name := fs.String("name", "", "owner/repo")
-	inst := fs.Int64("installation", 0, "the GitHub App installation ID on that repository")
-	project := fs.String("project", "", "ForgeCI project its runs belong to (default: the repository name)")
-	secretFile := fs.String("secret-file", "", "file holding the webhook secret (default: generate one and print it)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
+// repoAdd: forgeci repo add.
+func repoAdd(ctx context.Context, o repoOptions) error {
+	url, id, name, inst, project, secretFile := &o.DatabaseURL, &o.ID, &o.Name, &o.Installation, &o.Project, &o.SecretFile
 	if *project == "" {
 		*project = *name
 	}
@@ -80,20 +68,10 @@ func repoCommand(ctx context.Context, args []string) error {
 	return nil
 }
 
-// secretCommand: forgeci secret set, the value read from stdin so that it
-// is not in the shell history or the process list.
-func secretCommand(ctx context.Context, args []string) error {
-	const use = "usage: forgeci secret set --project P --name NAME < value"
-	if len(args) == 0 || args[0] != "set" {
-		return errors.New(use)
-	}
-	fs := flag.NewFlagSet("secret set", flag.ContinueOnError)
-	url := databaseFlag(fs)
-	project := fs.String("project", "", "project")
-	name := fs.String("name", "", "secret name (an environment variable name, upper case)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
+// secretSet: forgeci secret set, the value read from stdin so that it is
+// not in the shell history or the process list.
+func secretSet(ctx context.Context, databaseURL, projectName, secretName string) error {
+	url, project, name := &databaseURL, &projectName, &secretName
 	value, err := io.ReadAll(io.LimitReader(os.Stdin, 65537))
 	if err != nil {
 		return err
@@ -110,20 +88,16 @@ func secretCommand(ctx context.Context, args []string) error {
 	return nil
 }
 
-// deliveriesCommand: forgeci deliveries [list|retry GUID].
-func deliveriesCommand(ctx context.Context, args []string) error {
-	sub := "list"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[0], args[1:]
-	}
-	fs := flag.NewFlagSet("deliveries "+sub, flag.ContinueOnError)
-	url := databaseFlag(fs)
-	state := fs.String("state", "", "only deliveries in this state: PENDING, DONE, IGNORED or FAILED")
-	asJSON := fs.Bool("json", false, "print JSON")
-	limit := fs.Int("limit", 50, "how many, newest first")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// deliveriesOptions are the flags of forgeci deliveries.
+type deliveriesOptions struct {
+	DatabaseURL, State string
+	Limit              int
+	JSON               bool
+}
+
+// deliveriesCommand: forgeci deliveries list, or retry GUID.
+func deliveriesCommand(ctx context.Context, sub string, args []string, o deliveriesOptions) error {
+	url, state, asJSON, limit := &o.DatabaseURL, &o.State, &o.JSON, &o.Limit
 	st, done, err := adminStore(ctx, *url)
 	if err != nil {
 		return err
@@ -131,13 +105,13 @@ func deliveriesCommand(ctx context.Context, args []string) error {
 	defer done()
 	switch sub {
 	case "retry":
-		if fs.NArg() != 1 {
+		if len(args) != 1 {
 			return errors.New("usage: forgeci deliveries retry GUID")
 		}
-		if err := st.RetryDelivery(ctx, fs.Arg(0)); err != nil {
+		if err := st.RetryDelivery(ctx, args[0]); err != nil {
 			return err
 		}
-		fmt.Printf("delivery %s is pending again\n", fs.Arg(0))
+		fmt.Printf("delivery %s is pending again\n", args[0])
 		return nil
 	case "list":
 		ds, err := st.Deliveries(ctx, strings.ToUpper(*state), *limit)

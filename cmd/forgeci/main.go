@@ -1,81 +1,229 @@
-// Command forgeci is the ForgeCI command line: the local stack (dev),
-// migrations, and the service wrapper the Makefile runs tests under.
+// Command forgeci is the ForgeCI command line: submit and follow runs, look
+// at runs and logs, manage runners, and the operator's commands (the local
+// stack, migrations, repositories, secrets, the test service wrapper).
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forgeci/forgeci/shared/store"
 )
-
-const usage = `forgeci: a low-ops CI system.
-
-Usage:
-  forgeci dev [flags]              start a local ForgeCI: PostgreSQL, every function's
-                                   handler on its template route, the sweeper
-  forgeci submit [flags]           snapshot a checkout, upload it and start a run
-  forgeci migrate --database-url U apply pending migrations (idempotent)
-  forgeci user create --database-url U --name N --role admin|write|read
-                                   make a user and print its API token (once)
-  forgeci repo add [flags]         register a GitHub repository (webhook secret, App installation)
-  forgeci secret set [flags]       set a project secret, read from stdin
-  forgeci deliveries [list|retry]  GitHub webhook deliveries: states, errors; retry a FAILED one
-  forgeci services -- CMD [ARGS]   start throwaway servers for tests, run CMD with
-                                   FORGECI_TEST_PG set, stop them
-
-Run "forgeci COMMAND -h" for a command's flags.
-`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
-		os.Exit(2)
-	}
-	var err error
-	args := os.Args[2:]
-	switch os.Args[1] {
-	case "dev":
-		err = devCommand(ctx, args)
-	case "migrate":
-		err = migrateCommand(ctx, args)
-	case "submit":
-		err = submitCommand(ctx, args)
-	case "user":
-		err = userCommand(ctx, args)
-	case "repo":
-		err = repoCommand(ctx, args)
-	case "secret":
-		err = secretCommand(ctx, args)
-	case "deliveries":
-		err = deliveriesCommand(ctx, args)
-	case "services":
-		err = servicesCommand(ctx, args)
-	case "-h", "--help", "help":
-		fmt.Print(usage)
-		return
-	default:
-		fmt.Fprintf(os.Stderr, "forgeci: unknown command %q\n\n%s", os.Args[1], usage)
-		os.Exit(2)
-	}
+	root := newRoot()
+	err := root.ExecuteContext(ctx)
 	var exit exitError
 	switch {
 	case errors.As(err, &exit):
 		os.Exit(int(exit))
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(2)
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "forgeci %s: %v\n", os.Args[1], err)
+		fmt.Fprintf(os.Stderr, "forgeci: %v\n", explain(err))
 		os.Exit(1)
 	}
 }
 
-// exitError carries a child's exit status out of a command.
+// exitError carries an exit status out of a command (a run's outcome, a
+// child's status) without printing anything more.
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// explain adds what to do about an API error.
+func explain(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case 401:
+			return fmt.Errorf("%w\n  the token is missing or not accepted: run `forgeci login`, or set --token / FORGECI_TOKEN", err)
+		case 403:
+			return fmt.Errorf("%w\n  ask an admin for a token with that role", err)
+		}
+	}
+	return err
+}
+
+// global holds the flags every API command shares.
+type global struct {
+	url, token, config string
+	json               bool
+}
+
+// client resolves the server and token: flags, then FORGECI_URL and
+// FORGECI_TOKEN, then the config file `forgeci login` writes.
+func (g *global) client() (*apiClient, error) {
+	cfg, _ := readConfig(g.config)
+	url, token := firstSet(g.url, os.Getenv("FORGECI_URL"), cfg.URL), firstSet(g.token, os.Getenv("FORGECI_TOKEN"), cfg.Token)
+	if url == "" || token == "" {
+		return nil, errors.New("no server or token: run `forgeci login --url URL --token TOKEN`, or set --url and --token (FORGECI_URL, FORGECI_TOKEN)")
+	}
+	return newClient(url, token), nil
+}
+
+func firstSet(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func newRoot() *cobra.Command {
+	g := &global{}
+	root := &cobra.Command{
+		Use:           "forgeci",
+		Short:         "ForgeCI: a low-ops CI system",
+		Long:          "ForgeCI: submit and follow runs, look at logs, manage runners, and run a local ForgeCI.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.url, "url", "", "ForgeCI API URL (default $FORGECI_URL, then the config file)")
+	pf.StringVar(&g.token, "token", "", "user API token (default $FORGECI_TOKEN, then the config file)")
+	pf.StringVar(&g.config, "config", "", "config file (default $FORGECI_CONFIG or ~/.config/forgeci/config.json)")
+	pf.BoolVar(&g.json, "json", false, "print JSON instead of text")
+	root.AddGroup(&cobra.Group{ID: "use", Title: "Runs and runners:"}, &cobra.Group{ID: "ops", Title: "Operating ForgeCI:"})
+	for _, c := range []*cobra.Command{loginCmd(g), submitCmd(g), runsCmd(g), logsCmd(g), cancelCmd(g), retryCmd(g), runnerCmd(g)} {
+		c.GroupID = "use"
+		root.AddCommand(c)
+	}
+	for _, c := range []*cobra.Command{devCmd(), migrateCmd(), userCmd(), repoCmd(), secretCmd(), deliveriesCmd(g), servicesCmd()} {
+		c.GroupID = "ops"
+		root.AddCommand(c)
+	}
+	return root
+}
+
+func databaseFlag(c *cobra.Command, v *string) {
+	c.Flags().StringVar(v, "database-url", os.Getenv("FORGECI_DATABASE_URL"), "PostgreSQL URL (default $FORGECI_DATABASE_URL)")
+}
+
+func devCmd() *cobra.Command {
+	var o devOptions
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "Start a local ForgeCI: PostgreSQL, S3, every function's handler, the sweeper",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return devCommand(c.Context(), o) },
+	}
+	f := c.Flags()
+	f.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "address to serve the API and dashboard on (loopback only)")
+	f.StringVar(&o.Dir, "dir", "", "directory for the throwaway PostgreSQL cluster (default: a new temporary directory)")
+	f.DurationVar(&o.LeaseTTL, "lease-ttl", store.DefaultLeaseTTL, "job lease lifetime")
+	f.DurationVar(&o.SweepEvery, "sweep-every", 5*time.Second, "how often the sweeper runs")
+	f.StringVar(&o.InfoFile, "info", "", "write the server URL, database URL and a registration token to this file (key=value lines)")
+	return c
+}
+
+func migrateCmd() *cobra.Command {
+	var url string
+	c := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply pending database migrations (idempotent)",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return migrateCommand(c.Context(), url) },
+	}
+	databaseFlag(c, &url)
+	return c
+}
+
+func userCmd() *cobra.Command {
+	var url, name, role string
+	c := &cobra.Command{Use: "user", Short: "Users (on the database directly, to bootstrap a stack)"}
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Make a user and print its API token (once)",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return userCreate(c.Context(), url, name, role) },
+	}
+	databaseFlag(create, &url)
+	create.Flags().StringVar(&name, "name", "", "user name")
+	create.Flags().StringVar(&role, "role", store.RoleRead, "admin, write or read")
+	_ = create.MarkFlagRequired("name")
+	_ = create.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"admin", "write", "read"}, cobra.ShellCompDirectiveNoFileComp))
+	c.AddCommand(create)
+	return c
+}
+
+func repoCmd() *cobra.Command {
+	var o repoOptions
+	c := &cobra.Command{Use: "repo", Short: "GitHub repositories ForgeCI builds"}
+	add := &cobra.Command{
+		Use:   "add",
+		Short: "Register a GitHub repository (its webhook secret and App installation)",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return repoAdd(c.Context(), o) },
+	}
+	databaseFlag(add, &o.DatabaseURL)
+	f := add.Flags()
+	f.Int64Var(&o.ID, "id", 0, "GitHub's numeric repository ID (repository.id in any webhook payload)")
+	f.StringVar(&o.Name, "name", "", "owner/repo")
+	f.Int64Var(&o.Installation, "installation", 0, "the GitHub App installation ID on that repository")
+	f.StringVar(&o.Project, "project", "", "ForgeCI project its runs belong to (default: owner/repo)")
+	f.StringVar(&o.SecretFile, "secret-file", "", "file holding the webhook secret (default: generate one and print it)")
+	for _, r := range []string{"id", "name", "installation"} {
+		_ = add.MarkFlagRequired(r)
+	}
+	c.AddCommand(add)
+	return c
+}
+
+func secretCmd() *cobra.Command {
+	var url, project, name string
+	c := &cobra.Command{Use: "secret", Short: "Project secrets (not given to runs of pull requests from forks)"}
+	set := &cobra.Command{
+		Use:   "set",
+		Short: "Set a project secret; the value is read from standard input",
+		Args:  cobra.NoArgs,
+		RunE:  func(c *cobra.Command, _ []string) error { return secretSet(c.Context(), url, project, name) },
+	}
+	databaseFlag(set, &url)
+	set.Flags().StringVar(&project, "project", "", "project")
+	set.Flags().StringVar(&name, "name", "", "secret name: an upper-case environment variable name")
+	_ = set.MarkFlagRequired("project")
+	_ = set.MarkFlagRequired("name")
+	c.AddCommand(set)
+	return c
+}
+
+func deliveriesCmd(g *global) *cobra.Command {
+	o := deliveriesOptions{}
+	c := &cobra.Command{
+		Use:       "deliveries [list | retry GUID]",
+		Short:     "GitHub webhook deliveries: states and errors; retry a FAILED one",
+		Args:      cobra.MaximumNArgs(2),
+		ValidArgs: []string{"list", "retry"},
+		RunE: func(c *cobra.Command, args []string) error {
+			sub := "list"
+			if len(args) > 0 {
+				sub, args = args[0], args[1:]
+			}
+			o.JSON = g.json
+			return deliveriesCommand(c.Context(), sub, args, o)
+		},
+	}
+	databaseFlag(c, &o.DatabaseURL)
+	c.Flags().StringVar(&o.State, "state", "", "only deliveries in this state: PENDING, DONE, IGNORED or FAILED")
+	c.Flags().IntVar(&o.Limit, "limit", 50, "how many, newest first")
+	return c
+}
+
+func servicesCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "services -- CMD [ARGS...]",
+		Short: "Start throwaway PostgreSQL and S3 servers for tests, run CMD with their addresses, stop them",
+		// Everything after "--" is the command's own.
+		DisableFlagParsing: true,
+		RunE:               func(c *cobra.Command, args []string) error { return servicesCommand(c.Context(), args) },
+	}
+}

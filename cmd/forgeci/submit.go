@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -85,21 +84,15 @@ type submitResult struct {
 	} `json:"jobs"`
 }
 
-func submitCommand(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
-	server := fs.String("server", os.Getenv("FORGECI_URL"), "ForgeCI API URL (default $FORGECI_URL)")
-	token := fs.String("token", os.Getenv("FORGECI_TOKEN"), "user API token (default $FORGECI_TOKEN)")
-	dir := fs.String("dir", ".", "the checkout or directory to submit")
-	project := fs.String("project", "", "project name (default: the directory's name)")
-	untracked := fs.Bool("untracked", false, "in a git checkout, include untracked files that are not ignored")
-	asJSON := fs.Bool("json", false, "print the created run as JSON")
-	follow := fs.Bool("follow", false, "stream the jobs' logs until the run ends; exit 0 only if it PASSED")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *server == "" || *token == "" {
-		return errors.New("--server and --token (or FORGECI_URL and FORGECI_TOKEN) are required")
-	}
+// submitOptions are the flags of forgeci submit.
+type submitOptions struct {
+	Dir, Project            string
+	Untracked, JSON, Follow bool
+}
+
+func submitCommand(ctx context.Context, c *apiClient, o submitOptions) error {
+	dir, project, untracked, asJSON, follow := &o.Dir, &o.Project, &o.Untracked, &o.JSON, &o.Follow
+	server := &c.server
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
 		return err
@@ -107,7 +100,6 @@ func submitCommand(ctx context.Context, args []string) error {
 	if *project == "" {
 		*project = filepath.Base(abs)
 	}
-	c := &apiClient{server: *server, token: *token, http: &http.Client{Timeout: 10 * time.Minute}}
 	run, err := submit(ctx, c, abs, *project, *untracked, os.Stderr)
 	if err != nil {
 		return err
@@ -119,7 +111,7 @@ func submitCommand(ctx context.Context, args []string) error {
 	for _, j := range run.Jobs {
 		fmt.Printf("  %-40s %s\n", j.Name, j.State)
 	}
-	url := fmt.Sprintf("%s/v1/runs/%s", strings.TrimRight(*server, "/"), run.ID)
+	url := fmt.Sprintf("%s/runs/%s", strings.TrimRight(*server, "/"), run.ID) // the dashboard
 	fmt.Println(url)
 	if !*follow {
 		return nil

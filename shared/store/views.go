@@ -191,7 +191,7 @@ func (s *Store) Retry(ctx context.Context, runID, jobID, who string) (Run, error
 			return Run{}, domain.Errorf(domain.EInvalid, "job %s downloads artifacts of the jobs it needs; retry the whole run instead", j.Name)
 		}
 		// Alone in its new run, the job needs nothing.
-		j.Needs = nil
+		jobs[0].Needs = nil
 		jobs = jobs[:1]
 		nr.Trigger = fmt.Sprintf("retry of #%d %s by %s", old.Number, j.Name, who)
 	}

@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+func newClient(server, token string) *apiClient {
+	return &apiClient{server: strings.TrimRight(server, "/"), token: token, http: &http.Client{Timeout: 10 * time.Minute}}
+}
+
+// config is what `forgeci login` saves.
+type config struct {
+	URL   string `json:"url"`
+	Token string `json:"token"`
+}
+
+func configPath(flag string) (string, error) {
+	if p := firstSet(flag, os.Getenv("FORGECI_CONFIG")); p != "" {
+		return p, nil
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "forgeci", "config.json"), nil
+}
+
+func readConfig(flag string) (config, error) {
+	var c config
+	p, err := configPath(flag)
+	if err != nil {
+		return c, err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return c, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("config file %s: %w", p, err)
+	}
+	return c, nil
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func loginCmd(g *global) *cobra.Command {
+	return &cobra.Command{
+		Use:   "login",
+		Short: "Check --url and --token and save them in the config file",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if g.url == "" || g.token == "" {
+				return errors.New("usage: forgeci login --url URL --token TOKEN")
+			}
+			cl := newClient(g.url, g.token)
+			var me store.User
+			if err := cl.do(c.Context(), "GET", "/v1/me", nil, &me); err != nil {
+				return err
+			}
+			p, err := configPath(g.config)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				return err
+			}
+			b, _ := json.MarshalIndent(config{URL: cl.server, Token: g.token}, "", "  ")
+			if err := writeFileAtomic(p, append(b, '\n')); err != nil {
+				return err
+			}
+			fmt.Printf("logged in to %s as %s (%s); saved in %s\n", cl.server, me.Name, me.Role, p)
+			return nil
+		},
+	}
+}
+
+func submitCmd(g *global) *cobra.Command {
+	o := submitOptions{Dir: "."}
+	c := &cobra.Command{
+		Use:   "submit",
+		Short: "Snapshot a checkout, upload it and start a run",
+		Long: "Snapshot a checkout (in git: what git tracks), upload it with a progress bar and start a run.\n" +
+			"With --follow, stream the jobs' logs and exit 0 only if the run PASSED.",
+		Args: cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			o.JSON = g.json
+			return submitCommand(c.Context(), cl, o)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.Dir, "dir", ".", "the checkout or directory to submit")
+	f.StringVar(&o.Project, "project", "", "project name (default: the directory's name)")
+	f.BoolVar(&o.Untracked, "untracked", false, "in a git checkout, include untracked files that are not ignored")
+	f.BoolVarP(&o.Follow, "follow", "f", false, "stream the jobs' logs until the run ends; exit 0 only if it PASSED")
+	_ = c.MarkFlagDirname("dir")
+	return c
+}
+
+func runsCmd(g *global) *cobra.Command {
+	var project string
+	var limit int
+	c := &cobra.Command{
+		Use:   "runs [RUN_ID]",
+		Short: "List runs, newest first, or show one run and its jobs",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 {
+				return showRun(c.Context(), cl, args[0], g.json)
+			}
+			var out struct {
+				Runs []store.Run `json:"runs"`
+			}
+			q := url.Values{"limit": {fmt.Sprint(limit)}}
+			if project != "" {
+				q.Set("project", project)
+			}
+			if err := cl.do(c.Context(), "GET", "/v1/runs?"+q.Encode(), nil, &out); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(out.Runs)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tSTATE\tTRIGGER\tCOMMIT\tCREATED\tID")
+			for _, r := range out.Runs {
+				sha := r.GitSHA
+				if len(sha) > 10 {
+					sha = sha[:10]
+				}
+				fmt.Fprintf(tw, "%s #%d\t%s\t%s\t%s\t%s\t%s\n", r.Project, r.Number, r.State, r.Trigger, sha,
+					r.CreatedAt.Local().Format("2006-01-02 15:04"), r.ID)
+			}
+			return tw.Flush()
+		},
+	}
+	c.Flags().StringVarP(&project, "project", "p", "", "only this project's runs")
+	c.Flags().IntVarP(&limit, "limit", "n", 20, "how many (at most 200)")
+	return c
+}
+
+type runDetail struct {
+	store.Run
+	Jobs []store.JobInfo `json:"jobs"`
+}
+
+func showRun(ctx context.Context, cl *apiClient, id string, asJSON bool) error {
+	var v runDetail
+	if err := cl.do(ctx, "GET", "/v1/runs/"+url.PathEscape(id), nil, &v); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(v)
+	}
+	fmt.Printf("%s #%d %s  (%s)\nsource %s\nmanifest %s\n", v.Project, v.Number, v.State, v.Trigger, v.SourceDigest, v.ManifestDigest)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tREASON\tID")
+	for _, j := range v.Jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", j.Name, j.State, j.Generation, j.Reason, j.ID)
+	}
+	return tw.Flush()
+}
+
+// jobByName finds a job of a run by name or ID.
+func jobByName(ctx context.Context, cl *apiClient, runID, job string) (string, error) {
+	var v runDetail
+	if err := cl.do(ctx, "GET", "/v1/runs/"+url.PathEscape(runID), nil, &v); err != nil {
+		return "", err
+	}
+	var names []string
+	for _, j := range v.Jobs {
+		if j.ID == job || j.Name == job {
+			return j.ID, nil
+		}
+		names = append(names, j.Name)
+	}
+	return "", fmt.Errorf("run %s has no job %q (its jobs: %s)", runID, job, strings.Join(names, ", "))
+}
+
+func logsCmd(g *global) *cobra.Command {
+	var follow bool
+	var generation int
+	c := &cobra.Command{
+		Use:   "logs RUN_ID [JOB]",
+		Short: "Print a job's log (every job's, prefixed, without JOB); -f follows until the run ends",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			ctx := c.Context()
+			if len(args) == 1 {
+				if !follow {
+					return errors.New("name a job, or use -f to follow every job of the run")
+				}
+				state, err := followRun(ctx, cl, args[0], os.Stdout)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("run %s\n", state)
+				if state != "PASSED" {
+					return exitError(1)
+				}
+				return nil
+			}
+			jobID, err := jobByName(ctx, cl, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			return printLog(ctx, cl, args[0], jobID, generation, follow, os.Stdout)
+		},
+	}
+	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the log grows, until the job ends")
+	c.Flags().IntVar(&generation, "generation", 0, "the attempt to print (default: the current one)")
+	return c
+}
+
+// printLog prints one job's log from the start; with follow it polls until
+// the job has ended and everything is read.
+func printLog(ctx context.Context, cl *apiClient, runID, jobID string, gen int, follow bool, out io.Writer) error {
+	var offset int64
+	for {
+		data, next, err := cl.log(ctx, runID, jobID, gen, offset)
+		if err != nil {
+			return err
+		}
+		_, _ = out.Write(data)
+		offset = next
+		if len(data) > 0 {
+			continue
+		}
+		if !follow {
+			return nil
+		}
+		var j store.JobDetail
+		if err := cl.do(ctx, "GET", "/v1/runs/"+url.PathEscape(runID)+"/jobs/"+url.PathEscape(jobID), nil, &j); err != nil {
+			return err
+		}
+		if isTerminal(j.State) {
+			// One last read: bytes may have landed after the previous one.
+			data, _, err := cl.log(ctx, runID, jobID, gen, offset)
+			if err == nil {
+				_, _ = out.Write(data)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func cancelCmd(g *global) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel RUN_ID [JOB]",
+		Short: "Cancel a run, or one of its jobs",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			path := "/v1/runs/" + url.PathEscape(args[0])
+			if len(args) == 2 {
+				jobID, err := jobByName(c.Context(), cl, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				path += "/jobs/" + url.PathEscape(jobID)
+			}
+			var out map[string]int
+			if err := cl.do(c.Context(), "POST", path+"/cancel", map[string]any{}, &out); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(out)
+			}
+			fmt.Printf("canceled %d queued job(s); asked %d running job(s) to stop\n", out["canceled"], out["cancel_requested"])
+			return nil
+		},
+	}
+}
+
+func retryCmd(g *global) *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry RUN_ID [JOB]",
+		Short: "Start a new run of a finished run, or of one of its jobs, on the same source",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			path := "/v1/runs/" + url.PathEscape(args[0])
+			if len(args) == 2 {
+				jobID, err := jobByName(c.Context(), cl, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				path += "/jobs/" + url.PathEscape(jobID)
+			}
+			var v runDetail
+			if err := cl.do(c.Context(), "POST", path+"/retry", map[string]any{}, &v); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(v)
+			}
+			fmt.Printf("run %s #%d %s: %s\n", v.Project, v.Number, v.ID, v.State)
+			return nil
+		},
+	}
+}
+
+func runnerCmd(g *global) *cobra.Command {
+	c := &cobra.Command{Use: "runner", Short: "Runners: registration tokens, list, revoke"}
+	var ttl time.Duration
+	var description string
+	token := &cobra.Command{Use: "token", Short: "Runner registration tokens"}
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Make a one-time registration token for `forgeci-runner register` (admin)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			var out struct {
+				Token   string    `json:"registration_token"`
+				Expires time.Time `json:"expires_at"`
+			}
+			if err := cl.do(c.Context(), "POST", "/v1/registration-tokens",
+				map[string]any{"ttl_seconds": int(ttl.Seconds()), "description": description}, &out); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(out)
+			}
+			fmt.Printf("%s\nvalid once, until %s:\n  forgeci-runner register --server %s --registration-token %s --name NAME --labels linux\n",
+				out.Token, out.Expires.Local().Format(time.RFC3339), cl.server, out.Token)
+			return nil
+		},
+	}
+	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token may be used (1m to 168h)")
+	create.Flags().StringVar(&description, "description", "", "what it is for")
+	token.AddCommand(create)
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List runners",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			var out struct {
+				Runners []store.RunnerInfo `json:"runners"`
+			}
+			if err := cl.do(c.Context(), "GET", "/v1/runners", nil, &out); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(out.Runners)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tLABELS\tLAST SEEN\tSTATUS\tID")
+			for _, r := range out.Runners {
+				seen, status := "never", "active"
+				if r.LastSeenAt != nil {
+					seen = r.LastSeenAt.Local().Format("2006-01-02 15:04:05")
+				}
+				if r.RevokedAt != nil {
+					status = "revoked"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, strings.Join(r.Labels, ","), seen, status, r.ID)
+			}
+			return tw.Flush()
+		},
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke RUNNER_ID",
+		Short: "Revoke a runner: its token and leases stop working at once (admin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			if err := cl.do(c.Context(), "POST", "/v1/runners/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, nil); err != nil {
+				return err
+			}
+			fmt.Printf("runner %s revoked; its running jobs end ABORTED when their leases expire\n", args[0])
+			return nil
+		},
+	}
+	c.AddCommand(token, list, revoke)
+	return c
+}

@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCLI drives the forgeci CLI against the real stack and a real runner:
+// login saves the config that later commands use, runs/logs/retry/cancel
+// work by run ID and job name, runner tokens and revocation, --json, a
+// helpful error for a bad token, and shell completion.
+func TestCLI(t *testing.T) {
+	s := start(t)
+	cfg := filepath.Join(s.dir, "cli.json")
+	cli := func(wantOK bool, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(s.bin, "forgeci"), args...)
+		cmd.Env = append(os.Environ(), "FORGECI_CONFIG="+cfg, "FORGECI_URL=", "FORGECI_TOKEN=")
+		out, err := cmd.CombinedOutput()
+		if wantOK && err != nil {
+			t.Fatalf("forgeci %v: %v\n%s", args, err, out)
+		}
+		if !wantOK && err == nil {
+			t.Fatalf("forgeci %v succeeded:\n%s", args, out)
+		}
+		return string(out)
+	}
+	if out := cli(false, "runs"); !strings.Contains(out, "forgeci login") {
+		t.Fatalf("no config: %s", out)
+	}
+	if out := cli(false, "login", "--url", s.vals["FORGECI_URL"], "--token", "fru_nope"); !strings.Contains(out, "not accepted") {
+		t.Fatalf("bad token: %s", out)
+	}
+	if out := cli(true, "login", "--url", s.vals["FORGECI_URL"], "--token", s.vals["FORGECI_TOKEN"]); !strings.Contains(out, "as admin (admin)") {
+		t.Fatalf("login: %s", out)
+	}
+	if fi, err := os.Stat(cfg); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("config file: %v %v", fi, err)
+	}
+
+	dir := writePipeline(t, `jobs:
+  hello:
+    runs-on: linux
+    steps:
+      - run: echo "hello from the cli test"
+  after:
+    runs-on: linux
+    needs: hello
+    steps:
+      - run: echo "second job"
+`)
+	cmd := exec.Command(filepath.Join(s.bin, "forgeci"), "submit", "--dir", dir, "--project", "cli", "--follow")
+	cmd.Env = append(os.Environ(), "FORGECI_CONFIG="+cfg)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hello from the cli test") || !strings.Contains(string(out), "PASSED") {
+		t.Fatalf("submit --follow: %v\n%s", err, out)
+	}
+	var runs []struct{ ID, State, Project string }
+	if err := json.Unmarshal([]byte(cli(true, "runs", "--json", "--project", "cli")), &runs); err != nil || len(runs) != 1 || runs[0].State != "PASSED" {
+		t.Fatalf("runs --json: %v %+v", err, runs)
+	}
+	runID := runs[0].ID
+	if out := cli(true, "runs", runID); !strings.Contains(out, "hello") || !strings.Contains(out, "after") {
+		t.Fatalf("runs ID: %s", out)
+	}
+	if out := cli(true, "logs", runID, "hello"); !strings.Contains(out, "hello from the cli test") || strings.Contains(out, "second job") {
+		t.Fatalf("logs: %s", out)
+	}
+	if out := cli(true, "logs", "-f", runID, "after"); !strings.Contains(out, "second job") {
+		t.Fatalf("logs -f: %s", out)
+	}
+	if out := cli(false, "logs", runID, "nosuch"); !strings.Contains(out, "its jobs: hello, after") {
+		t.Fatalf("unknown job: %s", out)
+	}
+	out2 := cli(true, "retry", runID, "after", "--json")
+	var retried struct{ ID, Trigger string }
+	if err := json.Unmarshal([]byte(out2), &retried); err != nil || retried.ID == runID || !strings.Contains(retried.Trigger, "retry of #1 after") {
+		t.Fatalf("retry: %v %s", err, out2)
+	}
+	s.waitRun(retried.ID, func(v runView) bool { return v.State == "PASSED" }, 60e9)
+
+	// A slow run, canceled from the CLI.
+	slow := writePipeline(t, "jobs:\n  slow:\n    runs-on: linux\n    steps:\n      - run: sleep 60\n")
+	cmd = exec.Command(filepath.Join(s.bin, "forgeci"), "submit", "--dir", slow, "--project", "cli", "--json")
+	cmd.Env = append(os.Environ(), "FORGECI_CONFIG="+cfg)
+	b, err := cmd.Output()
+	var slowRun struct{ ID string }
+	if err != nil || json.Unmarshal(b, &slowRun) != nil {
+		t.Fatalf("submit slow: %v %s", err, b)
+	}
+	s.waitRun(slowRun.ID, func(v runView) bool { return v.State == "RUNNING" }, 60e9)
+	if out := cli(true, "cancel", slowRun.ID); !strings.Contains(out, "asked 1 running job(s) to stop") {
+		t.Fatalf("cancel: %s", out)
+	}
+	s.waitRun(slowRun.ID, func(v runView) bool { return v.State == "CANCELED" }, 60e9)
+
+	// Runner registration and revocation.
+	tokOut := cli(true, "runner", "token", "create", "--ttl", "10m", "--json")
+	var tok struct {
+		Token string `json:"registration_token"`
+	}
+	if err := json.Unmarshal([]byte(tokOut), &tok); err != nil || !strings.HasPrefix(tok.Token, "frg_") {
+		t.Fatalf("runner token create: %v %s", err, tokOut)
+	}
+	tokenFile := filepath.Join(s.dir, "second.token")
+	if out, err := exec.Command(filepath.Join(s.bin, "forgeci-runner"), "register", "--server", s.vals["FORGECI_URL"],
+		"--registration-token", tok.Token, "--name", "second", "--labels", "linux", "--token-file", tokenFile).CombinedOutput(); err != nil {
+		t.Fatalf("register with the CLI's token: %v %s", err, out)
+	}
+	var rs []struct{ ID, Name string }
+	_ = json.Unmarshal([]byte(cli(true, "runner", "list", "--json")), &rs)
+	var secondID string
+	for _, r := range rs {
+		if r.Name == "second" {
+			secondID = r.ID
+		}
+	}
+	if secondID == "" {
+		t.Fatalf("runner list: %+v", rs)
+	}
+	cli(true, "runner", "revoke", secondID)
+	if out := cli(true, "runner", "list"); !strings.Contains(out, "revoked") {
+		t.Fatalf("runner list after revoke: %s", out)
+	}
+	if out := cli(true, "completion", "bash"); !strings.Contains(out, "__start_forgeci") {
+		t.Fatalf("completion: %.200s", out)
+	}
+}
