@@ -119,7 +119,7 @@ func devCommand(ctx context.Context, o devOptions) error {
 			return err
 		}
 	}
-	fmt.Printf(`ForgeCI is running at %s
+	fmt.Printf(`ForgeCI is running at %s (dashboard: open it and log in with the admin API token)
   database:  %s
   S3 (CAS):  %s, bucket forgeci
   sweeper:   every %s, lease TTL %s
