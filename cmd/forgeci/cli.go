@@ -203,6 +203,19 @@ func jobByName(ctx context.Context, cl *apiClient, runID, job string) (string, e
 	return "", fmt.Errorf("run %s has no job %q (its jobs: %s)", runID, job, strings.Join(names, ", "))
 }
 
+// runOrJobPath is the API path of RUN_ID, or of its job JOB (name or ID).
+func runOrJobPath(ctx context.Context, cl *apiClient, args []string) (string, error) {
+	path := "/v1/runs/" + url.PathEscape(args[0])
+	if len(args) == 2 {
+		jobID, err := jobByName(ctx, cl, args[0], args[1])
+		if err != nil {
+			return "", err
+		}
+		path += "/jobs/" + url.PathEscape(jobID)
+	}
+	return path, nil
+}
+
 func logsCmd(g *global) *cobra.Command {
 	var follow bool
 	var generation int
@@ -289,13 +302,9 @@ func cancelCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			path := "/v1/runs/" + url.PathEscape(args[0])
-			if len(args) == 2 {
-				jobID, err := jobByName(c.Context(), cl, args[0], args[1])
-				if err != nil {
-					return err
-				}
-				path += "/jobs/" + url.PathEscape(jobID)
+			path, err := runOrJobPath(c.Context(), cl, args)
+			if err != nil {
+				return err
 			}
 			var out map[string]int
 			if err := cl.do(c.Context(), "POST", path+"/cancel", map[string]any{}, &out); err != nil {
@@ -320,13 +329,9 @@ func retryCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			path := "/v1/runs/" + url.PathEscape(args[0])
-			if len(args) == 2 {
-				jobID, err := jobByName(c.Context(), cl, args[0], args[1])
-				if err != nil {
-					return err
-				}
-				path += "/jobs/" + url.PathEscape(jobID)
+			path, err := runOrJobPath(c.Context(), cl, args)
+			if err != nil {
+				return err
 			}
 			var v runDetail
 			if err := cl.do(c.Context(), "POST", path+"/retry", map[string]any{}, &v); err != nil {
