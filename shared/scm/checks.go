@@ -16,6 +16,10 @@ var shaRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 const zeroSHA = "0000000000000000000000000000000000000000"
 
+// NoticeCheckName names the check run that reports a commit ForgeCI could
+// not run (its pipeline file is missing or invalid).
+const NoticeCheckName = "forgeci"
+
 // pushCheck makes GitHub's check run for one job show the job as it is now.
 // The check run is created once: the outbox commits create_attempted before
 // the create is sent, and a later attempt that finds it set but no ID
@@ -41,7 +45,7 @@ func (w *Worker) pushCheck(ctx context.Context, cw store.CheckWork) error {
 			return err
 		}
 		cr, _, err := gh.Checks.CreateCheckRun(ctx, owner, repo, github.CreateCheckRunOptions{
-			Name: cw.Name, HeadSHA: cw.HeadSHA, ExternalID: github.String(cw.JobID), DetailsURL: d.detailsURL,
+			Name: cw.Name, HeadSHA: cw.HeadSHA, ExternalID: github.String(cw.ExternalID), DetailsURL: d.detailsURL,
 			Status: github.String(d.status), Conclusion: d.conclusion, StartedAt: d.startedAt,
 			CompletedAt: d.completedAt, Output: d.output,
 		})
@@ -51,7 +55,7 @@ func (w *Worker) pushCheck(ctx context.Context, cw store.CheckWork) error {
 		return w.Store.CheckPushed(ctx, cw, cr.GetID())
 	}
 	_, _, err = gh.Checks.UpdateCheckRun(ctx, owner, repo, id, github.UpdateCheckRunOptions{
-		Name: cw.Name, ExternalID: github.String(cw.JobID), DetailsURL: d.detailsURL,
+		Name: cw.Name, ExternalID: github.String(cw.ExternalID), DetailsURL: d.detailsURL,
 		Status: github.String(d.status), Conclusion: d.conclusion, CompletedAt: d.completedAt, Output: d.output,
 	})
 	if err != nil {
@@ -81,7 +85,7 @@ func findCheck(ctx context.Context, gh *github.Client, owner, repo string, cw st
 			return 0, fmt.Errorf("look up check run: %w", err)
 		}
 		for _, cr := range res.CheckRuns {
-			if cr.GetExternalID() == cw.JobID {
+			if cr.GetExternalID() == cw.ExternalID {
 				return cr.GetID(), nil
 			}
 		}
@@ -103,6 +107,11 @@ type checkView struct {
 
 // describe maps a job's state to a check run's.
 func (w *Worker) describe(cw store.CheckWork) checkView {
+	if cw.JobID == "" {
+		return checkView{status: "completed", conclusion: github.String("failure"),
+			output: &github.CheckRunOutput{Title: github.String("Not run: the pipeline file is missing or invalid"),
+				Summary: github.String("ForgeCI did not run this commit.\n\n```\n" + cw.Notice + "\n```")}}
+	}
 	v := checkView{status: "queued"}
 	title := cw.JobState
 	switch cw.JobState {

@@ -163,8 +163,16 @@ func (w *Worker) processDelivery(ctx context.Context, d *store.Delivery, res *Re
 		res.Failed++
 		return
 	}
-	run, note, err := w.deliver(ctx, d)
+	run, note, sha, err := w.deliver(ctx, d)
 	switch {
+	case err != nil && domain.ErrorCode(err) == domain.EInvalid && shaRE.MatchString(sha):
+		// The commit cannot make a run (no or a broken pipeline file):
+		// fail the delivery and tell the author on the commit.
+		log.Warn("delivery made no run", "err", err)
+		if ferr := w.Store.FailDeliveryWithNotice(ctx, d, err, sha, NoticeCheckName); ferr != nil {
+			log.Error("record delivery failure", "err", ferr)
+		}
+		res.Failed++
 	case errors.Is(err, store.ErrDeliveryLeaseLost):
 		log.Warn("delivery was reclaimed by another worker; this attempt's effect was rolled back")
 	case err != nil:
@@ -191,30 +199,30 @@ func (w *Worker) processDelivery(ctx context.Context, d *store.Delivery, res *Re
 
 // deliver does what a delivery asks: a run for a push or an opened or
 // updated pull request, nothing (with a note) otherwise.
-func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (*store.Run, string, error) {
+func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run, note, sha string, err error) {
 	repo, err := w.Store.Repository(ctx, d.RepositoryID)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	ev, err := github.ParseWebHook(d.Event, d.Payload)
 	if err != nil {
-		return nil, "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
+		return nil, "", "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
 	}
 	var (
-		sha, ref, trigger string
-		noSecrets         bool
+		ref, trigger string
+		noSecrets    bool
 	)
 	switch e := ev.(type) {
 	case *github.PushEvent:
 		if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {
-			return nil, "branch or tag deleted", nil
+			return nil, "branch or tag deleted", "", nil
 		}
 		sha, ref, trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
 	case *github.PullRequestEvent:
 		switch e.GetAction() {
 		case "opened", "synchronize", "reopened":
 		default:
-			return nil, "pull request " + e.GetAction(), nil
+			return nil, "pull request " + e.GetAction(), "", nil
 		}
 		pr := e.GetPullRequest()
 		sha = pr.GetHead().GetSHA()
@@ -223,30 +231,30 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (*store.Run, st
 		// A fork's code must not see this repository's secrets.
 		noSecrets = pr.GetHead().GetRepo().GetID() != pr.GetBase().GetRepo().GetID()
 	default:
-		return nil, "event " + d.Event + " does not create runs", nil
+		return nil, "event " + d.Event + " does not create runs", "", nil
 	}
 	if !shaRE.MatchString(sha) {
-		return nil, "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
+		return nil, "", "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
 	}
 	owner, name, err := splitFullName(repo.FullName)
 	if err != nil {
-		return nil, "", err
+		return nil, "", sha, err
 	}
 	gh, err := w.App.Client(ctx, repo.InstallationID)
 	if err != nil {
-		return nil, "", err
+		return nil, "", sha, err
 	}
 	src, err := w.snapshotCommit(ctx, gh, owner, name, sha)
 	if err != nil {
-		return nil, "", err
+		return nil, "", sha, err
 	}
-	run, err := w.Store.CompleteDeliveryWithRun(ctx, d, store.NewRun{
+	created, err := w.Store.CompleteDeliveryWithRun(ctx, d, store.NewRun{
 		Project: repo.Project, Trigger: trigger, GitSHA: sha, GitRef: ref, Source: src.Source,
 		Jobs: store.JobsOf(src.Pipeline), NoSecrets: noSecrets,
 		Checks: &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha},
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, "", sha, err
 	}
-	return &run, "", nil
+	return &created, "", sha, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -270,6 +271,13 @@ func TestPermanentFailureVisible(t *testing.T) {
 	failed, err := e.store.Deliveries(ctx, store.DeliveryFailed, 10)
 	if err != nil || len(failed) != 1 || failed[0].Attempts != 1 || !bytes.Contains([]byte(failed[0].LastError), []byte(".forgeci.yml")) {
 		t.Fatalf("failed deliveries: %+v %v", failed, err)
+	}
+	// The author sees why on the commit: one failing "forgeci" check run.
+	e.reconcile()
+	notices := e.gh.CheckRuns(repoName)
+	if len(notices) != 1 || notices[0].Name != "forgeci" || notices[0].Conclusion != "failure" || notices[0].HeadSHA != sha ||
+		!strings.Contains(notices[0].Output.Summary, ".forgeci.yml") || notices[0].ExternalID != "delivery:guid-nopipeline" {
+		t.Fatalf("notice check runs: %+v", notices)
 	}
 
 	// A commit GitHub keeps failing to serve (503): retried, then FAILED.

@@ -174,6 +174,28 @@ func (s *Store) CompleteDeliveryWithRun(ctx context.Context, d *Delivery, nr New
 	return run, nil
 }
 
+// FailDeliveryWithNotice fails a delivery whose commit cannot make a run
+// (its pipeline file is missing or invalid) and, in the same transaction,
+// queues a failing check run on the commit that says why.
+func (s *Store) FailDeliveryWithNotice(ctx context.Context, d *Delivery, cause error, headSHA, checkName string) error {
+	msg := cause.Error()
+	if len(msg) > 4000 {
+		msg = msg[:4000]
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE scm_deliveries SET last_error = $2 WHERE guid = $1`, d.GUID, msg); err != nil {
+			return err
+		}
+		if err := finishDeliveryTx(ctx, tx, d, DeliveryFailed, "", "no run: the commit's pipeline is not valid"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			INSERT INTO check_runs (delivery_guid, repository_id, head_sha, name, summary) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (delivery_guid) DO NOTHING`, d.GUID, d.RepositoryID, headSHA, checkName, msg)
+		return err
+	})
+}
+
 // IgnoreDelivery finishes a delivery that needs no run (a closed pull
 // request, a branch deletion), saying why.
 func (s *Store) IgnoreDelivery(ctx context.Context, d *Delivery, note string) error {
@@ -244,7 +266,12 @@ func (s *Store) RetryDelivery(ctx context.Context, guid string) error {
 // CheckWork is a check run due to be pushed to GitHub, with the job state it
 // should show.
 type CheckWork struct {
+	ID int64
+	// JobID is the job shown; empty for a delivery's notice, whose
+	// failing summary is Notice.
 	JobID           string
+	ExternalID      string // the job ID, or "delivery:<guid>"
+	Notice          string
 	LeaseID         string
 	Version         int64
 	GitHubID        int64 // 0 when not yet known
@@ -272,32 +299,33 @@ type CheckWork struct {
 func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) ([]CheckWork, error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH due AS (
-		    SELECT job_id FROM check_runs
+		    SELECT id FROM check_runs
 		    WHERE version > pushed_version AND next_attempt_at <= now()
 		      AND (lease_expires_at IS NULL OR lease_expires_at < now())
 		    ORDER BY next_attempt_at LIMIT $1
 		    FOR UPDATE SKIP LOCKED
 		), leased AS (
 		    UPDATE check_runs c SET lease_id = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => $2)
-		    FROM due WHERE c.job_id = due.job_id
+		    FROM due WHERE c.id = due.id
 		    RETURNING c.*
 		)
-		SELECT l.job_id, l.lease_id::text, l.version, coalesce(l.github_id, 0), l.create_attempted, l.attempts,
+		SELECT l.id, coalesce(l.job_id, ''), coalesce(l.job_id, 'delivery:' || l.delivery_guid), coalesce(l.summary, ''),
+		       l.lease_id::text, l.version, coalesce(l.github_id, 0), l.create_attempted, l.attempts,
 		       r.full_name, r.installation_id, l.head_sha, l.name,
-		       j.run_id, ru.number, p.name, j.state, coalesce(j.reason, ''), j.exit_code, j.generation,
-		       j.started_at, j.finished_at
+		       coalesce(j.run_id, ''), coalesce(ru.number, 0), coalesce(p.name, r.project), coalesce(j.state, 'FAILED'),
+		       coalesce(j.reason, ''), j.exit_code, coalesce(j.generation, 0), j.started_at, j.finished_at
 		FROM leased l
 		JOIN scm_repositories r ON r.github_id = l.repository_id
-		JOIN jobs j ON j.id = l.job_id
-		JOIN runs ru ON ru.id = j.run_id
-		JOIN projects p ON p.id = ru.project_id`, limit, ttl.Seconds())
+		LEFT JOIN jobs j ON j.id = l.job_id
+		LEFT JOIN runs ru ON ru.id = j.run_id
+		LEFT JOIN projects p ON p.id = ru.project_id`, limit, ttl.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim checks: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (CheckWork, error) {
 		var w CheckWork
-		err := row.Scan(&w.JobID, &w.LeaseID, &w.Version, &w.GitHubID, &w.CreateAttempted, &w.Attempts,
-			&w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
+		err := row.Scan(&w.ID, &w.JobID, &w.ExternalID, &w.Notice, &w.LeaseID, &w.Version, &w.GitHubID, &w.CreateAttempted,
+			&w.Attempts, &w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
 			&w.RunID, &w.RunNumber, &w.Project, &w.JobState, &w.Reason, &w.ExitCode, &w.Generation,
 			&w.StartedAt, &w.FinishedAt)
 		return w, err
@@ -308,8 +336,8 @@ func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) (
 var ErrCheckLeaseLost = domain.Errorf(domain.EConflict, "check run lease lost")
 
 func (s *Store) checkUpdate(ctx context.Context, w CheckWork, set string, args ...any) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE check_runs SET `+set+` WHERE job_id = $1 AND lease_id = $2`,
-		append([]any{w.JobID, w.LeaseID}, args...)...)
+	tag, err := s.pool.Exec(ctx, `UPDATE check_runs SET `+set+` WHERE id = $1 AND lease_id = $2`,
+		append([]any{w.ID, w.LeaseID}, args...)...)
 	if err != nil {
 		return err
 	}
