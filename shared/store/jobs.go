@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,9 +12,33 @@ import (
 	"github.com/forgeci/forgeci/shared/domain"
 )
 
+// heartbeatSQL is the heartbeat's fast path: the whole lease check and the
+// extension in one statement (the UPDATE holds the row until commit). It
+// also refreshes the displayed log size from the log itself.
+var heartbeatSQL = `
+UPDATE jobs j SET lease_expires_at = now() + make_interval(secs => $6),
+       log_size = ` + logEndSQL("j.id", "j.generation") + `
+FROM runs r
+WHERE ` + leaseMatchSQL + ` AND r.id = j.run_id
+RETURNING j.lease_expires_at, j.cancel_requested OR r.cancel_requested`
+
 // Heartbeat extends a current lease by the lease TTL from the database's
 // now() and reports whether cancellation was requested.
 func (s *Store) Heartbeat(ctx context.Context, runnerID, jobID string, l domain.Lease) (expires time.Time, cancel bool, err error) {
+	if err := checkTuple(runnerID, jobID, l); err != nil {
+		return expires, false, err
+	}
+	err = s.pool.QueryRow(ctx, heartbeatSQL, l.JobID, l.RunID, l.RunnerID, l.LeaseID, l.Generation,
+		s.limits.LeaseTTL.Seconds()).Scan(&expires, &cancel)
+	if !errors.Is(err, pgx.ErrNoRows) {
+		if err != nil {
+			err = fmt.Errorf("heartbeat: %w", err)
+		}
+		return expires, cancel, err
+	}
+	// Not current: the full check says why (and extends it should the
+	// lease have become current meanwhile, which it cannot, but the slow
+	// path is correct either way).
 	err = s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
 		cancel = job.CancelRequested
 		return tx.QueryRow(ctx, `
@@ -51,8 +76,28 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 	if len(data) > MaxLogChunk {
 		return 0, domain.Errorf(domain.ETooLarge, "a log append may carry at most %d bytes, got %d", MaxLogChunk, len(data))
 	}
+	if err := checkTuple(runnerID, jobID, l); err != nil {
+		return 0, err
+	}
+	// The fast path: the common append, at the end, in one statement.
+	if len(data) > 0 {
+		tag, err := s.pool.Exec(ctx, appendLogSQL, l.JobID, l.RunID, l.RunnerID, l.LeaseID, l.Generation,
+			offset, data, int64(len(data)), s.limits.MaxLogBytes)
+		switch {
+		case err == nil && tag.RowsAffected() == 1:
+			return offset + int64(len(data)), nil
+		case err != nil && !isUniqueViolation(err):
+			// A unique violation is a concurrent append at the same
+			// offset, classified below; anything else is a real failure.
+			return 0, fmt.Errorf("append log: %w", err)
+		}
+	}
 	err = s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		end := job.LogSize
+		// The row is locked FOR UPDATE, so no append is in flight.
+		var end int64
+		if err := tx.QueryRow(ctx, `SELECT `+logEndSQL("$1", "$2"), job.ID, job.Generation).Scan(&end); err != nil {
+			return fmt.Errorf("log end: %w", err)
+		}
 		n := int64(len(data))
 		switch {
 		case offset == end:
@@ -67,9 +112,6 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 				INSERT INTO log_chunks (job_id, generation, start_offset, data) VALUES ($1, $2, $3, $4)`,
 				job.ID, job.Generation, end, data); err != nil {
 				return fmt.Errorf("insert log chunk: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `UPDATE jobs SET log_size = $2 WHERE id = $1`, job.ID, end+n); err != nil {
-				return fmt.Errorf("update log size: %w", err)
 			}
 			next = end + n
 			return nil
@@ -88,6 +130,22 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 	})
 	return next, err
 }
+
+// appendLogSQL is the log append's fast path: the whole lease check under
+// FOR KEY SHARE of the job row (held until commit; see withLease), and the
+// chunk inserted only if it starts at the attempt's current end and stays
+// under the limit ($9). Two appends racing at one offset cannot both land:
+// the second hits the primary key (job, generation, start_offset). It
+// matches nothing, and the slow path takes over, for every other case.
+var appendLogSQL = `
+WITH j AS (
+    SELECT j.id, j.generation FROM jobs j
+    WHERE ` + leaseMatchSQL + `
+    FOR KEY SHARE OF j
+)
+INSERT INTO log_chunks (job_id, generation, start_offset, data)
+SELECT j.id, j.generation, $6, $7 FROM j
+WHERE ` + logEndSQL("j.id", "j.generation") + ` = $6 AND $6 + $8::bigint <= $9`
 
 // readLog returns the bytes [offset, offset+n) of one attempt's log.
 func readLog(ctx context.Context, q pgx.Tx, jobID string, generation int, offset, n int64) ([]byte, error) {
@@ -189,7 +247,7 @@ func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generati
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at, ended_at,
 		                          outcome, reason, exit_code, log_size)
-		SELECT id, generation, runner_id, lease_id, started_at, now(), $3, nullif($4, ''), $5, log_size
+		SELECT id, generation, runner_id, lease_id, started_at, now(), $3, nullif($4, ''), $5, `+logEndSQL("$1", "$2")+`
 		FROM jobs WHERE id = $1 AND generation = $2`,
 		jobID, generation, outcome, reason, exitCode); err != nil {
 		return "", fmt.Errorf("record attempt: %w", err)
@@ -210,7 +268,8 @@ func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generati
 		// names this job but the job is not RUNNING, and the next claim
 		// moves the generation on, so every call of the old lease is fenced.
 		if _, err := tx.Exec(ctx, `
-			UPDATE jobs SET state = 'QUEUED', queued_at = now(), reason = nullif($2, ''), exit_code = $3
+			UPDATE jobs SET state = 'QUEUED', queued_at = now(), reason = nullif($2, ''), exit_code = $3,
+			       log_size = (SELECT log_size FROM job_attempts WHERE job_id = $1 AND generation = jobs.generation)
 			WHERE id = $1`, jobID, reason, exitCode); err != nil {
 			return "", fmt.Errorf("requeue job: %w", err)
 		}
@@ -222,7 +281,8 @@ func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generati
 		}
 	}
 	if _, err := tx.Exec(ctx, `
-		UPDATE jobs SET state = $2, finished_at = now(), reason = nullif($3, ''), exit_code = $4
+		UPDATE jobs SET state = $2, finished_at = now(), reason = nullif($3, ''), exit_code = $4,
+		       log_size = (SELECT log_size FROM job_attempts WHERE job_id = $1 AND generation = jobs.generation)
 		WHERE id = $1`, jobID, outcome, reason, exitCode); err != nil {
 		return "", fmt.Errorf("finish job: %w", err)
 	}

@@ -21,7 +21,6 @@ type LeasedJob struct {
 	Generation      int
 	Needs           []string
 	Spec            json.RawMessage
-	LogSize         int64
 	CancelRequested bool // the job's or its run's
 }
 
@@ -31,8 +30,34 @@ type LeasedJob struct {
 // by the database clock, runner not revoked — and runs fn in the same
 // transaction, so no call can act on a lease that stopped being current
 // between the check and the write. If fn fails, nothing is written.
+//
+// The two hottest routes, heartbeat and log append, first try a fast path:
+// one statement that checks the same whole tuple (leaseMatchSQL) under a
+// lock on the same row and writes, and only when it matches nothing do they
+// come here to find out why (or to handle the unusual case, such as a
+// resent log range). Row locks are what keep the fast paths sound: a log
+// append holds FOR KEY SHARE on the job row until it commits, and every
+// transition that ends a lease (complete, sweep, cancel, claim) first takes
+// the row FOR UPDATE, which waits for it; so a write is either committed
+// before the lease ends or sees it ended. Code that ends a lease must keep
+// taking FOR UPDATE first.
 func (s *Store) withLease(ctx context.Context, runnerID, pathJobID string, l domain.Lease,
 	fn func(tx pgx.Tx, job *LeasedJob) error) error {
+	if err := checkTuple(runnerID, pathJobID, l); err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		job, err := lockLease(ctx, tx, l)
+		if err != nil {
+			return err
+		}
+		return fn(tx, job)
+	})
+}
+
+// checkTuple is the part of the lease check that needs no database: the
+// tuple is well formed, names the job in the path and the token's runner.
+func checkTuple(runnerID, pathJobID string, l domain.Lease) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -42,13 +67,25 @@ func (s *Store) withLease(ctx context.Context, runnerID, pathJobID string, l dom
 	if l.RunnerID != runnerID {
 		return domain.Errorf(domain.ELeaseMismatch, "lease.runner_id is not the runner this token belongs to")
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		job, err := lockLease(ctx, tx, l)
-		if err != nil {
-			return err
-		}
-		return fn(tx, job)
-	})
+	return nil
+}
+
+// leaseMatchSQL is the whole lease check as a condition on the job row j,
+// for the single-statement fast paths: $1 job, $2 run, $3 runner, $4 lease
+// ID, $5 generation; RUNNING, unexpired by the database clock, runner not
+// revoked. It must say what lockLease checks.
+const leaseMatchSQL = `j.id = $1 AND j.run_id = $2 AND j.runner_id = $3 AND j.lease_id::text = $4 AND j.generation = $5
+    AND j.state = 'RUNNING' AND j.lease_expires_at > now()
+    AND EXISTS (SELECT 1 FROM runners ru WHERE ru.id = $3 AND ru.revoked_at IS NULL)`
+
+// logEndSQL is the end of one attempt's log: log chunks are contiguous and
+// append-only, so it is the end of the last chunk (one backward step of
+// the primary key). jobs.log_size is a copy for display, refreshed by
+// heartbeats and set exactly when the attempt ends.
+func logEndSQL(job, generation string) string {
+	return `coalesce((SELECT c.start_offset + length(c.data) FROM log_chunks c
+	    WHERE c.job_id = ` + job + ` AND c.generation = ` + generation + `
+	    ORDER BY c.start_offset DESC LIMIT 1), 0)`
 }
 
 // lockLease locks the job row and classifies the tuple. The order of checks
@@ -61,7 +98,7 @@ func lockLease(ctx context.Context, tx pgx.Tx, l domain.Lease) (*LeasedJob, erro
 		expired, revoked, runnerOK bool
 	)
 	err := tx.QueryRow(ctx, `
-		SELECT j.id, j.run_id, r.project_id, j.name, j.generation, j.needs, j.spec, j.log_size,
+		SELECT j.id, j.run_id, r.project_id, j.name, j.generation, j.needs, j.spec,
 		       j.cancel_requested OR r.cancel_requested,
 		       j.state, j.runner_id, j.lease_id::text,
 		       coalesce(j.lease_expires_at <= now(), true),
@@ -72,7 +109,7 @@ func lockLease(ctx context.Context, tx pgx.Tx, l domain.Lease) (*LeasedJob, erro
 		WHERE j.id = $1
 		FOR UPDATE OF j`,
 		l.JobID, l.RunnerID).Scan(
-		&job.ID, &job.RunID, &job.ProjectID, &job.Name, &job.Generation, &job.Needs, &job.Spec, &job.LogSize,
+		&job.ID, &job.RunID, &job.ProjectID, &job.Name, &job.Generation, &job.Needs, &job.Spec,
 		&job.CancelRequested, &state, &curRunner, &curLease, &expired, &revoked, &runnerOK)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, domain.Errorf(domain.ELeaseMismatch, "job %s has no lease matching this one", l.JobID)
