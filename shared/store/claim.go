@@ -21,11 +21,13 @@ const MaxClaimWait = 20 * time.Second
 // generation goes up by one, the lease ID is fresh and random, the expiry
 // comes from the database clock, and the run is marked started. The current
 // lease lives on the job row; its attempt row is written when it ends
-// (finishAttempt), in the transaction that ends it.
+// (finishAttempt), in the transaction that ends it. The scan starts after
+// the queue position ($4, $5): see claimHints.
 const claimSQL = `
 WITH candidate AS (
     SELECT id FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $2::text[]
+      AND (queued_at, id) > ($4::timestamptz, $5::text)
     ORDER BY queued_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -37,7 +39,7 @@ WITH candidate AS (
         started_at = now(), log_size = 0, reason = NULL, exit_code = NULL
     FROM candidate c
     WHERE j.id = c.id
-    RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec
+    RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec, j.queued_at
 ), run_started AS (
     UPDATE runs SET state = 'RUNNING', started_at = now()
     WHERE id = (SELECT run_id FROM claimed) AND state = 'PENDING'
@@ -46,7 +48,8 @@ SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spe
        coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), coalesce(r.source_size, 0),
        CASE WHEN r.secrets_allowed THEN
            (SELECT jsonb_object_agg(s.name, s.value) FROM project_secrets s WHERE s.project_id = r.project_id)
-       END
+       END,
+       c.queued_at
 FROM claimed c JOIN runs r ON r.id = c.run_id`
 
 // Claim is a granted lease as the store returns it. It marshals to the
@@ -127,19 +130,35 @@ func effectiveLabels(runner Runner, requested []string) ([]string, error) {
 }
 
 func (s *Store) claimOnce(ctx context.Context, runnerID string, labels []string) (*Claim, error) {
+	key := hintKey(labels)
+	at, id, full := s.hints.start(key, time.Now())
+	c, err := s.claimAfter(ctx, runnerID, labels, key, at, id)
+	if err != nil || c != nil || full || !s.hints.fullScanDue(key, time.Now()) {
+		return c, err
+	}
+	// Nothing after the hint: look behind it too.
+	return s.claimAfter(ctx, runnerID, labels, key, queueStart, "")
+}
+
+// claimAfter claims the oldest matching job after the queue position
+// (afterAt, afterID).
+func (s *Store) claimAfter(ctx context.Context, runnerID string, labels []string, key string,
+	afterAt time.Time, afterID string) (*Claim, error) {
 	var (
-		c       Claim
-		expires time.Time
+		c        Claim
+		expires  time.Time
+		queuedAt time.Time
 	)
-	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds()).Scan(
+	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
-		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &c.Secrets)
+		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &c.Secrets, &queuedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
+	s.hints.claimed(key, queuedAt, c.Lease.JobID)
 	c.Lease.RunnerID = runnerID
 	c.Lease.ExpiresAt = &expires
 	c.LeaseTTLSeconds = int(s.limits.LeaseTTL.Seconds())

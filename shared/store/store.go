@@ -44,6 +44,9 @@ type Store struct {
 	// on their next poll.
 	mu       sync.Mutex
 	queuedCh chan struct{}
+
+	// hints are where claims start scanning the queue (claimhint.go).
+	hints claimHints
 }
 
 // New wraps an open pool.
