@@ -128,14 +128,19 @@ func seedRunner(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 
 // seedQueued empties the job tables and queues n jobs in runs of 500.
 func seedQueued(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	return seedQueuedRuns(ctx, pool, n, 500)
+}
+
+// seedQueuedRuns empties the job tables and queues n jobs in runs of perRun.
+func seedQueuedRuns(ctx context.Context, pool *pgxpool.Pool, n, perRun int) error {
 	for _, q := range []string{
 		`TRUNCATE log_chunks, job_attempts, artifacts, pending_caches, jobs, runs, projects CASCADE`,
 		`INSERT INTO projects (id, name) VALUES ('p', 'bench')`,
 		`INSERT INTO runs (id, project_id, number)
-		 SELECT 'run-' || r, 'p', r FROM generate_series(0, (` + fmt.Sprint(n) + ` - 1) / 500) r`,
+		 SELECT 'run-' || r, 'p', r FROM generate_series(0, (` + fmt.Sprint(n) + ` - 1) / ` + fmt.Sprint(perRun) + `) r`,
 		`INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at)
-		 SELECT 'job-' || i, 'run-' || (i / 500), 'j' || i, 'QUEUED', '{linux}',
-		        jsonb_build_object('id', 'job-' || i, 'run_id', 'run-' || (i / 500), 'name', 'j' || i, 'needs', '{}'::text[],
+		 SELECT 'job-' || i, 'run-' || (i / ` + fmt.Sprint(perRun) + `), 'j' || i, 'QUEUED', '{linux}',
+		        jsonb_build_object('id', 'job-' || i, 'run_id', 'run-' || (i / ` + fmt.Sprint(perRun) + `), 'name', 'j' || i, 'needs', '{}'::text[],
 		                           'timeout_seconds', 3600, 'steps', '[{"name":"s","run":"true"}]'::jsonb),
 		        now() + i * interval '1 microsecond'
 		 FROM generate_series(0, ` + fmt.Sprint(n) + ` - 1) i`,

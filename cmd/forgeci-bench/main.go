@@ -32,6 +32,8 @@ type row struct {
 	higherIsBetter bool
 	goal           float64
 	baselineName   string
+	// errors, when positive, fails the goal whatever the ratio.
+	errors int
 }
 
 func (r row) ratio() float64 {
@@ -45,6 +47,9 @@ func main() {
 	only := flag.String("only", "", "run only benchmarks whose name contains this")
 	rounds := flag.Int("rounds", 3, "rounds per benchmark (the median is reported)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
+	flag.DurationVar(&xminClean, "xmin-clean", xminClean, "pinned-xmin benchmark: length of the clean phase")
+	flag.DurationVar(&xminPinned, "xmin-pinned", xminPinned, "pinned-xmin benchmark: how long the old snapshot is held")
+	flag.BoolVar(&xminRaw, "xmin-raw", xminRaw, "pinned-xmin benchmark: also run the raw SKIP LOCKED queue under the same pin")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -78,12 +83,12 @@ func main() {
 		goal := "(figure only)"
 		if r.goal > 0 {
 			goal = fmt.Sprintf("≥ %.2f ok", r.goal)
-			if r.ratio() < r.goal {
+			if r.ratio() < r.goal || r.errors > 0 {
 				goal = fmt.Sprintf("≥ %.2f BELOW GOAL", r.goal)
 			}
 		}
-		fmt.Fprintf(w, "%s\t%.1f %s\t%.1f %s\t%s\t%.2f\t%s\t\n",
-			r.name, r.figure, r.unit, r.baseline, r.unit, r.baselineName, r.ratio(), goal)
+		fmt.Fprintf(w, "%s\t%s %s\t%s %s\t%s\t%.2f\t%s\t\n",
+			r.name, num(r.figure), r.unit, num(r.baseline), r.unit, r.baselineName, r.ratio(), goal)
 	}
 	w.Flush()
 }
@@ -95,6 +100,10 @@ type benchmark struct {
 
 var benchmarks = []benchmark{
 	{"claim", benchClaim},
+	{"lease-writes", benchLeaseWrites},
+	{"claim-scale", benchClaimScale},
+	{"invocations", benchInvocations},
+	{"pinned-xmin", benchPinnedXmin},
 	{"snapshot", benchSnapshot},
 	{"pickup", benchPickup},
 	{"pipeline", benchPipeline},
@@ -126,6 +135,19 @@ func median(xs []float64) float64 {
 	s := append([]float64{}, xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// num prints a figure with at least three significant digits.
+func num(x float64) string {
+	switch {
+	case x >= 100:
+		return fmt.Sprintf("%.0f", x)
+	case x >= 10:
+		return fmt.Sprintf("%.1f", x)
+	case x >= 1:
+		return fmt.Sprintf("%.2f", x)
+	}
+	return fmt.Sprintf("%.3f", x)
 }
 
 func perSecond(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
