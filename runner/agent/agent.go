@@ -204,11 +204,15 @@ func (a *Agent) runJob(c *domain.Claim) {
 	a.removeWorkspace(l)
 }
 
-// removeWorkspace deletes this lease's job directory, and the run's
-// directory only if no other job of the run is using it.
+// removeWorkspace deletes this lease's workspace, then the job's and the
+// run's directories only if nothing else is using them: the next attempt
+// of the same job may already be running here (a retry claimed by another
+// slot the moment this one completed), and so may other jobs of the run.
 func (a *Agent) removeWorkspace(l domain.Lease) {
-	_ = os.RemoveAll(filepath.Join(a.cfg.WorkDir, l.RunID, l.JobID))
-	_ = os.Remove(filepath.Join(a.cfg.WorkDir, l.RunID))
+	jobDir := filepath.Join(a.cfg.WorkDir, l.RunID, l.JobID)
+	_ = os.RemoveAll(filepath.Join(jobDir, l.LeaseID))
+	_ = os.Remove(jobDir)
+	_ = os.Remove(filepath.Dir(jobDir))
 }
 
 // heartbeat extends the lease every third of its TTL. It stops the job on
@@ -421,7 +425,7 @@ func (j *job) fetchSource() error {
 	if src.BlobDigest != j.claim.Source.BlobDigest || src.ManifestDigest != j.claim.Source.ManifestDigest {
 		return fmt.Errorf("source route names %s, the claim %s", src.BlobDigest, j.claim.Source.BlobDigest)
 	}
-	blob, err := snapshot.Download(j.ctx, http.DefaultClient, src.URL, src.BlobDigest, src.Size, filepath.Dir(j.ws))
+	blob, err := j.download(src.URL, src.BlobDigest, src.Size, filepath.Dir(j.ws))
 	if err != nil {
 		return err
 	}
@@ -442,7 +446,7 @@ func (j *job) unpackInto(url, digest string, size int64, sub string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	blob, err := snapshot.Download(j.ctx, http.DefaultClient, url, digest, size, tmp)
+	blob, err := j.download(url, digest, size, tmp)
 	if err != nil {
 		return err
 	}
@@ -543,12 +547,50 @@ func (j *job) upload(u client.Upload, blob string, size int64) error {
 	if u.Exists || u.KeyExists {
 		return nil
 	}
-	f, err := os.Open(blob)
-	if err != nil {
+	// Blobs are content-addressed and written with If-None-Match, so a PUT
+	// whose answer was lost is safe to repeat: it then gets 412, "exists".
+	return j.transfer(func() error {
+		f, err := os.Open(blob)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return j.a.cfg.Client.Put(j.ctx, u, f, size)
+	})
+}
+
+// download fetches a blob by its presigned URL and verifies it, retrying
+// what a flaky network does to it: one dropped connection must not fail
+// the job. A blob that does not match its digest is not retried.
+func (j *job) download(url, digest string, size int64, dir string) (string, error) {
+	var blob string
+	err := j.transfer(func() error {
+		var err error
+		blob, err = snapshot.Download(j.ctx, http.DefaultClient, url, digest, size, dir)
 		return err
+	})
+	return blob, err
+}
+
+// transferAttempts bounds the tries of one presigned download or upload.
+const transferAttempts = 5
+
+// transfer runs one S3 transfer with retries and backoff while the job
+// goes on; a digest mismatch is final.
+func (j *job) transfer(op func() error) error {
+	delay := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if err == nil || attempt == transferAttempts || errors.Is(err, snapshot.ErrDigestMismatch) || j.ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-j.ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 4*time.Second)
 	}
-	defer f.Close()
-	return j.a.cfg.Client.Put(j.ctx, u, f, size)
 }
 
 func (j *job) uploadArtifact(art domain.ArtifactSpec) error {
