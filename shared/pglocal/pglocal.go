@@ -33,6 +33,9 @@ type Options struct {
 	Settings map[string]string
 	// Log receives the server's output; discarded when nil.
 	Log *os.File
+	// Env is extra environment for the server process (not initdb), such
+	// as LD_PRELOAD and FAKETIME for a server whose clock is off.
+	Env []string
 }
 
 // Cluster is a running PostgreSQL server.
@@ -44,6 +47,11 @@ type Cluster struct {
 	temp bool
 	cmd  *exec.Cmd
 	done chan error
+	// what Restart needs to start the same server again
+	bin  string
+	args []string
+	cred *syscall.Credential
+	opts Options
 }
 
 // BinDir finds the PostgreSQL server binaries.
@@ -128,22 +136,37 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	for k, v := range opts.Settings {
 		args = append(args, "-c", k+"="+v)
 	}
-	c.cmd = exec.Command(filepath.Join(bin, "postgres"), args...)
-	// Pdeathsig: if we die, so does the server, so no cluster outlives its test.
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
-	if opts.Log != nil {
-		c.cmd.Stdout, c.cmd.Stderr = opts.Log, opts.Log
+	c.bin, c.args, c.cred, c.opts = bin, args, cred, opts
+	if err := c.startServer(); err != nil {
+		return nil, err
 	}
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start postgres: %w", err)
-	}
-	go func() { c.done <- c.cmd.Wait() }()
 	c.URL = fmt.Sprintf("postgres://forgeci:%s@127.0.0.1:%d/postgres?sslmode=disable", password, port)
 	if err := c.waitReady(ctx); err != nil {
 		c.Stop()
 		return nil, err
 	}
 	return c, nil
+}
+
+// startServer starts the postmaster on the data directory.
+func (c *Cluster) startServer() error {
+	c.cmd = exec.Command(filepath.Join(c.bin, "postgres"), c.args...)
+	// Pdeathsig: if we die, so does the server, so no cluster outlives its test.
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+	if len(c.opts.Env) > 0 {
+		c.cmd.Env = append(os.Environ(), c.opts.Env...)
+	}
+	if c.opts.Log != nil {
+		c.cmd.Stdout, c.cmd.Stderr = c.opts.Log, c.opts.Log
+	}
+	if err := c.cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	done := make(chan error, 1)
+	c.done = done
+	cmd := c.cmd
+	go func() { done <- cmd.Wait() }()
+	return nil
 }
 
 func (c *Cluster) waitReady(ctx context.Context) error {
