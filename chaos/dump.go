@@ -1,0 +1,248 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/snapshot"
+)
+
+// Dump is the final state the checker judges: the database's rows and
+// what the artifacts' blobs in S3 hold. Times are Unix nanoseconds on the
+// database's clock.
+type Dump struct {
+	// ClockOffset is the database clock minus the harness clock.
+	ClockOffset int64         `json:"clock_offset"`
+	LeaseTTL    time.Duration `json:"lease_ttl"`
+	SweepEvery  time.Duration `json:"sweep_every"`
+	Runs        []DumpRun     `json:"runs"`
+	Jobs        []DumpJob     `json:"jobs"`
+	Attempts    []DumpAttempt `json:"attempts"`
+	Logs        []DumpLog     `json:"logs"`
+	Artifacts   []DumpBlob    `json:"artifacts"`
+	Pending     []DumpBlob    `json:"pending_caches"`
+	Caches      []DumpBlob    `json:"caches"`
+	Audit       []DumpAudit   `json:"audit"`
+}
+
+type DumpRun struct{ ID, State string }
+
+type DumpJob struct {
+	ID, RunID, Name, State, Reason string
+	Generation                     int
+}
+
+type DumpAttempt struct {
+	JobID, RunnerID, LeaseID, Outcome, Reason string
+	Generation                                int
+	LogSize, Started, Ended                   int64
+}
+
+// DumpLog is one attempt's log: its chunks (start, length) and bytes.
+type DumpLog struct {
+	JobID      string
+	Generation int
+	Chunks     [][2]int64
+	Data       string
+}
+
+// DumpBlob is an artifact, a staged cache or a cache entry, with (for
+// artifacts) what its blob holds: its digest checked and dist/stamp read.
+type DumpBlob struct {
+	JobID, Name, Digest string
+	Generation          int
+	Stamp               string `json:",omitempty"`
+	BlobErr             string `json:",omitempty"`
+}
+
+type DumpAudit struct {
+	Seq                                                        int64
+	At, Expires                                                int64
+	Kind, JobID, OldState, NewState, LeaseID, RunnerID, Detail string
+	Generation                                                 int
+	OK                                                         bool
+}
+
+func (h *Harness) dump(ctx context.Context) (*Dump, error) {
+	d := &Dump{LeaseTTL: h.cfg.LeaseTTL, SweepEvery: h.cfg.SweepEvery}
+	direct := h.cfg.S3
+	direct.Bucket = h.bucket
+	err := h.withAdmin(ctx, func(c *pgx.Conn) error {
+		// The clock offset, from the sample with the shortest round trip.
+		best := time.Hour
+		for range 5 {
+			t0 := time.Now()
+			var db time.Time
+			if err := c.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+				return err
+			}
+			rtt := time.Since(t0)
+			if rtt < best {
+				best = rtt
+				d.ClockOffset = db.UnixNano() - t0.Add(rtt/2).UnixNano()
+			}
+		}
+		q := func(sql string, scan func(pgx.Rows) error) error {
+			rows, err := c.Query(ctx, sql)
+			if err != nil {
+				return fmt.Errorf("dump: %w", err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				if err := scan(rows); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		}
+		ns := func(t *time.Time) int64 {
+			if t == nil {
+				return 0
+			}
+			return t.UnixNano()
+		}
+		if err := q(`SELECT id, state FROM runs ORDER BY created_at`, func(r pgx.Rows) error {
+			var x DumpRun
+			d.Runs = append(d.Runs, x)
+			return r.Scan(&d.Runs[len(d.Runs)-1].ID, &d.Runs[len(d.Runs)-1].State)
+		}); err != nil {
+			return err
+		}
+		if err := q(`SELECT id, run_id, name, state, coalesce(reason, ''), generation FROM jobs ORDER BY created_at, id`, func(r pgx.Rows) error {
+			var x DumpJob
+			err := r.Scan(&x.ID, &x.RunID, &x.Name, &x.State, &x.Reason, &x.Generation)
+			d.Jobs = append(d.Jobs, x)
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := q(`SELECT job_id, runner_id, lease_id::text, outcome, coalesce(reason, ''), generation, log_size, started_at, ended_at
+			FROM job_attempts ORDER BY job_id, generation`, func(r pgx.Rows) error {
+			var x DumpAttempt
+			var s, e time.Time
+			err := r.Scan(&x.JobID, &x.RunnerID, &x.LeaseID, &x.Outcome, &x.Reason, &x.Generation, &x.LogSize, &s, &e)
+			x.Started, x.Ended = s.UnixNano(), e.UnixNano()
+			d.Attempts = append(d.Attempts, x)
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := q(`SELECT job_id, generation, array_agg(start_offset ORDER BY start_offset),
+			       array_agg(length(data)::bigint ORDER BY start_offset), string_agg(data, ''::bytea ORDER BY start_offset)
+			FROM log_chunks GROUP BY job_id, generation ORDER BY job_id, generation`, func(r pgx.Rows) error {
+			var x DumpLog
+			var starts, lens []int64
+			var data []byte
+			err := r.Scan(&x.JobID, &x.Generation, &starts, &lens, &data)
+			for i := range starts {
+				x.Chunks = append(x.Chunks, [2]int64{starts[i], lens[i]})
+			}
+			x.Data = string(data)
+			d.Logs = append(d.Logs, x)
+			return err
+		}); err != nil {
+			return err
+		}
+		blobs := func(sql string, into *[]DumpBlob) error {
+			return q(sql, func(r pgx.Rows) error {
+				var x DumpBlob
+				err := r.Scan(&x.JobID, &x.Generation, &x.Name, &x.Digest)
+				*into = append(*into, x)
+				return err
+			})
+		}
+		if err := blobs(`SELECT job_id, generation, name, digest FROM artifacts ORDER BY job_id, generation, name`, &d.Artifacts); err != nil {
+			return err
+		}
+		if err := blobs(`SELECT job_id, generation, key, digest FROM pending_caches ORDER BY job_id, generation, key`, &d.Pending); err != nil {
+			return err
+		}
+		if err := blobs(`SELECT coalesce(job_id, ''), 0, key, digest FROM caches ORDER BY key`, &d.Caches); err != nil {
+			return err
+		}
+		return q(`SELECT seq, at, expires, kind, coalesce(job_id, ''), coalesce(old_state, ''), coalesce(new_state, ''),
+			       coalesce(lease_id, ''), coalesce(runner_id, ''), coalesce(detail, ''), coalesce(generation, 0), ok
+			FROM chaos_audit ORDER BY seq`, func(r pgx.Rows) error {
+			var x DumpAudit
+			var at time.Time
+			var exp *time.Time
+			err := r.Scan(&x.Seq, &at, &exp, &x.Kind, &x.JobID, &x.OldState, &x.NewState, &x.LeaseID, &x.RunnerID,
+				&x.Detail, &x.Generation, &x.OK)
+			x.At, x.Expires = at.UnixNano(), ns(exp)
+			d.Audit = append(d.Audit, x)
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	// What each artifact's blob holds, read from S3 directly.
+	plain, err := cas.New(ctx, direct)
+	if err != nil {
+		return nil, err
+	}
+	tmp := filepath.Join(h.cfg.Dir, "artifacts")
+	for i := range d.Artifacts {
+		a := &d.Artifacts[i]
+		a.Stamp, err = readStamp(ctx, plain, a.Digest, filepath.Join(tmp, fmt.Sprint(i)))
+		if err != nil {
+			a.BlobErr = err.Error()
+		}
+	}
+	f, err := os.Create(filepath.Join(h.cfg.Dir, "dump.json"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	enc.SetIndent("", " ")
+	return d, enc.Encode(d)
+}
+
+// readStamp fetches a blob, checks it against its digest and returns the
+// content of dist/stamp in it.
+func readStamp(ctx context.Context, blobs *cas.Store, digest, dir string) (string, error) {
+	body, _, err := blobs.Open(ctx, digest)
+	if err != nil {
+		return "", err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != digest {
+		return "", fmt.Errorf("blob %s hashes to %s", digest, got)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if _, err := snapshot.Extract(bytes.NewReader(b), dir, snapshot.Limits{}); err != nil {
+		return "", err
+	}
+	stamp, err := os.ReadFile(filepath.Join(dir, "dist", "stamp"))
+	return strings.TrimSpace(string(stamp)), err
+}
+
+// LoadDump reads a dump written by a run.
+func LoadDump(path string) (*Dump, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var d Dump
+	return &d, json.Unmarshal(b, &d)
+}

@@ -1,0 +1,549 @@
+// Package chaos runs ForgeCI under faults and proves afterwards, from what
+// was logged, that nothing the protocol promises was broken.
+//
+// A run of the harness starts its own PostgreSQL cluster (so that it may
+// terminate its backends and restart it), S3 behind a fault proxy, the
+// control plane's handlers in this process behind another fault proxy, the
+// sweeper on a ticker and several real forgeci-runner processes. For a
+// bounded time it submits a stream of pipelines while it SIGKILLs and
+// SIGSTOP/SIGCONTs runners, terminates the control plane's database
+// sessions, restarts PostgreSQL (cleanly or by crash), cancels runs, and
+// the proxies drop or delay requests at every protocol step. Then it stops
+// the faults, lets the runs finish, and dumps the database and the
+// artifacts. Check reads the operation log and the dump and lists every
+// violation of the invariants (see Check).
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/forgeci/forgeci/chaos/faultproxy"
+	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pglocal"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+//go:embed audit.sql
+var auditSQL string
+
+// Config of one chaos run.
+type Config struct {
+	// Dir receives the operation log (ops.jsonl), the dump (dump.json),
+	// the control plane's and runners' logs and the runners' workspaces.
+	Dir         string
+	Duration    time.Duration // how long faults are injected and runs submitted
+	Settle      time.Duration // how long runs may take to finish afterwards
+	Runners     int
+	Concurrency int // jobs per runner
+	LeaseTTL    time.Duration
+	SweepEvery  time.Duration
+	InFlight    int // runs kept unfinished at once
+	Seed        uint64
+	// S3 is the S3-compatible server (endpoint and credentials); the
+	// harness makes its own bucket.
+	S3 cas.Config
+	// DBClock, when set, is a libfaketime offset for PostgreSQL ("+5m",
+	// "-5m"): the database's clock, the only one lease decisions use, is
+	// then that far from every other clock here.
+	DBClock string
+	// RunnerBin is a forgeci-runner binary; built when empty.
+	RunnerBin string
+	Faults    Faults
+	// Progress receives a line per phase; nil for none.
+	Progress io.Writer
+}
+
+// Faults says which faults to inject and how often.
+type Faults struct {
+	// Every is the mean time between the harness's own faults (0: none);
+	// each picks a kind by these relative weights.
+	Every                                  time.Duration
+	Kill, Stop, Terminate, Restart, Cancel float64
+	// RestartGap is the least time between PostgreSQL restarts.
+	RestartGap time.Duration
+	// StopFor bounds how long a SIGSTOP lasts (default: 200ms to 2.5
+	// leases, so some stay within the lease and some run well past it).
+	StopFor [2]time.Duration
+	// Per request at both proxies, the chance of each fault.
+	DropRequest, DropResponse, Delay float64
+}
+
+// DefaultFaults is the mix `make chaos` and the short test use.
+func DefaultFaults() Faults {
+	return Faults{Every: 1200 * time.Millisecond, Kill: 2, Stop: 3, Terminate: 3, Restart: 1, Cancel: 0.5,
+		RestartGap: 8 * time.Second, DropRequest: 0.02, DropResponse: 0.02, Delay: 0.02}
+}
+
+// Harness is one chaos run in progress.
+type Harness struct {
+	cfg     Config
+	ops     *opLog
+	rng     *mrand.Rand
+	rngMu   sync.Mutex
+	faultOn atomic.Bool
+
+	cluster *pglocal.Cluster
+	dbURL   string
+	pool    *pgxpool.Pool
+	st      *store.Store
+	blobs   *cas.Store
+	bucket  string
+
+	cpURL, userToken string
+	cpSrv            *http.Server
+	runnerProxy      *faultproxy.Proxy
+	s3Proxy          *faultproxy.Proxy
+	sources          map[string]domain.Source
+
+	runners []*runnerProc
+	tokens  map[string]string // runner token -> runner ID
+
+	runsMu sync.Mutex
+	runs   []string
+
+	// bg counts the goroutines ending faults (SIGCONT, restarts); they
+	// end early once faultsOver is closed.
+	bg         sync.WaitGroup
+	faultsOver chan struct{}
+}
+
+// wait sleeps for d or until the fault phase is over.
+func (h *Harness) wait(d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-h.faultsOver:
+	}
+}
+
+// Run runs the harness as configured and returns the checker's report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Runners <= 0 {
+		cfg.Runners = 3
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 2
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 4 * time.Second
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = 500 * time.Millisecond
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = 6
+	}
+	if cfg.Settle <= 0 {
+		cfg.Settle = 90 * time.Second
+	}
+	if cfg.Seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		for _, x := range b {
+			cfg.Seed = cfg.Seed<<8 | uint64(x)
+		}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	h := &Harness{cfg: cfg, rng: mrand.New(mrand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)), tokens: map[string]string{},
+		faultsOver: make(chan struct{})}
+	var err error
+	if h.ops, err = createOpLog(filepath.Join(cfg.Dir, "ops.jsonl")); err != nil {
+		return nil, err
+	}
+	defer h.teardown()
+	if err := h.setup(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.chaos(ctx); err != nil {
+		return nil, err
+	}
+	dump, err := h.dump(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.ops.close(); err != nil {
+		return nil, err
+	}
+	ops, err := ReadOps(filepath.Join(cfg.Dir, "ops.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	rep := Check(ops, dump)
+	rep.Config = fmt.Sprintf("%s of faults, %d runners x %d, lease %s, sweep every %s, seed %d",
+		cfg.Duration, cfg.Runners, cfg.Concurrency, cfg.LeaseTTL, cfg.SweepEvery, cfg.Seed)
+	if cfg.DBClock != "" {
+		rep.Config += ", database clock " + cfg.DBClock
+	}
+	return rep, nil
+}
+
+func (h *Harness) progress(format string, args ...any) {
+	if h.cfg.Progress != nil {
+		fmt.Fprintf(h.cfg.Progress, "chaos: "+format+"\n", args...)
+	}
+}
+
+func (h *Harness) float() float64 {
+	h.rngMu.Lock()
+	defer h.rngMu.Unlock()
+	return h.rng.Float64()
+}
+
+func (h *Harness) intn(n int) int {
+	h.rngMu.Lock()
+	defer h.rngMu.Unlock()
+	return h.rng.IntN(n)
+}
+
+// between returns a random duration in [lo, hi).
+func (h *Harness) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(h.float()*float64(hi-lo))
+}
+
+func (h *Harness) setup(ctx context.Context) error {
+	dir := h.cfg.Dir
+	pgLog, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		return err
+	}
+	// Durable commits: a crash restart must not lose what was acknowledged
+	// (synchronous_commit off, as the test clusters run, would). fsync off
+	// is still safe here: the operating system, and its page cache, never
+	// crashes in this test, only PostgreSQL does.
+	opts := pglocal.Options{Log: pgLog, Settings: map[string]string{"fsync": "off", "max_connections": "200"}}
+	if h.cfg.DBClock != "" {
+		lib, err := FakeTimeLibrary()
+		if err != nil {
+			return err
+		}
+		opts.Env = []string{"LD_PRELOAD=" + lib, "FAKETIME=" + h.cfg.DBClock, "DONT_FAKE_MONOTONIC=1", "FAKETIME_DONT_RESET=1"}
+	}
+	h.progress("starting PostgreSQL")
+	if h.cluster, err = pglocal.Start(ctx, opts); err != nil {
+		return err
+	}
+	h.dbURL = h.cluster.DatabaseURL("forgeci")
+	admin, err := pgx.Connect(ctx, h.cluster.URL)
+	if err != nil {
+		return err
+	}
+	_, err = admin.Exec(ctx, `CREATE DATABASE forgeci`)
+	admin.Close(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := store.Migrate(ctx, h.dbURL, nil); err != nil {
+		return err
+	}
+	if err := h.withAdmin(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, auditSQL)
+		return err
+	}); err != nil {
+		return fmt.Errorf("install the audit triggers: %w", err)
+	}
+	if h.pool, err = store.OpenPool(ctx, h.dbURL, store.PoolOptions{MaxConns: 40}); err != nil {
+		return err
+	}
+	h.st = store.New(h.pool, store.Limits{LeaseTTL: h.cfg.LeaseTTL})
+
+	// S3, behind its proxy: presigned URLs name the proxy, so runners'
+	// downloads and uploads pass through it.
+	if h.s3Proxy, err = faultproxy.Start(h.cfg.S3.Endpoint); err != nil {
+		return err
+	}
+	h.s3Proxy.Decide = h.decide(true)
+	h.s3Proxy.Done = h.logS3
+	s3 := h.cfg.S3
+	s3.Endpoint = h.s3Proxy.URL()
+	s3.Bucket = "chaos-" + randomHex(6)
+	h.bucket = s3.Bucket
+	s3.PresignExpiry = 10 * time.Minute
+	if h.blobs, err = cas.New(ctx, s3); err != nil {
+		return err
+	}
+	if err := h.blobs.EnsureBucket(ctx); err != nil {
+		return err
+	}
+
+	// The control plane: every handler, as forgeci dev mounts them.
+	cpLog, err := os.Create(filepath.Join(dir, "control-plane.log"))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h.cpURL = "http://" + ln.Addr().String()
+	h.cpSrv = &http.Server{Handler: (&api.Server{Store: h.st, CAS: h.blobs,
+		Log: slog.New(slog.NewTextHandler(cpLog, nil))}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = h.cpSrv.Serve(ln) }()
+	if h.runnerProxy, err = faultproxy.Start(h.cpURL); err != nil {
+		return err
+	}
+	h.runnerProxy.Decide = h.decide(false)
+	h.runnerProxy.Done = h.logRequest
+
+	if _, h.userToken, err = h.st.CreateUser(ctx, "chaos", store.RoleAdmin); err != nil {
+		return err
+	}
+	if h.sources, err = uploadVariants(ctx, h.blobs, dir); err != nil {
+		return err
+	}
+	bin := h.cfg.RunnerBin
+	if bin == "" {
+		h.progress("building forgeci-runner")
+		bin = filepath.Join(dir, "forgeci-runner")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/forgeci/forgeci/runner/cmd/forgeci-runner").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("build forgeci-runner: %v\n%s", err, out)
+		}
+	}
+	for i := range h.cfg.Runners {
+		reg, _, err := h.st.CreateRegistrationToken(ctx, time.Hour, "chaos")
+		if err != nil {
+			return err
+		}
+		id, token, err := h.st.RegisterRunner(ctx, reg, fmt.Sprintf("chaos-%d", i), []string{"linux"})
+		if err != nil {
+			return err
+		}
+		h.tokens[token] = id
+		r := &runnerProc{h: h, idx: i, id: id, bin: bin,
+			tokenFile: filepath.Join(dir, fmt.Sprintf("runner-%d.token", i)),
+			workDir:   filepath.Join(dir, fmt.Sprintf("work-%d", i)),
+			logFile:   filepath.Join(dir, fmt.Sprintf("runner-%d.log", i))}
+		if err := os.WriteFile(r.tokenFile, []byte(token+"\n"), 0o600); err != nil {
+			return err
+		}
+		if err := r.start(); err != nil {
+			return err
+		}
+		h.runners = append(h.runners, r)
+	}
+	return nil
+}
+
+// withAdmin runs fn on a fresh connection to the chaos database that is
+// not the control plane's (so faults aimed at the control plane spare it).
+func (h *Harness) withAdmin(ctx context.Context, fn func(*pgx.Conn) error) error {
+	cfg, err := pgx.ParseConfig(h.dbURL)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["application_name"] = "chaos-harness"
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	return fn(c)
+}
+
+func (h *Harness) teardown() {
+	for _, r := range h.runners {
+		r.kill()
+	}
+	if h.runnerProxy != nil {
+		h.runnerProxy.Close()
+	}
+	if h.cpSrv != nil {
+		_ = h.cpSrv.Close()
+	}
+	if h.s3Proxy != nil {
+		h.s3Proxy.Close()
+	}
+	if h.pool != nil {
+		h.pool.Close()
+	}
+	if h.cluster != nil {
+		h.cluster.Stop()
+	}
+	_ = h.ops.close()
+}
+
+// chaos is the fault phase and the settling after it.
+func (h *Harness) chaos(ctx context.Context) error {
+	h.progress("running %s with faults (seed %d)", h.cfg.Duration, h.cfg.Seed)
+	sweepCtx, stopSweeps := context.WithCancel(ctx)
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		h.sweepLoop(sweepCtx)
+	}()
+	defer func() {
+		stopSweeps()
+		<-sweepDone
+	}()
+
+	h.faultOn.Store(true)
+	faultCtx, stopFaults := context.WithTimeout(ctx, h.cfg.Duration)
+	defer stopFaults()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		h.submitLoop(faultCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		h.faultLoop(faultCtx)
+	}()
+	wg.Wait()
+	h.faultOn.Store(false)
+	close(h.faultsOver)
+	h.bg.Wait()
+	// Every runner back: resumed, or restarted if it was killed.
+	for _, r := range h.runners {
+		r.revive()
+	}
+	h.progress("faults stopped; letting the runs finish (up to %s)", h.cfg.Settle)
+	deadline := time.Now().Add(h.cfg.Settle)
+	for {
+		var open int
+		err := h.withAdmin(ctx, func(c *pgx.Conn) error {
+			return c.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state IN ('PENDING', 'QUEUED', 'RUNNING')`).Scan(&open)
+		})
+		if err == nil && open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			h.progress("%d jobs still open after %s; the checker will say which", open, h.cfg.Settle)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	for _, r := range h.runners {
+		r.stop()
+	}
+	// A last sweep after any lease left could have expired.
+	time.Sleep(h.cfg.SweepEvery)
+	return nil
+}
+
+func (h *Harness) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := h.st.Sweep(sctx)
+		cancel()
+		op := Op{Kind: "sweep", Start: start.UnixNano(), End: time.Now().UnixNano(), OK: err == nil,
+			Aborted: res.Aborted, Requeued: res.Requeued}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			op.Err = err.Error()
+		}
+		h.ops.add(op)
+	}
+}
+
+// submitLoop keeps cfg.InFlight runs unfinished, through the user API.
+func (h *Harness) submitLoop(ctx context.Context) {
+	names := []string{"build-test", "build-test", "build-test", "long", "fails"}
+	for ctx.Err() == nil {
+		var open int
+		err := h.withAdmin(ctx, func(c *pgx.Conn) error {
+			return c.QueryRow(ctx, `SELECT count(*) FROM runs WHERE finished_at IS NULL`).Scan(&open)
+		})
+		if err == nil && open < h.cfg.InFlight {
+			v := names[h.intn(len(names))]
+			if id, err := h.submit(ctx, v); err == nil {
+				h.ops.add(Op{Kind: "submit", Run: id, Variant: v})
+				h.runsMu.Lock()
+				h.runs = append(h.runs, id)
+				h.runsMu.Unlock()
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (h *Harness) submit(ctx context.Context, variant string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"project": "chaos", "source": h.sources[variant]})
+	var run struct{ ID string }
+	if err := h.userCall(ctx, "/v1/runs", body, &run, http.StatusCreated); err != nil {
+		return "", err
+	}
+	return run.ID, nil
+}
+
+func (h *Harness) userCall(ctx context.Context, path string, body []byte, out any, want int) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(cctx, http.MethodPost, h.cpURL+path, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+h.userToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s: HTTP %d %s", path, resp.StatusCode, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// FakeTimeLibrary finds libfaketime (Debian package faketime).
+func FakeTimeLibrary() (string, error) {
+	for _, pattern := range []string{"/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
+		"/usr/local/lib/faketime/libfaketime.so.1"} {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return m[0], nil
+		}
+	}
+	return "", errors.New("libfaketime not found: install Debian's faketime package (make deps does)")
+}

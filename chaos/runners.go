@@ -1,0 +1,151 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// runnerProc is one forgeci-runner process slot: one registered runner,
+// whose process the harness kills, stops, resumes and restarts.
+type runnerProc struct {
+	h                           *Harness
+	idx                         int
+	id, bin                     string
+	tokenFile, workDir, logFile string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stopped bool // SIGSTOPped
+	dead    bool // killed, not yet restarted
+	busy    bool // a fault is acting on it
+}
+
+func (r *runnerProc) start() error {
+	logf, err := os.OpenFile(r.logFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(r.bin, "run", "--server", r.h.runnerProxy.URL(), "--token-file", r.tokenFile,
+		"--work-dir", r.workDir, "--concurrency", strconv.Itoa(r.h.cfg.Concurrency), "--kill-grace", "1s")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start runner %d: %w", r.idx, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
+	r.cmd, r.exited, r.dead, r.stopped = cmd, exited, false, false
+	return nil
+}
+
+// claimForFault marks the runner as taken by a fault if it is running.
+func (r *runnerProc) claimForFault() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.busy || r.dead || r.stopped {
+		return false
+	}
+	r.busy = true
+	return true
+}
+
+// sigkill kills the process as a power cut would and restarts it after
+// down, in the background. It returns when the restart is scheduled.
+func (r *runnerProc) sigkill(down time.Duration) {
+	r.mu.Lock()
+	_ = r.cmd.Process.Signal(syscall.SIGKILL)
+	exited := r.exited
+	r.dead = true
+	r.mu.Unlock()
+	<-exited
+	start := time.Now()
+	r.h.bg.Add(1)
+	go func() {
+		defer r.h.bg.Done()
+		r.h.wait(down)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.dead {
+			_ = r.start()
+		}
+		r.busy = false
+		r.h.ops.add(Op{Kind: "fault", Fault: "sigkill", Target: r.id, T: start.UnixNano(), End: time.Now().UnixNano()})
+	}()
+}
+
+// sigstop freezes the process for d, then resumes it, in the background.
+func (r *runnerProc) sigstop(d time.Duration) {
+	r.mu.Lock()
+	_ = r.cmd.Process.Signal(syscall.SIGSTOP)
+	r.stopped = true
+	r.mu.Unlock()
+	start := time.Now()
+	r.h.bg.Add(1)
+	go func() {
+		defer r.h.bg.Done()
+		r.h.wait(d)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.stopped {
+			_ = r.cmd.Process.Signal(syscall.SIGCONT)
+			r.stopped = false
+		}
+		r.busy = false
+		r.h.ops.add(Op{Kind: "fault", Fault: "sigstop", Target: r.id, T: start.UnixNano(), End: time.Now().UnixNano(),
+			Detail: d.Round(time.Millisecond).String()})
+	}()
+}
+
+// revive resumes a stopped process and restarts a dead one, at once.
+func (r *runnerProc) revive() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		_ = r.cmd.Process.Signal(syscall.SIGCONT)
+		r.stopped = false
+	}
+	if r.dead {
+		_ = r.start()
+	}
+}
+
+// stop asks the runner to finish (SIGTERM: no new claims) and kills it if
+// it has not exited in a few seconds.
+func (r *runnerProc) stop() {
+	r.mu.Lock()
+	cmd, exited := r.cmd, r.exited
+	r.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+func (r *runnerProc) kill() {
+	r.mu.Lock()
+	cmd, exited := r.cmd, r.exited
+	r.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
