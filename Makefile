@@ -6,7 +6,7 @@ LAMBDA_ARCH  ?= arm64
 lambda = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath \
          -ldflags='-s -w' -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(1)
 
-.PHONY: demo deps test lint bench fuzz dev build clean FORCE
+.PHONY: demo deps test lint bench chaos fuzz dev build clean FORCE
 
 deps:                ## install missing Debian packages and Go tools
 	@scripts/deps.sh
@@ -37,6 +37,11 @@ test: deps lint bin/forgeci   ## the whole suite against real PostgreSQL
 bench: deps bin/forgeci       ## benchmarks, each beside its baseline
 	bin/forgeci services -- $(GO) run ./cmd/forgeci-bench
 	bin/forgeci services -- $(GO) run ./cmd/forgeci-lambdabench
+
+chaos: deps bin/forgeci       ## faults for CHAOS_DURATION (default 5m), then the checker; and with the database clock 5 minutes off either way
+	bin/forgeci services -- $(GO) run ./cmd/forgeci-chaos -duration $(or $(CHAOS_DURATION),5m)
+	bin/forgeci services -- $(GO) run ./cmd/forgeci-chaos -duration 1m -db-clock +5m
+	bin/forgeci services -- $(GO) run ./cmd/forgeci-chaos -duration 1m -db-clock -5m
 
 fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzExtract -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/

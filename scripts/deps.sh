@@ -36,6 +36,12 @@ if ! command -v chromium >/dev/null 2>&1; then
   apt_install chromium
 fi
 
+# libfaketime: the chaos suite runs PostgreSQL with its clock five minutes off.
+if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+  echo "deps: installing faketime (clock-fault tests)" >&2
+  apt_install faketime
+fi
+
 if ! have_pg; then
   echo "deps: installing PostgreSQL server binaries" >&2
   # We start our own throwaway clusters; stop Debian from creating and
