@@ -382,8 +382,8 @@ func Check(ops []Op, d *Dump) *Report {
 			bad("%s records %d log bytes, its log has %d", k, a.LogSize, next)
 		}
 		checkLog(k, l.Data, grants[k], attempts[k].Outcome, jobs[k.job], passedBuild, grants, bad)
-		if strings.Contains(l.Data, "==> source could not be verified") || strings.Contains(l.Data, "could not be fetched") ||
-			strings.Contains(l.Data, "could not be uploaded") {
+		if attempts[k].Outcome == "FAILED" && (strings.Contains(l.Data, "==> source could not be verified") ||
+			strings.Contains(l.Data, "could not be fetched") || strings.Contains(l.Data, "could not be uploaded")) {
 			r.InfraFailures++
 		}
 	}

@@ -478,14 +478,17 @@ func (h *Harness) sweepLoop(ctx context.Context) {
 
 // submitLoop keeps cfg.InFlight runs unfinished, through the user API.
 func (h *Harness) submitLoop(ctx context.Context) {
-	names := []string{"build-test", "build-test", "build-test", "long", "fails"}
 	for ctx.Err() == nil {
 		var open int
 		err := h.withAdmin(ctx, func(c *pgx.Conn) error {
 			return c.QueryRow(ctx, `SELECT count(*) FROM runs WHERE finished_at IS NULL`).Scan(&open)
 		})
 		if err == nil && open < h.cfg.InFlight {
-			v := names[h.intn(len(names))]
+			// Three in five build-test (a random copy of it), else long or fails.
+			v := []string{"long", "fails"}[h.intn(2)]
+			if h.intn(5) < 3 {
+				v = fmt.Sprintf("build-test-%02d", h.intn(cacheKeys))
+			}
 			if id, err := h.submit(ctx, v); err == nil {
 				h.ops.add(Op{Kind: "submit", Run: id, Variant: v})
 				h.runsMu.Lock()

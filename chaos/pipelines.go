@@ -3,8 +3,10 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
@@ -43,7 +45,7 @@ var variants = map[string]string{
   build:
     runs-on: linux
     retry: {lease-lost: 2}
-    cache: {key: chaos-v1, restore-keys: [chaos-], paths: [.cache]}
+    cache: {key: chaos-KEY, restore-keys: [chaos-], paths: [.cache]}
     steps:
       - run: sh chaos.sh build 8 0.15
       - run: |
@@ -101,11 +103,27 @@ func indent(s string, n int) string {
 	return string(out)
 }
 
+// cacheKeys is how many copies of build-test there are, each saving its
+// own cache key (the first passing build of each saves it), so that cache
+// saves keep happening during a run.
+const cacheKeys = 24
+
 // uploadVariants snapshots each variant (its .forgeci.yml and chaos.sh)
-// into the CAS and returns the sources by variant name.
+// into the CAS and returns the sources by variant name; build-test comes
+// as build-test-00 ... with a cache key each.
 func uploadVariants(ctx context.Context, blobs *cas.Store, dir string) (map[string]domain.Source, error) {
 	out := map[string]domain.Source{}
+	all := map[string]string{}
 	for name, yml := range variants {
+		if !strings.Contains(yml, "chaos-KEY") {
+			all[name] = yml
+			continue
+		}
+		for k := range cacheKeys {
+			all[fmt.Sprintf("%s-%02d", name, k)] = strings.ReplaceAll(yml, "chaos-KEY", fmt.Sprintf("chaos-%02d", k))
+		}
+	}
+	for name, yml := range all {
 		src := filepath.Join(dir, "src-"+name)
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return nil, err
