@@ -34,6 +34,7 @@ import (
 	"github.com/forgeci/forgeci/shared/lambdaapp/lambdatest"
 	"github.com/forgeci/forgeci/shared/localnet"
 	"github.com/forgeci/forgeci/shared/store"
+	_ "github.com/forgeci/forgeci/shared/ui" // the dashboard registers its routes
 )
 
 // sizeGoal is the "≤ 15 MB", read as MiB (what ls -lh and the

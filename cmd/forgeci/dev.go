@@ -19,6 +19,7 @@ import (
 	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/scm"
 	"github.com/forgeci/forgeci/shared/store"
+	_ "github.com/forgeci/forgeci/shared/ui" // the dashboard registers its routes
 )
 
 // devOptions are the flags of forgeci dev.

@@ -21,6 +21,7 @@ import (
 	"github.com/awslabs/goformation/v7/intrinsics"
 
 	"github.com/forgeci/forgeci/shared/api"
+	_ "github.com/forgeci/forgeci/shared/ui" // the dashboard registers its routes
 )
 
 const root = "../../"
