@@ -74,8 +74,15 @@ func checkTuple(runnerID, pathJobID string, l domain.Lease) error {
 // for the single-statement fast paths: $1 job, $2 run, $3 runner, $4 lease
 // ID, $5 generation; RUNNING, unexpired by the database clock, runner not
 // revoked. It must say what lockLease checks.
-const leaseMatchSQL = `j.id = $1 AND j.run_id = $2 AND j.runner_id = $3 AND j.lease_id::text = $4 AND j.generation = $5
-    AND j.state = 'RUNNING' AND j.lease_expires_at > now()
+//
+// The row is found by its primary key and nothing else: the rest of the
+// tuple is compared as one row with IS NOT DISTINCT FROM, which no index
+// serves. Written as plain equalities, generic plans made on a young
+// table's statistics walked the run's jobs (index on run_id) or every
+// running job (the sweeper's index) to find one row.
+const leaseMatchSQL = `j.id = $1
+    AND (j.run_id, j.runner_id, j.lease_id::text, j.generation, j.state) IS NOT DISTINCT FROM ($2, $3, $4, $5::int, 'RUNNING')
+    AND j.lease_expires_at > now()
     AND EXISTS (SELECT 1 FROM runners ru WHERE ru.id = $3 AND ru.revoked_at IS NULL)`
 
 // logEndSQL is the end of one attempt's log: log chunks are contiguous and
