@@ -23,8 +23,8 @@ const (
 	leaseClients = 8
 	// Many short turns, alternating, so that a neighbour's load on a shared
 	// machine falls on both sides alike.
-	leaseTurns    = 8
-	leaseDuration = 1500 * time.Millisecond
+	leaseTurns    = 16
+	leaseDuration = time.Second
 	logChunk      = 1024
 )
 

@@ -138,14 +138,11 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 // the second hits the primary key (job, generation, start_offset). It
 // matches nothing, and the slow path takes over, for every other case.
 var appendLogSQL = `
-WITH j AS (
-    SELECT j.id, j.generation FROM jobs j
-    WHERE ` + leaseMatchSQL + `
-    FOR KEY SHARE OF j
-)
 INSERT INTO log_chunks (job_id, generation, start_offset, data)
-SELECT j.id, j.generation, $6, $7 FROM j
-WHERE ` + logEndSQL("j.id", "j.generation") + ` = $6 AND $6 + $8::bigint <= $9`
+SELECT j.id, j.generation, $6, $7 FROM jobs j
+WHERE ` + leaseMatchSQL + `
+  AND ` + logEndSQL("j.id", "j.generation") + ` = $6 AND $6 + $8::bigint <= $9
+FOR KEY SHARE OF j`
 
 // readLog returns the bytes [offset, offset+n) of one attempt's log.
 func readLog(ctx context.Context, q pgx.Tx, jobID string, generation int, offset, n int64) ([]byte, error) {
