@@ -1,11 +1,17 @@
 // Package localnet holds what the throwaway local servers (pglocal,
-// s3local) share: a free loopback port and random secrets.
+// s3local, the Lambda emulator) share: a free loopback port, random
+// secrets, and finding a go-installed server binary.
 package localnet
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -23,4 +29,28 @@ func RandomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// GoTool finds a go-installed tool: $envVar, then PATH, then $GOPATH/bin
+// (where `go install` puts it, often not on PATH). hint says how to get it.
+func GoTool(envVar, name, hint string) (string, error) {
+	if b := os.Getenv(envVar); b != "" {
+		return b, nil
+	}
+	if b, err := exec.LookPath(name); err == nil {
+		return b, nil
+	}
+	gopath := os.Getenv("GOPATH")
+	if gopath == "" {
+		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+			gopath = strings.TrimSpace(string(out))
+		}
+	}
+	for _, dir := range filepath.SplitList(gopath) {
+		b := filepath.Join(dir, "bin", name)
+		if _, err := os.Stat(b); err == nil {
+			return b, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found: %s or set %s", name, hint, envVar)
 }

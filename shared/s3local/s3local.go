@@ -11,9 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -34,25 +32,7 @@ type Server struct {
 
 // Binary finds versitygw: $FORGECI_VERSITYGW, then PATH, then $GOPATH/bin.
 func Binary() (string, error) {
-	if b := os.Getenv("FORGECI_VERSITYGW"); b != "" {
-		return b, nil
-	}
-	if b, err := exec.LookPath("versitygw"); err == nil {
-		return b, nil
-	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			gopath = strings.TrimSpace(string(out))
-		}
-	}
-	for _, dir := range filepath.SplitList(gopath) {
-		b := filepath.Join(dir, "bin", "versitygw")
-		if _, err := os.Stat(b); err == nil {
-			return b, nil
-		}
-	}
-	return "", errors.New("versitygw not found: run make deps (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0) or set FORGECI_VERSITYGW")
+	return localnet.GoTool("FORGECI_VERSITYGW", "versitygw", "run make deps (go install github.com/versity/versitygw/cmd/versitygw@v1.8.0)")
 }
 
 // Start runs versitygw on a free loopback port over dir (a new temporary

@@ -35,25 +35,7 @@ import (
 
 // RIE finds aws-lambda-rie: $FORGECI_LAMBDA_RIE, then PATH, then $GOPATH/bin.
 func RIE() (string, error) {
-	if b := os.Getenv("FORGECI_LAMBDA_RIE"); b != "" {
-		return b, nil
-	}
-	if b, err := exec.LookPath("aws-lambda-rie"); err == nil {
-		return b, nil
-	}
-	gopath := os.Getenv("GOPATH")
-	if gopath == "" {
-		if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
-			gopath = strings.TrimSpace(string(out))
-		}
-	}
-	for _, dir := range filepath.SplitList(gopath) {
-		b := filepath.Join(dir, "bin", "aws-lambda-rie")
-		if _, err := os.Stat(b); err == nil {
-			return b, nil
-		}
-	}
-	return "", errors.New("aws-lambda-rie not found: run make deps or set FORGECI_LAMBDA_RIE")
+	return localnet.GoTool("FORGECI_LAMBDA_RIE", "aws-lambda-rie", "run make deps")
 }
 
 // ModuleRoot returns the directory of go.mod, from the working directory up.
