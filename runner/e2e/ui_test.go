@@ -85,19 +85,29 @@ func TestDashboard(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("token"), s.vals["FORGECI_TOKEN"]), chromedp.Click(chromedp.ID("login")),
 		chromedp.WaitVisible(chromedp.ID("run-state")), chromedp.Click(chromedp.ID("job-slow")),
 		chromedp.WaitVisible(chromedp.ID("log")))
+	// poll reads an element's text while the page may be between loads (a
+	// form post's redirect, the run page's reload): the node can vanish
+	// between being found and being read, which is "not yet", not failure.
+	poll := func(id string) string {
+		v, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID(id)))
+		if err != nil {
+			return ""
+		}
+		return v
+	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
 		for !ok() {
 			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; log shows:\n%s", what, text("log"))
+				t.Fatalf("timed out waiting for %s; log shows:\n%s", what, poll("log"))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	waitFor("line 3", func() bool { return strings.Contains(text("log"), "line 3\n") })
+	waitFor("line 3", func() bool { return strings.Contains(poll("log"), "line 3\n") })
 	n1 := len(text("log"))
-	waitFor("the log to grow", func() bool { return len(text("log")) > n1+20 })
+	waitFor("the log to grow", func() bool { return len(poll("log")) > n1+20 })
 
 	if v := eval(`String(window.__pwned) + "," + document.querySelectorAll('#log img, #log script').length`); v != "undefined,0" {
 		t.Fatalf("markup in the log ran or became elements: %s", v)
@@ -111,7 +121,7 @@ func TestDashboard(t *testing.T) {
 	}
 
 	do(chromedp.Click(chromedp.ID("cancel-job")), chromedp.WaitVisible(chromedp.ID("log")))
-	waitFor("CANCELED", func() bool { return text("job-state") == "CANCELED" })
+	waitFor("CANCELED", func() bool { return poll("job-state") == "CANCELED" })
 	do(chromedp.Navigate(url+"/runs/"+runID), chromedp.WaitVisible(chromedp.ID("run-state")))
 	if st := text("run-state"); st != "CANCELED" {
 		t.Fatalf("run page shows %q", st)
