@@ -97,7 +97,10 @@ func Extract(blob io.Reader, dest string, lim Limits) (Manifest, error) {
 	if names, err := readDirNames(root); err != nil || len(names) > 0 {
 		return nil, fmt.Errorf("workspace %s must be an empty directory", dest)
 	}
-	if err := unpack(blob, lim, &rootSink{root: root, buf: make([]byte, 256<<10)}); err != nil {
+	out := newRootSink(root)
+	err = unpack(blob, lim, out)
+	out.close()
+	if err != nil {
 		return nil, err
 	}
 	return ManifestOf(root)
@@ -265,33 +268,95 @@ func makeParents(out sink, name string, seen map[string]string) error {
 	return nil
 }
 
+// rootSink writes through os.Roots: the workspace's, and one for each
+// directory on the way to the last entry written, kept as a stack. A write
+// is then one openat of a single name in its own directory rather than a
+// walk from the top, component by component, for every entry (that walk was
+// most of the extraction's time). Each root is opened inside its parent's,
+// so nothing can land outside the workspace any more than with one root.
 type rootSink struct {
+	buf   []byte
+	stack []openDir // stack[0] is the workspace; the caller closes it
+}
+
+type openDir struct {
+	path string // "" for the workspace
 	root *os.Root
-	buf  []byte
+}
+
+func newRootSink(root *os.Root) *rootSink {
+	return &rootSink{buf: make([]byte, 256<<10), stack: []openDir{{root: root}}}
+}
+
+// in returns the root of name's directory and name's last element.
+func (s *rootSink) in(name string) (*os.Root, string, error) {
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	for len(s.stack) > 1 {
+		top := s.stack[len(s.stack)-1]
+		if dir == top.path || strings.HasPrefix(dir, top.path+"/") {
+			break
+		}
+		top.root.Close()
+		s.stack = s.stack[:len(s.stack)-1]
+	}
+	top := s.stack[len(s.stack)-1]
+	rest := strings.TrimPrefix(dir[len(top.path):], "/")
+	for rest != "" {
+		elem, more, _ := strings.Cut(rest, "/")
+		r, err := top.root.OpenRoot(elem)
+		if err != nil {
+			return nil, "", refuse("directory %q: %v", path.Join(top.path, elem), err)
+		}
+		top = openDir{path: path.Join(top.path, elem), root: r}
+		s.stack = append(s.stack, top)
+		rest = more
+	}
+	return top.root, base, nil
+}
+
+// close closes every root but the workspace's.
+func (s *rootSink) close() {
+	for _, d := range s.stack[1:] {
+		d.root.Close()
+	}
+	s.stack = s.stack[:1]
 }
 
 func (s *rootSink) dir(name string) error {
-	if err := s.root.Mkdir(name, 0o755); err != nil {
+	r, base, err := s.in(name)
+	if err != nil {
+		return err
+	}
+	if err := r.Mkdir(base, 0o755); err != nil {
 		return refuse("directory %q: %v", name, err)
 	}
 	return nil
 }
 
 func (s *rootSink) symlink(name, target string) error {
-	if err := s.root.Symlink(target, name); err != nil {
+	r, base, err := s.in(name)
+	if err != nil {
+		return err
+	}
+	if err := r.Symlink(target, base); err != nil {
 		return refuse("symlink %q: %v", name, err)
 	}
 	return nil
 }
 
-func (s *rootSink) file(name string, mode fs.FileMode, r io.Reader, size int64) error {
+func (s *rootSink) file(name string, mode fs.FileMode, src io.Reader, size int64) error {
+	r, base, err := s.in(name)
+	if err != nil {
+		return err
+	}
 	// O_EXCL: never open something that is already there (a symlink, say).
-	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := r.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return refuse("file %q: %v", name, err)
 	}
 	defer f.Close()
-	n, err := io.CopyBuffer(f, io.LimitReader(r, size), s.buf)
+	n, err := io.CopyBuffer(f, io.LimitReader(src, size), s.buf)
 	if err != nil {
 		if errors.Is(err, ErrRefused) {
 			return err
@@ -301,6 +366,8 @@ func (s *rootSink) file(name string, mode fs.FileMode, r io.Reader, size int64) 
 	if n != size {
 		return refuse("file %q is truncated (%d of %d bytes)", name, n, size)
 	}
+	// The mode is set after the write, not at create: the umask would
+	// otherwise decide it.
 	if err := f.Chmod(mode); err != nil {
 		return err
 	}
@@ -349,52 +416,89 @@ func (s *hashSink) file(name string, mode fs.FileMode, r io.Reader, size int64) 
 	return nil
 }
 
-// ManifestOf computes the manifest of the tree under root from disk.
+// ManifestOf computes the manifest of the tree under root from disk. It
+// walks directory by directory, each opened as a root inside its parent,
+// so that every entry is looked up by its own name in its own directory.
 func ManifestOf(root *os.Root) (Manifest, error) {
-	var m Manifest
-	buf := make([]byte, 256<<10)
-	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == "." {
-			return nil
-		}
-		info, err := root.Lstat(p)
-		if err != nil {
-			return err
-		}
-		switch {
-		case info.IsDir():
-			m = append(m, Entry{Path: p, Type: TypeDir, Mode: 0o755})
-		case info.Mode()&fs.ModeSymlink != 0:
-			target, err := root.Readlink(p)
-			if err != nil {
-				return err
-			}
-			m = append(m, Entry{Path: p, Type: TypeSymlink, Mode: 0o777, Size: int64(len(target)), SHA256: hashString(target), Target: target})
-		case info.Mode().IsRegular():
-			f, err := root.Open(p)
-			if err != nil {
-				return err
-			}
-			h := sha256.New()
-			n, err := io.CopyBuffer(h, f, buf)
-			f.Close()
-			if err != nil {
-				return err
-			}
-			m = append(m, Entry{Path: p, Type: TypeFile, Mode: NormalFileMode(info.Mode()), Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
-		default:
-			return fmt.Errorf("%s is a %s", p, info.Mode().Type())
-		}
-		return nil
-	})
-	if err != nil {
+	w := manifestWalk{buf: make([]byte, 256<<10)}
+	if err := w.dir(root, ""); err != nil {
 		return nil, fmt.Errorf("manifest of workspace: %w", err)
 	}
-	m.Sort()
-	return m, nil
+	w.m.Sort()
+	return w.m, nil
+}
+
+type manifestWalk struct {
+	m   Manifest
+	buf []byte
+}
+
+func (w *manifestWalk) dir(r *os.Root, prefix string) error {
+	d, err := r.Open(".")
+	if err != nil {
+		return err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, de := range entries {
+		name := de.Name()
+		p := path.Join(prefix, name)
+		switch t := de.Type(); {
+		case t.IsDir():
+			w.m = append(w.m, Entry{Path: p, Type: TypeDir, Mode: 0o755})
+			sub, err := r.OpenRoot(name)
+			if err != nil {
+				return err
+			}
+			err = w.dir(sub, p)
+			sub.Close()
+			if err != nil {
+				return err
+			}
+		case t&fs.ModeSymlink != 0:
+			target, err := r.Readlink(name)
+			if err != nil {
+				return err
+			}
+			w.m = append(w.m, Entry{Path: p, Type: TypeSymlink, Mode: 0o777, Size: int64(len(target)), SHA256: hashString(target), Target: target})
+		case t.IsRegular():
+			e, err := w.file(r, name)
+			if err != nil {
+				return err
+			}
+			e.Path = p
+			w.m = append(w.m, e)
+		default:
+			return fmt.Errorf("%s is a %s", p, t)
+		}
+	}
+	return nil
+}
+
+func (w *manifestWalk) file(r *os.Root, name string) (Entry, error) {
+	f, err := r.Open(name)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer f.Close()
+	// The mode comes from the open file, not the directory listing: it is
+	// what was read that the entry must describe.
+	info, err := f.Stat()
+	if err != nil {
+		return Entry{}, err
+	}
+	if !info.Mode().IsRegular() {
+		return Entry{}, fmt.Errorf("%s is a %s", name, info.Mode().Type())
+	}
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, f, w.buf)
+	if err != nil {
+		return Entry{}, err
+	}
+	return Entry{Type: TypeFile, Mode: NormalFileMode(info.Mode()), Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 func readDirNames(root *os.Root) ([]string, error) {

@@ -55,14 +55,19 @@ func snap(t *testing.T, root string) *snapshot.Result {
 }
 
 var sample = map[string]string{
-	"README.md":         "# hello\n",
-	"src/main.go":       "package main\n\nfunc main() {}\n",
-	"src/util/u.go":     "package util\n",
-	"scripts/build.sh":  "#!/bin/sh\necho build\n",
-	"docs/link-to-src":  "symlink:../src",
-	"empty-dir/.keep":   "",
-	".forgeci.yml":      "jobs: {}\n",
-	"z/very/deep/a.txt": "a",
+	"README.md":     "# hello\n",
+	"src/main.go":   "package main\n\nfunc main() {}\n",
+	"src/util/u.go": "package util\n",
+	// Sorted, these interleave directories ("src/util-x" sorts between
+	// "src/util" and its files), so extraction leaves and re-enters them.
+	"src/util-x/v.go":      "package utilx\n",
+	"src/util/deeper/w.go": "package deeper\n",
+	"src/util/zz.go":       "package util\n",
+	"scripts/build.sh":     "#!/bin/sh\necho build\n",
+	"docs/link-to-src":     "symlink:../src",
+	"empty-dir/.keep":      "",
+	".forgeci.yml":         "jobs: {}\n",
+	"z/very/deep/a.txt":    "a",
 }
 
 // TestDeterminism: the same tree built in a different order, with

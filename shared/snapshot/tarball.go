@@ -48,7 +48,10 @@ func ExtractTarball(r io.Reader, dest string, lim Limits) error {
 		}
 		return rest, rest == "", nil
 	}
-	if err := unpackTar(tar.NewReader(decompressed), lim, &rootSink{root: root, buf: make([]byte, 256<<10)}, strip); err != nil {
+	out := newRootSink(root)
+	err = unpackTar(tar.NewReader(decompressed), lim, out, strip)
+	out.close()
+	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(io.Discard, decompressed); err != nil {

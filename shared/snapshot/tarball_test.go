@@ -42,6 +42,13 @@ func TestExtractTarball(t *testing.T) {
 		tar.Header{Typeflag: tar.TypeReg, Name: "o-r-abc/a.sh", Mode: 0o775},
 		tar.Header{Typeflag: tar.TypeReg, Name: "o-r-abc/d/b.txt", Mode: 0o664},
 		tar.Header{Typeflag: tar.TypeSymlink, Name: "o-r-abc/link", Linkname: "d/b.txt", Mode: 0o777},
+		// Not in sorted order, going up and down the tree: the extractor's
+		// open directories must follow.
+		tar.Header{Typeflag: tar.TypeReg, Name: "o-r-abc/d/e/f/deep.txt", Mode: 0o644},
+		tar.Header{Typeflag: tar.TypeReg, Name: "o-r-abc/c/up.txt", Mode: 0o644},
+		tar.Header{Typeflag: tar.TypeReg, Name: "o-r-abc/d/e/back.txt", Mode: 0o644},
+		tar.Header{Typeflag: tar.TypeReg, Name: "o-r-abc/d-x/side.txt", Mode: 0o644},
+		tar.Header{Typeflag: tar.TypeReg, Name: "o-r-abc/d/again.txt", Mode: 0o644},
 	)
 	dir := t.TempDir()
 	if err := ExtractTarball(bytes.NewReader(good), dir, Limits{}); err != nil {
@@ -52,6 +59,11 @@ func TestExtractTarball(t *testing.T) {
 	}
 	if target, err := os.Readlink(filepath.Join(dir, "link")); err != nil || target != "d/b.txt" {
 		t.Fatalf("link: %q %v", target, err)
+	}
+	for _, p := range []string{"d/b.txt", "d/e/f/deep.txt", "c/up.txt", "d/e/back.txt", "d-x/side.txt", "d/again.txt"} {
+		if b, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(b) != "x" {
+			t.Errorf("%s: %q %v", p, b, err)
+		}
 	}
 	for name, data := range map[string][]byte{
 		"second top directory": tarGz(t, tar.Header{Typeflag: tar.TypeReg, Name: "top/a", Mode: 0o644},
