@@ -4,6 +4,6 @@ package snapshot_test
 // layout, the manifest encoding or the compressor's output changes, which
 // breaks "same tree, same digests" across versions: do it on purpose.
 const (
-	pinnedBlob     = "sha256:fc8b84bde57ea3549b81445cc017c7fce67f775a5664010f2b02a4c1117195fa"
-	pinnedManifest = "sha256:ffbc5fe89b89a72bfa5c61d78b4f5810b76746f692d15c4b85440f39586c49d0"
+	pinnedBlob     = "sha256:79f0be95ea930f7410ad80155dba217166a1f3de6e1e04eccedef9448ddc78fb"
+	pinnedManifest = "sha256:a1df6a593a855b86188015995b423a1b530d4caad1196832951bca4550e0cbb8"
 )

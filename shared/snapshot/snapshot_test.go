@@ -3,6 +3,7 @@ package snapshot_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -247,11 +248,17 @@ func TestGitTree(t *testing.T) {
 }
 
 // TestEncoderPinned: the blob digest of a fixed input never changes, so a
-// library or setting change that would alter blobs fails here first.
+// library or setting change that would alter blobs fails here first. The
+// big file makes the tar span several of the encoder's parallel jobs.
 func TestEncoderPinned(t *testing.T) {
 	src := t.TempDir()
 	content := strings.Repeat("ForgeCI pins its compressor settings.\n", 40000)
-	writeTree(t, src, map[string]string{"a.txt": content, "b/c.txt": "small\n"}, []string{"a.txt", "b/c.txt"})
+	var big strings.Builder
+	for i := range 1200000 {
+		fmt.Fprintf(&big, "%d %x\n", i, uint32(i)*2654435761)
+	}
+	writeTree(t, src, map[string]string{"a.txt": content, "b/c.txt": "small\n", "big.txt": big.String()},
+		[]string{"a.txt", "b/c.txt", "big.txt"})
 	r := snap(t, src)
 
 	t.Logf("blob %s manifest %s", r.BlobDigest, r.ManifestDigest)

@@ -1,0 +1,10 @@
+//go:build !unix
+
+package snapshot
+
+import (
+	"io"
+	"os"
+)
+
+func openForRead(name string) (io.ReadCloser, error) { return os.Open(name) }
