@@ -240,31 +240,34 @@ func validateJobs(jobs []NewJob) error {
 // same time take turns here; under READ COMMITTED the second then sees the
 // first's committed state and no dependant is left PENDING forever. Lock
 // order is always job row(s) first, then the run row.
+//
+// The four statements go as one pipelined batch: the run row stays locked
+// from the first to the commit, and every job of the run that finishes
+// waits for it, so the lock is held for one round trip instead of four.
+// The run row is written only when its state or times change: most
+// completions change nothing there, and a write would leave one more row
+// version behind for every completion (which an old snapshot keeps alive).
 func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, runID); err != nil {
-		return fmt.Errorf("lock run: %w", err)
-	}
-	for {
-		tag, err := tx.Exec(ctx, `
-			UPDATE jobs d SET state = 'SKIPPED', reason = 'need_not_passed', finished_at = now()
-			WHERE d.run_id = $1 AND d.state = 'PENDING'
-			  AND EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
-			              AND n.state IN ('FAILED', 'CANCELED', 'ABORTED', 'SKIPPED'))`, runID)
-		if err != nil {
-			return fmt.Errorf("skip dependants: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			break
-		}
-	}
-	if _, err := tx.Exec(ctx, `
+	b := &pgx.Batch{}
+	b.Queue(`SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, runID)
+	b.Queue(`
+		WITH RECURSIVE doomed (id, name) AS (
+		    SELECT d.id, d.name FROM jobs d
+		    WHERE d.run_id = $1 AND d.state = 'PENDING'
+		      AND EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
+		                  AND n.state IN ('FAILED', 'CANCELED', 'ABORTED', 'SKIPPED'))
+		  UNION
+		    SELECT d.id, d.name FROM jobs d JOIN doomed x ON x.name = ANY (d.needs)
+		    WHERE d.run_id = $1 AND d.state = 'PENDING'
+		)
+		UPDATE jobs SET state = 'SKIPPED', reason = 'need_not_passed', finished_at = now()
+		WHERE id IN (SELECT id FROM doomed)`, runID)
+	b.Queue(`
 		UPDATE jobs d SET state = 'QUEUED', queued_at = now()
 		WHERE d.run_id = $1 AND d.state = 'PENDING'
 		  AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
-		                  AND n.state <> 'PASSED')`, runID); err != nil {
-		return fmt.Errorf("queue ready jobs: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `
+		                  AND n.state <> 'PASSED')`, runID)
+	b.Queue(`
 		WITH c AS (
 		    SELECT count(*) FILTER (WHERE state IN ('PENDING', 'QUEUED', 'RUNNING')) AS open,
 		           count(*) FILTER (WHERE state = 'RUNNING' OR started_at IS NOT NULL) AS started,
@@ -272,19 +275,23 @@ func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 		           count(*) FILTER (WHERE state = 'ABORTED') AS aborted,
 		           count(*) FILTER (WHERE state = 'CANCELED') AS canceled
 		    FROM jobs WHERE run_id = $1
+		), n AS (
+		    SELECT CASE
+		               WHEN c.open > 0 AND c.started > 0 THEN 'RUNNING'
+		               WHEN c.open > 0 THEN 'PENDING'
+		               WHEN c.failed > 0 THEN 'FAILED'
+		               WHEN c.aborted > 0 THEN 'ABORTED'
+		               WHEN c.canceled > 0 THEN 'CANCELED'
+		               ELSE 'PASSED' END AS state,
+		           CASE WHEN c.started > 0 THEN coalesce(r.started_at, now()) ELSE r.started_at END AS started_at,
+		           CASE WHEN c.open = 0 THEN coalesce(r.finished_at, now()) END AS finished_at
+		    FROM c, runs r WHERE r.id = $1
 		)
-		UPDATE runs r SET
-		    state = CASE
-		        WHEN c.open > 0 AND c.started > 0 THEN 'RUNNING'
-		        WHEN c.open > 0 THEN 'PENDING'
-		        WHEN c.failed > 0 THEN 'FAILED'
-		        WHEN c.aborted > 0 THEN 'ABORTED'
-		        WHEN c.canceled > 0 THEN 'CANCELED'
-		        ELSE 'PASSED' END,
-		    started_at = CASE WHEN c.started > 0 THEN coalesce(r.started_at, now()) ELSE r.started_at END,
-		    finished_at = CASE WHEN c.open = 0 THEN coalesce(r.finished_at, now()) ELSE NULL END
-		FROM c WHERE r.id = $1`, runID); err != nil {
-		return fmt.Errorf("derive run state: %w", err)
+		UPDATE runs r SET state = n.state, started_at = n.started_at, finished_at = n.finished_at
+		FROM n
+		WHERE r.id = $1 AND (r.state, r.started_at, r.finished_at) IS DISTINCT FROM (n.state, n.started_at, n.finished_at)`, runID)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("advance run %s: %w", runID, err)
 	}
 	return nil
 }
