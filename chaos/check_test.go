@@ -31,10 +31,10 @@ func history() ([]Op, *Dump) {
 	}
 	d := &Dump{
 		LeaseTTL: 4 * time.Second, SweepEvery: time.Second,
-		Runs:     []DumpRun{{ID: "run1", State: "PASSED"}},
-		Jobs:     []DumpJob{{ID: "J1", RunID: "run1", Name: "build", State: "PASSED", Generation: 1}},
-		Attempts: []DumpAttempt{{JobID: "J1", RunnerID: "R1", LeaseID: "L1", Outcome: "PASSED", Generation: 1, LogSize: int64(len(log))}},
-		Logs:     []DumpLog{{JobID: "J1", Generation: 1, Chunks: [][2]int64{{0, int64(len(log))}}, Data: log}},
+		Runs:      []DumpRun{{ID: "run1", State: "PASSED"}},
+		Jobs:      []DumpJob{{ID: "J1", RunID: "run1", Name: "build", State: "PASSED", Generation: 1}},
+		Attempts:  []DumpAttempt{{JobID: "J1", RunnerID: "R1", LeaseID: "L1", Outcome: "PASSED", Generation: 1, LogSize: int64(len(log))}},
+		Logs:      []DumpLog{{JobID: "J1", Generation: 1, Chunks: [][2]int64{{0, int64(len(log))}}, Data: log}},
 		Artifacts: []DumpBlob{{JobID: "J1", Name: "dist", Digest: "sha256:a", Generation: 1, Stamp: "J1 1 L1"}},
 		Audit: []DumpAudit{
 			{Seq: 1, At: 1 * sec, Expires: 5 * sec, Kind: "job", JobID: "J1", OldState: "QUEUED", NewState: "RUNNING", LeaseID: "L1", RunnerID: "R1", Detail: "claim", Generation: 1, OK: true},
@@ -60,9 +60,9 @@ func TestCheckCleanHistory(t *testing.T) {
 
 func TestCheckFindsViolations(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
+		name   string
 		mutate func(ops []Op, d *Dump) []Op
-		want  string
+		want   string
 	}{
 		{"a late heartbeat accepted", func(ops []Op, d *Dump) []Op {
 			ops[3].Status = 200
