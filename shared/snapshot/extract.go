@@ -11,8 +11,10 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
@@ -97,7 +99,10 @@ func Extract(blob io.Reader, dest string, lim Limits) (Manifest, error) {
 	if names, err := readDirNames(root); err != nil || len(names) > 0 {
 		return nil, fmt.Errorf("workspace %s must be an empty directory", dest)
 	}
-	out := newRootSink(root)
+	out, err := newRootSink(root)
+	if err != nil {
+		return nil, fmt.Errorf("open workspace: %w", err)
+	}
 	err = unpack(blob, lim, out)
 	out.close()
 	if err != nil {
@@ -276,20 +281,85 @@ func makeParents(out sink, name string, seen map[string]string) error {
 // so nothing can land outside the workspace any more than with one root.
 type rootSink struct {
 	buf   []byte
-	stack []openDir // stack[0] is the workspace; the caller closes it
+	stack []openDir // stack[0] is the workspace; the caller closes its root
 }
 
+// openDir is one open directory of the workspace: its root, and on Linux
+// a descriptor for creating and reading its files (dirfd_linux.go).
 type openDir struct {
 	path string // "" for the workspace
 	root *os.Root
+	fd   int // -1: files go through root
+	fdc  io.Closer
 }
 
-func newRootSink(root *os.Root) *rootSink {
-	return &rootSink{buf: make([]byte, 256<<10), stack: []openDir{{root: root}}}
+// useDirFDs lets tests take the portable path on Linux too.
+var useDirFDs = true
+
+func newOpenDir(p string, r *os.Root) (openDir, error) {
+	d := openDir{path: p, root: r, fd: -1}
+	if useDirFDs {
+		fd, c, err := dirFD(r)
+		if err != nil {
+			return d, err
+		}
+		d.fd, d.fdc = fd, c
+	}
+	return d, nil
 }
 
-// in returns the root of name's directory and name's last element.
-func (s *rootSink) in(name string) (*os.Root, string, error) {
+// close closes the descriptor and, unless it is the caller's, the root.
+func (d openDir) close(ownRoot bool) {
+	if d.fdc != nil {
+		d.fdc.Close()
+	}
+	if ownRoot {
+		d.root.Close()
+	}
+}
+
+// writeFile is a file being extracted: an *os.File or a bare descriptor.
+type writeFile interface {
+	io.WriteCloser
+	Chmod(fs.FileMode) error
+}
+
+// create makes the new file base in d; O_EXCL: never open something that
+// is already there (a symlink, say).
+func (d openDir) create(base string) (writeFile, error) {
+	if d.fd >= 0 {
+		return createAt(d.fd, base)
+	}
+	return d.root.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+}
+
+// open opens base in d for reading and returns the mode of what it opened.
+func (d openDir) open(base string) (io.ReadCloser, fs.FileMode, error) {
+	if d.fd >= 0 {
+		return openReadAt(d.fd, base)
+	}
+	f, err := d.root.Open(base)
+	if err != nil {
+		return nil, 0, err
+	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, info.Mode(), nil
+}
+
+func newRootSink(root *os.Root) (*rootSink, error) {
+	top, err := newOpenDir("", root)
+	if err != nil {
+		return nil, err
+	}
+	return &rootSink{buf: make([]byte, 256<<10), stack: []openDir{top}}, nil
+}
+
+// in returns name's directory and name's last element.
+func (s *rootSink) in(name string) (openDir, string, error) {
 	dir, base := path.Split(name)
 	dir = strings.TrimSuffix(dir, "/")
 	for len(s.stack) > 1 {
@@ -297,81 +367,92 @@ func (s *rootSink) in(name string) (*os.Root, string, error) {
 		if dir == top.path || strings.HasPrefix(dir, top.path+"/") {
 			break
 		}
-		top.root.Close()
+		top.close(true)
 		s.stack = s.stack[:len(s.stack)-1]
 	}
 	top := s.stack[len(s.stack)-1]
 	rest := strings.TrimPrefix(dir[len(top.path):], "/")
 	for rest != "" {
 		elem, more, _ := strings.Cut(rest, "/")
+		p := path.Join(top.path, elem)
 		r, err := top.root.OpenRoot(elem)
 		if err != nil {
-			return nil, "", refuse("directory %q: %v", path.Join(top.path, elem), err)
+			return openDir{}, "", refuse("directory %q: %v", p, err)
 		}
-		top = openDir{path: path.Join(top.path, elem), root: r}
+		if top, err = newOpenDir(p, r); err != nil {
+			r.Close()
+			return openDir{}, "", refuse("directory %q: %v", p, err)
+		}
 		s.stack = append(s.stack, top)
 		rest = more
 	}
-	return top.root, base, nil
+	return top, base, nil
 }
 
-// close closes every root but the workspace's.
+// close closes every directory the sink opened; the workspace's root
+// stays open for its owner.
 func (s *rootSink) close() {
-	for _, d := range s.stack[1:] {
-		d.root.Close()
+	for i, d := range s.stack {
+		d.close(i > 0)
 	}
-	s.stack = s.stack[:1]
+	s.stack = nil
 }
 
 func (s *rootSink) dir(name string) error {
-	r, base, err := s.in(name)
+	d, base, err := s.in(name)
 	if err != nil {
 		return err
 	}
-	if err := r.Mkdir(base, 0o755); err != nil {
+	if err := d.root.Mkdir(base, 0o755); err != nil {
 		return refuse("directory %q: %v", name, err)
 	}
 	return nil
 }
 
 func (s *rootSink) symlink(name, target string) error {
-	r, base, err := s.in(name)
+	d, base, err := s.in(name)
 	if err != nil {
 		return err
 	}
-	if err := r.Symlink(target, base); err != nil {
+	if err := d.root.Symlink(target, base); err != nil {
 		return refuse("symlink %q: %v", name, err)
 	}
 	return nil
 }
 
 func (s *rootSink) file(name string, mode fs.FileMode, src io.Reader, size int64) error {
-	r, base, err := s.in(name)
+	d, base, err := s.in(name)
 	if err != nil {
 		return err
 	}
-	// O_EXCL: never open something that is already there (a symlink, say).
-	f, err := r.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := d.create(base)
 	if err != nil {
 		return refuse("file %q: %v", name, err)
 	}
-	defer f.Close()
+	// Closed exactly once on every path: a bare descriptor closed twice
+	// could close another goroutine's file that reused the number.
 	n, err := io.CopyBuffer(f, io.LimitReader(src, size), s.buf)
 	if err != nil {
+		f.Close()
 		if errors.Is(err, ErrRefused) {
 			return err
 		}
 		return refuse("file %q: %v", name, err)
 	}
 	if n != size {
+		f.Close()
 		return refuse("file %q is truncated (%d of %d bytes)", name, n, size)
 	}
 	// The mode is set after the write, not at create: the umask would
 	// otherwise decide it.
-	if err := f.Chmod(mode); err != nil {
-		return err
+	err = f.Chmod(mode)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	return f.Close()
+	if err != nil {
+		return fmt.Errorf("file %q: %w", name, err)
+	}
+	return nil
 }
 
 type hashSink struct {
@@ -420,8 +501,20 @@ func (s *hashSink) file(name string, mode fs.FileMode, r io.Reader, size int64) 
 // walks directory by directory, each opened as a root inside its parent,
 // so that every entry is looked up by its own name in its own directory.
 func ManifestOf(root *os.Root) (Manifest, error) {
-	w := manifestWalk{buf: make([]byte, 256<<10)}
-	if err := w.dir(root, ""); err != nil {
+	// Reading back and hashing is most of a manifest's time and the files
+	// of a directory are independent, so they are hashed on up to four
+	// goroutines, one buffer each.
+	w := manifestWalk{}
+	for range min(runtime.GOMAXPROCS(0), 4) {
+		w.bufs = append(w.bufs, make([]byte, 256<<10))
+	}
+	top, err := newOpenDir("", root)
+	if err != nil {
+		return nil, fmt.Errorf("manifest of workspace: %w", err)
+	}
+	err = w.dir(top)
+	top.close(false)
+	if err != nil {
 		return nil, fmt.Errorf("manifest of workspace: %w", err)
 	}
 	w.m.Sort()
@@ -429,76 +522,96 @@ func ManifestOf(root *os.Root) (Manifest, error) {
 }
 
 type manifestWalk struct {
-	m   Manifest
-	buf []byte
+	m    Manifest
+	bufs [][]byte
 }
 
-func (w *manifestWalk) dir(r *os.Root, prefix string) error {
-	d, err := r.Open(".")
+func (w *manifestWalk) dir(d openDir) error {
+	f, err := d.root.Open(".")
 	if err != nil {
 		return err
 	}
-	entries, err := d.ReadDir(-1)
-	d.Close()
+	entries, err := f.ReadDir(-1)
+	f.Close()
 	if err != nil {
 		return err
 	}
+	var files []string
 	for _, de := range entries {
 		name := de.Name()
-		p := path.Join(prefix, name)
+		p := path.Join(d.path, name)
 		switch t := de.Type(); {
 		case t.IsDir():
 			w.m = append(w.m, Entry{Path: p, Type: TypeDir, Mode: 0o755})
-			sub, err := r.OpenRoot(name)
+			r, err := d.root.OpenRoot(name)
 			if err != nil {
 				return err
 			}
-			err = w.dir(sub, p)
-			sub.Close()
+			sub, err := newOpenDir(p, r)
+			if err == nil {
+				err = w.dir(sub)
+			}
+			sub.close(true)
 			if err != nil {
 				return err
 			}
 		case t&fs.ModeSymlink != 0:
-			target, err := r.Readlink(name)
+			target, err := d.root.Readlink(name)
 			if err != nil {
 				return err
 			}
 			w.m = append(w.m, Entry{Path: p, Type: TypeSymlink, Mode: 0o777, Size: int64(len(target)), SHA256: hashString(target), Target: target})
 		case t.IsRegular():
-			e, err := w.file(r, name)
-			if err != nil {
-				return err
-			}
-			e.Path = p
-			w.m = append(w.m, e)
+			files = append(files, name)
 		default:
 			return fmt.Errorf("%s is a %s", p, t)
 		}
 	}
+	return w.hashFiles(d, files)
+}
+
+// hashFiles adds the entries of the regular files names in d, hashed on up
+// to len(w.bufs) goroutines; d stays open until all are done.
+func (w *manifestWalk) hashFiles(d openDir, names []string) error {
+	out := make([]Entry, len(names))
+	errs := make([]error, len(names))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for _, buf := range w.bufs[:min(len(w.bufs), len(names))] {
+		wg.Go(func() {
+			for k := int(next.Add(1)) - 1; k < len(names); k = int(next.Add(1)) - 1 {
+				out[k], errs[k] = hashFile(d, names[k], buf)
+			}
+		})
+	}
+	wg.Wait()
+	for k, e := range out {
+		if errs[k] != nil {
+			return errs[k]
+		}
+		e.Path = path.Join(d.path, names[k])
+		w.m = append(w.m, e)
+	}
 	return nil
 }
 
-func (w *manifestWalk) file(r *os.Root, name string) (Entry, error) {
-	f, err := r.Open(name)
+func hashFile(d openDir, name string, buf []byte) (Entry, error) {
+	// The mode comes from the open file, not the directory listing: it is
+	// what was read that the entry must describe.
+	f, mode, err := d.open(name)
 	if err != nil {
 		return Entry{}, err
 	}
 	defer f.Close()
-	// The mode comes from the open file, not the directory listing: it is
-	// what was read that the entry must describe.
-	info, err := f.Stat()
-	if err != nil {
-		return Entry{}, err
-	}
-	if !info.Mode().IsRegular() {
-		return Entry{}, fmt.Errorf("%s is a %s", name, info.Mode().Type())
+	if !mode.IsRegular() {
+		return Entry{}, fmt.Errorf("%s is a %s", name, mode.Type())
 	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, f, w.buf)
+	n, err := io.CopyBuffer(h, f, buf)
 	if err != nil {
 		return Entry{}, err
 	}
-	return Entry{Type: TypeFile, Mode: NormalFileMode(info.Mode()), Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return Entry{Type: TypeFile, Mode: NormalFileMode(mode), Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 func readDirNames(root *os.Root) ([]string, error) {

@@ -269,3 +269,14 @@ func buildTar(t testing.TB, entries []tarEntry) []byte {
 	_ = tw.Close()
 	return buf.Bytes()
 }
+
+// TestWithoutDirFDs: the os.Root-only path that extraction takes off Linux
+// writes the same trees, recomputes the same manifests and refuses the same
+// archives as the descriptor path the other tests take here.
+func TestWithoutDirFDs(t *testing.T) {
+	defer snapshot.UseDirFDs(false)()
+	t.Run("round trip", TestRoundTrip)
+	t.Run("tampering", TestTampering)
+	t.Run("hostile corpus", TestHostileCorpus)
+	t.Run("limits", TestLimits)
+}

@@ -46,3 +46,30 @@ func (f rawFile) Read(p []byte) (int, error) {
 }
 
 func (f rawFile) Close() error { return syscall.Close(int(f)) }
+
+func (f rawFile) Write(p []byte) (int, error) {
+	written := 0
+	for written < len(p) {
+		n, err := syscall.Write(int(f), p[written:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return written, err
+		}
+		if n == 0 {
+			return written, io.ErrShortWrite
+		}
+		written += n
+	}
+	return written, nil
+}
+
+func (f rawFile) Chmod(mode fs.FileMode) error {
+	for {
+		err := syscall.Fchmod(int(f), uint32(mode.Perm()))
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}

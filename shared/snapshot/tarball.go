@@ -48,7 +48,10 @@ func ExtractTarball(r io.Reader, dest string, lim Limits) error {
 		}
 		return rest, rest == "", nil
 	}
-	out := newRootSink(root)
+	out, err := newRootSink(root)
+	if err != nil {
+		return err
+	}
 	err = unpackTar(tar.NewReader(decompressed), lim, out, strip)
 	out.close()
 	if err != nil {

@@ -78,3 +78,9 @@ func TestExtractTarball(t *testing.T) {
 		}
 	}
 }
+
+// TestExtractTarballWithoutDirFDs: the same through the os.Root-only path.
+func TestExtractTarballWithoutDirFDs(t *testing.T) {
+	defer UseDirFDs(false)()
+	TestExtractTarball(t)
+}
