@@ -119,3 +119,49 @@ func TestAdvanceRunConcurrentNeeds(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelRacesCompletion: a run canceled while one of its jobs
+// completes. The completion locks its job, then the run, then the pending
+// jobs it queues or skips; a cancel that took the pending rows before the
+// running one closed a cycle, and PostgreSQL aborted one of the two with a
+// deadlock. Both must succeed, every round.
+func TestCancelRacesCompletion(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	r := newRunner(t, s)
+	for round := range 30 {
+		// The needed job is listed last, so that its ID (created in
+		// order) sorts after its dependants': the order a cancel that
+		// locked every row by ID would have taken the pending rows first.
+		var jobs []store.NewJob
+		for i := range 8 {
+			jobs = append(jobs, store.NewJob{Name: fmt.Sprintf("p%d", i), Needs: []string{"a"}})
+		}
+		jobs = append(jobs, store.NewJob{Name: "a"})
+		run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: jobs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		claims := claimAll(t, s, r)
+		if claims["a"] == nil {
+			t.Fatalf("round %d: claimed %v", round, claims)
+		}
+		var wg sync.WaitGroup
+		var completeErr, cancelErr error
+		wg.Go(func() {
+			_, completeErr = s.Complete(ctx, r.ID, claims["a"].Lease.JobID, claims["a"].Lease, store.OutcomePassed, 0)
+		})
+		wg.Go(func() { _, _, cancelErr = s.Cancel(ctx, run.ID, "") })
+		wg.Wait()
+		if completeErr != nil || cancelErr != nil {
+			t.Fatalf("round %d: complete: %v; cancel: %v", round, completeErr, cancelErr)
+		}
+		var open int
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE run_id = $1 AND state IN ('PENDING', 'QUEUED')`, run.ID).Scan(&open); err != nil {
+			t.Fatal(err)
+		}
+		if open != 0 {
+			t.Fatalf("round %d: %d jobs left PENDING or QUEUED in a canceled run", round, open)
+		}
+	}
+}

@@ -261,7 +261,7 @@ func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 		    WHERE d.run_id = $1 AND d.state = 'PENDING'
 		)
 		UPDATE jobs SET state = 'SKIPPED', reason = 'need_not_passed', finished_at = now()
-		WHERE id IN (SELECT id FROM doomed)`, runID)
+		WHERE id IN (SELECT id FROM doomed) AND state = 'PENDING'`, runID)
 	b.Queue(`
 		UPDATE jobs d SET state = 'QUEUED', queued_at = now()
 		WHERE d.run_id = $1 AND d.state = 'PENDING'
@@ -377,20 +377,32 @@ func (s *Store) ReadLog(ctx context.Context, runID, jobID string, generation int
 // jobs are left alone. It returns how many jobs were canceled and asked.
 func (s *Store) Cancel(ctx context.Context, runID, jobID string) (canceled, asked int, err error) {
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		// Job rows first, then the run row (advanceRun): the lock order of
-		// every other transition.
+		var exists bool
+		if err := tx.QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2))`, runID, jobID).Scan(&exists); err != nil {
+			return fmt.Errorf("find jobs: %w", err)
+		}
+		if !exists {
+			return domain.Errorf(domain.ENotFound, "no such run or job")
+		}
+		// The lock order of every other transition: a queued or running
+		// job's row before its run's (claims, heartbeats, completions,
+		// expiry), and pending rows only under the run's lock (advanceRun
+		// queues and skips them). Taking a pending row before a running
+		// one would close a cycle with a completion that holds the running
+		// row and the run and is about to queue that pending job.
 		rows, err := tx.Query(ctx, `
-			SELECT id FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) ORDER BY id FOR UPDATE`, runID, jobID)
+			SELECT id FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('QUEUED', 'RUNNING')
+			ORDER BY id FOR UPDATE`, runID, jobID)
 		if err != nil {
 			return fmt.Errorf("lock jobs: %w", err)
 		}
-		n := 0
-		for rows.Next() {
-			n++
-		}
 		rows.Close()
-		if n == 0 {
-			return domain.Errorf(domain.ENotFound, "no such run or job")
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lock jobs: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, runID); err != nil {
+			return fmt.Errorf("lock run: %w", err)
 		}
 		tag, err := tx.Exec(ctx, `
 			UPDATE jobs SET state = 'CANCELED', reason = 'canceled', finished_at = now()
