@@ -429,24 +429,30 @@ func (s *rootSink) file(name string, mode fs.FileMode, src io.Reader, size int64
 	if err != nil {
 		return refuse("file %q: %v", name, err)
 	}
-	// Closed exactly once on every path: a bare descriptor closed twice
-	// could close another goroutine's file that reused the number.
+	// Closed exactly once, on every path, panics included: a bare
+	// descriptor closed twice could close another goroutine's file that
+	// reused the number.
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
 	n, err := io.CopyBuffer(f, io.LimitReader(src, size), s.buf)
 	if err != nil {
-		f.Close()
 		if errors.Is(err, ErrRefused) {
 			return err
 		}
 		return refuse("file %q: %v", name, err)
 	}
 	if n != size {
-		f.Close()
 		return refuse("file %q is truncated (%d of %d bytes)", name, n, size)
 	}
 	// The mode is set after the write, not at create: the umask would
 	// otherwise decide it.
 	err = f.Chmod(mode)
-	if cerr := f.Close(); err == nil {
+	cerr := f.Close()
+	f = nil
+	if err == nil {
 		err = cerr
 	}
 	if err != nil {
