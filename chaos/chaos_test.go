@@ -73,7 +73,10 @@ func TestChaosShort(t *testing.T) {
 // runner's own clock cannot be moved by libfaketime, which Go's time calls
 // bypass; moving the database's instead gives the runner the same view:
 // the lease expiry it is handed is five minutes off its own clock.) Each
-// run SIGSTOPs runners past the lease and checks every invariant.
+// run SIGSTOPs runners past the lease, stalls the sweeper so that expired
+// leases stay RUNNING in the table for a while (only the database clock's
+// expiry test then refuses a runner that comes back), and checks every
+// invariant.
 func TestClockSkew(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos")
@@ -92,7 +95,7 @@ func TestClockSkew(t *testing.T) {
 				Dir: dir, Duration: 14 * time.Second, Settle: 45 * time.Second,
 				Runners: 2, Concurrency: 2, LeaseTTL: ttl, SweepEvery: 300 * time.Millisecond, InFlight: 3,
 				S3: castest.Config(t), DBClock: skew.name, RunnerBin: runner(t), Progress: testWriter{t},
-				Faults: chaos.Faults{Every: 4 * time.Second, Stop: 1, StopFor: [2]time.Duration{ttl * 3 / 2, ttl * 2}},
+				Faults: chaos.Faults{Every: 4 * time.Second, Stop: 2, Stall: 1, StopFor: [2]time.Duration{ttl * 3 / 2, ttl * 2}},
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -26,7 +26,7 @@ func (h *Harness) faultLoop(ctx context.Context) {
 	kinds := []struct {
 		name   string
 		weight float64
-	}{{"sigkill", f.Kill}, {"sigstop", f.Stop}, {"pg_terminate", f.Terminate}, {"pg_restart", f.Restart}, {"cancel", f.Cancel}}
+	}{{"sigkill", f.Kill}, {"sigstop", f.Stop}, {"pg_terminate", f.Terminate}, {"pg_restart", f.Restart}, {"cancel", f.Cancel}, {"sweeper_stall", f.Stall}}
 	total := 0.0
 	for _, k := range kinds {
 		total += k.weight
@@ -78,6 +78,15 @@ func (h *Harness) faultLoop(ctx context.Context) {
 				detail += ": " + err.Error()
 			}
 			h.ops.add(Op{Kind: "fault", Fault: "pg_restart", T: start.UnixNano(), End: time.Now().UnixNano(), Detail: detail})
+		case "sweeper_stall":
+			// The scheduled sweeper late or failing for one to three
+			// leases: expired leases then stay RUNNING in the table, and
+			// only the lease check's own expiry test (the database's
+			// now()) refuses a runner that comes back in that window.
+			start := time.Now()
+			d := h.between(h.cfg.LeaseTTL, 3*h.cfg.LeaseTTL)
+			h.stallUntil.Store(start.Add(d).UnixNano())
+			h.ops.add(Op{Kind: "fault", Fault: "sweeper_stall", T: start.UnixNano(), End: start.Add(d).UnixNano(), Detail: d.String()})
 		case "cancel":
 			h.runsMu.Lock()
 			var id string

@@ -80,8 +80,8 @@ type Config struct {
 type Faults struct {
 	// Every is the mean time between the harness's own faults (0: none);
 	// each picks a kind by these relative weights.
-	Every                                  time.Duration
-	Kill, Stop, Terminate, Restart, Cancel float64
+	Every                                         time.Duration
+	Kill, Stop, Terminate, Restart, Cancel, Stall float64
 	// RestartGap is the least time between PostgreSQL restarts.
 	RestartGap time.Duration
 	// StopFor bounds how long a SIGSTOP lasts (default: 200ms to 2.5
@@ -93,7 +93,7 @@ type Faults struct {
 
 // DefaultFaults is the mix `make chaos` and the short test use.
 func DefaultFaults() Faults {
-	return Faults{Every: 1200 * time.Millisecond, Kill: 2, Stop: 3, Terminate: 3, Restart: 1, Cancel: 0.5,
+	return Faults{Every: 1200 * time.Millisecond, Kill: 2, Stop: 3, Terminate: 3, Restart: 1, Cancel: 0.5, Stall: 1,
 		RestartGap: 8 * time.Second, DropRequest: 0.02, DropResponse: 0.02, Delay: 0.02}
 }
 
@@ -123,6 +123,10 @@ type Harness struct {
 
 	runsMu sync.Mutex
 	runs   []string
+
+	// stallUntil (Unix nanoseconds): the sweeper skips its ticks until
+	// then, the "sweeper_stall" fault.
+	stallUntil atomic.Int64
 
 	// bg counts the goroutines ending faults (SIGCONT, restarts); they
 	// end early once faultsOver is closed.
@@ -459,6 +463,13 @@ func (h *Harness) sweepLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Now().UnixNano() < h.stallUntil.Load() {
+			select {
+			case <-h.faultsOver:
+			default:
+				continue
+			}
 		}
 		start := time.Now()
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
