@@ -238,6 +238,7 @@ func Check(ops []Op, d *Dump) *Report {
 	var windows []window
 	leaseFaults := map[attemptKey]string{} // a request fault that hit the lease
 	lostClaims := map[attemptKey]bool{}
+	claimAsked := map[attemptKey]int64{} // when the granted claim's request arrived
 	completed := map[attemptKey]int{}
 	for _, op := range ops {
 		switch op.Kind {
@@ -274,6 +275,9 @@ func Check(ops []Op, d *Dump) *Report {
 			}
 			if op.Claimed != nil && (op.Fault == "drop_response" || !op.Delivered) {
 				lostClaims[attemptKey{op.Claimed.JobID, op.Claimed.Generation}] = true
+			}
+			if op.Claimed != nil && op.Received != 0 {
+				claimAsked[attemptKey{op.Claimed.JobID, op.Claimed.Generation}] = db(op.Received)
 			}
 		}
 	}
@@ -327,6 +331,14 @@ func Check(ops []Op, d *Dump) *Report {
 		g := grants[k]
 		ex := expiries[k]
 		from, to := g.at-margin, ex[len(ex)-1].until
+		// A runner killed or stopped while its claim long-polled explains
+		// the loss too: the server went on (as a Lambda does, never told
+		// that its client left) and granted the lease to a process that
+		// was gone or frozen.
+		runnerFrom := from
+		if asked, ok := claimAsked[k]; ok {
+			runnerFrom = min(from, asked-margin)
+		}
 		// The most direct explanation wins.
 		cause := ""
 		rank := 99
@@ -339,7 +351,7 @@ func Check(ops []Op, d *Dump) *Report {
 			explain("claim answer lost", 0)
 		}
 		for _, w := range windows {
-			if w.to < from || w.from > to {
+			if w.to < runnerFrom || w.from > to {
 				continue
 			}
 			switch w.kind {
@@ -347,6 +359,11 @@ func Check(ops []Op, d *Dump) *Report {
 				if w.target == a.RunnerID {
 					explain("runner "+w.kind, 1)
 				}
+			}
+			if w.to < from {
+				continue
+			}
+			switch w.kind {
 			case "pg_restart":
 				explain("database restart", 3)
 			case "pg_terminate":

@@ -149,3 +149,48 @@ func TestCheckFindsViolations(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckLeaseLossCauses: an abandoned lease is put down to the fault
+// that explains it. A runner killed while its claim long-polled explains a
+// lease granted after the kill: the server, like a Lambda never told that
+// its client left, went on and granted it to a process that was gone.
+func TestCheckLeaseLossCauses(t *testing.T) {
+	// abandoned: claimed at 1 s (asked at askedAt), never heard from
+	// again, aborted by the sweep at 5.2 s.
+	abandoned := func(askedAt int64, faults ...Op) *Report {
+		ops, d := history()
+		ops = ops[:1]
+		ops[0].Received = askedAt
+		ops = append(ops, faults...)
+		ops = append(ops, Op{Kind: "sweep", T: 5*sec + sec/10, Start: 5*sec + sec/10, End: 5*sec + sec/5, OK: true})
+		d.Audit = append(d.Audit[:1], DumpAudit{Seq: 2, At: 5*sec + sec/10 + sec/20, Kind: "job", JobID: "J1",
+			OldState: "RUNNING", NewState: "ABORTED", LeaseID: "L1", RunnerID: "R1", Generation: 1, OK: true})
+		d.Attempts[0].Outcome, d.Jobs[0].State, d.Runs[0].State = "ABORTED", "ABORTED", "FAILED"
+		d.Attempts[0].LogSize, d.Logs, d.Artifacts = 0, nil, nil
+		r := Check(ops, d)
+		if !r.OK() {
+			t.Fatalf("violations:\n%s", r)
+		}
+		return r
+	}
+	killed := func(runner string, from, to int64) Op {
+		return Op{Kind: "fault", Fault: "sigkill", Target: runner, T: from, End: to}
+	}
+	for _, tc := range []struct {
+		name string
+		r    *Report
+		want string
+	}{
+		{"nothing explains it", abandoned(sec/2), "unexplained"},
+		{"killed while its claim was pending", abandoned(sec/5, killed("R1", sec/2, sec*7/10)), "runner sigkill"},
+		{"killed while it held the lease", abandoned(sec, killed("R1", 2*sec, 2*sec+sec/5)), "runner sigkill"},
+		{"another runner killed while the claim was pending", abandoned(sec/5, killed("R2", sec/2, sec*7/10)), "unexplained"},
+		{"killed before it asked", abandoned(sec*8/10, killed("R1", sec/5, sec*3/10)), "unexplained"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.r.LeaseLosses[tc.want] != 1 || len(tc.r.LeaseLosses) != 1 {
+				t.Fatalf("lease losses %v, want one %q", tc.r.LeaseLosses, tc.want)
+			}
+		})
+	}
+}
