@@ -181,7 +181,7 @@ func TestCheckLeaseLossCauses(t *testing.T) {
 		r    *Report
 		want string
 	}{
-		{"nothing explains it", abandoned(sec/2), "unexplained"},
+		{"nothing explains it", abandoned(sec / 2), "unexplained"},
 		{"killed while its claim was pending", abandoned(sec/5, killed("R1", sec/2, sec*7/10)), "runner sigkill"},
 		{"killed while it held the lease", abandoned(sec, killed("R1", 2*sec, 2*sec+sec/5)), "runner sigkill"},
 		{"another runner killed while the claim was pending", abandoned(sec/5, killed("R2", sec/2, sec*7/10)), "unexplained"},
