@@ -19,13 +19,14 @@ import (
 // the name is one element with no "/" or "..", and O_NOFOLLOW|O_EXCL (or
 // O_NOFOLLOW for reading) refuse a symlink in its place.
 
-// dirFD opens r's directory for openat; the closer releases it.
-func dirFD(r *os.Root) (int, io.Closer, error) {
+// dirFD opens r's directory for openat and listing; closing it releases
+// the descriptor.
+func dirFD(r *os.Root) (*os.File, int, error) {
 	f, err := r.Open(".")
 	if err != nil {
-		return -1, nil, err
+		return nil, -1, err
 	}
-	return int(f.Fd()), f, nil
+	return f, int(f.Fd()), nil
 }
 
 func createAt(dirfd int, name string) (writeFile, error) {

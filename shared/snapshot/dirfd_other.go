@@ -11,7 +11,7 @@ import (
 
 // Elsewhere extraction goes through os.Root alone (see dirfd_linux.go).
 
-func dirFD(*os.Root) (int, io.Closer, error) { return -1, nil, nil }
+func dirFD(*os.Root) (*os.File, int, error) { return nil, -1, nil }
 
 func createAt(int, string) (writeFile, error) { return nil, errors.ErrUnsupported }
 

@@ -289,8 +289,8 @@ type rootSink struct {
 type openDir struct {
 	path string // "" for the workspace
 	root *os.Root
-	fd   int // -1: files go through root
-	fdc  io.Closer
+	dir  *os.File // the directory itself, open on Linux; nil elsewhere
+	fd   int      // dir's descriptor; -1: files go through root
 }
 
 // useDirFDs lets tests take the portable path on Linux too.
@@ -299,19 +299,19 @@ var useDirFDs = true
 func newOpenDir(p string, r *os.Root) (openDir, error) {
 	d := openDir{path: p, root: r, fd: -1}
 	if useDirFDs {
-		fd, c, err := dirFD(r)
+		dir, fd, err := dirFD(r)
 		if err != nil {
 			return d, err
 		}
-		d.fd, d.fdc = fd, c
+		d.dir, d.fd = dir, fd
 	}
 	return d, nil
 }
 
 // close closes the descriptor and, unless it is the caller's, the root.
 func (d openDir) close(ownRoot bool) {
-	if d.fdc != nil {
-		d.fdc.Close()
+	if d.dir != nil {
+		d.dir.Close()
 	}
 	if ownRoot {
 		d.root.Close()
@@ -533,12 +533,15 @@ type manifestWalk struct {
 }
 
 func (w *manifestWalk) dir(d openDir) error {
-	f, err := d.root.Open(".")
-	if err != nil {
-		return err
+	f := d.dir // listed once, right after it was opened
+	if f == nil {
+		var err error
+		if f, err = d.root.Open("."); err != nil {
+			return err
+		}
+		defer f.Close()
 	}
 	entries, err := f.ReadDir(-1)
-	f.Close()
 	if err != nil {
 		return err
 	}

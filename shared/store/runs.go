@@ -231,6 +231,9 @@ func validateJobs(jobs []NewJob) error {
 	return nil
 }
 
+// lockRunSQL takes the run row's lock (see advanceRun for the order).
+const lockRunSQL = `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`
+
 // advanceRun moves a run forward after any job transition, inside the
 // caller's transaction: dependants of jobs that did not pass become SKIPPED
 // (transitively), pending jobs whose needs all passed become QUEUED, and the
@@ -239,7 +242,9 @@ func validateJobs(jobs []NewJob) error {
 // It locks the run row first, so that two jobs of one run finishing at the
 // same time take turns here; under READ COMMITTED the second then sees the
 // first's committed state and no dependant is left PENDING forever. Lock
-// order is always job row(s) first, then the run row.
+// order: the queued or running job row(s) a transition is about, then the
+// run row, then (here) the pending rows it queues or skips, which only a
+// holder of the run's lock writes.
 //
 // The four statements go as one pipelined batch: the run row stays locked
 // from the first to the commit, and every job of the run that finishes
@@ -249,7 +254,7 @@ func validateJobs(jobs []NewJob) error {
 // version behind for every completion (which an old snapshot keeps alive).
 func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 	b := &pgx.Batch{}
-	b.Queue(`SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, runID)
+	b.Queue(lockRunSQL, runID)
 	b.Queue(`
 		WITH RECURSIVE doomed (id, name) AS (
 		    SELECT d.id, d.name FROM jobs d
@@ -391,17 +396,12 @@ func (s *Store) Cancel(ctx context.Context, runID, jobID string) (canceled, aske
 		// queues and skips them). Taking a pending row before a running
 		// one would close a cycle with a completion that holds the running
 		// row and the run and is about to queue that pending job.
-		rows, err := tx.Query(ctx, `
+		if _, err := tx.Exec(ctx, `
 			SELECT id FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('QUEUED', 'RUNNING')
-			ORDER BY id FOR UPDATE`, runID, jobID)
-		if err != nil {
+			ORDER BY id FOR UPDATE`, runID, jobID); err != nil {
 			return fmt.Errorf("lock jobs: %w", err)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("lock jobs: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, runID); err != nil {
+		if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
 			return fmt.Errorf("lock run: %w", err)
 		}
 		tag, err := tx.Exec(ctx, `
