@@ -62,6 +62,7 @@ type DumpLog struct {
 // artifacts) what its blob holds: its digest checked and dist/stamp read.
 type DumpBlob struct {
 	JobID, Name, Digest string
+	Key                 string `json:",omitempty"` // where the bytes are in the CAS
 	Generation          int
 	Stamp               string `json:",omitempty"`
 	BlobErr             string `json:",omitempty"`
@@ -158,18 +159,20 @@ func (h *Harness) dump(ctx context.Context) (*Dump, error) {
 		blobs := func(sql string, into *[]DumpBlob) error {
 			return q(sql, func(r pgx.Rows) error {
 				var x DumpBlob
-				err := r.Scan(&x.JobID, &x.Generation, &x.Name, &x.Digest)
+				err := r.Scan(&x.JobID, &x.Generation, &x.Name, &x.Digest, &x.Key)
 				*into = append(*into, x)
 				return err
 			})
 		}
-		if err := blobs(`SELECT job_id, generation, name, digest FROM artifacts ORDER BY job_id, generation, name`, &d.Artifacts); err != nil {
+		// Blobs belong to (project, tier): the key says where the bytes are.
+		const blobKey = `(SELECT b.s3_key FROM blobs b WHERE (b.project_id, b.trusted, b.digest) = (t.project_id, t.trusted, t.digest))`
+		if err := blobs(`SELECT job_id, generation, name, digest, `+blobKey+` FROM artifacts t ORDER BY job_id, generation, name`, &d.Artifacts); err != nil {
 			return err
 		}
-		if err := blobs(`SELECT job_id, generation, key, digest FROM pending_caches ORDER BY job_id, generation, key`, &d.Pending); err != nil {
+		if err := blobs(`SELECT job_id, generation, key, digest, `+blobKey+` FROM pending_caches t ORDER BY job_id, generation, key`, &d.Pending); err != nil {
 			return err
 		}
-		if err := blobs(`SELECT coalesce(job_id, ''), 0, key, digest FROM caches ORDER BY key`, &d.Caches); err != nil {
+		if err := blobs(`SELECT coalesce(job_id, ''), 0, key, digest, `+blobKey+` FROM caches t ORDER BY key`, &d.Caches); err != nil {
 			return err
 		}
 		return q(`SELECT seq, at, expires, kind, coalesce(job_id, ''), coalesce(old_state, ''), coalesce(new_state, ''),
@@ -196,7 +199,7 @@ func (h *Harness) dump(ctx context.Context) (*Dump, error) {
 	tmp := filepath.Join(h.cfg.Dir, "artifacts")
 	for i := range d.Artifacts {
 		a := &d.Artifacts[i]
-		a.Stamp, err = readStamp(ctx, plain, a.Digest, filepath.Join(tmp, fmt.Sprint(i)))
+		a.Stamp, err = readStamp(ctx, plain, a.Key, a.Digest, filepath.Join(tmp, fmt.Sprint(i)))
 		if err != nil {
 			a.BlobErr = err.Error()
 		}
@@ -213,8 +216,8 @@ func (h *Harness) dump(ctx context.Context) (*Dump, error) {
 
 // readStamp fetches a blob, checks it against its digest and returns the
 // content of dist/stamp in it.
-func readStamp(ctx context.Context, blobs *cas.Store, digest, dir string) (string, error) {
-	body, _, err := blobs.Open(ctx, digest)
+func readStamp(ctx context.Context, blobs *cas.Store, key, digest, dir string) (string, error) {
+	body, _, err := blobs.Open(ctx, key)
 	if err != nil {
 		return "", err
 	}

@@ -315,7 +315,11 @@ func (h *Harness) setup(ctx context.Context) error {
 	if _, h.userToken, err = h.st.CreateUser(ctx, "chaos", store.RoleAdmin); err != nil {
 		return err
 	}
-	if h.sources, err = uploadVariants(ctx, h.blobs, dir); err != nil {
+	project, err := h.st.CreateProject(ctx, "chaos", "main")
+	if err != nil {
+		return err
+	}
+	if h.sources, err = uploadVariants(ctx, h.blobs, dir, project.ID); err != nil {
 		return err
 	}
 	bin := h.cfg.RunnerBin

@@ -111,7 +111,7 @@ const cacheKeys = 24
 // uploadVariants snapshots each variant (its .forgeci.yml and chaos.sh)
 // into the CAS and returns the sources by variant name; build-test comes
 // as build-test-00 ... with a cache key each.
-func uploadVariants(ctx context.Context, blobs *cas.Store, dir string) (map[string]domain.Source, error) {
+func uploadVariants(ctx context.Context, blobs *cas.Store, dir, projectID string) (map[string]domain.Source, error) {
 	out := map[string]domain.Source{}
 	all := map[string]string{}
 	for name, yml := range variants {
@@ -143,7 +143,9 @@ func uploadVariants(ctx context.Context, blobs *cas.Store, dir string) (map[stri
 		if err != nil {
 			return nil, err
 		}
-		if err := blobs.Put(ctx, res.BlobDigest, bytes.NewReader(blob.Bytes()), res.Size); err != nil {
+		// The chaos user is a global admin: its runs are trusted.
+		key := cas.BlobKey(projectID, true, res.BlobDigest)
+		if err := blobs.Put(ctx, key, res.BlobDigest, bytes.NewReader(blob.Bytes()), res.Size); err != nil {
 			return nil, err
 		}
 		out[name] = domain.Source{BlobDigest: res.BlobDigest, ManifestDigest: res.ManifestDigest, Size: res.Size}

@@ -29,6 +29,9 @@ func benchPickup(ctx context.Context, admin string, rounds int) ([]row, error) {
 	}
 	defer pool.Close()
 	st := store.New(pool, store.Limits{})
+	if _, err := st.CreateProject(ctx, "bench", "main"); err != nil {
+		return nil, err
+	}
 	srv := httptest.NewServer((&api.Server{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
 	defer srv.Close()
 	reg, _, err := st.CreateRegistrationToken(ctx, time.Minute, "bench")

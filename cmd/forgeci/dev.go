@@ -18,6 +18,7 @@ import (
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/scm"
+	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 	_ "github.com/forgeci/forgeci/shared/ui" // the dashboard registers its routes
 )
@@ -55,6 +56,12 @@ func devCommand(ctx context.Context, o devOptions) error {
 	}
 	defer pool.Close()
 	st := store.New(pool, store.Limits{LeaseTTL: *leaseTTL})
+	keys, dropKeys, err := devKeyring(*dir)
+	if err != nil {
+		return err
+	}
+	defer dropKeys()
+	st.SetKeyring(keys)
 
 	s3dir := ""
 	if *dir != "" {
@@ -145,6 +152,25 @@ Submit this checkout:
 	return nil
 }
 
+// devKeyring is the master key of project secrets in the local stack: a
+// key file in --dir (kept with the database), or in a temporary directory,
+// unless FORGECI_KMS_KEY_ID or FORGECI_SECRETS_KEY_FILE names one.
+func devKeyring(dir string) (secretbox.Keyring, func(), error) {
+	if k, err := secretbox.FromEnv(context.Background()); k != nil || err != nil {
+		return k, func() {}, err
+	}
+	drop := func() {}
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "forgeci-dev-keys-")
+		if err != nil {
+			return nil, drop, err
+		}
+		dir, drop = tmp, func() { os.RemoveAll(tmp) }
+	}
+	k, err := secretbox.NewFileKeyring(filepath.Join(dir, "secrets.key"), true)
+	return k, drop, err
+}
+
 // sweepLoop runs the sweeper on a ticker, as EventBridge does in AWS.
 func sweepLoop(ctx context.Context, st *store.Store, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
@@ -169,11 +195,18 @@ func migrateCommand(ctx context.Context, databaseURL string) error {
 	if *url == "" {
 		return errors.New("--database-url or FORGECI_DATABASE_URL is required")
 	}
-	n, err := store.Migrate(ctx, *url, nil)
+	keys, err := secretbox.FromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	n, sealed, err := store.MigrateAndSeal(ctx, *url, nil, keys)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("applied %d migration(s)\n", n)
+	if sealed > 0 {
+		fmt.Printf("sealed %d project secret(s) that were stored in plain text\n", sealed)
+	}
 	return nil
 }
 

@@ -125,8 +125,19 @@ func testSubmitImmutable(t *testing.T, bin string, vals map[string]string, runne
 			t.Fatalf("git %v: %v %s", args, err, out)
 		}
 	}
+	cliEnv := append(os.Environ(), "FORGECI_URL="+vals["FORGECI_URL"], "FORGECI_TOKEN="+vals["FORGECI_TOKEN"])
 	submitCmd := exec.Command(bin, "submit", "--dir", checkout, "--project", "acme/app", "--json")
-	submitCmd.Env = append(os.Environ(), "FORGECI_URL="+vals["FORGECI_URL"], "FORGECI_TOKEN="+vals["FORGECI_TOKEN"])
+	submitCmd.Env = cliEnv
+	if out, err := submitCmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "project acme/app not found") {
+		t.Fatalf("submit to a project that does not exist: %v %s", err, out)
+	}
+	create := exec.Command(bin, "project", "create", "acme/app")
+	create.Env = cliEnv
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("project create: %v %s", err, out)
+	}
+	submitCmd = exec.Command(bin, "submit", "--dir", checkout, "--project", "acme/app", "--json")
+	submitCmd.Env = cliEnv
 	out, err := submitCmd.Output()
 	if err != nil {
 		t.Fatalf("submit: %v %s", err, out)
@@ -190,7 +201,7 @@ func testSubmitImmutable(t *testing.T, bin string, vals map[string]string, runne
 	// A broken pipeline: refused, every error located, nothing queued.
 	bad := t.TempDir()
 	_ = os.WriteFile(filepath.Join(bad, ".forgeci.yml"), []byte("jobs:\n  a:\n    stepz: []\n"), 0o644)
-	badCmd := exec.Command(bin, "submit", "--dir", bad)
+	badCmd := exec.Command(bin, "submit", "--dir", bad, "--project", "acme/app")
 	badCmd.Env = submitCmd.Env
 	msg, err := badCmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(msg), ".forgeci.yml:3:5: jobs.a.stepz: unknown key") {

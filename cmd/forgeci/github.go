@@ -4,10 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -32,6 +31,7 @@ func adminStore(ctx context.Context, url string) (*store.Store, func(), error) {
 type repoOptions struct {
 	DatabaseURL, Name, Project, SecretFile string
 	ID, Installation                       int64
+	CreateProject                          bool
 }
 
 // repoAdd: forgeci repo add.
@@ -57,6 +57,14 @@ func repoAdd(ctx context.Context, o repoOptions) error {
 		return err
 	}
 	defer done()
+	if o.CreateProject {
+		if _, err := st.ProjectID(ctx, *project); err != nil {
+			if _, err := st.CreateProject(ctx, *project, "main"); err != nil {
+				return err
+			}
+			fmt.Printf("project %s created; add its members with forgeci project member add\n", *project)
+		}
+	}
 	if err := st.AddRepository(ctx, store.Repository{GitHubID: *id, FullName: *name, InstallationID: *inst,
 		WebhookSecret: secret, Project: *project}); err != nil {
 		return err
@@ -68,67 +76,48 @@ func repoAdd(ctx context.Context, o repoOptions) error {
 	return nil
 }
 
-// secretSet: forgeci secret set, the value read from stdin so that it is
-// not in the shell history or the process list.
-func secretSet(ctx context.Context, databaseURL, projectName, secretName string) error {
-	url, project, name := &databaseURL, &projectName, &secretName
-	value, err := io.ReadAll(io.LimitReader(os.Stdin, 65537))
-	if err != nil {
-		return err
-	}
-	st, done, err := adminStore(ctx, *url)
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := st.SetSecret(ctx, *project, *name, strings.TrimSuffix(string(value), "\n")); err != nil {
-		return err
-	}
-	fmt.Printf("secret %s of project %s set; jobs see it as $%s, except runs of pull requests from forks.\n", *name, *project, *name)
-	return nil
-}
-
 // deliveriesOptions are the flags of forgeci deliveries.
 type deliveriesOptions struct {
-	DatabaseURL, State string
-	Limit              int
-	JSON               bool
+	State string
+	Limit int
 }
 
-// deliveriesCommand: forgeci deliveries list, or retry GUID.
-func deliveriesCommand(ctx context.Context, sub string, args []string, o deliveriesOptions) error {
-	url, state, asJSON, limit := &o.DatabaseURL, &o.State, &o.JSON, &o.Limit
-	st, done, err := adminStore(ctx, *url)
+// deliveriesCommand: forgeci deliveries list, or retry GUID, through the
+// API: each caller sees the deliveries of the projects they can read.
+func deliveriesCommand(ctx context.Context, g *global, sub string, args []string, o deliveriesOptions) error {
+	cl, err := g.client()
 	if err != nil {
 		return err
 	}
-	defer done()
 	switch sub {
 	case "retry":
 		if len(args) != 1 {
 			return errors.New("usage: forgeci deliveries retry GUID")
 		}
-		if err := st.RetryDelivery(ctx, args[0]); err != nil {
+		if err := cl.do(ctx, "POST", "/v1/deliveries/"+url.PathEscape(args[0])+"/retry", map[string]any{}, nil); err != nil {
 			return err
 		}
 		fmt.Printf("delivery %s is pending again\n", args[0])
 		return nil
 	case "list":
-		ds, err := st.Deliveries(ctx, strings.ToUpper(*state), *limit)
-		if err != nil {
+		var out struct {
+			Deliveries []store.Delivery `json:"deliveries"`
+		}
+		q := url.Values{"limit": {fmt.Sprint(o.Limit)}, "state": {o.State}}
+		if err := cl.do(ctx, "GET", "/v1/deliveries?"+q.Encode(), nil, &out); err != nil {
 			return err
 		}
-		if *asJSON {
-			return json.NewEncoder(os.Stdout).Encode(ds)
+		if g.json {
+			return printJSON(out.Deliveries)
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RECEIVED\tGUID\tEVENT\tSTATE\tATTEMPTS\tRUN\tERROR / NOTE")
-		for _, d := range ds {
+		for _, d := range out.Deliveries {
 			why := d.LastError
 			if d.State != store.DeliveryFailed && d.State != store.DeliveryPending {
 				why = d.Note
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ReceivedAt.Format("2006-01-02 15:04:05"), d.GUID, d.Event,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ReceivedAt.Local().Format("2006-01-02 15:04:05"), d.GUID, d.Event,
 				d.State, d.Attempts, d.RunID, strings.ReplaceAll(why, "\n", " "))
 		}
 		return tw.Flush()

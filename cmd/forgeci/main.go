@@ -93,11 +93,14 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.config, "config", "", "config file (default $FORGECI_CONFIG or ~/.config/forgeci/config.json)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.AddGroup(&cobra.Group{ID: "use", Title: "Runs and runners:"}, &cobra.Group{ID: "ops", Title: "Operating ForgeCI:"})
-	for _, c := range []*cobra.Command{loginCmd(g), submitCmd(g), runsCmd(g), logsCmd(g), cancelCmd(g), retryCmd(g), runnerCmd(g)} {
+	for _, c := range []*cobra.Command{loginCmd(g), submitCmd(g), runsCmd(g), logsCmd(g), cancelCmd(g), retryCmd(g),
+		decideCmd(g, "approve", "Approve a run from a first-time contributor: its jobs start (project writers)"),
+		decideCmd(g, "reject", "Reject a run from a first-time contributor: its jobs end CANCELED (project writers)"),
+		projectCmd(g), secretCmd(g), runnerCmd(g)} {
 		c.GroupID = "use"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{devCmd(), migrateCmd(), userCmd(), repoCmd(), secretCmd(), deliveriesCmd(g), servicesCmd()} {
+	for _, c := range []*cobra.Command{devCmd(), migrateCmd(), userCmd(), repoCmd(), deliveriesCmd(g), servicesCmd()} {
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}
@@ -148,9 +151,9 @@ func userCmd() *cobra.Command {
 	}
 	databaseFlag(create, &url)
 	create.Flags().StringVar(&name, "name", "", "user name")
-	create.Flags().StringVar(&role, "role", store.RoleRead, "admin, write or read")
+	create.Flags().StringVar(&role, "role", store.RoleUser, "admin (everything, everywhere) or user (what project memberships give)")
 	_ = create.MarkFlagRequired("name")
-	_ = create.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"admin", "write", "read"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = create.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"admin", "user"}, cobra.ShellCompDirectiveNoFileComp))
 	c.AddCommand(create)
 	return c
 }
@@ -169,30 +172,13 @@ func repoCmd() *cobra.Command {
 	f.Int64Var(&o.ID, "id", 0, "GitHub's numeric repository ID (repository.id in any webhook payload)")
 	f.StringVar(&o.Name, "name", "", "owner/repo")
 	f.Int64Var(&o.Installation, "installation", 0, "the GitHub App installation ID on that repository")
-	f.StringVar(&o.Project, "project", "", "ForgeCI project its runs belong to (default: owner/repo)")
+	f.StringVar(&o.Project, "project", "", "ForgeCI project its runs belong to (default: owner/repo); it must exist")
+	f.BoolVar(&o.CreateProject, "create-project", false, "create the project if it does not exist")
 	f.StringVar(&o.SecretFile, "secret-file", "", "file holding the webhook secret (default: generate one and print it)")
 	for _, r := range []string{"id", "name", "installation"} {
 		_ = add.MarkFlagRequired(r)
 	}
 	c.AddCommand(add)
-	return c
-}
-
-func secretCmd() *cobra.Command {
-	var url, project, name string
-	c := &cobra.Command{Use: "secret", Short: "Project secrets (not given to runs of pull requests from forks)"}
-	set := &cobra.Command{
-		Use:   "set",
-		Short: "Set a project secret; the value is read from standard input",
-		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return secretSet(c.Context(), url, project, name) },
-	}
-	databaseFlag(set, &url)
-	set.Flags().StringVar(&project, "project", "", "project")
-	set.Flags().StringVar(&name, "name", "", "secret name: an upper-case environment variable name")
-	_ = set.MarkFlagRequired("project")
-	_ = set.MarkFlagRequired("name")
-	c.AddCommand(set)
 	return c
 }
 
@@ -208,11 +194,9 @@ func deliveriesCmd(g *global) *cobra.Command {
 			if len(args) > 0 {
 				sub, args = args[0], args[1:]
 			}
-			o.JSON = g.json
-			return deliveriesCommand(c.Context(), sub, args, o)
+			return deliveriesCommand(c.Context(), g, sub, args, o)
 		},
 	}
-	databaseFlag(c, &o.DatabaseURL)
 	c.Flags().StringVar(&o.State, "state", "", "only deliveries in this state: PENDING, DONE, IGNORED or FAILED")
 	c.Flags().IntVar(&o.Limit, "limit", 50, "how many, newest first")
 	return c

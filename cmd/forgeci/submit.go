@@ -136,9 +136,11 @@ func followRun(ctx context.Context, c *apiClient, runID string, out io.Writer) (
 		Reason          string
 	}
 	var view struct {
-		State string
-		Jobs  []jobView
+		State    string
+		Approval string
+		Jobs     []jobView
 	}
+	toldWaiting := false
 	offsets := map[string]int64{}
 	gens := map[string]int{}
 	reported := map[string]bool{}
@@ -146,6 +148,11 @@ func followRun(ctx context.Context, c *apiClient, runID string, out io.Writer) (
 	for {
 		if err := c.do(ctx, "GET", "/v1/runs/"+runID, nil, &view); err != nil {
 			return "", err
+		}
+		if view.Approval == "pending" && !toldWaiting && !isTerminal(view.State) {
+			fmt.Fprintf(out, "run waits for approval: this is the first untrusted run of its author here; a project writer "+
+				"runs `forgeci approve %s` (or `forgeci reject %s`), or clicks Approve in the dashboard\n", runID, runID)
+			toldWaiting = true
 		}
 		for _, j := range view.Jobs {
 			if j.Generation == 0 {
@@ -255,7 +262,7 @@ func submit(ctx context.Context, c *apiClient, dir, project string, untracked bo
 		Method  string            `json:"upload_method"`
 		Headers map[string]string `json:"upload_headers"`
 	}
-	if err := c.do(ctx, "POST", "/v1/uploads", map[string]any{"digest": res.BlobDigest, "size": res.Size}, &up); err != nil {
+	if err := c.do(ctx, "POST", "/v1/uploads", map[string]any{"project": project, "digest": res.BlobDigest, "size": res.Size}, &up); err != nil {
 		return nil, fmt.Errorf("request upload: %w", err)
 	}
 	if !up.Exists {

@@ -160,6 +160,8 @@ func (a *Agent) runJob(c *domain.Claim) {
 	for _, v := range c.Secrets {
 		redact = append(redact, v)
 	}
+	// Values the control plane substituted for ${{ secrets.NAME }}.
+	redact = append(redact, c.Mask...)
 	for k, v := range c.Job.Env {
 		if looksSecret(k) {
 			redact = append(redact, v)

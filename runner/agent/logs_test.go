@@ -61,6 +61,7 @@ func (f *faulty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestLogOrderUnderNetworkFaults(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, st, "p")
 	srv := &api.Server{Store: st, CAS: castest.New(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	f := &faulty{next: srv.Handler()}
 	ts := httptest.NewServer(f)

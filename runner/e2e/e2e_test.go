@@ -76,6 +76,14 @@ func startWith(t *testing.T, devEnv ...string) *stack {
 			f.Close()
 		}
 	}
+	// The projects the tests submit to (runs never create projects).
+	for _, name := range []string{"e2e", "cli"} {
+		cmd := exec.Command(filepath.Join(s.bin, "forgeci"), "project", "create", name)
+		cmd.Env = append(os.Environ(), "FORGECI_URL="+s.vals["FORGECI_URL"], "FORGECI_TOKEN="+s.vals["FORGECI_TOKEN"])
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("project create %s: %v %s", name, err, out)
+		}
+	}
 	tokenFile := filepath.Join(dir, "runner.token")
 	if out, err := exec.Command(filepath.Join(s.bin, "forgeci-runner"), "register", "--server", s.vals["FORGECI_URL"],
 		"--registration-token", s.vals["FORGECI_REGISTRATION_TOKEN"], "--name", "e2e", "--labels", "linux",
@@ -103,14 +111,21 @@ func (s *stack) startRunnerN(concurrency int) {
 	s.t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
 }
 
-// submit submits dir and returns the run ID.
+// submit submits dir as the admin and returns the run ID.
 func (s *stack) submit(dir string, follow bool) (string, error) {
+	return s.submitWith(dir, follow, s.vals["FORGECI_TOKEN"])
+}
+
+// submitAs submits dir as the user of token and returns the run ID.
+func (s *stack) submitAs(dir, token string) (string, error) { return s.submitWith(dir, false, token) }
+
+func (s *stack) submitWith(dir string, follow bool, token string) (string, error) {
 	args := []string{"submit", "--dir", dir, "--project", "e2e", "--json"}
 	if follow {
 		args = append(args, "--follow")
 	}
 	cmd := exec.Command(filepath.Join(s.bin, "forgeci"), args...)
-	cmd.Env = append(os.Environ(), "FORGECI_URL="+s.vals["FORGECI_URL"], "FORGECI_TOKEN="+s.vals["FORGECI_TOKEN"])
+	cmd.Env = append(os.Environ(), "FORGECI_URL="+s.vals["FORGECI_URL"], "FORGECI_TOKEN="+token)
 	out, err := cmd.Output()
 	if follow {
 		return string(out), err

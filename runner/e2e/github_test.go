@@ -30,7 +30,8 @@ func TestGitHubPush(t *testing.T) {
 	forgeci := func(stdin string, args ...string) string {
 		t.Helper()
 		cmd := exec.Command(filepath.Join(s.bin, "forgeci"), args...)
-		cmd.Env = append(os.Environ(), "FORGECI_DATABASE_URL="+s.vals["FORGECI_DATABASE_URL"])
+		cmd.Env = append(os.Environ(), "FORGECI_DATABASE_URL="+s.vals["FORGECI_DATABASE_URL"],
+			"FORGECI_URL="+s.vals["FORGECI_URL"], "FORGECI_TOKEN="+s.vals["FORGECI_TOKEN"])
 		cmd.Stdin = strings.NewReader(stdin)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -43,7 +44,8 @@ func TestGitHubPush(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	forgeci("", "repo", "add", "--id", "31337", "--name", "octo/app", "--installation", "9", "--project", "app", "--secret-file", secretFile)
+	forgeci("", "repo", "add", "--id", "31337", "--name", "octo/app", "--installation", "9", "--project", "app",
+		"--create-project", "--secret-file", secretFile)
 	forgeci("hunter2-deploy-token\n", "secret", "set", "--project", "app", "--name", "DEPLOY_TOKEN")
 
 	repo := t.TempDir()
@@ -60,8 +62,10 @@ func TestGitHubPush(t *testing.T) {
   deploy:
     runs-on: linux
     needs: build
+    secrets: [DEPLOY_TOKEN]
+    env: {AS_ENV: "${{ secrets.DEPLOY_TOKEN }}"}
     steps:
-      - run: 'test -n "$DEPLOY_TOKEN" && echo "token is $DEPLOY_TOKEN"'
+      - run: 'test -n "$DEPLOY_TOKEN" && echo "token is $DEPLOY_TOKEN and $AS_ENV"'
 `), 0o644))
 	must(os.WriteFile(filepath.Join(repo, "build.sh"), []byte("#!/bin/sh\necho built from the tarball\n"), 0o755))
 	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"},
@@ -116,7 +120,7 @@ func TestGitHubPush(t *testing.T) {
 		if strings.Contains(log, "hunter2") {
 			t.Fatalf("the secret is in the %s log:\n%s", j.Name, log)
 		}
-		if j.Name == "deploy" && !strings.Contains(log, "token is ***") {
+		if j.Name == "deploy" && !strings.Contains(log, "token is *** and ***") {
 			t.Fatalf("deploy log:\n%s", log)
 		}
 		if j.Name == "build" && !strings.Contains(log, "built from the tarball") {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -127,28 +128,59 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("run page shows %q", st)
 	}
 
-	// Markup in a run's trigger and ref (user-supplied fields) is text too.
-	src := s.run(runID)
-	body, _ := json.Marshal(map[string]any{"project": "e2e", "trigger": evil, "git_ref": "refs/heads/<b>x</b>",
-		"source": map[string]any{"blob_digest": src.SourceDigest, "manifest_digest": src.ManifestDigest, "size": src.SourceSize}})
-	req, _ := http.NewRequest("POST", url+"/v1/runs", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+s.vals["FORGECI_TOKEN"])
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	// Markup in a user's name, which the server shows as a run's trigger
+	// (cli:<name>) and cache scope, is text too. That member has no secrets
+	// permission: their first run waits, and the admin approves it here.
+	member := s.apiCall("POST", "/v1/users", s.vals["FORGECI_TOKEN"], map[string]any{"name": evil, "role": "user"}, 201)
+	project := s.apiCall("GET", "/v1/projects/e2e", s.vals["FORGECI_TOKEN"], nil, 200)
+	s.apiCall("POST", "/v1/projects/"+project["id"].(string)+"/members", s.vals["FORGECI_TOKEN"],
+		map[string]any{"user": evil, "role": "write"}, 200)
+	quick := writePipeline(t, "jobs:\n  quick:\n    runs-on: linux\n    steps: [{run: 'true'}]\n")
+	waiting, err := s.submitAs(quick, member["token"].(string))
 	if err != nil {
 		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 201 {
-		t.Fatalf("create run with markup trigger: %d", resp.StatusCode)
 	}
 	do(chromedp.Navigate(url+"/"), chromedp.WaitVisible(chromedp.CSS("table.runs")))
 	listText, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("table.runs")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := eval(`String(window.__pwned) + "," + document.querySelectorAll('table.runs b, table.runs img').length`); v != "undefined,0" ||
-		!strings.Contains(listText, evil) || !strings.Contains(listText, "refs/heads/<b>x</b>") {
+	if v := eval(`String(window.__pwned) + "," + document.querySelectorAll('table.runs b, table.runs img, table.runs script').length`); v != "undefined,0" ||
+		!strings.Contains(listText, "cli:"+evil) {
 		t.Fatalf("runs list: %s\n%s", v, listText)
 	}
+	do(chromedp.Navigate(url+"/runs/"+waiting), chromedp.WaitVisible(chromedp.ID("approve-run")))
+	if v := eval(`String(window.__pwned) + "," + document.querySelectorAll('main img, main script').length`); v != "undefined,0" ||
+		!strings.Contains(text("run-trust"), "cli/"+evil) || !strings.Contains(text("run-approval"), "waiting for approval") {
+		t.Fatalf("waiting run page: %s, trust %q, approval %q", v, text("run-trust"), text("run-approval"))
+	}
+	do(chromedp.Click(chromedp.ID("approve-run")), chromedp.WaitVisible(chromedp.ID("run-approval")))
+	waitFor("the approval", func() bool { return strings.Contains(poll("run-approval"), "approved by admin") })
+	s.waitRun(waiting, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
+}
+
+// apiCall calls the user API with token and wants status; it returns the
+// JSON object answered.
+func (s *stack) apiCall(method, path, token string, in any, status int) map[string]any {
+	s.t.Helper()
+	var body io.Reader
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.vals["FORGECI_URL"]+path, body)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &out)
+	if resp.StatusCode != status {
+		s.t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	}
+	return out
 }

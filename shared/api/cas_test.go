@@ -8,12 +8,21 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
 // uploadTo PUTs data as a runner would, to the URL an upload answer gave.
 func uploadTo(t *testing.T, answer []byte, data []byte) {
+	t.Helper()
+	if status := putTo(t, answer, data); status != 200 {
+		t.Fatalf("presigned upload: %d", status)
+	}
+}
+
+// putTo PUTs data to the URL an upload answer gave and returns S3's status.
+func putTo(t *testing.T, answer []byte, data []byte) int {
 	t.Helper()
 	var up struct {
 		Exists  bool              `json:"exists"`
@@ -33,9 +42,7 @@ func uploadTo(t *testing.T, answer []byte, data []byte) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("presigned upload: %d", resp.StatusCode)
-	}
+	return resp.StatusCode
 }
 
 func download(t *testing.T, url string) []byte {
@@ -52,13 +59,14 @@ func download(t *testing.T, url string) []byte {
 	return b
 }
 
-// TestArtifactFlow: upload through the presigned URL, commit (verified in
-// S3), fetch from a dependant; a forged upload is refused and removed; a
-// job not in needs cannot fetch.
+// TestArtifactFlow: upload through the presigned URL, commit (checked in
+// S3 by the checksum S3 verified), fetch from a dependant; a forged upload
+// is refused by S3 itself and cannot be committed; a job not in needs
+// cannot fetch.
 func TestArtifactFlow(t *testing.T) {
 	e := setup(t)
 	a := e.registerRunner("a")
-	_, err := e.store.CreateRun(context.Background(), store.NewRun{Project: "p", Jobs: []store.NewJob{
+	_, err := e.store.CreateRun(context.Background(), store.NewRun{Project: "acme/app", Jobs: []store.NewJob{
 		{Name: "build"}, {Name: "test", Needs: []string{"build"}}, {Name: "other"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -85,12 +93,14 @@ func TestArtifactFlow(t *testing.T) {
 	// A forged upload: bytes that do not match the claimed digest.
 	forged := digestOf([]byte("what it claims to be"))
 	_, body = e.post(jobPath(build, "artifacts"), a.Token, leaseBody(build.Lease, map[string]any{"name": "evil", "digest": forged, "size": 9}))
-	uploadTo(t, body, []byte("not that!"))
+	if status := putTo(t, body, []byte("not that!")); status != 400 {
+		t.Fatalf("S3 took bytes that do not match the signed checksum: %d", status)
+	}
 	if s, body := e.post(jobPath(build, "artifacts/commit"), a.Token, leaseBody(build.Lease, map[string]any{"name": "evil", "digest": forged, "size": 9})); s != 400 {
 		t.Fatalf("forged commit: %d %s", s, body)
 	}
-	if _, _, err := e.cas.Open(context.Background(), forged); err == nil {
-		t.Fatal("forged blob left in the CAS")
+	if _, _, err := e.cas.Open(context.Background(), cas.BlobKey(e.project.ID, true, forged)); err == nil {
+		t.Fatal("forged blob in the CAS")
 	}
 	if s, _ := e.post(jobPath(build, "complete"), a.Token, leaseBody(build.Lease, map[string]any{"outcome": "passed"})); s != 200 {
 		t.Fatal("complete build")

@@ -45,9 +45,6 @@ func (e *env) leasedBuild(a runnerCreds) domain.Claim {
 	e.t.Helper()
 	ctx := context.Background()
 	src, srcSize := e.putBlob([]byte("source snapshot stand-in"))
-	if err := e.store.RegisterBlob(ctx, src, srcSize); err != nil {
-		e.t.Fatal(err)
-	}
 	dist, distSize := e.putBlob([]byte("dist of up"))
 	_, err := e.store.CreateRun(ctx, store.NewRun{Project: "acme/app",
 		Source: domain.Source{BlobDigest: src, ManifestDigest: "sha256:" + strings.Repeat("c", 64), Size: srcSize},

@@ -26,11 +26,12 @@ import (
 )
 
 type env struct {
-	t     *testing.T
-	srv   *httptest.Server
-	store *store.Store
-	cas   *cas.Store
-	pool  *pgxpool.Pool
+	t       *testing.T
+	srv     *httptest.Server
+	store   *store.Store
+	cas     *cas.Store
+	pool    *pgxpool.Pool
+	project store.Project // acme/app, where createRun makes runs
 }
 
 func setup(t *testing.T) *env {
@@ -41,7 +42,7 @@ func setup(t *testing.T) *env {
 	blobs := castest.New(t)
 	srv := httptest.NewServer((&api.Server{Store: st, CAS: blobs, Log: log}).Handler())
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, store: st, cas: blobs, pool: pool}
+	return &env{t: t, srv: srv, store: st, cas: blobs, pool: pool, project: pgtest.Project(t, st, "acme/app")}
 }
 
 type runnerCreds struct {
@@ -175,12 +176,14 @@ func (e *env) snapshot() string {
 	return b.String()
 }
 
-// putBlob stores data in the CAS (unregistered) and returns its digest.
+// putBlob stores data in the CAS namespace of acme/app's trusted runs
+// (unregistered) and returns its digest.
 func (e *env) putBlob(data []byte) (string, int64) {
 	e.t.Helper()
 	h := sha256.Sum256(data)
 	d := "sha256:" + hex.EncodeToString(h[:])
-	if err := e.cas.Put(context.Background(), d, bytes.NewReader(data), int64(len(data))); err != nil {
+	key := cas.BlobKey(e.project.ID, true, d)
+	if err := e.cas.Put(context.Background(), key, d, bytes.NewReader(data), int64(len(data))); err != nil {
 		e.t.Fatal(err)
 	}
 	return d, int64(len(data))

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"time"
@@ -13,22 +14,13 @@ import (
 // manage (runners, registration tokens, users, deliveries). docs/openapi.yaml
 // documents every route; a test holds the two together.
 
-func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	ps, err := s.Store.ListProjects(r.Context())
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"projects": nonNilSlice(ps)})
-	return nil
-}
-
-func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, _ store.User) error {
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, u store.User) error {
 	q := r.URL.Query()
 	limit, err := queryInt(q.Get("limit"), 50)
 	if err != nil || limit < 1 {
 		return domain.Errorf(domain.EInvalid, "limit must be a positive integer")
 	}
-	runs, err := s.Store.ListRuns(r.Context(), store.RunFilter{Project: q.Get("project"), Limit: int(limit), Before: q.Get("before")})
+	runs, err := s.Store.ListRuns(r.Context(), u, store.RunFilter{Project: q.Get("project"), Limit: int(limit), Before: q.Get("before")})
 	if err != nil {
 		return err
 	}
@@ -36,8 +28,8 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, _ store.User) 
 	return nil
 }
 
-func (s *Server) getJob(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	j, err := s.Store.GetJob(r.Context(), r.PathValue("run_id"), r.PathValue("job_id"))
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request, u store.User) error {
+	j, err := s.Store.GetJob(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"))
 	if err != nil {
 		return err
 	}
@@ -47,15 +39,38 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request, _ store.User) er
 
 // retry makes a new run of a finished run, or of one of its jobs.
 func (s *Server) retry(w http.ResponseWriter, r *http.Request, u store.User) error {
-	run, err := s.Store.Retry(r.Context(), r.PathValue("run_id"), r.PathValue("job_id"), u.Name)
+	run, err := s.Store.Retry(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"))
 	if err != nil {
 		return err
 	}
-	view, err := s.runView(r.Context(), run.ID)
+	view, err := s.runView(r.Context(), u, run.ID)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusCreated, view)
+	return nil
+}
+
+// approve and reject decide on a run from a first-time contributor.
+func (s *Server) approve(w http.ResponseWriter, r *http.Request, u store.User) error {
+	return s.decide(w, r, u, s.Store.Approve)
+}
+
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, u store.User) error {
+	return s.decide(w, r, u, s.Store.Reject)
+}
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, u store.User,
+	do func(ctx context.Context, u store.User, runID string) (store.Run, error)) error {
+	run, err := do(r.Context(), u, r.PathValue("run_id"))
+	if err != nil {
+		return err
+	}
+	view, err := s.runView(r.Context(), u, run.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, view)
 	return nil
 }
 
@@ -137,7 +152,7 @@ func (s *Server) createUserToken(w http.ResponseWriter, r *http.Request, u store
 	if id == "me" {
 		id = u.ID
 	}
-	if id != u.ID && !u.Can(store.RoleAdmin) {
+	if id != u.ID && !u.IsAdmin() {
 		return domain.Errorf(domain.EForbidden, "only admins make tokens for other users")
 	}
 	var req createTokenRequest
@@ -168,12 +183,12 @@ func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, u store.User) er
 	return nil
 }
 
-func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ store.User) error {
+func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, u store.User) error {
 	limit, err := queryInt(r.URL.Query().Get("limit"), 50)
 	if err != nil || limit < 1 || limit > 500 {
 		return domain.Errorf(domain.EInvalid, "limit must be from 1 to 500")
 	}
-	ds, err := s.Store.Deliveries(r.Context(), strings.ToUpper(r.URL.Query().Get("state")), int(limit))
+	ds, err := s.Store.Deliveries(r.Context(), u, strings.ToUpper(r.URL.Query().Get("state")), int(limit))
 	if err != nil {
 		return err
 	}
@@ -181,8 +196,8 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, _ store.
 	return nil
 }
 
-func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	if err := s.Store.RetryDelivery(r.Context(), r.PathValue("guid")); err != nil {
+func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request, u store.User) error {
+	if err := s.Store.RetryDelivery(r.Context(), u, r.PathValue("guid")); err != nil {
 		return err
 	}
 	if s.OnDelivery != nil {

@@ -24,12 +24,28 @@ func (e *env) get(path, token string) (int, []byte) {
 	return resp.StatusCode, b
 }
 
+// user makes a global admin (role admin), or a user who is a member of
+// acme/app with role (read or write) and without the secrets permission.
 func (e *env) user(name, role string) string {
 	e.t.Helper()
-	_, token, err := e.store.CreateUser(context.Background(), name, role)
+	if role == store.RoleAdmin {
+		_, token, err := e.store.CreateUser(context.Background(), name, store.RoleAdmin)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return token
+	}
+	return e.member(name, e.project.ID, role, false)
+}
+
+// member makes a user who is a member of one project.
+func (e *env) member(name, projectID, role string, secrets bool) string {
+	e.t.Helper()
+	u, token, err := e.store.CreateUser(context.Background(), name, store.RoleUser)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.exec(`INSERT INTO project_members (project_id, user_id, role, secrets) VALUES ($1, $2, $3, $4)`, projectID, u.ID, role, secrets)
 	return token
 }
 
@@ -99,13 +115,16 @@ func TestManageAPI(t *testing.T) {
 	if st, b := e.post("/v1/registration-tokens", admin, map[string]any{"ttl_seconds": 5}); st != 400 || errCode(b) != domain.EInvalid {
 		t.Fatalf("5 s registration token: %d %s", st, b)
 	}
-	st, b = e.post("/v1/users", admin, map[string]any{"name": "dev", "role": "write"})
+	if st, b := e.post("/v1/users", admin, map[string]any{"name": "dev", "role": "write"}); st != 400 {
+		t.Fatalf("a global write role: %d %s", st, b)
+	}
+	st, b = e.post("/v1/users", admin, map[string]any{"name": "dev", "role": "user"})
 	devToken := str(b, "token")
 	if st != 201 || devToken == "" {
 		t.Fatalf("create user: %d %s", st, b)
 	}
 	st, b = e.get("/v1/me", devToken)
-	if st != 200 || str(b, "role") != "write" {
+	if st != 200 || str(b, "role") != "user" {
 		t.Fatalf("me: %d %s", st, b)
 	}
 	devID := str(b, "id")

@@ -65,7 +65,7 @@ func TestStaleOwner(t *testing.T) {
 		e := setup(t)
 		a := e.registerRunner("a")
 		b := e.registerRunner("b")
-		run, err := e.store.CreateRun(context.Background(), store.NewRun{Project: "p", Jobs: []store.NewJob{
+		run, err := e.store.CreateRun(context.Background(), store.NewRun{Project: "acme/app", Jobs: []store.NewJob{
 			{Name: "build", RetryLeaseLost: 1, Spec: domain.JobSpec{Steps: []domain.Step{{Name: "s", Run: "true"}}}}}})
 		if err != nil {
 			t.Fatal(err)
@@ -134,7 +134,7 @@ func TestClaimRace(t *testing.T) {
 	e := setup(t)
 	const jobs, claimers = 2000, 32
 	for r := range 2 { // a run holds at most 1,000 jobs
-		nr := store.NewRun{Project: "race"}
+		nr := store.NewRun{Project: "acme/app"}
 		for i := range jobs / 2 {
 			nr.Jobs = append(nr.Jobs, store.NewJob{Name: fmt.Sprintf("r%d-j%04d", r, i)})
 		}
@@ -361,7 +361,7 @@ func TestLabelMatching(t *testing.T) {
 	e := setup(t)
 	linux := e.registerRunner("linux", "linux")
 	both := e.registerRunner("both", "linux", "gpu")
-	_, err := e.store.CreateRun(context.Background(), store.NewRun{Project: "p", Jobs: []store.NewJob{
+	_, err := e.store.CreateRun(context.Background(), store.NewRun{Project: "acme/app", Jobs: []store.NewJob{
 		{Name: "train", Labels: []string{"linux", "gpu"}},
 		{Name: "lint", Labels: []string{"linux"}},
 	}})

@@ -64,29 +64,42 @@ var functions = map[string][]route{
 		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/save"}, runnerRoute((*Server).cacheSave)},
 		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/commit"}, runnerRoute((*Server).cacheCommit)},
 	},
-	// The user API: what the CLI and dashboard use.
+	// The user API: what the CLI and dashboard use. anyUser routes are
+	// authorised by the store against the project of what they touch.
 	"api": {
-		{Route{"POST", "/v1/uploads"}, userRoute(store.RoleWrite, (*Server).createUpload)},
-		{Route{"POST", "/v1/runs"}, userRoute(store.RoleWrite, (*Server).createRun)},
-		{Route{"GET", "/v1/runs/{run_id}"}, userRoute(store.RoleRead, (*Server).getRun)},
-		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(store.RoleRead, (*Server).getLog)},
-		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(store.RoleWrite, (*Server).cancel)},
-		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/cancel"}, userRoute(store.RoleWrite, (*Server).cancel)},
-		{Route{"GET", "/v1/projects"}, userRoute(store.RoleRead, (*Server).listProjects)},
-		{Route{"GET", "/v1/runs"}, userRoute(store.RoleRead, (*Server).listRuns)},
-		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}"}, userRoute(store.RoleRead, (*Server).getJob)},
-		{Route{"POST", "/v1/runs/{run_id}/retry"}, userRoute(store.RoleWrite, (*Server).retry)},
-		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/retry"}, userRoute(store.RoleWrite, (*Server).retry)},
-		{Route{"GET", "/v1/me"}, userRoute(store.RoleRead, (*Server).whoami)},
-		{Route{"GET", "/v1/runners"}, userRoute(store.RoleRead, (*Server).listRunners)},
-		{Route{"POST", "/v1/runners/{runner_id}/revoke"}, userRoute(store.RoleAdmin, (*Server).revokeRunner)},
-		{Route{"POST", "/v1/registration-tokens"}, userRoute(store.RoleAdmin, (*Server).createRegistrationToken)},
-		{Route{"GET", "/v1/users"}, userRoute(store.RoleAdmin, (*Server).listUsers)},
-		{Route{"POST", "/v1/users"}, userRoute(store.RoleAdmin, (*Server).createUser)},
-		{Route{"POST", "/v1/users/{user_id}/tokens"}, userRoute(store.RoleRead, (*Server).createUserToken)},
-		{Route{"POST", "/v1/users/{user_id}/disable"}, userRoute(store.RoleAdmin, (*Server).disableUser)},
-		{Route{"GET", "/v1/deliveries"}, userRoute(store.RoleAdmin, (*Server).listDeliveries)},
-		{Route{"POST", "/v1/deliveries/{guid}/retry"}, userRoute(store.RoleAdmin, (*Server).retryDelivery)},
+		{Route{"POST", "/v1/uploads"}, userRoute(anyUser, (*Server).createUpload)},
+		{Route{"POST", "/v1/runs"}, userRoute(anyUser, (*Server).createRun)},
+		{Route{"GET", "/v1/runs/{run_id}"}, userRoute(anyUser, (*Server).getRun)},
+		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(anyUser, (*Server).getLog)},
+		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},
+		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},
+		{Route{"POST", "/v1/runs/{run_id}/approve"}, userRoute(anyUser, (*Server).approve)},
+		{Route{"POST", "/v1/runs/{run_id}/reject"}, userRoute(anyUser, (*Server).reject)},
+		{Route{"GET", "/v1/projects"}, userRoute(anyUser, (*Server).listProjects)},
+		{Route{"POST", "/v1/projects"}, userRoute(adminOnly, (*Server).createProject)},
+		{Route{"GET", "/v1/projects/{project}"}, userRoute(anyUser, (*Server).getProject)},
+		{Route{"GET", "/v1/projects/{project}/members"}, userRoute(anyUser, (*Server).listMembers)},
+		{Route{"POST", "/v1/projects/{project}/members"}, userRoute(anyUser, (*Server).setMember)},
+		{Route{"POST", "/v1/projects/{project}/members/{user_id}/remove"}, userRoute(anyUser, (*Server).removeMember)},
+		{Route{"GET", "/v1/projects/{project}/secrets"}, userRoute(anyUser, (*Server).listSecrets)},
+		{Route{"POST", "/v1/projects/{project}/secrets"}, userRoute(anyUser, (*Server).setSecret)},
+		{Route{"POST", "/v1/projects/{project}/secrets/{name}/delete"}, userRoute(anyUser, (*Server).deleteSecret)},
+		{Route{"GET", "/v1/runs"}, userRoute(anyUser, (*Server).listRuns)},
+		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}"}, userRoute(anyUser, (*Server).getJob)},
+		{Route{"POST", "/v1/runs/{run_id}/retry"}, userRoute(anyUser, (*Server).retry)},
+		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/retry"}, userRoute(anyUser, (*Server).retry)},
+		{Route{"GET", "/v1/me"}, userRoute(anyUser, (*Server).whoami)},
+		// Runners serve every project until runners are scoped to
+		// projects: only global admins see and manage them.
+		{Route{"GET", "/v1/runners"}, userRoute(adminOnly, (*Server).listRunners)},
+		{Route{"POST", "/v1/runners/{runner_id}/revoke"}, userRoute(adminOnly, (*Server).revokeRunner)},
+		{Route{"POST", "/v1/registration-tokens"}, userRoute(adminOnly, (*Server).createRegistrationToken)},
+		{Route{"GET", "/v1/users"}, userRoute(adminOnly, (*Server).listUsers)},
+		{Route{"POST", "/v1/users"}, userRoute(adminOnly, (*Server).createUser)},
+		{Route{"POST", "/v1/users/{user_id}/tokens"}, userRoute(anyUser, (*Server).createUserToken)},
+		{Route{"POST", "/v1/users/{user_id}/disable"}, userRoute(adminOnly, (*Server).disableUser)},
+		{Route{"GET", "/v1/deliveries"}, userRoute(anyUser, (*Server).listDeliveries)},
+		{Route{"POST", "/v1/deliveries/{guid}/retry"}, userRoute(anyUser, (*Server).retryDelivery)},
 	},
 	"webhook": {
 		{Route{"POST", "/v1/webhooks/github"}, func(s *Server) http.HandlerFunc { return s.handle(s.githubWebhook) }},
@@ -112,9 +125,15 @@ func Register(function string, routes ...RouteHandler) {
 	}
 }
 
-func userRoute(role string, h func(s *Server, w http.ResponseWriter, r *http.Request, u store.User) error) func(s *Server) http.HandlerFunc {
+// Who may call a user route before the store's own checks.
+const (
+	anyUser   = false // any authenticated user
+	adminOnly = true  // global admins
+)
+
+func userRoute(admin bool, h func(s *Server, w http.ResponseWriter, r *http.Request, u store.User) error) func(s *Server) http.HandlerFunc {
 	return func(s *Server) http.HandlerFunc {
-		return s.asUser(role, func(w http.ResponseWriter, r *http.Request, u store.User) error { return h(s, w, r, u) })
+		return s.asUser(admin, func(w http.ResponseWriter, r *http.Request, u store.User) error { return h(s, w, r, u) })
 	}
 }
 

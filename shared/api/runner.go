@@ -277,11 +277,11 @@ func (s *Server) source(w http.ResponseWriter, r *http.Request, runner store.Run
 	if err != nil {
 		return err
 	}
-	src, err := s.Store.RunSource(r.Context(), runner.ID, r.PathValue("job_id"), l)
+	src, key, err := s.Store.RunSource(r.Context(), runner.ID, r.PathValue("job_id"), l)
 	if err != nil {
 		return err
 	}
-	url, err := s.CAS.PresignGet(r.Context(), src.BlobDigest)
+	url, err := s.CAS.PresignGet(r.Context(), key)
 	if err != nil {
 		return err
 	}
@@ -290,14 +290,22 @@ func (s *Server) source(w http.ResponseWriter, r *http.Request, runner store.Run
 	return nil
 }
 
-// uploadAnswer is the answer of artifacts and cache/save: the blob exists,
-// or where to PUT it (after the lease check, never before).
-func (s *Server) uploadAnswer(w http.ResponseWriter, r *http.Request, digest string, size int64, exists bool) error {
-	if exists {
+// uploadAnswer is the answer of artifacts, cache/save and uploads: the
+// blob's (project, tier) holds it already, or where to PUT it (after the
+// lease or membership check, never before).
+func (s *Server) uploadAnswer(w http.ResponseWriter, r *http.Request, ref store.BlobRef, size int64) error {
+	held, ok, err := s.Store.HeldBlob(r.Context(), ref)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if held.Size != size {
+			return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", ref.Digest, held.Size, size)
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"exists": true})
 		return nil
 	}
-	up, err := s.CAS.PresignPut(r.Context(), digest, size)
+	up, err := s.CAS.PresignPut(r.Context(), ref.Key(), ref.Digest, size)
 	if err != nil {
 		return err
 	}
@@ -314,50 +322,50 @@ func (s *Server) artifactUpload(w http.ResponseWriter, r *http.Request, runner s
 	if *req.Size > MaxBlobBytes {
 		return domain.Errorf(domain.ETooLarge, "an artifact may be at most %d bytes", int64(MaxBlobBytes))
 	}
-	if _, err := s.Store.CheckLease(r.Context(), runner.ID, r.PathValue("job_id"), l); err != nil {
-		return err
-	}
-	_, known, err := s.Store.BlobKnown(r.Context(), req.Digest)
+	job, err := s.Store.CheckLease(r.Context(), runner.ID, r.PathValue("job_id"), l)
 	if err != nil {
 		return err
 	}
-	return s.uploadAnswer(w, r, req.Digest, *req.Size, known)
+	return s.uploadAnswer(w, r, store.BlobRef{ProjectID: job.ProjectID, Trusted: job.Trusted, Digest: req.Digest}, *req.Size)
 }
 
-// verifyBlob checks an uploaded blob in S3 unless it is already registered.
-// It runs between a lease check and the fenced commit, outside any
-// transaction: reading a large blob back must not hold the job row.
-func (s *Server) verifyBlob(ctx context.Context, digest string, size int64) error {
-	known, ok, err := s.Store.BlobKnown(ctx, digest)
+// verifyBlob checks that the job's (project, tier) holds the blob, or that
+// the job uploaded it: S3 verified the signed SHA-256 at upload, so one HEAD
+// of the tier's key says whether these bytes are there. Nothing is read
+// back and nothing is deleted. It runs between a lease check and the
+// fenced commit, outside any transaction.
+func (s *Server) verifyBlob(ctx context.Context, ref store.BlobRef, size int64) error {
+	held, ok, err := s.Store.HeldBlob(ctx, ref)
 	if err != nil {
 		return err
 	}
 	if ok {
-		if known != size {
-			return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", digest, known, size)
+		if held.Size != size {
+			return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", ref.Digest, held.Size, size)
 		}
 		return nil
 	}
-	err = s.CAS.Verify(ctx, digest, size)
+	err = s.CAS.Check(ctx, ref.Key(), ref.Digest, size)
 	switch {
 	case errors.Is(err, cas.ErrNotFound):
-		return domain.Errorf(domain.EInvalid, "blob %s has not been uploaded", digest)
+		return domain.Errorf(domain.EInvalid, "blob %s has not been uploaded by this job (ask for an upload URL first)", ref.Digest)
 	case errors.Is(err, cas.ErrMismatch):
-		return domain.Errorf(domain.EInvalid, "uploaded blob does not match its digest and size (%v); it was removed, upload it again", err)
+		return domain.Errorf(domain.EInvalid, "uploaded blob does not match its digest and size: %v", err)
 	}
 	return err
 }
 
 // commitBlob is the shape of artifacts/commit and cache/commit: a lease
-// check first (no S3 work for a stale caller), the blob verified in S3
+// check first (no S3 work for a stale caller), the blob checked in S3
 // outside any transaction, then the fenced registration.
 func (s *Server) commitBlob(r *http.Request, runner store.Runner, l domain.Lease, digest string, size int64,
 	register func(ctx context.Context, runnerID, jobID string) error) error {
 	jobID := r.PathValue("job_id")
-	if _, err := s.Store.CheckLease(r.Context(), runner.ID, jobID, l); err != nil {
+	job, err := s.Store.CheckLease(r.Context(), runner.ID, jobID, l)
+	if err != nil {
 		return err
 	}
-	if err := s.verifyBlob(r.Context(), digest, size); err != nil {
+	if err := s.verifyBlob(r.Context(), store.BlobRef{ProjectID: job.ProjectID, Trusted: job.Trusted, Digest: digest}, size); err != nil {
 		return err
 	}
 	return register(r.Context(), runner.ID, jobID)
@@ -385,15 +393,15 @@ func (s *Server) artifactFetch(w http.ResponseWriter, r *http.Request, runner st
 	if err != nil {
 		return err
 	}
-	digest, size, err := s.Store.FindArtifact(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Job, req.Name)
+	b, err := s.Store.FindArtifact(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Job, req.Name)
 	if err != nil {
 		return err
 	}
-	url, err := s.CAS.PresignGet(r.Context(), digest)
+	url, err := s.CAS.PresignGet(r.Context(), b.Key)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"url": url, "digest": digest, "size": size})
+	writeJSON(w, http.StatusOK, map[string]any{"url": url, "digest": b.Digest, "size": b.Size})
 	return nil
 }
 
@@ -411,11 +419,12 @@ func (s *Server) cacheRestore(w http.ResponseWriter, r *http.Request, runner sto
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	url, err := s.CAS.PresignGet(r.Context(), hit.Digest)
+	url, err := s.CAS.PresignGet(r.Context(), hit.Blob.Key)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"key": hit.Key, "url": url, "digest": hit.Digest, "size": hit.Size})
+	writeJSON(w, http.StatusOK, map[string]any{"key": hit.CacheKey, "scope": hit.Scope, "url": url,
+		"digest": hit.Blob.Digest, "size": hit.Blob.Size})
 	return nil
 }
 
@@ -428,6 +437,10 @@ func (s *Server) cacheSave(w http.ResponseWriter, r *http.Request, runner store.
 	if *req.Size > MaxBlobBytes {
 		return domain.Errorf(domain.ETooLarge, "a cache entry may be at most %d bytes", int64(MaxBlobBytes))
 	}
+	job, err := s.Store.CheckLease(r.Context(), runner.ID, r.PathValue("job_id"), l)
+	if err != nil {
+		return err
+	}
 	exists, err := s.Store.CacheExists(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Key)
 	if err != nil {
 		return err
@@ -437,11 +450,7 @@ func (s *Server) cacheSave(w http.ResponseWriter, r *http.Request, runner store.
 		writeJSON(w, http.StatusOK, map[string]any{"exists": true, "key_exists": true})
 		return nil
 	}
-	_, known, err := s.Store.BlobKnown(r.Context(), req.Digest)
-	if err != nil {
-		return err
-	}
-	return s.uploadAnswer(w, r, req.Digest, *req.Size, known)
+	return s.uploadAnswer(w, r, store.BlobRef{ProjectID: job.ProjectID, Trusted: job.Trusted, Digest: req.Digest}, *req.Size)
 }
 
 func (s *Server) cacheCommit(w http.ResponseWriter, r *http.Request, runner store.Runner) error {

@@ -24,8 +24,10 @@ const MaxSourceBytes = 2 << 30
 
 type userHandler func(w http.ResponseWriter, r *http.Request, u store.User) error
 
-// asUser authenticates a user API token and requires at least role.
-func (s *Server) asUser(role string, h userHandler) http.HandlerFunc {
+// asUser authenticates a user API token. Routes marked adminOnly need a
+// global admin; everything else is authorised by the store against the
+// project of the thing touched, in the transaction that touches it.
+func (s *Server) asUser(adminOnly bool, h userHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		var err error
@@ -34,8 +36,8 @@ func (s *Server) asUser(role string, h userHandler) http.HandlerFunc {
 		} else {
 			var u store.User
 			if u, err = s.Store.AuthenticateUser(r.Context(), strings.TrimSpace(token)); err == nil {
-				if !u.Can(role) {
-					err = domain.Errorf(domain.EForbidden, "this needs the %s role; you have %s", role, u.Role)
+				if adminOnly && !u.IsAdmin() {
+					err = domain.Errorf(domain.EForbidden, "only global admins may do this")
 				} else {
 					err = h(w, r, u)
 				}
@@ -48,12 +50,29 @@ func (s *Server) asUser(role string, h userHandler) http.HandlerFunc {
 }
 
 type uploadRequest struct {
-	Digest string `json:"digest"`
-	Size   *int64 `json:"size"`
+	Project string `json:"project"`
+	Digest  string `json:"digest"`
+	Size    *int64 `json:"size"`
 }
 
-// createUpload hands out a presigned PUT for a source snapshot.
-func (s *Server) createUpload(w http.ResponseWriter, r *http.Request, _ store.User) error {
+// writableProject returns a project u may write to, by name or ID.
+func (s *Server) writableProject(ctx context.Context, u store.User, project string) (store.Project, error) {
+	if project == "" {
+		return store.Project{}, domain.Errorf(domain.EInvalid, "field project is required")
+	}
+	p, err := s.Store.GetProject(ctx, u, project)
+	if err != nil {
+		return p, err
+	}
+	if p.Role == store.RoleRead {
+		return p, domain.Errorf(domain.EForbidden, "this needs the write role in %s; you have read", p.Name)
+	}
+	return p, nil
+}
+
+// createUpload hands out a presigned PUT for a source snapshot, into the
+// project's namespace of the caller's trust tier.
+func (s *Server) createUpload(w http.ResponseWriter, r *http.Request, u store.User) error {
 	var req uploadRequest
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
@@ -64,23 +83,23 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request, _ store.Us
 	if *req.Size > MaxSourceBytes {
 		return domain.Errorf(domain.ETooLarge, "a source snapshot may be at most %d bytes", int64(MaxSourceBytes))
 	}
-	_, known, err := s.Store.BlobKnown(r.Context(), req.Digest)
+	p, err := s.writableProject(r.Context(), u, req.Project)
 	if err != nil {
 		return err
 	}
-	return s.uploadAnswer(w, r, req.Digest, *req.Size, known)
+	return s.uploadAnswer(w, r, store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: req.Digest}, *req.Size)
 }
 
 type createRunRequest struct {
 	Project  string        `json:"project"`
 	Source   domain.Source `json:"source"`
 	GitSHA   string        `json:"git_sha"`
-	GitRef   string        `json:"git_ref"`
 	GitDirty bool          `json:"git_dirty"`
-	Trigger  string        `json:"trigger"`
+	// Trigger and GitRef are the server's to say; a client that sends them
+	// is told so rather than silently ignored.
+	Trigger *string `json:"trigger"`
+	GitRef  *string `json:"git_ref"`
 }
-
-var projectRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`)
 
 // RunView is a run with its jobs.
 type RunView struct {
@@ -88,16 +107,23 @@ type RunView struct {
 	Jobs []store.JobInfo `json:"jobs"`
 }
 
+var gitSHARE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+
 // createRun verifies an uploaded snapshot, reads its pipeline and creates
 // the run. Nothing is queued before the blob's digest, size and manifest
 // digest are checked and the pipeline file read from the verified bytes.
+// The run's trust tier is the caller's: trusted if they hold the project's
+// secrets permission.
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User) error {
 	var req createRunRequest
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	if !projectRE.MatchString(req.Project) {
-		return domain.Errorf(domain.EInvalid, "field project must be 1 to 200 letters, digits or . _ / -, starting with a letter or digit")
+	switch {
+	case req.Trigger != nil:
+		return domain.Errorf(domain.EInvalid, "field trigger is set by the server (cli:<user> for a run made here); leave it out")
+	case req.GitRef != nil:
+		return domain.Errorf(domain.EInvalid, "field git_ref is set by the server (only GitHub states a run's ref); leave it out")
 	}
 	if err := validBlob(req.Source.BlobDigest, &req.Source.Size); err != nil {
 		return err
@@ -105,29 +131,24 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	if !digestRE.MatchString(req.Source.ManifestDigest) {
 		return domain.Errorf(domain.EInvalid, "field source.manifest_digest must be sha256:<64 lowercase hex digits>")
 	}
-	if req.GitSHA != "" && !regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`).MatchString(req.GitSHA) {
+	if req.GitSHA != "" && !gitSHARE.MatchString(req.GitSHA) {
 		return domain.Errorf(domain.EInvalid, "field git_sha must be a full commit SHA")
 	}
-	if len(req.GitRef) > 250 {
-		return domain.Errorf(domain.EInvalid, "field git_ref is too long")
-	}
-	if req.Trigger == "" {
-		req.Trigger = "cli:" + u.Name
-	}
-	pl, err := s.verifySource(r.Context(), req.Source)
+	p, err := s.writableProject(r.Context(), u, req.Project)
 	if err != nil {
 		return err
 	}
-	if err := s.Store.RegisterBlob(r.Context(), req.Source.BlobDigest, req.Source.Size); err != nil {
-		return err
-	}
-	nr := store.NewRun{Project: req.Project, Trigger: req.Trigger, GitSHA: req.GitSHA, GitRef: req.GitRef,
-		GitDirty: req.GitDirty, Source: req.Source, Jobs: store.JobsOf(pl)}
-	run, err := s.Store.CreateRun(r.Context(), nr)
+	ref := store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: req.Source.BlobDigest}
+	pl, err := s.verifySource(r.Context(), ref, req.Source)
 	if err != nil {
 		return err
 	}
-	view, err := s.runView(r.Context(), run.ID)
+	run, err := s.Store.CreateRun(r.Context(), store.NewRun{Project: p.Name, By: &u, Untrusted: !p.Secrets,
+		GitSHA: req.GitSHA, GitDirty: req.GitDirty, Source: req.Source, Jobs: store.JobsOf(pl)})
+	if err != nil {
+		return err
+	}
+	view, err := s.runView(r.Context(), u, run.ID)
 	if err != nil {
 		return err
 	}
@@ -138,8 +159,14 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 // verifySource reads the uploaded blob once, hashing it while Inspect
 // checks every entry and recomputes the manifest, and returns the pipeline
 // parsed from the verified bytes.
-func (s *Server) verifySource(ctx context.Context, src domain.Source) (*pipeline.Pipeline, error) {
-	body, n, err := s.CAS.Open(ctx, src.BlobDigest)
+func (s *Server) verifySource(ctx context.Context, ref store.BlobRef, src domain.Source) (*pipeline.Pipeline, error) {
+	key := ref.Key()
+	if held, ok, err := s.Store.HeldBlob(ctx, ref); err != nil {
+		return nil, err
+	} else if ok {
+		key = held.Key
+	}
+	body, n, err := s.CAS.Open(ctx, key)
 	if errors.Is(err, cas.ErrNotFound) {
 		return nil, domain.Errorf(domain.EInvalid, "source blob %s has not been uploaded", src.BlobDigest)
 	}
@@ -179,8 +206,8 @@ func (s *Server) verifySource(ctx context.Context, src domain.Source) (*pipeline
 	return pl, nil
 }
 
-func (s *Server) runView(ctx context.Context, runID string) (RunView, error) {
-	run, err := s.Store.GetRun(ctx, runID)
+func (s *Server) runView(ctx context.Context, u store.User, runID string) (RunView, error) {
+	run, err := s.Store.GetRunAs(ctx, u, runID)
 	if err != nil {
 		return RunView{}, err
 	}
@@ -191,8 +218,8 @@ func (s *Server) runView(ctx context.Context, runID string) (RunView, error) {
 	return RunView{Run: run, Jobs: jobs}, nil
 }
 
-func (s *Server) getRun(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	view, err := s.runView(r.Context(), r.PathValue("run_id"))
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request, u store.User) error {
+	view, err := s.runView(r.Context(), u, r.PathValue("run_id"))
 	if err != nil {
 		return err
 	}
@@ -202,7 +229,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, _ store.User) er
 
 // getLog returns raw log bytes from ?offset= (default 0) of the current or
 // ?generation= attempt; X-Next-Offset says where to continue.
-func (s *Server) getLog(w http.ResponseWriter, r *http.Request, _ store.User) error {
+func (s *Server) getLog(w http.ResponseWriter, r *http.Request, u store.User) error {
 	q := r.URL.Query()
 	offset, err := queryInt(q.Get("offset"), 0)
 	if err != nil || offset < 0 {
@@ -212,7 +239,7 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request, _ store.User) er
 	if err != nil || gen < 0 {
 		return domain.Errorf(domain.EInvalid, "generation must be a non-negative integer")
 	}
-	data, g, err := s.Store.ReadLog(r.Context(), r.PathValue("run_id"), r.PathValue("job_id"), int(gen), offset, 1<<20)
+	data, g, err := s.Store.ReadLogAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), int(gen), offset, 1<<20)
 	if err != nil {
 		return err
 	}
@@ -235,8 +262,8 @@ func queryInt(s string, def int64) (int64, error) {
 }
 
 // cancel cancels a run or one of its jobs.
-func (s *Server) cancel(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	canceled, asked, err := s.Store.Cancel(r.Context(), r.PathValue("run_id"), r.PathValue("job_id"))
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request, u store.User) error {
+	canceled, asked, err := s.Store.Cancel(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"))
 	if err != nil {
 		return err
 	}

@@ -24,10 +24,15 @@ var webhookEvents = map[string]bool{"push": true, "pull_request": true}
 // githubWebhook takes a GitHub webhook delivery. The signature is checked
 // over the raw body before anything is parsed, with the secret of the
 // webhook's target (a repository's own webhook, or the GitHub App's); a
-// missing or wrong signature is 401 and nothing is stored. A verified
-// delivery of a known event is recorded under its delivery GUID and answered
-// at once: GitHub waits 10 seconds, and the work (fetching the source,
-// creating the run) is done by the scm worker, which OnDelivery wakes.
+// missing or wrong signature is 401 and nothing is stored. A valid
+// signature says only who sent the body: the delivery is then bound to the
+// repository it names, which must be the one whose secret verified it (a
+// repository webhook) or be registered under the installation it names
+// (the App's webhook, one secret for all installations); otherwise 401 and
+// nothing is stored. A bound delivery is recorded under its delivery GUID
+// and answered at once: GitHub waits 10 seconds, and the work (fetching the
+// source, creating the run) is done by the scm worker, which OnDelivery
+// wakes.
 func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) error {
 	guid := r.Header.Get("X-GitHub-Delivery")
 	event := r.Header.Get("X-GitHub-Event")
@@ -36,13 +41,13 @@ func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) error {
 		// The SHA-1 X-Hub-Signature is not accepted.
 		return domain.Errorf(domain.EUnauthorized, "X-Hub-Signature-256 is required")
 	}
-	secret, err := s.webhookSecret(r)
+	target, err := s.webhookTarget(r)
 	if err != nil {
 		return err
 	}
 	contentType, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	body := http.MaxBytesReader(w, r.Body, MaxWebhookBytes)
-	payload, err := github.ValidatePayloadFromBody(contentType, body, sig, secret)
+	payload, err := github.ValidatePayloadFromBody(contentType, body, sig, target.secret)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -64,11 +69,14 @@ func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) error {
 		Repository struct {
 			ID int64 `json:"id"`
 		} `json:"repository"`
+		Installation struct {
+			ID int64 `json:"id"`
+		} `json:"installation"`
 	}
 	if err := json.Unmarshal(payload, &p); err != nil || p.Repository.ID == 0 {
 		return domain.Errorf(domain.EInvalid, "the %s payload has no repository", event)
 	}
-	if _, err := s.Store.Repository(r.Context(), p.Repository.ID); err != nil {
+	if err := s.bindDelivery(r, target, p.Repository.ID, p.Installation.ID); err != nil {
 		if domain.ErrorCode(err) == domain.ENotFound {
 			// An App installed on more repositories than are registered.
 			writeJSON(w, http.StatusAccepted, map[string]any{"delivery": guid, "ignored": "repository is not registered"})
@@ -87,27 +95,56 @@ func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// webhookSecret finds the secret to check the signature with, from headers
+// webhookTarget is the webhook a delivery claims to come from, and the
+// secret that must have signed it.
+type webhookTarget struct {
+	app    bool  // the GitHub App's webhook
+	repoID int64 // a repository webhook's repository
+	secret []byte
+}
+
+// webhookTarget finds the secret to check the signature with, from headers
 // only: GitHub names the webhook's target, and nothing of the body may be
 // trusted before the signature is checked.
-func (s *Server) webhookSecret(r *http.Request) ([]byte, error) {
+func (s *Server) webhookTarget(r *http.Request) (webhookTarget, error) {
 	kind := r.Header.Get("X-GitHub-Hook-Installation-Target-Type")
 	id, _ := strconv.ParseInt(r.Header.Get("X-GitHub-Hook-Installation-Target-ID"), 10, 64)
 	switch kind {
 	case "repository":
 		repo, err := s.Store.Repository(r.Context(), id)
 		if domain.ErrorCode(err) == domain.ENotFound {
-			return nil, domain.Errorf(domain.EUnauthorized, "no webhook is registered for repository %d", id)
+			return webhookTarget{}, domain.Errorf(domain.EUnauthorized, "no webhook is registered for repository %d", id)
 		}
 		if err != nil {
-			return nil, err
+			return webhookTarget{}, err
 		}
-		return []byte(repo.WebhookSecret), nil
+		return webhookTarget{repoID: repo.GitHubID, secret: []byte(repo.WebhookSecret)}, nil
 	case "integration":
 		if len(s.WebhookSecret) == 0 {
-			return nil, domain.Errorf(domain.EUnauthorized, "no GitHub App webhook secret is configured")
+			return webhookTarget{}, domain.Errorf(domain.EUnauthorized, "no GitHub App webhook secret is configured")
 		}
-		return s.WebhookSecret, nil
+		return webhookTarget{app: true, secret: s.WebhookSecret}, nil
 	}
-	return nil, domain.Errorf(domain.EUnauthorized, "unknown webhook target %q", kind)
+	return webhookTarget{}, domain.Errorf(domain.EUnauthorized, "unknown webhook target %q", kind)
+}
+
+// bindDelivery checks that a verified delivery is about a repository its
+// signer speaks for: a repository webhook only for its own repository, the
+// App only for a repository registered under the installation the delivery
+// names. ENotFound: the App's delivery is about an unregistered repository.
+func (s *Server) bindDelivery(r *http.Request, t webhookTarget, repoID, installationID int64) error {
+	if !t.app {
+		if repoID != t.repoID {
+			return domain.Errorf(domain.EUnauthorized, "the delivery was signed for repository %d but is about repository %d", t.repoID, repoID)
+		}
+		return nil
+	}
+	repo, err := s.Store.Repository(r.Context(), repoID)
+	if err != nil {
+		return err
+	}
+	if installationID == 0 || installationID != repo.InstallationID {
+		return domain.Errorf(domain.EUnauthorized, "repository %d is not registered under installation %d", repoID, installationID)
+	}
+	return nil
 }

@@ -1,12 +1,14 @@
 // Package cas is ForgeCI's content-addressed store on S3: sources,
-// artifacts and caches are immutable blobs under the key sha256/<hex>,
-// created only with If-None-Match: * and moved by presigned URLs so that
+// artifacts and caches are immutable blobs, namespaced by project and trust
+// tier (p/<project>/<tier>/sha256/<hex>), created only with If-None-Match: *
+// and with their SHA-256 signed into the upload, so that S3 itself refuses
+// bytes that do not match the key; they move by presigned URLs so that
 // large bytes never pass through Lambda.
 package cas
 
 import (
 	"context"
-	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/forgeci/forgeci/shared/awsenv"
 )
@@ -75,17 +78,37 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		} else if ep := awsenv.Endpoint("S3"); ep != nil {
 			o.BaseEndpoint = ep
 		}
-		// Checksums are ours (SHA-256 digests checked by reading back);
-		// only send the SDK's when an operation requires one, so presigned
-		// URLs stay usable by plain HTTP clients.
+		// Checksums are ours: the blob's own SHA-256, set explicitly on
+		// every upload. The SDK adds none of its own (CRC32 by default),
+		// so presigned URLs stay usable by plain HTTP clients.
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})
 	return &Store{client: client, presign: s3.NewPresignClient(client), bucket: cfg.Bucket, expiry: cfg.PresignExpiry}, nil
 }
 
-// Key returns the object key of a digest.
-func Key(digest string) string { return "sha256/" + strings.TrimPrefix(digest, "sha256:") }
+// BlobKey is where a blob held by one trust tier of one project lives.
+// Namespacing by project closes the side channel of cross-project
+// deduplication (an "exists" answer for another project's bytes) and lets
+// no project put bytes under a key another will read; the tier does the
+// same between a project's untrusted runs and its trusted ones.
+func BlobKey(projectID string, trusted bool, digest string) string {
+	tier := "untrusted"
+	if trusted {
+		tier = "trusted"
+	}
+	return "p/" + projectID + "/" + tier + "/sha256/" + strings.TrimPrefix(digest, "sha256:")
+}
+
+// checksum is the x-amz-checksum-sha256 value of a digest: the same
+// SHA-256, base64 instead of hex.
+func checksum(digest string) (string, error) {
+	if !ValidDigest(digest) {
+		return "", fmt.Errorf("cas: invalid digest %q", digest)
+	}
+	raw, _ := hex.DecodeString(strings.TrimPrefix(digest, "sha256:"))
+	return base64.StdEncoding.EncodeToString(raw), nil
+}
 
 // ValidDigest reports whether d is "sha256:<64 lowercase hex>".
 func ValidDigest(d string) bool { return digestRE.MatchString(d) }
@@ -104,83 +127,75 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 	return nil
 }
 
-// Stat returns the size of the blob, or ErrNotFound.
-func (s *Store) Stat(ctx context.Context, digest string) (int64, error) {
-	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: aws.String(Key(digest))})
+// Stat returns the size of the object at key and the SHA-256 checksum S3
+// verified when it was written ("" if it was written without one), or
+// ErrNotFound.
+func (s *Store) Stat(ctx context.Context, key string) (int64, string, error) {
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: aws.String(key),
+		ChecksumMode: types.ChecksumModeEnabled})
 	if err != nil {
 		if isCode(err, "NotFound", "NoSuchKey") {
-			return 0, ErrNotFound
+			return 0, "", ErrNotFound
 		}
-		return 0, fmt.Errorf("cas: stat %s: %w", digest, err)
+		return 0, "", fmt.Errorf("cas: stat %s: %w", key, err)
 	}
-	return aws.ToInt64(out.ContentLength), nil
+	return aws.ToInt64(out.ContentLength), aws.ToString(out.ChecksumSHA256), nil
 }
 
-// Put stores size bytes from r under digest, streaming, without checking
-// them (Verify does that). An existing blob is left alone: blobs are
-// immutable, so the same digest means the same bytes once verified.
-func (s *Store) Put(ctx context.Context, digest string, r io.Reader, size int64) error {
-	if !ValidDigest(digest) {
-		return fmt.Errorf("cas: invalid digest %q", digest)
+// Check confirms that key holds the blob digest of size bytes, from what S3
+// verified at upload (the signed x-amz-checksum-sha256), without reading it
+// back: a commit of a blob of gigabytes costs one HEAD. It deletes nothing.
+func (s *Store) Check(ctx context.Context, key, digest string, size int64) error {
+	want, err := checksum(digest)
+	if err != nil {
+		return err
 	}
-	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{
-		Bucket: &s.bucket, Key: aws.String(Key(digest)), Body: r, ContentLength: aws.Int64(size),
-		IfNoneMatch: aws.String("*"),
-	})
-	if err != nil && !isCode(err, "PreconditionFailed") {
-		return fmt.Errorf("cas: put %s: %w", digest, err)
+	n, got, err := s.Stat(ctx, key)
+	if err != nil {
+		return err
+	}
+	if n != size || got != want {
+		return fmt.Errorf("%w: %s holds %d bytes with checksum %q, expected %d bytes of %s", ErrMismatch, key, n, got, size, digest)
 	}
 	return nil
 }
 
-// Open streams a blob.
-func (s *Store) Open(ctx context.Context, digest string) (io.ReadCloser, int64, error) {
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(Key(digest))})
+// Put stores size bytes from r at key, streaming, with the digest's SHA-256
+// as the object's checksum, so S3 refuses bytes that do not match. An
+// existing object is left alone: the key names its bytes.
+func (s *Store) Put(ctx context.Context, key, digest string, r io.Reader, size int64) error {
+	sum, err := checksum(digest)
+	if err != nil {
+		return err
+	}
+	_, err = s.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket: &s.bucket, Key: aws.String(key), Body: r, ContentLength: aws.Int64(size),
+		IfNoneMatch: aws.String("*"), ChecksumAlgorithm: types.ChecksumAlgorithmSha256, ChecksumSHA256: aws.String(sum),
+	})
+	if err != nil && !isCode(err, "PreconditionFailed") {
+		return fmt.Errorf("cas: put %s: %w", key, err)
+	}
+	return nil
+}
+
+// Open streams the object at key.
+func (s *Store) Open(ctx context.Context, key string) (io.ReadCloser, int64, error) {
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(key)})
 	if err != nil {
 		if isCode(err, "NoSuchKey", "NotFound") {
 			return nil, 0, ErrNotFound
 		}
-		return nil, 0, fmt.Errorf("cas: get %s: %w", digest, err)
+		return nil, 0, fmt.Errorf("cas: get %s: %w", key, err)
 	}
 	return out.Body, aws.ToInt64(out.ContentLength), nil
 }
 
-// Verify reads the blob back and checks its size and SHA-256. A blob that
-// does not match is deleted, so that a correct upload can take its key:
-// nothing has referenced it yet, because references are made only after
-// Verify succeeds.
-func (s *Store) Verify(ctx context.Context, digest string, size int64) error {
-	body, n, err := s.Open(ctx, digest)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	if n != size {
-		s.remove(ctx, digest)
-		return fmt.Errorf("%w: %s is %d bytes, expected %d", ErrMismatch, digest, n, size)
-	}
-	h := sha256.New()
-	read, err := io.Copy(h, io.LimitReader(body, size+1))
-	if err != nil {
-		return fmt.Errorf("cas: read %s: %w", digest, err)
-	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); read != size || got != digest {
-		s.remove(ctx, digest)
-		return fmt.Errorf("%w: %s holds %d bytes hashing to %s", ErrMismatch, digest, read, got)
-	}
-	return nil
-}
-
-func (s *Store) remove(ctx context.Context, digest string) {
-	_, _ = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(Key(digest))})
-}
-
-// PresignGet returns a short-lived URL to download a blob.
-func (s *Store) PresignGet(ctx context.Context, digest string) (string, error) {
-	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(Key(digest))},
+// PresignGet returns a short-lived URL to download the object at key.
+func (s *Store) PresignGet(ctx context.Context, key string) (string, error) {
+	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(key)},
 		s3.WithPresignExpires(s.expiry))
 	if err != nil {
-		return "", fmt.Errorf("cas: presign get %s: %w", digest, err)
+		return "", fmt.Errorf("cas: presign get %s: %w", key, err)
 	}
 	return req.URL, nil
 }
@@ -193,14 +208,20 @@ type Upload struct {
 }
 
 // PresignPut returns a short-lived URL to upload one blob of exactly size
-// bytes. If-None-Match: * is a signed header, so the URL cannot overwrite
-// an existing blob.
-func (s *Store) PresignPut(ctx context.Context, digest string, size int64) (Upload, error) {
+// bytes to key. The length, If-None-Match: * and the blob's SHA-256
+// (x-amz-checksum-sha256) are signed headers: the URL cannot overwrite an
+// object, and S3 refuses a body that is not the blob.
+func (s *Store) PresignPut(ctx context.Context, key, digest string, size int64) (Upload, error) {
+	sum, err := checksum(digest)
+	if err != nil {
+		return Upload{}, err
+	}
 	req, err := s.presign.PresignPutObject(ctx, &s3.PutObjectInput{
-		Bucket: &s.bucket, Key: aws.String(Key(digest)), ContentLength: aws.Int64(size), IfNoneMatch: aws.String("*"),
+		Bucket: &s.bucket, Key: aws.String(key), ContentLength: aws.Int64(size), IfNoneMatch: aws.String("*"),
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256, ChecksumSHA256: aws.String(sum),
 	}, s3.WithPresignExpires(s.expiry))
 	if err != nil {
-		return Upload{}, fmt.Errorf("cas: presign put %s: %w", digest, err)
+		return Upload{}, fmt.Errorf("cas: presign put %s: %w", key, err)
 	}
 	headers := map[string]string{}
 	for k, v := range req.SignedHeader {

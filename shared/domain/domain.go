@@ -1,6 +1,10 @@
 package domain
 
-import "time"
+import (
+	"regexp"
+	"slices"
+	"time"
+)
 
 // Job states (DESIGN.md "Job states").
 const (
@@ -111,6 +115,11 @@ type JobSpec struct {
 	Artifacts     []ArtifactSpec    `json:"artifacts,omitempty"`
 	Cache         *CacheSpec        `json:"cache,omitempty"`
 	NeedArtifacts []NeedArtifact    `json:"need_artifacts,omitempty"`
+	// Secrets names project secrets the job gets as environment variables
+	// of the same names (secrets: [DEPLOY_TOKEN]); ${{ secrets.NAME }} in
+	// env values and run scripts names them too. The control plane fills
+	// them in at claim time, for trusted runs only.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // ClaimedJob is the "job" object of a claim response.
@@ -139,4 +148,75 @@ type Claim struct {
 	// Secrets join the job's environment; the runner redacts their values
 	// from the log.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Mask lists every secret value in this claim (also those substituted
+	// for ${{ secrets.NAME }}), for the runner to redact.
+	Mask []string `json:"mask,omitempty"`
+}
+
+// SecretRefRE matches ${{ secrets.NAME }}, the one expression a job spec
+// keeps until claim time.
+var SecretRefRE = regexp.MustCompile(`\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
+
+// strings visits every string of the spec that may hold ${{ secrets.NAME }}:
+// env values and step scripts.
+func (s *JobSpec) strings(visit func(*string)) {
+	for k, v := range s.Env {
+		visit(&v)
+		s.Env[k] = v
+	}
+	for i := range s.Steps {
+		visit(&s.Steps[i].Run)
+		for k, v := range s.Steps[i].Env {
+			visit(&v)
+			s.Steps[i].Env[k] = v
+		}
+	}
+}
+
+// SecretNames returns the secrets the job uses, sorted.
+func (s JobSpec) SecretNames() []string {
+	names := append([]string{}, s.Secrets...)
+	c := s
+	c.Env = cloneEnv(s.Env)
+	c.Steps = make([]Step, len(s.Steps))
+	for i, st := range s.Steps {
+		c.Steps[i] = st
+		c.Steps[i].Env = cloneEnv(st.Env)
+	}
+	c.strings(func(p *string) {
+		for _, m := range SecretRefRE.FindAllStringSubmatch(*p, -1) {
+			names = append(names, m[1])
+		}
+	})
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// ExpandSecrets replaces every ${{ secrets.NAME }} with its value in values
+// ("" when absent, as GitHub does for a run without secrets) and returns
+// the values it put in.
+func (s *JobSpec) ExpandSecrets(values map[string]string) map[string]string {
+	used := map[string]string{}
+	s.strings(func(p *string) {
+		*p = SecretRefRE.ReplaceAllStringFunc(*p, func(m string) string {
+			name := SecretRefRE.FindStringSubmatch(m)[1]
+			v, ok := values[name]
+			if ok {
+				used[name] = v
+			}
+			return v
+		})
+	})
+	return used
+}
+
+func cloneEnv(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -77,6 +78,15 @@ func MustServer(ctx context.Context) *api.Server {
 		fail(cfg.Log, "database", err)
 	}
 	st := store.New(pool, store.Limits{LeaseTTL: cfg.LeaseTTL, MaxLogBytes: cfg.MaxLogBytes})
+	// The master key of project secrets: KMS in AWS (FORGECI_KMS_KEY_ID).
+	// Without one, secrets cannot be set and jobs that name them wait.
+	keys, err := secretbox.FromEnv(ctx)
+	if err != nil {
+		fail(cfg.Log, "secrets master key", err)
+	}
+	if keys != nil {
+		st.SetKeyring(keys)
+	}
 	blobs, err := cas.New(ctx, cfg.CAS)
 	if err != nil {
 		fail(cfg.Log, "cas", err)

@@ -23,6 +23,7 @@ import (
 func TestAdapterV2(t *testing.T) {
 	ctx := context.Background()
 	st := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, st, "p")
 	srv := &api.Server{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	proxy := httpadapter.NewV2(srv.Handler("heartbeat")).ProxyWithContext
 

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/cfn"
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -39,12 +40,16 @@ func Migrations(ctx context.Context, ev cfn.Event) (physicalID string, data map[
 	if err != nil {
 		return migrationsResourceID, nil, err
 	}
-	applied, err := store.Migrate(ctx, url, log)
-	log.Info("migrations", "request", ev.RequestType, "applied", applied, "err", err)
+	keys, err := secretbox.FromEnv(ctx)
 	if err != nil {
 		return migrationsResourceID, nil, err
 	}
-	return migrationsResourceID, map[string]any{"Applied": applied}, nil
+	applied, sealed, err := store.MigrateAndSeal(ctx, url, log, keys)
+	log.Info("migrations", "request", ev.RequestType, "applied", applied, "sealed_secrets", sealed, "err", err)
+	if err != nil {
+		return migrationsResourceID, nil, err
+	}
+	return migrationsResourceID, map[string]any{"Applied": applied, "SealedSecrets": sealed}, nil
 }
 
 // StartCustomResource runs fn for CloudFormation custom resource events,

@@ -430,10 +430,11 @@ func TestLambdaSmoke(t *testing.T) {
 	f.expect("register", "POST /v1/runners/register", "/v1/runners/register", "",
 		map[string]any{"registration_token": regToken, "name": "smoke-runner", "labels": []string{"linux"}}, 201).json(t, &runner)
 
-	// Submit: presigned source upload, then the run.
+	// Submit: a project, a presigned source upload, then the run.
+	f.expect("api", "POST /v1/projects", "/v1/projects", userToken, map[string]any{"name": "smoke"}, 201)
 	src, res := snapshotOf(t, map[string]string{".forgeci.yml": smokePipeline, "README": "smoke\n"})
 	put(t, f.expect("api", "POST /v1/uploads", "/v1/uploads", userToken,
-		map[string]any{"digest": res.BlobDigest, "size": res.Size}, 200), src)
+		map[string]any{"project": "smoke", "digest": res.BlobDigest, "size": res.Size}, 200), src)
 	source := map[string]any{"blob_digest": res.BlobDigest, "manifest_digest": res.ManifestDigest, "size": res.Size}
 	var run struct {
 		ID   string `json:"id"`

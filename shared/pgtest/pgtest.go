@@ -177,3 +177,23 @@ func randomName() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// Project creates a project (runs are only made in projects that exist).
+func Project(t testing.TB, st *store.Store, name string) store.Project {
+	t.Helper()
+	p, err := st.CreateProject(context.Background(), name, "main")
+	if err != nil {
+		t.Fatalf("create project %s: %v", name, err)
+	}
+	return p
+}
+
+// Admin creates a global admin user (for tests of what people do).
+func Admin(t testing.TB, st *store.Store, name string) store.User {
+	t.Helper()
+	u, _, err := st.CreateUser(context.Background(), name, store.RoleAdmin)
+	if err != nil {
+		t.Fatalf("create admin %s: %v", name, err)
+	}
+	return u
+}

@@ -99,10 +99,11 @@ func (es Errors) Error() string {
 }
 
 var (
-	jobNameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$`)
-	envKeyRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	exprRE    = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
-	labelRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
+	jobNameRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$`)
+	envKeyRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	exprRE       = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
+	labelRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
+	secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,99}$`)
 )
 
 type parseState struct {
@@ -204,6 +205,7 @@ type rawJob struct {
 	download   []domain.NeedArtifact
 	dlNode     ast.Node
 	cache      *domain.CacheSpec
+	secrets    []string
 	retryLost  int
 	retryFail  int
 	matrix     []map[string]string
@@ -312,8 +314,15 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 			j.retryLost, j.retryFail = p.retry(kv.Value, kp)
 		case "strategy":
 			j.matrix, j.matrixKeys = p.strategy(kv.Value, kp)
+		case "secrets":
+			j.secrets = p.strList(kv.Value, kp)
+			for _, name := range j.secrets {
+				if !secretNameRE.MatchString(name) {
+					p.errorf(kv.Value, kp, "secret name %q must be upper-case letters, digits and _, not starting with a digit", name)
+				}
+			}
 		default:
-			p.errorf(kv.Key, kp, "unknown key %q (expected runs-on, needs, timeout-minutes, env, steps, artifacts, download, cache, retry or strategy)", key)
+			p.errorf(kv.Key, kp, "unknown key %q (expected runs-on, needs, timeout-minutes, env, secrets, steps, artifacts, download, cache, retry or strategy)", key)
 		}
 	}
 	if stepsNode == nil {
@@ -608,7 +617,10 @@ func (p *parseState) expand(raws []*rawJob, byName map[string]*rawJob) []Job {
 	var out []Job
 	for _, j := range raws {
 		for _, combo := range j.matrix {
-			sub := func(s, path string) string { return p.substitute(j.node, path, s, combo) }
+			sub := func(s, path string) string { return p.substitute(j.node, path, s, combo, false) }
+			// Only env values and run scripts may name secrets: the
+			// control plane fills them in at claim time.
+			subSecret := func(s, path string) string { return p.substitute(j.node, path, s, combo, true) }
 			job := Job{Name: expandedName(j, combo), TimeoutSeconds: j.timeout * 60,
 				RetryLeaseLost: j.retryLost, RetryFailed: j.retryFail}
 			for _, n := range j.needs {
@@ -619,24 +631,26 @@ func (p *parseState) expand(raws []*rawJob, byName map[string]*rawJob) []Job {
 			}
 			job.Spec.Env = map[string]string{}
 			for k, v := range j.env {
-				job.Spec.Env[k] = sub(v, j.path+".env."+k)
+				job.Spec.Env[k] = subSecret(v, j.path+".env."+k)
 			}
 			for k, v := range combo {
 				job.Spec.Env["FORGECI_MATRIX_"+strings.ToUpper(k)] = v
 			}
 			for i, st := range j.steps {
 				sp := fmt.Sprintf("%s.steps[%d]", j.path, i)
-				st.Name, st.Run = sub(st.Name, sp+".name"), sub(st.Run, sp+".run")
+				// A name that shows a secret expression is never filled in.
+				st.Name, st.Run = subSecret(st.Name, sp+".name"), subSecret(st.Run, sp+".run")
 				if st.Env != nil {
 					env := map[string]string{}
 					for k, v := range st.Env {
-						env[k] = sub(v, sp+".env."+k)
+						env[k] = subSecret(v, sp+".env."+k)
 					}
 					st.Env = env
 				}
 				job.Spec.Steps = append(job.Spec.Steps, st)
 			}
 			job.Spec.Artifacts = j.artifacts
+			job.Spec.Secrets = j.secrets
 			for _, d := range j.download {
 				job.Spec.NeedArtifacts = append(job.Spec.NeedArtifacts, domain.NeedArtifact{Job: names[d.Job][0], Name: d.Name})
 			}
@@ -669,13 +683,26 @@ func expandedName(j *rawJob, combo map[string]string) string {
 	return j.name + " (" + strings.Join(vals, ", ") + ")"
 }
 
-// substitute replaces ${{ matrix.KEY }}; any other expression is an error.
-func (p *parseState) substitute(n ast.Node, path, s string, combo map[string]string) string {
+// substitute replaces ${{ matrix.KEY }}. Where secrets are allowed,
+// ${{ secrets.NAME }} is kept, written canonically, for the claim to fill
+// in; any other expression is an error.
+func (p *parseState) substitute(n ast.Node, path, s string, combo map[string]string, secrets bool) string {
 	return exprRE.ReplaceAllStringFunc(s, func(m string) string {
 		expr := strings.TrimSpace(exprRE.FindStringSubmatch(m)[1])
+		if name, ok := strings.CutPrefix(expr, "secrets."); ok {
+			switch {
+			case !secrets:
+				p.errorf(n, path, "%s: secrets may be used only in env values and run scripts", m)
+			case !secretNameRE.MatchString(name):
+				p.errorf(n, path, "%s: secret names are upper-case letters, digits and _, not starting with a digit", m)
+			default:
+				return "${{ secrets." + name + " }}"
+			}
+			return m
+		}
 		key, ok := strings.CutPrefix(expr, "matrix.")
 		if !ok {
-			p.errorf(n, path, "unsupported expression %q: only ${{ matrix.<axis> }} is expanded", m)
+			p.errorf(n, path, "unsupported expression %q: only ${{ matrix.<axis> }} and ${{ secrets.<NAME> }} are known", m)
 			return m
 		}
 		v, ok := combo[key]

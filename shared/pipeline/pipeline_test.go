@@ -91,9 +91,55 @@ func TestErrors(t *testing.T) {
 		}
 	}
 	// Errors in later stages (expressions) are reported once the structure is sound.
-	_, err = pipeline.Parse("p.yml", []byte("jobs:\n  c:\n    steps:\n      - run: echo ${{ secrets.TOKEN }}\n"))
-	if err == nil || !strings.Contains(err.Error(), `unsupported expression "${{ secrets.TOKEN }}"`) || !strings.Contains(err.Error(), "p.yml:") {
+	_, err = pipeline.Parse("p.yml", []byte("jobs:\n  c:\n    steps:\n      - run: echo ${{ github.token }}\n"))
+	if err == nil || !strings.Contains(err.Error(), `unsupported expression "${{ github.token }}"`) || !strings.Contains(err.Error(), "p.yml:") {
 		t.Fatalf("expression error: %v", err)
+	}
+}
+
+// TestSecrets: ${{ secrets.NAME }} is kept (canonically) in env values and
+// run scripts for the claim to fill in, secrets: lists names, and secrets
+// anywhere else, or badly named, are located errors.
+func TestSecrets(t *testing.T) {
+	p, err := pipeline.Parse("p.yml", []byte(`env: {GLOBAL: "${{secrets.ORG_TOKEN}}"}
+jobs:
+  deploy:
+    secrets: [DEPLOY_KEY]
+    env: {TOKEN: "x-${{ secrets.DEPLOY_TOKEN }}-y"}
+    steps:
+      - run: deploy --token ${{ secrets.API_TOKEN }}
+        env: {S: "${{ secrets.STEP_ONE }}"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := p.Jobs[0].Spec
+	if got := spec.Env["TOKEN"]; got != "x-${{ secrets.DEPLOY_TOKEN }}-y" {
+		t.Errorf("env TOKEN = %q", got)
+	}
+	if got := spec.Env["GLOBAL"]; got != "${{ secrets.ORG_TOKEN }}" {
+		t.Errorf("env GLOBAL = %q (not canonical)", got)
+	}
+	want := []string{"API_TOKEN", "DEPLOY_KEY", "DEPLOY_TOKEN", "ORG_TOKEN", "STEP_ONE"}
+	if got := spec.SecretNames(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("SecretNames = %v, want %v", got, want)
+	}
+	used := spec.ExpandSecrets(map[string]string{"DEPLOY_TOKEN": "dt-value", "API_TOKEN": "api-value"})
+	if spec.Env["TOKEN"] != "x-dt-value-y" || spec.Steps[0].Run != "deploy --token api-value" || spec.Steps[0].Env["S"] != "" {
+		t.Errorf("expanded: env %v, run %q, step env %v", spec.Env, spec.Steps[0].Run, spec.Steps[0].Env)
+	}
+	if len(used) != 2 || used["DEPLOY_TOKEN"] != "dt-value" {
+		t.Errorf("used = %v", used)
+	}
+	for _, bad := range []struct{ src, want string }{
+		{"jobs:\n  c:\n    cache: {key: \"k-${{ secrets.X }}\", paths: [a]}\n    steps: [{run: x}]\n", "jobs.c.cache.key: ${{ secrets.X }}: secrets may be used only in env values and run scripts"},
+		{"jobs:\n  c:\n    steps: [{run: \"${{ secrets.lower }}\"}]\n", "secret names are upper-case"},
+		{"jobs:\n  c:\n    secrets: [bad-name]\n    steps: [{run: x}]\n", `p.yml:3:14: jobs.c.secrets: secret name "bad-name" must be upper-case`},
+	} {
+		_, err := pipeline.Parse("p.yml", []byte(bad.src))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%q: got %v, want %q", bad.src, err, bad.want)
+		}
 	}
 }
 

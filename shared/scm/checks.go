@@ -138,6 +138,11 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 	case domain.JobSkipped:
 		v.conclusion = github.String("skipped")
 		title = "Skipped"
+	case domain.JobPending:
+		title = "Pending"
+		if cw.Reason == store.ReasonWaitingApproval {
+			title = "Waiting for approval"
+		}
 	default:
 		title = "Queued"
 	}
@@ -156,6 +161,11 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 	}
 	if cw.Reason != "" {
 		summary += " Reason: " + cw.Reason + "."
+	}
+	if cw.Reason == store.ReasonWaitingApproval {
+		summary += fmt.Sprintf("\n\nThis pull request comes from a first-time contributor: a member of %s with the write role "+
+			"approves or rejects run #%d in the dashboard, or with `forgeci approve %s` / `forgeci reject %s`.",
+			cw.Project, cw.RunNumber, cw.RunID, cw.RunID)
 	}
 	if cw.ExitCode != nil {
 		summary += fmt.Sprintf(" Exit code %d.", *cw.ExitCode)

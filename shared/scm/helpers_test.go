@@ -28,6 +28,7 @@ import (
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/scm"
 	"github.com/forgeci/forgeci/shared/scm/fakegithub"
+	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -58,6 +59,9 @@ type env struct {
 	srv    *httptest.Server // the webhook route
 	worker *scm.Worker
 	log    *slog.Logger
+	// project is the repository's project; admin a global admin.
+	project store.Project
+	admin   store.User
 }
 
 func setup(t *testing.T) *env {
@@ -71,6 +75,12 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(e.pool.Close)
 	e.store = store.New(e.pool, store.Limits{LeaseTTL: 30 * time.Second})
+	keys, err := secretbox.NewFileKeyring(filepath.Join(t.TempDir(), "master.key"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store.SetKeyring(keys)
+	e.project, e.admin = pgtest.Project(t, e.store, "hello"), pgtest.Admin(t, e.store, "root")
 	if e.cas, err = cas.New(context.Background(), e.casCfg); err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +180,18 @@ func pushPayload(sha string) []byte {
 		"installation": map[string]any{"id": installID},
 	})
 	return b
+}
+
+// pull makes the fake GitHub serve pull request number into the repository,
+// from a fork (headRepoID other than repoID) or a branch, opened by user.
+func (e *env) pull(number int, headRepoID, userID int64, sha string) {
+	headName := repoName
+	if headRepoID != repoID {
+		headName = fmt.Sprintf("user%d/hello", userID)
+	}
+	e.gh.AddPullRequest(fakegithub.PullRequest{Number: number, BaseRepoID: repoID, BaseFullName: repoName, BaseRef: "main",
+		HeadRepoID: headRepoID, HeadFullName: headName, HeadRef: "feature", HeadSHA: sha, UserID: userID,
+		UserLogin: fmt.Sprintf("user%d", userID)})
 }
 
 func prPayload(sha string, number int, headRepoID int64) []byte {

@@ -208,53 +208,75 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if err != nil {
 		return nil, "", "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
 	}
-	var (
-		ref, trigger string
-		noSecrets    bool
-	)
+	owner, name, err := splitFullName(repo.FullName)
+	if err != nil {
+		return nil, "", "", err
+	}
+	gh, err := w.App.Client(ctx, repo.InstallationID)
+	if err != nil {
+		return nil, "", "", err
+	}
+	nr := store.NewRun{Project: repo.Project}
 	switch e := ev.(type) {
 	case *github.PushEvent:
 		if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {
 			return nil, "branch or tag deleted", "", nil
 		}
-		sha, ref, trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
+		// A push to the repository's own refs: whoever pushed could.
+		sha, nr.GitRef, nr.Trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
+		nr.Scope, nr.Actor = e.GetRef(), fmt.Sprintf("github:%d", e.GetSender().GetID())
 	case *github.PullRequestEvent:
 		switch e.GetAction() {
 		case "opened", "synchronize", "reopened":
 		default:
 			return nil, "pull request " + e.GetAction(), "", nil
 		}
-		pr := e.GetPullRequest()
-		sha = pr.GetHead().GetSHA()
-		ref = fmt.Sprintf("refs/pull/%d/head", pr.GetNumber())
-		trigger = fmt.Sprintf("github:pull_request #%d", pr.GetNumber())
-		// A fork's code must not see this repository's secrets.
-		noSecrets = pr.GetHead().GetRepo().GetID() != pr.GetBase().GetRepo().GetID()
+		sha = e.GetPullRequest().GetHead().GetSHA()
+		if err := w.pullRequestRun(ctx, gh, repo, owner, name, e.GetPullRequest().GetNumber(), &nr); err != nil {
+			return nil, "", sha, err
+		}
 	default:
 		return nil, "event " + d.Event + " does not create runs", "", nil
 	}
 	if !shaRE.MatchString(sha) {
 		return nil, "", "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
 	}
-	owner, name, err := splitFullName(repo.FullName)
+	nr.GitSHA = sha
+	src, err := w.snapshotCommit(ctx, gh, owner, name, sha, store.BlobRef{ProjectID: repo.ProjectID, Trusted: !nr.Untrusted})
 	if err != nil {
 		return nil, "", sha, err
 	}
-	gh, err := w.App.Client(ctx, repo.InstallationID)
-	if err != nil {
-		return nil, "", sha, err
-	}
-	src, err := w.snapshotCommit(ctx, gh, owner, name, sha)
-	if err != nil {
-		return nil, "", sha, err
-	}
-	created, err := w.Store.CompleteDeliveryWithRun(ctx, d, store.NewRun{
-		Project: repo.Project, Trigger: trigger, GitSHA: sha, GitRef: ref, Source: src.Source,
-		Jobs: store.JobsOf(src.Pipeline), NoSecrets: noSecrets,
-		Checks: &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha},
-	})
+	nr.Source, nr.Jobs = src.Source, store.JobsOf(src.Pipeline)
+	nr.Checks = &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha}
+	created, err := w.Store.CompleteDeliveryWithRun(ctx, d, nr)
 	if err != nil {
 		return nil, "", sha, err
 	}
 	return &created, "", sha, nil
+}
+
+// pullRequestRun fills in a pull request's run. Whether it comes from a
+// fork, and who opened it, is read from the pull request as GitHub reports
+// it to the App now, not from the payload: a fork's run is untrusted (no
+// secrets, its own cache scope) and waits for approval if its author has
+// none in the project yet.
+func (w *Worker) pullRequestRun(ctx context.Context, gh *github.Client, repo store.Repository, owner, name string,
+	number int, nr *store.NewRun) error {
+	pr, _, err := gh.PullRequests.Get(ctx, owner, name, number)
+	if err != nil {
+		return fmt.Errorf("read pull request #%d: %w", number, err)
+	}
+	if pr.GetBase().GetRepo().GetID() != repo.GitHubID {
+		return domain.Errorf(domain.EInvalid, "pull request #%d is not based on %s", number, repo.FullName)
+	}
+	// A fork that was deleted has no head repository: still a fork.
+	nr.Untrusted = pr.GetHead().GetRepo().GetID() != repo.GitHubID
+	nr.GitRef = fmt.Sprintf("refs/pull/%d/head", number)
+	nr.Scope, nr.BaseRef = nr.GitRef, "refs/heads/"+pr.GetBase().GetRef()
+	nr.Trigger = fmt.Sprintf("github:pull_request #%d", number)
+	if nr.Untrusted {
+		nr.Trigger += " from fork " + pr.GetHead().GetRepo().GetFullName()
+	}
+	nr.Actor = fmt.Sprintf("github:%d", pr.GetUser().GetID())
+	return nil
 }

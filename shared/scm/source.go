@@ -15,6 +15,7 @@ import (
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pipeline"
 	"github.com/forgeci/forgeci/shared/snapshot"
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 // MaxTarballBytes bounds a downloaded repository tarball.
@@ -29,9 +30,10 @@ type commitSource struct {
 // snapshotCommit fetches the repository tarball at sha, unpacks it under the
 // snapshot rules into a temporary directory, re-canonicalises it into a
 // snapshot (the same digests `forgeci submit` computes for that tree), puts
-// the blob into the CAS and reads the pipeline from the tree. Everything it
+// the blob into the CAS namespace of the run's (project, tier) and reads
+// the pipeline from the tree. Everything it
 // does is idempotent: a retry after a crash makes the same blob.
-func (w *Worker) snapshotCommit(ctx context.Context, gh *github.Client, owner, repo, sha string) (*commitSource, error) {
+func (w *Worker) snapshotCommit(ctx context.Context, gh *github.Client, owner, repo, sha string, tier store.BlobRef) (*commitSource, error) {
 	link, resp, err := gh.Repositories.GetArchiveLink(ctx, owner, repo, github.Tarball,
 		&github.RepositoryContentGetOptions{Ref: sha}, 1)
 	if err != nil && resp != nil && resp.StatusCode == http.StatusNotFound {
@@ -77,10 +79,9 @@ func (w *Worker) snapshotCommit(ctx context.Context, gh *github.Client, owner, r
 	if _, err := blob.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	if err := w.CAS.Put(ctx, res.BlobDigest, blob, res.Size); err != nil {
-		return nil, err
-	}
-	if err := w.Store.RegisterBlob(ctx, res.BlobDigest, res.Size); err != nil {
+	// The run's creation registers the blob for its (project, tier).
+	tier.Digest = res.BlobDigest
+	if err := w.CAS.Put(ctx, tier.Key(), res.BlobDigest, blob, res.Size); err != nil {
 		return nil, err
 	}
 	return &commitSource{

@@ -44,6 +44,7 @@ func complete(t *testing.T, s *store.Store, r store.Runner, c *store.Claim, outc
 func TestAdvanceRunDiamond(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
 		{Name: "a"}, {Name: "b"},
@@ -82,6 +83,7 @@ func TestAdvanceRunDiamond(t *testing.T) {
 func TestAdvanceRunConcurrentNeeds(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	for i := range 20 {
 		run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
@@ -128,6 +130,8 @@ func TestAdvanceRunConcurrentNeeds(t *testing.T) {
 func TestCancelRacesCompletion(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
+	admin := pgtest.Admin(t, s, "root")
 	r := newRunner(t, s)
 	for round := range 30 {
 		// The needed job is listed last, so that its ID (created in
@@ -151,7 +155,7 @@ func TestCancelRacesCompletion(t *testing.T) {
 		wg.Go(func() {
 			_, completeErr = s.Complete(ctx, r.ID, claims["a"].Lease.JobID, claims["a"].Lease, store.OutcomePassed, 0)
 		})
-		wg.Go(func() { _, _, cancelErr = s.Cancel(ctx, run.ID, "") })
+		wg.Go(func() { _, _, cancelErr = s.Cancel(ctx, admin, run.ID, "") })
 		wg.Wait()
 		if completeErr != nil || cancelErr != nil {
 			t.Fatalf("round %d: complete: %v; cancel: %v", round, completeErr, cancelErr)

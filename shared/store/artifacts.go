@@ -9,71 +9,100 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 )
 
-// BlobKnown reports whether a verified blob with this digest is registered,
-// and its size.
-func (s *Store) BlobKnown(ctx context.Context, digest string) (int64, bool, error) {
-	var size int64
-	err := s.pool.QueryRow(ctx, `SELECT size FROM blobs WHERE digest = $1`, digest).Scan(&size)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("blob %s: %w", digest, err)
-	}
-	return size, true, nil
+// Blobs belong to a project and a trust tier: a row in blobs says that
+// (project, tier) holds the digest and where its bytes are. A job may
+// reference only blobs its run's (project, tier) holds, or that it
+// uploaded itself into that tier's namespace of the CAS; a digest alone
+// grants nothing.
+
+// BlobRef names a blob: a digest held by one trust tier of one project.
+type BlobRef struct {
+	ProjectID string
+	Trusted   bool
+	Digest    string
 }
 
-// registerBlob records a blob the caller has verified in S3.
-func registerBlob(ctx context.Context, tx pgx.Tx, digest string, size int64) error {
+// Key is where new bytes of this blob go in the CAS.
+func (b BlobRef) Key() string { return cas.BlobKey(b.ProjectID, b.Trusted, b.Digest) }
+
+// Blob is a held blob.
+type Blob struct {
+	Digest string
+	Size   int64
+	Key    string // the object in the CAS
+}
+
+// HeldBlob returns the blob if b's (project, tier) holds it.
+func (s *Store) HeldBlob(ctx context.Context, b BlobRef) (Blob, bool, error) {
+	out := Blob{Digest: b.Digest}
+	err := s.pool.QueryRow(ctx, `SELECT size, s3_key FROM blobs WHERE project_id = $1 AND trusted = $2 AND digest = $3`,
+		b.ProjectID, b.Trusted, b.Digest).Scan(&out.Size, &out.Key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, false, nil
+	}
+	if err != nil {
+		return out, false, fmt.Errorf("blob %s: %w", b.Digest, err)
+	}
+	return out, true, nil
+}
+
+// registerBlob records that b's tier holds a blob the caller verified at
+// b.Key() in the CAS. A blob already held keeps its row (and key).
+func registerBlob(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
 	var stored int64
 	err := tx.QueryRow(ctx, `
-		INSERT INTO blobs (digest, size) VALUES ($1, $2)
-		ON CONFLICT (digest) DO UPDATE SET digest = EXCLUDED.digest
-		RETURNING size`, digest, size).Scan(&stored)
+		INSERT INTO blobs (project_id, trusted, digest, size, s3_key) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (project_id, trusted, digest) DO UPDATE SET digest = EXCLUDED.digest
+		RETURNING size`, b.ProjectID, b.Trusted, b.Digest, size, b.Key()).Scan(&stored)
 	if err != nil {
 		return fmt.Errorf("register blob: %w", err)
 	}
 	if stored != size {
-		return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", digest, stored, size)
+		return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", b.Digest, stored, size)
 	}
 	return nil
 }
 
-// RegisterBlob records a verified blob outside any lease (run sources).
-func (s *Store) RegisterBlob(ctx context.Context, digest string, size int64) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error { return registerBlob(ctx, tx, digest, size) })
+// RegisterBlob records a verified blob outside any lease (operator tools).
+func (s *Store) RegisterBlob(ctx context.Context, b BlobRef, size int64) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error { return registerBlob(ctx, tx, b, size) })
 }
 
-// RunSource returns the source of the leased job's run, under the lease check.
-func (s *Store) RunSource(ctx context.Context, runnerID, jobID string, l domain.Lease) (domain.Source, error) {
+// RunSource returns the source of the leased job's run and where its bytes
+// are, under the lease check.
+func (s *Store) RunSource(ctx context.Context, runnerID, jobID string, l domain.Lease) (domain.Source, string, error) {
 	var src domain.Source
+	var key string
 	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		return tx.QueryRow(ctx, `
-			SELECT coalesce(source_digest, ''), coalesce(manifest_digest, ''), coalesce(source_size, 0)
-			FROM runs WHERE id = $1`, job.RunID).Scan(&src.BlobDigest, &src.ManifestDigest, &src.Size)
+		err := tx.QueryRow(ctx, `
+			SELECT r.source_digest, coalesce(r.manifest_digest, ''), b.size, b.s3_key
+			FROM runs r JOIN blobs b ON (b.project_id, b.trusted, b.digest) = (r.project_id, r.trusted, r.source_digest)
+			WHERE r.id = $1`, job.RunID).Scan(&src.BlobDigest, &src.ManifestDigest, &src.Size, &key)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Errorf(domain.ENotFound, "this run has no source snapshot")
+		}
+		return err
 	})
-	if err == nil && src.BlobDigest == "" {
-		return src, domain.Errorf(domain.ENotFound, "this run has no source snapshot")
-	}
-	return src, err
+	return src, key, err
 }
 
 // CommitArtifact registers a verified blob as artifact name of the current
-// attempt. Committing the same name and digest again is a no-op; another
-// digest under the same name is EConflict.
+// attempt, in the run's (project, tier). Committing the same name and
+// digest again is a no-op; another digest under the same name is EConflict.
 func (s *Store) CommitArtifact(ctx context.Context, runnerID, jobID string, l domain.Lease, name, digest string, size int64) error {
 	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		if err := registerBlob(ctx, tx, digest, size); err != nil {
+		if err := registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
 			return err
 		}
 		var stored string
 		err := tx.QueryRow(ctx, `
-			INSERT INTO artifacts (job_id, generation, name, digest, size) VALUES ($1, $2, $3, $4, $5)
+			INSERT INTO artifacts (job_id, generation, name, digest, size, project_id, trusted) VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (job_id, generation, name) DO UPDATE SET name = EXCLUDED.name
-			RETURNING digest`, job.ID, job.Generation, name, digest, size).Scan(&stored)
+			RETURNING digest`, job.ID, job.Generation, name, digest, size, job.ProjectID, job.Trusted).Scan(&stored)
 		if err != nil {
 			return fmt.Errorf("commit artifact: %w", err)
 		}
@@ -86,53 +115,66 @@ func (s *Store) CommitArtifact(ctx context.Context, runnerID, jobID string, l do
 
 // FindArtifact returns an artifact of a job the leased job needs, from the
 // generation of that job that passed.
-func (s *Store) FindArtifact(ctx context.Context, runnerID, jobID string, l domain.Lease, upstream, name string) (string, int64, error) {
-	var digest string
-	var size int64
+func (s *Store) FindArtifact(ctx context.Context, runnerID, jobID string, l domain.Lease, upstream, name string) (Blob, error) {
+	var b Blob
 	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
 		if !slices.Contains(job.Needs, upstream) {
 			return domain.Errorf(domain.EForbidden, "job %q is not in this job's needs: artifacts come only from needed jobs", upstream)
 		}
 		err := tx.QueryRow(ctx, `
-			SELECT a.digest, a.size FROM jobs u
+			SELECT a.digest, a.size, b.s3_key FROM jobs u
 			JOIN artifacts a ON a.job_id = u.id AND a.generation = u.generation
+			JOIN blobs b ON (b.project_id, b.trusted, b.digest) = (a.project_id, a.trusted, a.digest)
 			WHERE u.run_id = $1 AND u.name = $2 AND u.state = 'PASSED' AND a.name = $3`,
-			job.RunID, upstream, name).Scan(&digest, &size)
+			job.RunID, upstream, name).Scan(&b.Digest, &b.Size, &b.Key)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.ENotFound, "job %q has no artifact %q", upstream, name)
 		}
 		return err
 	})
-	return digest, size, err
+	return b, err
 }
 
 // CacheHit is a restored cache entry.
 type CacheHit struct {
-	Key    string
-	Digest string
-	Size   int64
+	CacheKey string
+	Scope    string
+	Blob     Blob
 }
 
-// RestoreCache finds the first of keys in the job's project: an exact key,
-// or else the newest entry whose key starts with it (restore keys).
+// RestoreCache finds a cache entry for the leased job, as GitHub does: in
+// the run's own scope first, then (a pull request) its base branch, then
+// the project's default branch; in each scope, the first of keys that
+// matches exactly, or else the newest entry whose key starts with it. A
+// trusted run reads only entries trusted runs wrote.
 func (s *Store) RestoreCache(ctx context.Context, runnerID, jobID string, l domain.Lease, keys []string) (*CacheHit, error) {
 	var hit *CacheHit
 	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		for _, k := range keys {
-			var h CacheHit
-			err := tx.QueryRow(ctx, `
-				SELECT key, digest, size FROM caches
-				WHERE project_id = $1 AND (key = $2 OR key LIKE $3 ESCAPE '\')
-				ORDER BY key = $2 DESC, created_at DESC LIMIT 1`,
-				job.ProjectID, k, likePrefix(k)).Scan(&h.Key, &h.Digest, &h.Size)
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue
+		var scopes []string
+		if err := tx.QueryRow(ctx, `
+			SELECT array_remove(ARRAY[r.scope, r.base_ref, 'refs/heads/' || p.default_branch], NULL)
+			FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`, job.RunID).Scan(&scopes); err != nil {
+			return fmt.Errorf("cache scopes: %w", err)
+		}
+		for _, scope := range slices.Compact(scopes) {
+			for _, k := range keys {
+				var h CacheHit
+				err := tx.QueryRow(ctx, `
+					SELECT c.key, c.scope, c.digest, c.size, b.s3_key FROM caches c
+					JOIN blobs b ON (b.project_id, b.trusted, b.digest) = (c.project_id, c.trusted, c.digest)
+					WHERE c.project_id = $1 AND c.scope = $2 AND (c.trusted OR NOT $3)
+					  AND (c.key = $4 OR c.key LIKE $5 ESCAPE '\')
+					ORDER BY c.key = $4 DESC, c.created_at DESC LIMIT 1`,
+					job.ProjectID, scope, job.Trusted, k, likePrefix(k)).Scan(&h.CacheKey, &h.Scope, &h.Blob.Digest, &h.Blob.Size, &h.Blob.Key)
+				if errors.Is(err, pgx.ErrNoRows) {
+					continue
+				}
+				if err != nil {
+					return fmt.Errorf("restore cache: %w", err)
+				}
+				hit = &h
+				return nil
 			}
-			if err != nil {
-				return fmt.Errorf("restore cache: %w", err)
-			}
-			hit = &h
-			return nil
 		}
 		return nil
 	})
@@ -146,17 +188,20 @@ func likePrefix(s string) string {
 
 // CommitCache stages a verified blob as cache entry key of the current
 // attempt. It becomes visible to other jobs only if this attempt passes
-// (finishAttempt), so a failing or stale job never writes a cache.
+// (finishAttempt), and only in the run's own scope and tier, so a failing
+// or stale job never writes a cache and an untrusted one never writes
+// where trusted runs read.
 func (s *Store) CommitCache(ctx context.Context, runnerID, jobID string, l domain.Lease, key, digest string, size int64) error {
 	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		if err := registerBlob(ctx, tx, digest, size); err != nil {
+		if err := registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
 			return err
 		}
 		var stored string
 		err := tx.QueryRow(ctx, `
-			INSERT INTO pending_caches (job_id, generation, key, digest, size) VALUES ($1, $2, $3, $4, $5)
+			INSERT INTO pending_caches (job_id, generation, key, digest, size, project_id, trusted)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (job_id, generation, key) DO UPDATE SET key = EXCLUDED.key
-			RETURNING digest`, job.ID, job.Generation, key, digest, size).Scan(&stored)
+			RETURNING digest`, job.ID, job.Generation, key, digest, size, job.ProjectID, job.Trusted).Scan(&stored)
 		if err != nil {
 			return fmt.Errorf("commit cache: %w", err)
 		}
@@ -167,25 +212,28 @@ func (s *Store) CommitCache(ctx context.Context, runnerID, jobID string, l domai
 	})
 }
 
-// CacheExists reports whether the project already has an entry for key
-// (entries are immutable: the first passing job's save wins).
+// CacheExists reports whether the run's own scope and tier already have an
+// entry for key (entries are immutable: the first passing job's save wins).
 func (s *Store) CacheExists(ctx context.Context, runnerID, jobID string, l domain.Lease, key string) (bool, error) {
 	var exists bool
 	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		return tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM caches WHERE project_id = $1 AND key = $2)`,
-			job.ProjectID, key).Scan(&exists)
+		return tx.QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM caches c JOIN runs r ON r.id = $1
+			               WHERE c.project_id = r.project_id AND c.scope = r.scope AND c.trusted = r.trusted AND c.key = $2)`,
+			job.RunID, key).Scan(&exists)
 	})
 	return exists, err
 }
 
-// promoteCaches publishes the pending caches of a passing attempt.
+// promoteCaches publishes the pending caches of a passing attempt into its
+// run's scope and tier.
 func promoteCaches(ctx context.Context, tx pgx.Tx, jobID string, generation int) error {
 	_, err := tx.Exec(ctx, `
-		INSERT INTO caches (project_id, key, digest, size, job_id)
-		SELECT r.project_id, p.key, p.digest, p.size, p.job_id
+		INSERT INTO caches (project_id, scope, trusted, key, digest, size, job_id)
+		SELECT r.project_id, r.scope, r.trusted, p.key, p.digest, p.size, p.job_id
 		FROM pending_caches p JOIN jobs j ON j.id = p.job_id JOIN runs r ON r.id = j.run_id
 		WHERE p.job_id = $1 AND p.generation = $2
-		ON CONFLICT (project_id, key) DO NOTHING`, jobID, generation)
+		ON CONFLICT (project_id, scope, trusted, key) DO NOTHING`, jobID, generation)
 	if err != nil {
 		return fmt.Errorf("promote caches: %w", err)
 	}

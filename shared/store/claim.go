@@ -22,7 +22,9 @@ const MaxClaimWait = 20 * time.Second
 // comes from the database clock, and the run is marked started. The current
 // lease lives on the job row; its attempt row is written when it ends
 // (finishAttempt), in the transaction that ends it. The scan starts after
-// the queue position ($4, $5): see claimHints.
+// the queue position ($4, $5): see claimHints. A job that names secrets
+// gets, for a trusted run only, those secrets (sealed) and its project's
+// wrapped data key.
 const claimSQL = `
 WITH candidate AS (
     SELECT id FROM jobs
@@ -39,17 +41,21 @@ WITH candidate AS (
         started_at = now(), log_size = 0, reason = NULL, exit_code = NULL
     FROM candidate c
     WHERE j.id = c.id
-    RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec, j.queued_at
+    RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec, j.queued_at, j.secret_names
 ), run_started AS (
     UPDATE runs SET state = 'RUNNING', started_at = now()
     WHERE id = (SELECT run_id FROM claimed) AND state = 'PENDING'
 )
 SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spec,
        coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), coalesce(r.source_size, 0),
-       CASE WHEN r.secrets_allowed THEN
-           (SELECT jsonb_object_agg(s.name, s.value) FROM project_secrets s WHERE s.project_id = r.project_id)
+       c.queued_at, r.project_id, r.trusted, c.secret_names,
+       CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN
+           (SELECT k.wrapped_key FROM project_keys k WHERE k.project_id = r.project_id)
        END,
-       c.queued_at
+       CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN
+           (SELECT jsonb_agg(jsonb_build_object('Name', s.name, 'Sealed', encode(s.sealed, 'base64'), 'Value', s.value))
+            FROM project_secrets s WHERE s.project_id = r.project_id AND s.name = ANY (c.secret_names))
+       END
 FROM claimed c JOIN runs r ON r.id = c.run_id`
 
 // Claim is a granted lease as the store returns it. It marshals to the
@@ -64,9 +70,13 @@ type Claim struct {
 	// it) and when to give up on its own, measured on its monotonic clock,
 	// so that a runner whose wall clock is wrong still behaves.
 	LeaseTTLSeconds int `json:"lease_ttl_seconds"`
-	// Secrets are the project's secrets, for the job's environment; absent
-	// when the run may not have them (a pull request from a fork).
+	// Secrets are the secrets the job lists by name (secrets: [...]), for
+	// its environment; absent for an untrusted run.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// Mask holds every secret value this claim carries, in Secrets or
+	// substituted into the job for ${{ secrets.NAME }}: the runner
+	// redacts them from the log.
+	Mask []string `json:"mask,omitempty"`
 }
 
 // Claim leases one job for runner whose labels cover the job's labels. If
@@ -145,13 +155,19 @@ func (s *Store) claimOnce(ctx context.Context, runnerID string, labels []string)
 func (s *Store) claimAfter(ctx context.Context, runnerID string, labels []string, key string,
 	afterAt time.Time, afterID string) (*Claim, error) {
 	var (
-		c        Claim
-		expires  time.Time
-		queuedAt time.Time
+		c           Claim
+		expires     time.Time
+		queuedAt    time.Time
+		projectID   string
+		trusted     bool
+		secretNames []string
+		wrapped     []byte
+		sealed      []sealedSecret
 	)
 	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
-		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &c.Secrets, &queuedAt)
+		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &queuedAt,
+		&projectID, &trusted, &secretNames, &wrapped, &sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -162,7 +178,83 @@ func (s *Store) claimAfter(ctx context.Context, runnerID string, labels []string
 	c.Lease.RunnerID = runnerID
 	c.Lease.ExpiresAt = &expires
 	c.LeaseTTLSeconds = int(s.limits.LeaseTTL.Seconds())
+	if len(secretNames) > 0 {
+		if err := s.withSecrets(ctx, &c, projectID, trusted, wrapped, sealed); err != nil {
+			// The lease never left this process, so no runner can hold
+			// it: the job goes back to the queue, and no code ran.
+			s.releaseUndelivered(ctx, c.Lease, err)
+			return nil, err
+		}
+	}
 	return &c, nil
+}
+
+// withSecrets puts the secrets a job names into its claim: the values of
+// its secrets: list in Secrets, ${{ secrets.NAME }} substituted in its env
+// and steps, every value in Mask. An untrusted run's job gets none: its
+// list is empty and every expression becomes "".
+func (s *Store) withSecrets(ctx context.Context, c *Claim, projectID string, trusted bool, wrapped []byte, sealed []sealedSecret) error {
+	values := map[string]string{}
+	if trusted && len(sealed) > 0 {
+		var err error
+		if values, err = s.openSecrets(ctx, projectID, wrapped, sealed); err != nil {
+			return domain.Errorf(domain.EUnavailable, "the job's secrets cannot be opened now; try again (%v)", err)
+		}
+	}
+	var job domain.ClaimedJob
+	if err := json.Unmarshal(c.Job, &job); err != nil {
+		return fmt.Errorf("decode job spec: %w", err)
+	}
+	used := job.ExpandSecrets(values)
+	for _, name := range job.Secrets {
+		if v, ok := values[name]; ok {
+			if c.Secrets == nil {
+				c.Secrets = map[string]string{}
+			}
+			c.Secrets[name] = v
+			used[name] = v
+		}
+	}
+	for _, v := range used {
+		c.Mask = append(c.Mask, v)
+	}
+	slices.Sort(c.Mask)
+	c.Mask = slices.Compact(c.Mask)
+	raw, err := json.Marshal(job)
+	if err != nil {
+		return fmt.Errorf("encode job spec: %w", err)
+	}
+	c.Job = raw
+	return nil
+}
+
+// releaseUndelivered puts a claimed job back in the queue when its claim
+// could not be answered (its secrets could not be opened): the attempt is
+// recorded as ABORTED with the reason, and the next claim's generation
+// fences this one. It writes only while the lease is still exactly this.
+func (s *Store) releaseUndelivered(ctx context.Context, l domain.Lease, cause error) {
+	_ = s.inTx(ctx, func(tx pgx.Tx) error {
+		job, err := lockLease(ctx, tx, l)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at, ended_at, outcome, reason, log_size)
+			SELECT id, generation, runner_id, lease_id, started_at, now(), 'ABORTED', $2, 0 FROM jobs WHERE id = $1`,
+			job.ID, "claim not delivered: "+truncate(cause.Error(), 150)); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE jobs SET state = 'QUEUED', queued_at = now() WHERE id = $1`, job.ID)
+		return err
+	})
+	s.signalQueued()
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func (s *Store) touchRunner(ctx context.Context, runnerID string) {

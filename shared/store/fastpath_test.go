@@ -43,6 +43,7 @@ func code(err error) string {
 func TestFastPathsClassify(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{LeaseTTL: time.Minute, MaxLogBytes: 100})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	l := claimOne(t, s, r)
 
@@ -125,6 +126,7 @@ func TestFastPathsClassify(t *testing.T) {
 func TestAppendRacesCompletion(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{LeaseTTL: time.Minute})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	for round := range 20 {
 		l := claimOne(t, s, r)
@@ -191,6 +193,7 @@ func TestAppendRacesCompletion(t *testing.T) {
 func TestClaimBehindHint(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{LeaseTTL: time.Minute})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "a"}, {Name: "b"}, {Name: "c"}}})
 	if err != nil {

@@ -17,6 +17,7 @@ type LeasedJob struct {
 	ID              string
 	RunID           string
 	ProjectID       string
+	Trusted         bool // the run's trust tier: the blobs and caches it may touch
 	Name            string
 	Generation      int
 	Needs           []string
@@ -105,7 +106,7 @@ func lockLease(ctx context.Context, tx pgx.Tx, l domain.Lease) (*LeasedJob, erro
 		expired, revoked, runnerOK bool
 	)
 	err := tx.QueryRow(ctx, `
-		SELECT j.id, j.run_id, r.project_id, j.name, j.generation, j.needs, j.spec,
+		SELECT j.id, j.run_id, r.project_id, r.trusted, j.name, j.generation, j.needs, j.spec,
 		       j.cancel_requested OR r.cancel_requested,
 		       j.state, j.runner_id, j.lease_id::text,
 		       coalesce(j.lease_expires_at <= now(), true),
@@ -116,7 +117,7 @@ func lockLease(ctx context.Context, tx pgx.Tx, l domain.Lease) (*LeasedJob, erro
 		WHERE j.id = $1
 		FOR UPDATE OF j`,
 		l.JobID, l.RunnerID).Scan(
-		&job.ID, &job.RunID, &job.ProjectID, &job.Name, &job.Generation, &job.Needs, &job.Spec,
+		&job.ID, &job.RunID, &job.ProjectID, &job.Trusted, &job.Name, &job.Generation, &job.Needs, &job.Spec,
 		&job.CancelRequested, &state, &curRunner, &curLease, &expired, &revoked, &runnerOK)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, domain.Errorf(domain.ELeaseMismatch, "job %s has no lease matching this one", l.JobID)

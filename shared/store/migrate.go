@@ -12,6 +12,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/forgeci/forgeci/migrations"
+	"github.com/forgeci/forgeci/shared/secretbox"
 )
 
 // migrationLockID is the PostgreSQL advisory lock key goose holds while it
@@ -29,6 +30,27 @@ func Migrate(ctx context.Context, url string, log *slog.Logger) (applied int, er
 	db := stdlib.OpenDB(*cfg)
 	defer db.Close()
 	return migrateDB(ctx, db, log)
+}
+
+// MigrateAndSeal applies every pending migration, then seals the project
+// secrets an installation from before sealed secrets still holds in plain
+// text, with k (nil will do when there are none). The migrate command and
+// the migrate function call it on every deploy.
+func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretbox.Keyring) (applied, sealed int, err error) {
+	if applied, err = Migrate(ctx, url, log); err != nil {
+		return applied, 0, err
+	}
+	pool, err := OpenPool(ctx, url, PoolOptions{MaxConns: 1, NoStatementCache: true, NoStartupSettings: true})
+	if err != nil {
+		return applied, 0, err
+	}
+	defer pool.Close()
+	st := New(pool, Limits{})
+	if k != nil {
+		st.SetKeyring(k)
+	}
+	sealed, err = st.SealLegacySecrets(ctx)
+	return applied, sealed, err
 }
 
 func migrateDB(ctx context.Context, db *sql.DB, log *slog.Logger) (int, error) {

@@ -37,18 +37,34 @@ func JobsOf(p *pipeline.Pipeline) []NewJob {
 
 // NewRun is a run being created. The pipeline has been parsed and validated
 // by the caller; the store re-checks what it relies on (names, needs, DAG).
+// The project must exist: creating a run never creates one.
 type NewRun struct {
-	Project  string
+	Project  string // the project's name
 	Trigger  string
 	GitSHA   string
 	GitRef   string
 	GitDirty bool
-	// Source is the verified snapshot; empty only in tests of the lease core.
+	// Source is the verified snapshot; empty only in tests of the lease
+	// core. It is registered as a blob of the run's (project, tier).
 	Source domain.Source
 	Jobs   []NewJob
-	// NoSecrets keeps the project's secrets from the run's jobs (a pull
-	// request from a fork).
-	NoSecrets bool
+	// Untrusted runs get no secrets and write only caches that trusted runs
+	// never read (a pull request from a fork, a member without the secrets
+	// permission).
+	Untrusted bool
+	// Scope is the ref whose caches the run reads first and the only one
+	// it writes (default "manual"); BaseRef is a pull request's base
+	// branch, read after Scope and before the default branch.
+	Scope, BaseRef string
+	// Actor is whom the run is for (user:<id>, github:<id>). An untrusted
+	// run whose actor was never approved in the project waits for approval.
+	Actor string
+	// By, when set, is the user creating the run: CreateRun checks their
+	// write permission in the run's transaction and sets the trigger,
+	// scope and actor from them. Untrusted must then say what the caller
+	// found (the tier the source was uploaded under); a change of the
+	// user's secrets permission meanwhile is EConflict.
+	By *User
 	// Checks, when set, mirrors every job to a GitHub Check run: the outbox
 	// rows are written with the run, in its transaction.
 	Checks *CheckTarget
@@ -60,9 +76,21 @@ type CheckTarget struct {
 	HeadSHA      string
 }
 
+// Approval states of a run.
+const (
+	ApprovalNone     = "none"
+	ApprovalPending  = "pending"
+	ApprovalApproved = "approved"
+	ApprovalRejected = "rejected"
+)
+
+// ReasonWaitingApproval is the reason of a job held until its run is approved.
+const ReasonWaitingApproval = "waiting for approval"
+
 // Run is a run as stored.
 type Run struct {
 	ID             string     `json:"id"`
+	ProjectID      string     `json:"project_id"`
 	Project        string     `json:"project"`
 	Number         int64      `json:"number"`
 	State          string     `json:"state"`
@@ -73,6 +101,13 @@ type Run struct {
 	SourceDigest   string     `json:"source_digest,omitempty"`
 	ManifestDigest string     `json:"manifest_digest,omitempty"`
 	SourceSize     int64      `json:"source_size,omitempty"`
+	Trusted        bool       `json:"trusted"`
+	Scope          string     `json:"scope"`
+	BaseRef        string     `json:"base_ref,omitempty"`
+	Actor          string     `json:"actor,omitempty"`
+	Approval       string     `json:"approval"`
+	ApprovalBy     string     `json:"approval_by,omitempty"`
+	ApprovalAt     *time.Time `json:"approval_at,omitempty"`
 	CreatedAt      time.Time  `json:"created_at"`
 	StartedAt      *time.Time `json:"started_at,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
@@ -81,7 +116,7 @@ type Run struct {
 }
 
 // CreateRun stores a run and its jobs as PENDING, then queues the jobs that
-// need nothing.
+// need nothing (unless the run waits for approval).
 func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -102,63 +137,134 @@ func createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, error) {
 	if err := validateJobs(nr.Jobs); err != nil {
 		return Run{}, err
 	}
+	var projectID string
+	err := tx.QueryRow(ctx, `SELECT id FROM projects WHERE name = $1`, nr.Project).Scan(&projectID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, domain.Errorf(domain.ENotFound, "project %s not found", nr.Project)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("project %q: %w", nr.Project, err)
+	}
+	if nr.By != nil {
+		if err := runBy(ctx, tx, &nr, projectID); err != nil {
+			return Run{}, err
+		}
+	}
 	if nr.Trigger == "" {
 		nr.Trigger = "manual"
 	}
-	run := Run{ID: uuid.Must(uuid.NewV7()).String(), Project: nr.Project, Trigger: nr.Trigger,
+	if nr.Scope == "" {
+		nr.Scope = "manual"
+	}
+	run := Run{ID: uuid.Must(uuid.NewV7()).String(), ProjectID: projectID, Project: nr.Project, Trigger: nr.Trigger,
 		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
-		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest}
-	err := func() error {
-		var projectID string
-		err := tx.QueryRow(ctx, `
-			INSERT INTO projects (id, name) VALUES ($1, $2)
-			ON CONFLICT (name) DO UPDATE SET next_run_number = projects.next_run_number + 1
-			RETURNING id, next_run_number`, uuid.Must(uuid.NewV7()).String(), nr.Project).Scan(&projectID, &run.Number)
+		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest, SourceSize: nr.Source.Size,
+		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone}
+	if err := tx.QueryRow(ctx, `UPDATE projects SET next_run_number = next_run_number + 1 WHERE id = $1
+		RETURNING next_run_number`, projectID).Scan(&run.Number); err != nil {
+		return Run{}, fmt.Errorf("number run: %w", err)
+	}
+	if nr.Untrusted {
+		var approved bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approved_actors WHERE project_id = $1 AND actor = $2)`,
+			projectID, nr.Actor).Scan(&approved); err != nil {
+			return Run{}, fmt.Errorf("approved actors: %w", err)
+		}
+		if !approved {
+			run.Approval = ApprovalPending
+		}
+	}
+	if nr.Source.BlobDigest != "" {
+		if err := registerBlob(ctx, tx, BlobRef{projectID, run.Trusted, nr.Source.BlobDigest}, nr.Source.Size); err != nil {
+			return Run{}, err
+		}
+	}
+	if err := insertRun(ctx, tx, &run); err != nil {
+		return Run{}, err
+	}
+	if err := insertJobs(ctx, tx, &run, nr); err != nil {
+		return Run{}, err
+	}
+	if err := advanceRun(ctx, tx, run.ID); err != nil {
+		return Run{}, err
+	}
+	err = tx.QueryRow(ctx, `SELECT state, created_at FROM runs WHERE id = $1`, run.ID).Scan(&run.State, &run.CreatedAt)
+	return run, err
+}
+
+// runBy checks that the user creating a run may write to the project and
+// sets what the server, not the client, says about the run.
+func runBy(ctx context.Context, tx pgx.Tx, nr *NewRun, projectID string) error {
+	a, err := authorize(ctx, tx, *nr.By, projectID, RankWrite, "project "+nr.Project)
+	if err != nil {
+		return err
+	}
+	if a.Secrets == nr.Untrusted {
+		return domain.Errorf(domain.EConflict, "your secrets permission in %s changed while the run was being created; submit again", nr.Project)
+	}
+	if nr.Trigger == "" {
+		nr.Trigger = "cli:" + nr.By.Name
+	}
+	if nr.Scope == "" {
+		nr.Scope = "cli/" + nr.By.Name
+	}
+	if nr.Actor == "" {
+		nr.Actor = "user:" + nr.By.ID
+	}
+	return nil
+}
+
+func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
+	_, err := tx.Exec(ctx, `
+		INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
+		                  source_digest, manifest_digest, source_size, trusted, scope, base_ref, actor, approval)
+		VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11,
+		        $12, nullif($13, ''), $14, $15)`,
+		run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
+		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
+		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval)
+	if err != nil {
+		return fmt.Errorf("insert run: %w", err)
+	}
+	return nil
+}
+
+func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
+	var reason *string
+	if run.Approval == ApprovalPending {
+		r := ReasonWaitingApproval
+		reason = &r
+	}
+	for _, j := range nr.Jobs {
+		id := uuid.Must(uuid.NewV7()).String()
+		run.JobIDs[j.Name] = id
+		timeout := j.TimeoutSeconds
+		if timeout <= 0 {
+			timeout = 3600
+		}
+		// The spec column holds the claim response's job object whole.
+		spec, err := json.Marshal(domain.ClaimedJob{ID: id, RunID: run.ID, Name: j.Name,
+			Needs: nonNil(j.Needs), TimeoutSeconds: timeout, JobSpec: j.Spec})
 		if err != nil {
-			return fmt.Errorf("project %q: %w", nr.Project, err)
+			return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
 		}
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
-			                  source_digest, manifest_digest, source_size, secrets_allowed)
-			VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11)`,
-			run.ID, projectID, run.Number, nr.Trigger, nr.GitSHA, nr.GitRef, nr.GitDirty,
-			nr.Source.BlobDigest, nr.Source.ManifestDigest, nullIfZero(nr.Source.Size, nr.Source.BlobDigest),
-			!nr.NoSecrets); err != nil {
-			return fmt.Errorf("insert run: %w", err)
+			INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost,
+			                  retry_failed, secret_names, reason)
+			VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11)`,
+			id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
+			nonNil(j.Spec.SecretNames()), reason); err != nil {
+			return fmt.Errorf("insert job %s: %w", j.Name, err)
 		}
-		for _, j := range nr.Jobs {
-			id := uuid.Must(uuid.NewV7()).String()
-			run.JobIDs[j.Name] = id
-			timeout := j.TimeoutSeconds
-			if timeout <= 0 {
-				timeout = 3600
-			}
-			// The spec column holds the claim response's job object whole.
-			spec, err := json.Marshal(domain.ClaimedJob{ID: id, RunID: run.ID, Name: j.Name,
-				Needs: nonNil(j.Needs), TimeoutSeconds: timeout, JobSpec: j.Spec})
-			if err != nil {
-				return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
-			}
+		if nr.Checks != nil {
 			if _, err := tx.Exec(ctx, `
-				INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost, retry_failed)
-				VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9)`,
-				id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed); err != nil {
-				return fmt.Errorf("insert job %s: %w", j.Name, err)
-			}
-			if nr.Checks != nil {
-				if _, err := tx.Exec(ctx, `
-					INSERT INTO check_runs (job_id, repository_id, head_sha, name) VALUES ($1, $2, $3, $4)`,
-					id, nr.Checks.RepositoryID, nr.Checks.HeadSHA, j.Name); err != nil {
-					return fmt.Errorf("check run of job %s: %w", j.Name, err)
-				}
+				INSERT INTO check_runs (job_id, repository_id, head_sha, name) VALUES ($1, $2, $3, $4)`,
+				id, nr.Checks.RepositoryID, nr.Checks.HeadSHA, j.Name); err != nil {
+				return fmt.Errorf("check run of job %s: %w", j.Name, err)
 			}
 		}
-		if err := advanceRun(ctx, tx, run.ID); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT state, created_at FROM runs WHERE id = $1`, run.ID).Scan(&run.State, &run.CreatedAt)
-	}()
-	return run, err
+	}
+	return nil
 }
 
 func nonNil(s []string) []string {
@@ -236,8 +342,8 @@ const lockRunSQL = `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`
 
 // advanceRun moves a run forward after any job transition, inside the
 // caller's transaction: dependants of jobs that did not pass become SKIPPED
-// (transitively), pending jobs whose needs all passed become QUEUED, and the
-// run's state is derived from its jobs.
+// (transitively), pending jobs whose needs all passed become QUEUED (unless
+// the run waits for approval), and the run's state is derived from its jobs.
 //
 // It locks the run row first, so that two jobs of one run finishing at the
 // same time take turns here; under READ COMMITTED the second then sees the
@@ -271,7 +377,8 @@ func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 		UPDATE jobs d SET state = 'QUEUED', queued_at = now()
 		WHERE d.run_id = $1 AND d.state = 'PENDING'
 		  AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
-		                  AND n.state <> 'PASSED')`, runID)
+		                  AND n.state <> 'PASSED')
+		  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND r.approval = 'pending')`, runID)
 	b.Queue(`
 		WITH c AS (
 		    SELECT count(*) FILTER (WHERE state IN ('PENDING', 'QUEUED', 'RUNNING')) AS open,
@@ -301,16 +408,38 @@ func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 	return nil
 }
 
-// GetRun returns a run by ID.
-func (s *Store) GetRun(ctx context.Context, runID string) (Run, error) {
+// runColumns are the columns scanRun reads, from runs r joined to projects p.
+const runColumns = `r.id, r.project_id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''),
+	coalesce(r.git_ref, ''), r.git_dirty, coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''),
+	coalesce(r.source_size, 0), r.trusted, r.scope, coalesce(r.base_ref, ''), r.actor, r.approval,
+	coalesce(r.approval_by, ''), r.approval_at, r.created_at, r.started_at, r.finished_at`
+
+func scanRun(row pgx.Row) (Run, error) {
 	var r Run
-	err := s.pool.QueryRow(ctx, `
-		SELECT r.id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''), coalesce(r.git_ref, ''), r.git_dirty,
-		       coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), coalesce(r.source_size, 0),
-		       r.created_at, r.started_at, r.finished_at
-		FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`, runID).Scan(
-		&r.ID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef, &r.GitDirty,
-		&r.SourceDigest, &r.ManifestDigest, &r.SourceSize, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
+	err := row.Scan(&r.ID, &r.ProjectID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef,
+		&r.GitDirty, &r.SourceDigest, &r.ManifestDigest, &r.SourceSize, &r.Trusted, &r.Scope, &r.BaseRef,
+		&r.Actor, &r.Approval, &r.ApprovalBy, &r.ApprovalAt, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
+	return r, err
+}
+
+// GetRun returns a run by ID (operator tools and tests; people use GetRunAs).
+func (s *Store) GetRun(ctx context.Context, runID string) (Run, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+`
+		FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`, runID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, domain.Errorf(domain.ENotFound, "run %s not found", runID)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("get run: %w", err)
+	}
+	return r, nil
+}
+
+// GetRunAs returns a run u may read; any other is ENotFound.
+func (s *Store) GetRunAs(ctx context.Context, u User, runID string) (Run, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+`
+		FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1 AND `+canRead("$2", "r.project_id"),
+		runID, u.ID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, domain.Errorf(domain.ENotFound, "run %s not found", runID)
 	}
@@ -353,10 +482,27 @@ func (s *Store) RunJobs(ctx context.Context, runID string) ([]JobInfo, error) {
 }
 
 // ReadLog returns up to limit bytes of a job's log from offset, for the
-// given generation (0: the current one), and the generation read.
+// given generation (0: the current one), and the generation read
+// (operator tools and tests; people use ReadLogAs).
 func (s *Store) ReadLog(ctx context.Context, runID, jobID string, generation int, offset, limit int64) ([]byte, int, error) {
+	return s.readLog(ctx, nil, runID, jobID, generation, offset, limit)
+}
+
+// ReadLogAs is ReadLog of a job u may read; any other is ENotFound.
+func (s *Store) ReadLogAs(ctx context.Context, u User, runID, jobID string, generation int, offset, limit int64) ([]byte, int, error) {
+	return s.readLog(ctx, &u, runID, jobID, generation, offset, limit)
+}
+
+func (s *Store) readLog(ctx context.Context, u *User, runID, jobID string, generation int, offset, limit int64) ([]byte, int, error) {
+	uid := ""
+	if u != nil {
+		uid = u.ID
+	}
 	var cur int
-	err := s.pool.QueryRow(ctx, `SELECT generation FROM jobs WHERE id = $1 AND run_id = $2`, jobID, runID).Scan(&cur)
+	err := s.pool.QueryRow(ctx, `
+		SELECT j.generation FROM jobs j JOIN runs r ON r.id = j.run_id
+		WHERE j.id = $1 AND j.run_id = $2 AND (NOT $3 OR `+canRead("$4", "r.project_id")+`)`,
+		jobID, runID, u != nil, uid).Scan(&cur)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, 0, domain.Errorf(domain.ENotFound, "job %s not found in run %s", jobID, runID)
 	}
@@ -373,57 +519,4 @@ func (s *Store) ReadLog(ctx context.Context, runID, jobID string, generation int
 		return err
 	})
 	return out, generation, err
-}
-
-// Cancel cancels a run, or one job of it when jobID is not empty: jobs not
-// yet running become CANCELED at once (their dependants SKIPPED); running
-// jobs get cancel_requested, which their runner hears on its next heartbeat
-// and answers by stopping the steps and completing "canceled". Finished
-// jobs are left alone. It returns how many jobs were canceled and asked.
-func (s *Store) Cancel(ctx context.Context, runID, jobID string) (canceled, asked int, err error) {
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2))`, runID, jobID).Scan(&exists); err != nil {
-			return fmt.Errorf("find jobs: %w", err)
-		}
-		if !exists {
-			return domain.Errorf(domain.ENotFound, "no such run or job")
-		}
-		// The lock order of every other transition: a queued or running
-		// job's row before its run's (claims, heartbeats, completions,
-		// expiry), and pending rows only under the run's lock (advanceRun
-		// queues and skips them). Taking a pending row before a running
-		// one would close a cycle with a completion that holds the running
-		// row and the run and is about to queue that pending job.
-		if _, err := tx.Exec(ctx, `
-			SELECT id FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('QUEUED', 'RUNNING')
-			ORDER BY id FOR UPDATE`, runID, jobID); err != nil {
-			return fmt.Errorf("lock jobs: %w", err)
-		}
-		if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
-			return fmt.Errorf("lock run: %w", err)
-		}
-		tag, err := tx.Exec(ctx, `
-			UPDATE jobs SET state = 'CANCELED', reason = 'canceled', finished_at = now()
-			WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('PENDING', 'QUEUED')`, runID, jobID)
-		if err != nil {
-			return fmt.Errorf("cancel jobs: %w", err)
-		}
-		canceled = int(tag.RowsAffected())
-		tag, err = tx.Exec(ctx, `
-			UPDATE jobs SET cancel_requested = true
-			WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state = 'RUNNING'`, runID, jobID)
-		if err != nil {
-			return fmt.Errorf("request cancel: %w", err)
-		}
-		asked = int(tag.RowsAffected())
-		if jobID == "" {
-			if _, err := tx.Exec(ctx, `UPDATE runs SET cancel_requested = true WHERE id = $1`, runID); err != nil {
-				return fmt.Errorf("cancel run: %w", err)
-			}
-		}
-		return advanceRun(ctx, tx, runID)
-	})
-	return canceled, asked, err
 }

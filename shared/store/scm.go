@@ -17,14 +17,16 @@ type Repository struct {
 	GitHubID       int64     `json:"github_id"`
 	FullName       string    `json:"full_name"`
 	InstallationID int64     `json:"installation_id"`
-	Project        string    `json:"project"`
+	ProjectID      string    `json:"project_id"`
+	Project        string    `json:"project"` // the project's name
 	WebhookSecret  string    `json:"-"`
 	CreatedAt      time.Time `json:"created_at"`
 }
 
 var fullNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
 
-// AddRepository registers (or updates) a repository.
+// AddRepository registers (or updates) a repository for an existing
+// project, named by r.Project.
 func (s *Store) AddRepository(ctx context.Context, r Repository) error {
 	switch {
 	case r.GitHubID <= 0:
@@ -38,11 +40,15 @@ func (s *Store) AddRepository(ctx context.Context, r Repository) error {
 	case r.Project == "":
 		return domain.Errorf(domain.EInvalid, "a project name is required")
 	}
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project)
+	projectID, err := s.ProjectID(ctx, r.Project)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `
+		INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project_id)
 		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (github_id) DO UPDATE SET full_name = $2, installation_id = $3, webhook_secret = $4, project = $5`,
-		r.GitHubID, r.FullName, r.InstallationID, r.WebhookSecret, r.Project)
+		ON CONFLICT (github_id) DO UPDATE SET full_name = $2, installation_id = $3, webhook_secret = $4, project_id = $5`,
+		r.GitHubID, r.FullName, r.InstallationID, r.WebhookSecret, projectID)
 	if isUniqueViolation(err) {
 		return domain.Errorf(domain.EConflict, "another repository is registered as %s", r.FullName)
 	}
@@ -53,9 +59,9 @@ func (s *Store) AddRepository(ctx context.Context, r Repository) error {
 func (s *Store) Repository(ctx context.Context, githubID int64) (Repository, error) {
 	var r Repository
 	err := s.pool.QueryRow(ctx, `
-		SELECT github_id, full_name, installation_id, webhook_secret, project, created_at
-		FROM scm_repositories WHERE github_id = $1`, githubID).
-		Scan(&r.GitHubID, &r.FullName, &r.InstallationID, &r.WebhookSecret, &r.Project, &r.CreatedAt)
+		SELECT r.github_id, r.full_name, r.installation_id, r.webhook_secret, r.project_id, p.name, r.created_at
+		FROM scm_repositories r JOIN projects p ON p.id = r.project_id WHERE r.github_id = $1`, githubID).
+		Scan(&r.GitHubID, &r.FullName, &r.InstallationID, &r.WebhookSecret, &r.ProjectID, &r.Project, &r.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, domain.Errorf(domain.ENotFound, "repository %d is not registered", githubID)
 	}
@@ -231,13 +237,15 @@ func (s *Store) FailDelivery(ctx context.Context, d *Delivery, cause error, perm
 	return nil
 }
 
-// Deliveries lists the most recent deliveries, newest first, optionally in
-// one state.
-func (s *Store) Deliveries(ctx context.Context, state string, limit int) ([]Delivery, error) {
+// Deliveries lists the most recent deliveries of the projects u may read,
+// newest first, optionally in one state.
+func (s *Store) Deliveries(ctx context.Context, u User, state string, limit int) ([]Delivery, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT guid, event, repository_id, state, attempts, coalesce(last_error, ''), coalesce(run_id, ''),
-		       coalesce(note, ''), received_at
-		FROM scm_deliveries WHERE ($1 = '' OR state = $1) ORDER BY received_at DESC LIMIT $2`, state, limit)
+		SELECT d.guid, d.event, d.repository_id, d.state, d.attempts, coalesce(d.last_error, ''), coalesce(d.run_id, ''),
+		       coalesce(d.note, ''), d.received_at
+		FROM scm_deliveries d JOIN scm_repositories r ON r.github_id = d.repository_id
+		WHERE ($1 = '' OR d.state = $1) AND `+canRead("$3", "r.project_id")+`
+		ORDER BY d.received_at DESC LIMIT $2`, state, limit, u.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -249,18 +257,33 @@ func (s *Store) Deliveries(ctx context.Context, state string, limit int) ([]Deli
 }
 
 // RetryDelivery puts a FAILED delivery back to PENDING with fresh attempts
-// (an admin fixed the cause).
-func (s *Store) RetryDelivery(ctx context.Context, guid string) error {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE scm_deliveries SET state = 'PENDING', attempts = 0, next_attempt_at = now(), finished_at = NULL, note = NULL
-		WHERE guid = $1 AND state = 'FAILED'`, guid)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return domain.Errorf(domain.ENotFound, "no FAILED delivery %q", guid)
-	}
-	return nil
+// (the cause was fixed); u needs the write role in its project.
+func (s *Store) RetryDelivery(ctx context.Context, u User, guid string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		var projectID string
+		err := tx.QueryRow(ctx, `
+			SELECT r.project_id FROM scm_deliveries d JOIN scm_repositories r ON r.github_id = d.repository_id
+			WHERE d.guid = $1`, guid).Scan(&projectID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Errorf(domain.ENotFound, "delivery %q not found", guid)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := authorize(ctx, tx, u, projectID, RankWrite, "delivery "+guid); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `
+			UPDATE scm_deliveries SET state = 'PENDING', attempts = 0, next_attempt_at = now(), finished_at = NULL, note = NULL
+			WHERE guid = $1 AND state = 'FAILED'`, guid)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.EConflict, "delivery %q is not FAILED", guid)
+		}
+		return nil
+	})
 }
 
 // CheckWork is a check run due to be pushed to GitHub, with the job state it
@@ -312,13 +335,13 @@ func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) (
 		SELECT l.id, coalesce(l.job_id, ''), coalesce(l.job_id, 'delivery:' || l.delivery_guid), coalesce(l.summary, ''),
 		       l.lease_id::text, l.version, coalesce(l.github_id, 0), l.create_attempted, l.attempts,
 		       r.full_name, r.installation_id, l.head_sha, l.name,
-		       coalesce(j.run_id, ''), coalesce(ru.number, 0), coalesce(p.name, r.project), coalesce(j.state, 'FAILED'),
+		       coalesce(j.run_id, ''), coalesce(ru.number, 0), p.name, coalesce(j.state, 'FAILED'),
 		       coalesce(j.reason, ''), j.exit_code, coalesce(j.generation, 0), j.started_at, j.finished_at
 		FROM leased l
 		JOIN scm_repositories r ON r.github_id = l.repository_id
 		LEFT JOIN jobs j ON j.id = l.job_id
 		LEFT JOIN runs ru ON ru.id = j.run_id
-		LEFT JOIN projects p ON p.id = ru.project_id`, limit, ttl.Seconds())
+		JOIN projects p ON p.id = r.project_id`, limit, ttl.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim checks: %w", err)
 	}
@@ -390,30 +413,5 @@ func (s *Store) ChecksOfRun(ctx context.Context, runID string) ([]CheckStatus, e
 		var c CheckStatus
 		err := row.Scan(&c.JobID, &c.Name, &c.GitHubID, &c.Version, &c.PushedVersion, &c.LastError)
 		return c, err
-	})
-}
-
-var secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,99}$`)
-
-// SetSecret sets a project secret (creating the project if needed).
-func (s *Store) SetSecret(ctx context.Context, project, name, value string) error {
-	if !secretNameRE.MatchString(name) {
-		return domain.Errorf(domain.EInvalid, "secret names are upper-case letters, digits and _, not starting with a digit: %q", name)
-	}
-	if value == "" || len(value) > 65536 {
-		return domain.Errorf(domain.EInvalid, "a secret value must be 1 to 65536 bytes")
-	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		var projectID string
-		if err := tx.QueryRow(ctx, `
-			-- next_run_number holds the last number used: none yet.
-			INSERT INTO projects (id, name, next_run_number) VALUES (gen_random_uuid()::text, $1, 0)
-			ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING id`, project).Scan(&projectID); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `
-			INSERT INTO project_secrets (project_id, name, value) VALUES ($1, $2, $3)
-			ON CONFLICT (project_id, name) DO UPDATE SET value = $3, updated_at = now()`, projectID, name, value)
-		return err
 	})
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/forgeci/forgeci/shared/secretbox"
 )
 
 // Limits the store enforces. Zero values are replaced by the defaults.
@@ -47,6 +49,11 @@ type Store struct {
 
 	// hints are where claims start scanning the queue (claimhint.go).
 	hints claimHints
+
+	// keyring seals and opens project secrets (nil: not configured);
+	// dataKeys caches the project data keys it unwrapped.
+	keyring  secretbox.Keyring
+	dataKeys *secretbox.Cache
 }
 
 // New wraps an open pool.

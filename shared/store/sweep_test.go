@@ -60,6 +60,7 @@ func expire(t *testing.T, s *store.Store, jobID string) {
 func TestSweepAbortsAndSkips(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
 		{Name: "build"}, {Name: "test", Needs: []string{"build"}}, {Name: "deploy", Needs: []string{"test"}},
@@ -106,6 +107,7 @@ func TestSweepAbortsAndSkips(t *testing.T) {
 func TestSweepConcurrent(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	const n = 200
 	nr := store.NewRun{Project: "p"}
@@ -177,6 +179,7 @@ func TestSweepConcurrent(t *testing.T) {
 func TestRunOrchestration(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
 		{Name: "a"}, {Name: "b"}, {Name: "c", Needs: []string{"a", "b"}},
@@ -221,6 +224,7 @@ func TestRunOrchestration(t *testing.T) {
 func TestRetryFailed(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
 	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "flaky", RetryFailed: 1}}})
 	if err != nil {
@@ -250,6 +254,7 @@ func TestRetryFailed(t *testing.T) {
 // TestCreateRunValidation: cycles, unknown needs and duplicates are refused.
 func TestCreateRunValidation(t *testing.T) {
 	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
 	for name, jobs := range map[string][]store.NewJob{
 		"cycle":     {{Name: "a", Needs: []string{"b"}}, {Name: "b", Needs: []string{"a"}}},
 		"self":      {{Name: "a", Needs: []string{"a"}}},

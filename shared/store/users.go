@@ -15,24 +15,25 @@ import (
 
 const userTokenPrefix = "fru_"
 
-// User roles, weakest first.
+// Roles. A user's global role is RoleAdmin (everything, everywhere) or
+// RoleUser (what their project memberships give); a membership's role is
+// RoleRead, RoleWrite or RoleAdmin of that project.
 const (
+	RoleUser  = "user"
 	RoleRead  = "read"
 	RoleWrite = "write"
 	RoleAdmin = "admin"
 )
 
-var roleRank = map[string]int{RoleRead: 1, RoleWrite: 2, RoleAdmin: 3}
-
 // User is an authenticated person.
 type User struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
-	Role string `json:"role"`
+	Role string `json:"role"` // global: admin or user
 }
 
-// Can reports whether the user's role is at least role.
-func (u User) Can(role string) bool { return roleRank[u.Role] >= roleRank[role] }
+// IsAdmin reports whether the user is a global admin.
+func (u User) IsAdmin() bool { return u.Role == RoleAdmin }
 
 // CreateUser makes a user with a first API token, returned once.
 func (s *Store) CreateUser(ctx context.Context, name, role string) (User, string, error) {
@@ -40,8 +41,13 @@ func (s *Store) CreateUser(ctx context.Context, name, role string) (User, string
 	if name == "" || len(name) > 100 {
 		return User{}, "", domain.Errorf(domain.EInvalid, "user name must be 1 to 100 characters")
 	}
-	if roleRank[role] == 0 {
-		return User{}, "", domain.Errorf(domain.EInvalid, "role must be admin, write or read")
+	switch role {
+	case RoleAdmin, RoleUser:
+	case RoleRead, RoleWrite:
+		return User{}, "", domain.Errorf(domain.EInvalid,
+			"role %q is per project now: make the user with role user, then add them to projects (forgeci project member add)", role)
+	default:
+		return User{}, "", domain.Errorf(domain.EInvalid, "role must be admin or user")
 	}
 	u := User{ID: uuid.Must(uuid.NewV7()).String(), Name: name, Role: role}
 	token := newSecret(userTokenPrefix)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,32 +16,6 @@ import (
 // What people look at: projects, run lists, attempts; and what admins
 // manage: users and their tokens. The dashboard and CLI share these.
 
-// Project is a project with its latest run.
-type Project struct {
-	Name      string     `json:"name"`
-	Runs      int64      `json:"runs"`
-	LastState string     `json:"last_state,omitempty"`
-	LastRunAt *time.Time `json:"last_run_at,omitempty"`
-}
-
-// ListProjects returns the projects, most recently run first.
-func (s *Store) ListProjects(ctx context.Context) ([]Project, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT p.name, p.next_run_number, coalesce(l.state, ''), l.created_at
-		FROM projects p
-		LEFT JOIN LATERAL (SELECT state, created_at FROM runs r WHERE r.project_id = p.id
-		                   ORDER BY r.number DESC LIMIT 1) l ON true
-		ORDER BY l.created_at DESC NULLS LAST, p.name`)
-	if err != nil {
-		return nil, fmt.Errorf("list projects: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Project, error) {
-		var p Project
-		err := row.Scan(&p.Name, &p.Runs, &p.LastState, &p.LastRunAt)
-		return p, err
-	})
-}
-
 // RunFilter selects runs, newest first.
 type RunFilter struct {
 	Project string // "" for all
@@ -50,31 +23,31 @@ type RunFilter struct {
 	Before  string // a run ID: only runs created before it (the next page)
 }
 
-// ListRuns returns runs, newest first.
-func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
+// ListRuns returns the runs u may read, newest first. A project named in
+// the filter that u cannot read is ENotFound, as if it did not exist.
+func (s *Store) ListRuns(ctx context.Context, u User, f RunFilter) ([]Run, error) {
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
 	if f.Limit > 200 {
 		return nil, domain.Errorf(domain.EInvalid, "limit must be at most 200")
 	}
+	if f.Project != "" {
+		if _, err := s.GetProject(ctx, u, f.Project); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT r.id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''), coalesce(r.git_ref, ''),
-		       r.git_dirty, coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), r.created_at,
-		       r.started_at, r.finished_at
+		SELECT `+runColumns+`
 		FROM runs r JOIN projects p ON p.id = r.project_id
-		WHERE ($1 = '' OR p.name = $1)
+		WHERE ($1 = '' OR p.name = $1 OR p.id = $1)
 		  AND ($2 = '' OR (r.created_at, r.id) < (SELECT created_at, id FROM runs WHERE id = $2))
-		ORDER BY r.created_at DESC, r.id DESC LIMIT $3`, f.Project, f.Before, f.Limit)
+		  AND `+canRead("$4", "r.project_id")+`
+		ORDER BY r.created_at DESC, r.id DESC LIMIT $3`, f.Project, f.Before, f.Limit, u.ID)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) {
-		var r Run
-		err := row.Scan(&r.ID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef, &r.GitDirty,
-			&r.SourceDigest, &r.ManifestDigest, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
-		return r, err
-	})
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
 }
 
 // Attempt is one lease of a job: ended ones from job_attempts, the current
@@ -99,13 +72,14 @@ type JobDetail struct {
 	Attempts []Attempt `json:"attempts"`
 }
 
-// GetJob returns a job of a run and its attempts, oldest first.
-func (s *Store) GetJob(ctx context.Context, runID, jobID string) (JobDetail, error) {
+// GetJob returns a job of a run u may read, and its attempts, oldest first.
+func (s *Store) GetJob(ctx context.Context, u User, runID, jobID string) (JobDetail, error) {
 	var d JobDetail
 	err := s.pool.QueryRow(ctx, `
-		SELECT id, run_id, name, state, needs, labels, generation, coalesce(runner_id, ''), coalesce(reason, ''),
-		       exit_code, log_size, started_at, finished_at
-		FROM jobs WHERE id = $1 AND run_id = $2`, jobID, runID).Scan(&d.ID, &d.RunID, &d.Name, &d.State, &d.Needs,
+		SELECT j.id, j.run_id, j.name, j.state, j.needs, j.labels, j.generation, coalesce(j.runner_id, ''),
+		       coalesce(j.reason, ''), j.exit_code, j.log_size, j.started_at, j.finished_at
+		FROM jobs j JOIN runs r ON r.id = j.run_id
+		WHERE j.id = $1 AND j.run_id = $2 AND `+canRead("$3", "r.project_id"), jobID, runID, u.ID).Scan(&d.ID, &d.RunID, &d.Name, &d.State, &d.Needs,
 		&d.Labels, &d.Generation, &d.RunnerID, &d.Reason, &d.ExitCode, &d.LogSize, &d.StartedAt, &d.FinishedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
@@ -133,72 +107,6 @@ func (s *Store) GetJob(ctx context.Context, runID, jobID string) (JobDetail, err
 		return a, err
 	})
 	return d, err
-}
-
-// Retry creates a new run from a finished run: all its jobs, or only jobID,
-// on the same source snapshot. The old run is left as it was.
-func (s *Store) Retry(ctx context.Context, runID, jobID, who string) (Run, error) {
-	old, err := s.GetRun(ctx, runID)
-	if err != nil {
-		return Run{}, err
-	}
-	if !IsTerminalRun(old.State) {
-		return Run{}, domain.Errorf(domain.EConflict, "run %s is %s; retry it once it has finished (or cancel it)", runID, old.State)
-	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT id, name, needs, labels, spec, timeout_seconds, retry_lease_lost, retry_failed, state
-		FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) ORDER BY created_at, id`, runID, jobID)
-	if err != nil {
-		return Run{}, err
-	}
-	type oldJob struct {
-		NewJob
-		ID, State string
-	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (oldJob, error) {
-		var j oldJob
-		var spec []byte
-		if err := row.Scan(&j.ID, &j.Name, &j.Needs, &j.Labels, &spec, &j.TimeoutSeconds, &j.RetryLeaseLost, &j.RetryFailed, &j.State); err != nil {
-			return j, err
-		}
-		var cj domain.ClaimedJob
-		if err := json.Unmarshal(spec, &cj); err != nil {
-			return j, fmt.Errorf("job %s spec: %w", j.Name, err)
-		}
-		j.Spec = cj.JobSpec
-		return j, nil
-	})
-	if err != nil {
-		return Run{}, err
-	}
-	if len(jobs) == 0 {
-		return Run{}, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
-	}
-	nr := NewRun{Project: old.Project, GitSHA: old.GitSHA, GitRef: old.GitRef, GitDirty: old.GitDirty,
-		Source: domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest}}
-	var secrets bool
-	if err := s.pool.QueryRow(ctx, `SELECT coalesce(source_size, 0), secrets_allowed FROM runs WHERE id = $1`, runID).
-		Scan(&nr.Source.Size, &secrets); err != nil {
-		return Run{}, err
-	}
-	// A retry of a fork's run stays without secrets.
-	nr.NoSecrets = !secrets
-	if jobID == "" {
-		nr.Trigger = fmt.Sprintf("retry of #%d by %s", old.Number, who)
-	} else {
-		j := jobs[0]
-		if len(j.Spec.NeedArtifacts) > 0 {
-			return Run{}, domain.Errorf(domain.EInvalid, "job %s downloads artifacts of the jobs it needs; retry the whole run instead", j.Name)
-		}
-		// Alone in its new run, the job needs nothing.
-		jobs[0].Needs = nil
-		jobs = jobs[:1]
-		nr.Trigger = fmt.Sprintf("retry of #%d %s by %s", old.Number, j.Name, who)
-	}
-	for _, j := range jobs {
-		nr.Jobs = append(nr.Jobs, j.NewJob)
-	}
-	return s.CreateRun(ctx, nr)
 }
 
 // IsTerminalRun reports whether a run state is final.

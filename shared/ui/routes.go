@@ -4,29 +4,44 @@ import (
 	"net/http"
 
 	"github.com/forgeci/forgeci/shared/api"
-	"github.com/forgeci/forgeci/shared/store"
 )
 
 // The dashboard's routes join the routes table of package api (and so
 // template.yaml's UiFunction) when this package is imported.
 func init() {
 	ui := func(s *api.Server) *UI { return &UI{Store: s.Store, Log: s.Log} }
-	page := func(role string, h Handler) func(s *api.Server) http.HandlerFunc {
-		return func(s *api.Server) http.HandlerFunc { return ui(s).Page(role, h) }
+	// anyUser pages are authorised by the store against the project of
+	// what they show or change; adminOnly pages need a global admin.
+	const anyUser, adminOnly = false, true
+	page := func(admin bool, h Handler) func(s *api.Server) http.HandlerFunc {
+		return func(s *api.Server) http.HandlerFunc { return ui(s).Page(admin, h) }
+	}
+	plain := func(h func(u *UI) http.HandlerFunc) func(s *api.Server) http.HandlerFunc {
+		return func(s *api.Server) http.HandlerFunc { return h(ui(s)) }
+	}
+	route := func(method, path string, h func(s *api.Server) http.HandlerFunc) api.RouteHandler {
+		return api.RouteHandler{Route: api.Route{Method: method, Path: path}, Handler: h}
 	}
 	api.Register("ui",
-		api.RouteHandler{Route: api.Route{Method: "GET", Path: "/"}, Handler: page(store.RoleRead, Runs)},
-		api.RouteHandler{Route: api.Route{Method: "GET", Path: "/login"}, Handler: func(s *api.Server) http.HandlerFunc { return ui(s).LoginForm }},
-		api.RouteHandler{Route: api.Route{Method: "POST", Path: "/login"}, Handler: func(s *api.Server) http.HandlerFunc { return ui(s).Login }},
-		api.RouteHandler{Route: api.Route{Method: "POST", Path: "/logout"}, Handler: func(s *api.Server) http.HandlerFunc { return ui(s).Logout }},
-		api.RouteHandler{Route: api.Route{Method: "GET", Path: "/static/{name}"}, Handler: func(s *api.Server) http.HandlerFunc { return ui(s).Static }},
-		api.RouteHandler{Route: api.Route{Method: "GET", Path: "/runs/{run_id}"}, Handler: page(store.RoleRead, Run)},
-		api.RouteHandler{Route: api.Route{Method: "POST", Path: "/runs/{run_id}/cancel"}, Handler: page(store.RoleWrite, Cancel)},
-		api.RouteHandler{Route: api.Route{Method: "POST", Path: "/runs/{run_id}/retry"}, Handler: page(store.RoleWrite, Retry)},
-		api.RouteHandler{Route: api.Route{Method: "GET", Path: "/runs/{run_id}/jobs/{job_id}"}, Handler: page(store.RoleRead, Job)},
-		api.RouteHandler{Route: api.Route{Method: "GET", Path: "/runs/{run_id}/jobs/{job_id}/log"}, Handler: page(store.RoleRead, JobLog)},
-		api.RouteHandler{Route: api.Route{Method: "POST", Path: "/runs/{run_id}/jobs/{job_id}/cancel"}, Handler: page(store.RoleWrite, Cancel)},
-		api.RouteHandler{Route: api.Route{Method: "GET", Path: "/runners"}, Handler: page(store.RoleRead, Runners)},
-		api.RouteHandler{Route: api.Route{Method: "POST", Path: "/runners/{runner_id}/revoke"}, Handler: page(store.RoleAdmin, RevokeRunner)},
+		route("GET", "/", page(anyUser, Runs)),
+		route("GET", "/login", plain(func(u *UI) http.HandlerFunc { return u.LoginForm })),
+		route("POST", "/login", plain(func(u *UI) http.HandlerFunc { return u.Login })),
+		route("POST", "/logout", plain(func(u *UI) http.HandlerFunc { return u.Logout })),
+		route("GET", "/static/{name}", plain(func(u *UI) http.HandlerFunc { return u.Static })),
+		route("GET", "/runs/{run_id}", page(anyUser, Run)),
+		route("POST", "/runs/{run_id}/cancel", page(anyUser, Cancel)),
+		route("POST", "/runs/{run_id}/retry", page(anyUser, Retry)),
+		route("POST", "/runs/{run_id}/approve", page(anyUser, Approve)),
+		route("POST", "/runs/{run_id}/reject", page(anyUser, Reject)),
+		route("GET", "/runs/{run_id}/jobs/{job_id}", page(anyUser, Job)),
+		route("GET", "/runs/{run_id}/jobs/{job_id}/log", page(anyUser, JobLog)),
+		route("POST", "/runs/{run_id}/jobs/{job_id}/cancel", page(anyUser, Cancel)),
+		route("GET", "/projects", page(anyUser, Projects)),
+		route("POST", "/projects", page(adminOnly, CreateProject)),
+		route("GET", "/projects/{project}", page(anyUser, Project)),
+		route("POST", "/projects/{project}/members", page(anyUser, SetMember)),
+		route("POST", "/projects/{project}/members/{user_id}/remove", page(anyUser, RemoveMember)),
+		route("GET", "/runners", page(adminOnly, Runners)),
+		route("POST", "/runners/{runner_id}/revoke", page(adminOnly, RevokeRunner)),
 	)
 }

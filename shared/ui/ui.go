@@ -7,14 +7,11 @@ package ui
 import (
 	"embed"
 	"errors"
-	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -88,9 +85,10 @@ func secureHeaders(w http.ResponseWriter) {
 	h.Set("Cache-Control", "no-store")
 }
 
-// Page wraps h: it needs a logged-in user with at least role; a visitor
-// without a valid cookie is sent to the login page.
-func (u *UI) Page(role string, h Handler) http.HandlerFunc {
+// Page wraps h: it needs a logged-in user (a global admin if adminOnly);
+// a visitor without a valid cookie is sent to the login page. What a user
+// may see or change in a project the store decides, as for the API.
+func (u *UI) Page(adminOnly bool, h Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var user store.User
 		c, err := r.Cookie(cookieName)
@@ -109,8 +107,8 @@ func (u *UI) Page(role string, h Handler) http.HandlerFunc {
 			u.fail(w, user, domain.Errorf(domain.EForbidden, "cross-site form refused"))
 			return
 		}
-		if !user.Can(role) {
-			u.fail(w, user, domain.Errorf(domain.EForbidden, "this needs the %s role; you have %s", role, user.Role))
+		if adminOnly && !user.IsAdmin() {
+			u.fail(w, user, domain.Errorf(domain.EForbidden, "only global admins may see this"))
 			return
 		}
 		if err := h(u, w, r, user); err != nil {
@@ -131,7 +129,7 @@ func sameOrigin(r *http.Request) bool {
 }
 
 var statuses = map[string]int{domain.EUnauthorized: 401, domain.EForbidden: 403, domain.ENotFound: 404,
-	domain.EInvalid: 400, domain.EConflict: 409}
+	domain.EInvalid: 400, domain.EConflict: 409, domain.EUnavailable: 503}
 
 func (u *UI) fail(w http.ResponseWriter, user store.User, err error) {
 	status, ok := statuses[domain.ErrorCode(err)]
@@ -208,186 +206,4 @@ func (u *UI) Static(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "public, max-age=300")
 	http.ServeFileFS(w, r, sub, name)
-}
-
-type runsPage struct {
-	page
-	Project  string
-	Projects []store.Project
-	Runs     []store.Run
-	Next     string
-}
-
-// Runs lists runs, newest first.
-func Runs(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	q := r.URL.Query()
-	runs, err := u.Store.ListRuns(r.Context(), store.RunFilter{Project: q.Get("project"), Limit: 50, Before: q.Get("before")})
-	if err != nil {
-		return err
-	}
-	projects, err := u.Store.ListProjects(r.Context())
-	if err != nil {
-		return err
-	}
-	p := runsPage{page: page{Title: "Runs", User: user}, Project: q.Get("project"), Projects: projects, Runs: runs}
-	if len(runs) == 50 {
-		p.Next = runs[len(runs)-1].ID
-	}
-	u.render(w, http.StatusOK, "runs", p)
-	return nil
-}
-
-type runPage struct {
-	page
-	Run      store.Run
-	Stages   [][]store.JobInfo
-	Terminal bool
-	CanWrite bool
-}
-
-// Run shows a run and its job graph, stage by stage.
-func Run(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	run, err := u.Store.GetRun(r.Context(), r.PathValue("run_id"))
-	if err != nil {
-		return err
-	}
-	jobs, err := u.Store.RunJobs(r.Context(), run.ID)
-	if err != nil {
-		return err
-	}
-	u.render(w, http.StatusOK, "run", runPage{page: page{Title: fmt.Sprintf("%s #%d", run.Project, run.Number), User: user},
-		Run: run, Stages: stages(jobs), Terminal: store.IsTerminalRun(run.State), CanWrite: user.Can(store.RoleWrite)})
-	return nil
-}
-
-// stages groups jobs by their depth in the needs graph.
-func stages(jobs []store.JobInfo) [][]store.JobInfo {
-	byName := map[string]store.JobInfo{}
-	for _, j := range jobs {
-		byName[j.Name] = j
-	}
-	depth := map[string]int{}
-	var depthOf func(string, int) int
-	depthOf = func(name string, guard int) int {
-		if d, ok := depth[name]; ok || guard > len(jobs) {
-			return d
-		}
-		d := 0
-		for _, n := range byName[name].Needs {
-			d = max(d, depthOf(n, guard+1)+1)
-		}
-		depth[name] = d
-		return d
-	}
-	var out [][]store.JobInfo
-	for _, j := range jobs {
-		d := depthOf(j.Name, 0)
-		for len(out) <= d {
-			out = append(out, nil)
-		}
-		out[d] = append(out[d], j)
-	}
-	for _, s := range out {
-		sort.SliceStable(s, func(a, b int) bool { return s[a].Name < s[b].Name })
-	}
-	return out
-}
-
-type jobPage struct {
-	page
-	Run         store.Run
-	Job         store.JobDetail
-	Generation  int
-	JobTerminal bool
-	CanWrite    bool
-}
-
-// Job shows a job's attempts and follows its log.
-func Job(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	run, err := u.Store.GetRun(r.Context(), r.PathValue("run_id"))
-	if err != nil {
-		return err
-	}
-	job, err := u.Store.GetJob(r.Context(), run.ID, r.PathValue("job_id"))
-	if err != nil {
-		return err
-	}
-	gen, _ := strconv.Atoi(r.URL.Query().Get("generation"))
-	u.render(w, http.StatusOK, "job", jobPage{page: page{Title: job.Name, User: user}, Run: run, Job: job,
-		Generation: gen, JobTerminal: domain.JobTerminal(job.State), CanWrite: user.Can(store.RoleWrite)})
-	return nil
-}
-
-// JobLog returns raw log bytes from ?offset= for the dashboard's script,
-// with the job's state, so it knows when to stop following.
-func JobLog(u *UI, w http.ResponseWriter, r *http.Request, _ store.User) error {
-	offset, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
-	if err != nil || offset < 0 {
-		offset = 0
-	}
-	gen, _ := strconv.Atoi(r.URL.Query().Get("generation"))
-	job, err := u.Store.GetJob(r.Context(), r.PathValue("run_id"), r.PathValue("job_id"))
-	if err != nil {
-		return err
-	}
-	data, _, err := u.Store.ReadLog(r.Context(), job.RunID, job.ID, gen, offset, 256<<10)
-	if err != nil {
-		return err
-	}
-	secureHeaders(w)
-	// Bytes, never HTML: the script inserts them as text.
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("X-Next-Offset", strconv.FormatInt(offset+int64(len(data)), 10))
-	w.Header().Set("X-Job-State", job.State)
-	_, _ = w.Write(data)
-	return nil
-}
-
-// Cancel cancels a run or a job and goes back to its page.
-func Cancel(u *UI, w http.ResponseWriter, r *http.Request, _ store.User) error {
-	if _, _, err := u.Store.Cancel(r.Context(), r.PathValue("run_id"), r.PathValue("job_id")); err != nil {
-		return err
-	}
-	back := "/runs/" + url.PathEscape(r.PathValue("run_id"))
-	if id := r.PathValue("job_id"); id != "" {
-		back += "/jobs/" + url.PathEscape(id)
-	}
-	http.Redirect(w, r, back, http.StatusSeeOther)
-	return nil
-}
-
-// Retry makes a new run of a finished one and opens it.
-func Retry(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	run, err := u.Store.Retry(r.Context(), r.PathValue("run_id"), "", user.Name)
-	if err != nil {
-		return err
-	}
-	http.Redirect(w, r, "/runs/"+url.PathEscape(run.ID), http.StatusSeeOther)
-	return nil
-}
-
-type runnersPage struct {
-	page
-	Runners []store.RunnerInfo
-	IsAdmin bool
-}
-
-// Runners lists runners; admins may revoke them.
-func Runners(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	rs, err := u.Store.ListRunners(r.Context())
-	if err != nil {
-		return err
-	}
-	u.render(w, http.StatusOK, "runners", runnersPage{page: page{Title: "Runners", User: user}, Runners: rs,
-		IsAdmin: user.Can(store.RoleAdmin)})
-	return nil
-}
-
-// RevokeRunner revokes a runner (admins).
-func RevokeRunner(u *UI, w http.ResponseWriter, r *http.Request, _ store.User) error {
-	if err := u.Store.RevokeRunner(r.Context(), r.PathValue("runner_id")); err != nil {
-		return err
-	}
-	http.Redirect(w, r, "/runners", http.StatusSeeOther)
-	return nil
 }

@@ -24,8 +24,19 @@ func TestPages(t *testing.T) {
 	st := pgtest.NewStore(t, store.Limits{})
 	srv := httptest.NewServer((&api.Server{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler("ui"))
 	defer srv.Close()
-	_, reader, _ := st.CreateUser(ctx, "viewer", store.RoleRead)
-	_, writer, _ := st.CreateUser(ctx, "dev", store.RoleWrite)
+	project := pgtest.Project(t, st, "acme")
+	member := func(name, role string) string {
+		u, token, err := st.CreateUser(ctx, name, store.RoleUser)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Pool().Exec(ctx, `INSERT INTO project_members (project_id, user_id, role) VALUES ($1, $2, $3)`,
+			project.ID, u.ID, role); err != nil {
+			t.Fatal(err)
+		}
+		return token
+	}
+	reader, writer := member("viewer", store.RoleRead), member("dev", store.RoleWrite)
 	run, err := st.CreateRun(ctx, store.NewRun{Project: "acme", Trigger: `<script>alert(1)</script>`, GitRef: `"><b>x`,
 		Jobs: []store.NewJob{{Name: "build", Spec: domain.JobSpec{Steps: []domain.Step{{Run: "true"}}}}}})
 	if err != nil {
@@ -106,8 +117,8 @@ func TestPages(t *testing.T) {
 		c[0].SameSite != http.SameSiteStrictMode {
 		t.Fatalf("login: %d %q %+v", resp.StatusCode, resp.Header.Get("Location"), c)
 	}
-	if code, _, _ := get("/runners", reader); code != 200 {
-		t.Fatalf("runners page: %d", code)
+	if code, _, _ := get("/runners", reader); code != http.StatusForbidden {
+		t.Fatalf("runners page for a member: %d", code)
 	}
 	if code, _, _ := get("/static/app.js", ""); code != 200 {
 		t.Fatalf("static: %d", code)

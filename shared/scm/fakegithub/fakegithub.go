@@ -1,7 +1,7 @@
 // Package fakegithub is an httptest fake of the parts of GitHub's REST API
 // ForgeCI uses: App installation tokens (checking the App's JWT), repository
 // tarballs (a 302 to a signed download, as codeload does), and check runs.
-// It records every call and injects faults: the whole API down, or a
+// and pull requests. It records every call and injects faults: the whole API down, or a
 // request applied and its response then dropped (the connection closed).
 package fakegithub
 
@@ -61,6 +61,7 @@ type GitHub struct {
 	downloads map[string]string // download token -> tarball key
 	tokens    map[string]int64  // installation token -> installation
 	checks    map[int64]*CheckRun
+	pulls     map[string]PullRequest // "owner/repo#number"
 	nextID    int64
 	calls     []Call
 	down      bool
@@ -77,7 +78,8 @@ func New(t testing.TB) *GitHub {
 		t.Fatal(err)
 	}
 	g := &GitHub{AppID: 4242, Key: key, tarballs: map[string][]byte{}, downloads: map[string]string{},
-		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, nextID: 9000, drop: map[string]int{}}
+		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, nextID: 9000,
+		drop: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.accessToken)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/tarball/{ref}", g.tarballLink)
@@ -85,6 +87,7 @@ func New(t testing.TB) *GitHub {
 	mux.HandleFunc("POST /repos/{owner}/{repo}/check-runs", g.createCheck)
 	mux.HandleFunc("PATCH /repos/{owner}/{repo}/check-runs/{id}", g.updateCheck)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", g.listChecks)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/pulls/{number}", g.getPull)
 	g.Server = httptest.NewServer(g.faults(mux))
 	t.Cleanup(g.Server.Close)
 	return g

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// Projects, members, secrets and approvals, through the user API.
+
+// projectPath resolves a project name (or ID) to its API path. Paths use
+// the ID: a name holds "/", which not every gateway passes through escaped.
+func projectPath(ctx context.Context, cl *apiClient, name string) (string, error) {
+	var out struct {
+		Projects []store.Project `json:"projects"`
+	}
+	if err := cl.do(ctx, "GET", "/v1/projects", nil, &out); err != nil {
+		return "", err
+	}
+	for _, p := range out.Projects {
+		if p.Name == name || p.ID == name {
+			return "/v1/projects/" + url.PathEscape(p.ID), nil
+		}
+	}
+	return "", fmt.Errorf("no project %q that you can read (forgeci project list shows yours)", name)
+}
+
+// withClient adapts a command body that needs the API client.
+func withClient(g *global, fn func(ctx context.Context, cl *apiClient, args []string) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, args []string) error {
+		cl, err := g.client()
+		if err != nil {
+			return err
+		}
+		return fn(c.Context(), cl, args)
+	}
+}
+
+func projectCmd(g *global) *cobra.Command {
+	c := &cobra.Command{Use: "project", Short: "Projects: create, list, show; members and their roles"}
+	var branch string
+	create := &cobra.Command{
+		Use: "create NAME", Short: "Create a project (global admins)", Args: cobra.ExactArgs(1),
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			var p store.Project
+			if err := cl.do(ctx, "POST", "/v1/projects", map[string]any{"name": args[0], "default_branch": branch}, &p); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(p)
+			}
+			fmt.Printf("project %s created (default branch %s, id %s)\n", p.Name, p.DefaultBranch, p.ID)
+			return nil
+		}),
+	}
+	create.Flags().StringVar(&branch, "default-branch", "main", "the branch whose caches every run may restore")
+	list := &cobra.Command{
+		Use: "list", Short: "List the projects you can read", Args: cobra.NoArgs,
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+			var out struct {
+				Projects []store.Project `json:"projects"`
+			}
+			if err := cl.do(ctx, "GET", "/v1/projects", nil, &out); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(out.Projects)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PROJECT\tROLE\tSECRETS\tRUNS\tLAST\tID")
+			for _, p := range out.Projects {
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\t%s\n", p.Name, p.Role, p.Secrets, p.Runs, p.LastState, p.ID)
+			}
+			return tw.Flush()
+		}),
+	}
+	c.AddCommand(create, list, membersCmd(g), memberCmd(g))
+	return c
+}
+
+func membersCmd(g *global) *cobra.Command {
+	return &cobra.Command{
+		Use: "members PROJECT", Short: "List a project's members (project admins)", Args: cobra.ExactArgs(1),
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			path, err := projectPath(ctx, cl, args[0])
+			if err != nil {
+				return err
+			}
+			var out struct {
+				Members []store.Member `json:"members"`
+			}
+			if err := cl.do(ctx, "GET", path+"/members", nil, &out); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(out.Members)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "USER\tROLE\tSECRETS\tID")
+			for _, m := range out.Members {
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.UserName, m.Role, m.Secrets, m.UserID)
+			}
+			return tw.Flush()
+		}),
+	}
+}
+
+func memberCmd(g *global) *cobra.Command {
+	c := &cobra.Command{Use: "member", Short: "Add, change or remove a project member (project admins)"}
+	var role string
+	var secrets bool
+	add := &cobra.Command{
+		Use: "add PROJECT USER", Short: "Add a user to a project, or change their role", Args: cobra.ExactArgs(2),
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			path, err := projectPath(ctx, cl, args[0])
+			if err != nil {
+				return err
+			}
+			var m store.Member
+			if err := cl.do(ctx, "POST", path+"/members", map[string]any{"user": args[1], "role": role, "secrets": secrets}, &m); err != nil {
+				return err
+			}
+			fmt.Printf("%s is %s of %s; runs they start %s secrets\n", m.UserName, m.Role, args[0],
+				map[bool]string{true: "get the project's", false: "do not get"}[m.Secrets])
+			return nil
+		}),
+	}
+	add.Flags().StringVar(&role, "role", store.RoleWrite, "read, write or admin")
+	add.Flags().BoolVar(&secrets, "secrets", false, "runs this member starts are trusted: they get the project's secrets")
+	_ = add.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"read", "write", "admin"}, cobra.ShellCompDirectiveNoFileComp))
+	remove := &cobra.Command{
+		Use: "remove PROJECT USER_ID", Short: "Remove a member (their ID: forgeci project members)", Args: cobra.ExactArgs(2),
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			path, err := projectPath(ctx, cl, args[0])
+			if err != nil {
+				return err
+			}
+			if err := cl.do(ctx, "POST", path+"/members/"+url.PathEscape(args[1])+"/remove", map[string]any{}, nil); err != nil {
+				return err
+			}
+			fmt.Printf("removed %s from %s\n", args[1], args[0])
+			return nil
+		}),
+	}
+	c.AddCommand(add, remove)
+	return c
+}
+
+func secretCmd(g *global) *cobra.Command {
+	var project, name string
+	c := &cobra.Command{Use: "secret", Short: "Project secrets: set, list, delete (project admins; values are never shown)"}
+	set := &cobra.Command{
+		Use:   "set",
+		Short: "Set a project secret; the value is read from standard input",
+		Args:  cobra.NoArgs,
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+			value, err := io.ReadAll(io.LimitReader(os.Stdin, 65537))
+			if err != nil {
+				return err
+			}
+			path, err := projectPath(ctx, cl, project)
+			if err != nil {
+				return err
+			}
+			body := map[string]any{"name": name, "value": strings.TrimSuffix(string(value), "\n")}
+			if err := cl.do(ctx, "POST", path+"/secrets", body, nil); err != nil {
+				return err
+			}
+			fmt.Printf("secret %s of %s set: jobs that name it get it (${{ secrets.%s }} or secrets: [%s]), in trusted runs only\n",
+				name, project, name, name)
+			return nil
+		}),
+	}
+	list := &cobra.Command{
+		Use: "list", Short: "List a project's secret names", Args: cobra.NoArgs,
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+			path, err := projectPath(ctx, cl, project)
+			if err != nil {
+				return err
+			}
+			var out struct {
+				Secrets []store.SecretInfo `json:"secrets"`
+			}
+			if err := cl.do(ctx, "GET", path+"/secrets", nil, &out); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(out.Secrets)
+			}
+			for _, s := range out.Secrets {
+				fmt.Printf("%s\t(set %s)\n", s.Name, s.UpdatedAt.Local().Format("2006-01-02 15:04"))
+			}
+			return nil
+		}),
+	}
+	del := &cobra.Command{
+		Use: "delete", Short: "Delete a project secret", Args: cobra.NoArgs,
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+			path, err := projectPath(ctx, cl, project)
+			if err != nil {
+				return err
+			}
+			return cl.do(ctx, "POST", path+"/secrets/"+url.PathEscape(name)+"/delete", map[string]any{}, nil)
+		}),
+	}
+	for _, sub := range []*cobra.Command{set, list, del} {
+		sub.Flags().StringVar(&project, "project", "", "project")
+		_ = sub.MarkFlagRequired("project")
+		if sub != list {
+			sub.Flags().StringVar(&name, "name", "", "secret name: an upper-case environment variable name")
+			_ = sub.MarkFlagRequired("name")
+		}
+	}
+	c.AddCommand(set, list, del)
+	return c
+}
+
+// decideCmd is approve or reject: a writer's decision on a run from a
+// first-time contributor.
+func decideCmd(g *global, verb, short string) *cobra.Command {
+	return &cobra.Command{
+		Use: verb + " RUN_ID", Short: short, Args: cobra.ExactArgs(1),
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			var v runDetail
+			if err := cl.do(ctx, "POST", "/v1/runs/"+url.PathEscape(args[0])+"/"+verb, map[string]any{}, &v); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(v)
+			}
+			fmt.Printf("run %s #%d %s by %s: %s\n", v.Project, v.Number, v.Approval, v.ApprovalBy, v.State)
+			return nil
+		}),
+	}
+}

@@ -1,0 +1,190 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/secretbox"
+	"github.com/forgeci/forgeci/shared/snapshot"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// tenancy is one fresh stack with two projects and a person in every
+// relation to the first: the matrix calls each route as each of them.
+type tenancy struct {
+	*env
+	other store.Project // other/svc
+	// Tokens: a global admin, members of acme/app by role (its admin holds
+	// the secrets permission), an admin of other/svc only, a user with no
+	// membership, and a runner.
+	global, adminA, writerA, readerA, memberB, nobody string
+	writerID, readerID                                string
+	runner                                            runnerCreds
+	// In acme/app: a finished run, a live run (one queued job), a run
+	// from a first-time contributor waiting for approval, a FAILED
+	// delivery, a secret, and a source snapshot uploaded in both tiers.
+	done, live, waiting store.Run
+	liveJob, doneJob    string
+	delivery            string
+	source              domain.Source
+}
+
+func newTenancy(t *testing.T) *tenancy {
+	t.Helper()
+	e := setup(t)
+	keys, err := secretbox.NewFileKeyring(filepath.Join(t.TempDir(), "master.key"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store.SetKeyring(keys)
+	ctx := context.Background()
+	f := &tenancy{env: e, other: pgtestProject(t, e, "other/svc")}
+	f.global = e.user("root", store.RoleAdmin)
+	f.adminA = e.member("alice", e.project.ID, store.RoleAdmin, true)
+	f.writerA = e.member("walter", e.project.ID, store.RoleWrite, false)
+	f.readerA = e.member("rita", e.project.ID, store.RoleRead, false)
+	f.memberB = e.member("bob", f.other.ID, store.RoleAdmin, true)
+	_, f.nobody, _ = e.store.CreateUser(ctx, "nina", store.RoleUser)
+	f.writerID, f.readerID = f.userID("walter"), f.userID("rita")
+	f.runner = e.registerRunner("box")
+
+	f.done = e.createRun("finished")
+	c := e.claim(f.runner)
+	f.doneJob = c.Lease.JobID
+	if _, err := e.store.Complete(ctx, f.runner.ID, c.Lease.JobID, c.Lease, store.OutcomeFailed, 1); err != nil {
+		t.Fatal(err)
+	}
+	f.live = e.createRun("queued")
+	f.liveJob = f.live.JobIDs["queued"]
+	f.waiting, err = e.store.CreateRun(ctx, store.NewRun{Project: "acme/app", Untrusted: true, Actor: "github:77",
+		Scope: "refs/pull/1/head", Jobs: []store.NewJob{{Name: "fork"}}})
+	if err != nil || f.waiting.Approval != store.ApprovalPending {
+		t.Fatalf("waiting run: %+v %v", f.waiting, err)
+	}
+	e.exec(`INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project_id)
+		VALUES (5, 'acme/app', 1, 'a webhook secret of length', $1)`, e.project.ID)
+	f.delivery = "delivery-1"
+	e.exec(`INSERT INTO scm_deliveries (guid, event, repository_id, payload, state, finished_at)
+		VALUES ($1, 'push', 5, '{}', 'FAILED', now())`, f.delivery)
+	global, err := e.store.AuthenticateUser(ctx, f.global)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.SetSecret(ctx, global, e.project.ID, "DEPLOY_TOKEN", "a secret value"); err != nil {
+		t.Fatal(err)
+	}
+	f.source = f.uploadSource()
+	return f
+}
+
+func pgtestProject(t *testing.T, e *env, name string) store.Project {
+	t.Helper()
+	p, err := e.store.CreateProject(context.Background(), name, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (f *tenancy) userID(name string) string {
+	var id string
+	if err := f.pool.QueryRow(context.Background(), `SELECT id FROM users WHERE name = $1`, name).Scan(&id); err != nil {
+		f.t.Fatal(err)
+	}
+	return id
+}
+
+// uploadSource puts a real snapshot with a pipeline into both tiers of
+// acme/app (unregistered), as a trusted and an untrusted member would.
+func (f *tenancy) uploadSource() domain.Source {
+	dir := f.t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte("jobs:\n  a:\n    steps: [{run: 'true'}]\n"), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	tree, err := snapshot.DirTree(dir)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var blob bytes.Buffer
+	res, err := snapshot.Write(&blob, tree)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, trusted := range []bool{true, false} {
+		key := cas.BlobKey(f.project.ID, trusted, res.BlobDigest)
+		if err := f.cas.Put(context.Background(), key, res.BlobDigest, bytes.NewReader(blob.Bytes()), res.Size); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return domain.Source{BlobDigest: res.BlobDigest, ManifestDigest: res.ManifestDigest, Size: res.Size}
+}
+
+// expand fills a path template's {placeholders} from the fixture.
+func (f *tenancy) expand(path string) string {
+	return strings.NewReplacer("{done}", f.done.ID, "{live}", f.live.ID, "{waiting}", f.waiting.ID,
+		"{doneJob}", f.doneJob, "{liveJob}", f.liveJob, "{project}", f.project.ID, "{writer}", f.writerID,
+		"{reader}", f.readerID, "{runner}", f.runner.ID, "{guid}", f.delivery).Replace(path)
+}
+
+// call makes one request as a bearer token (API) or a cookie (dashboard).
+func (f *tenancy) call(method, path, token string, body any, page bool) (int, string) {
+	f.t.Helper()
+	var rd io.Reader
+	ctype := "application/json"
+	switch b := body.(type) {
+	case nil:
+	case string: // a form
+		rd, ctype = strings.NewReader(b), "application/x-www-form-urlencoded"
+	default:
+		rd = bytes.NewReader(mustJSON(f.t, b))
+	}
+	req, _ := http.NewRequest(method, f.srv.URL+path, rd)
+	if rd != nil {
+		req.Header.Set("Content-Type", ctype)
+	}
+	if page {
+		req.AddCookie(&http.Cookie{Name: "forgeci_token", Value: token})
+	} else {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
+}
+
+var noRedirect = &http.Client{Timeout: 30 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// state renders every row a user route or page could change, and the CAS.
+func (f *tenancy) state() string {
+	var b strings.Builder
+	b.WriteString(f.snapshot())
+	for _, table := range []string{"project_members", "project_secrets", "project_keys", "approved_actors", "users",
+		"user_tokens", "scm_deliveries", "check_runs"} {
+		rows, err := f.pool.Query(context.Background(), `SELECT to_jsonb(t)::text FROM `+table+` t ORDER BY 1`)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for rows.Next() {
+			var s string
+			_ = rows.Scan(&s)
+			fmt.Fprintf(&b, "%s %s\n", table, s)
+		}
+		rows.Close()
+	}
+	return b.String()
+}

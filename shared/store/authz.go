@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// Authorization: a user token says who is calling; what they may do comes
+// from their current relation to the project of the thing touched. The rank
+// is defined once, by the SQL function project_rank (migration 00005):
+// reads put it in their WHERE clause, changes call authorize in their own
+// transaction.
+
+// Ranks on a project, weakest first (project_rank's values).
+const (
+	RankNone  = 0
+	RankRead  = 1
+	RankWrite = 2
+	RankAdmin = 3
+)
+
+var rankOfRole = map[string]int{RoleRead: RankRead, RoleWrite: RankWrite, RoleAdmin: RankAdmin}
+
+var roleOfRank = map[int]string{RankRead: RoleRead, RankWrite: RoleWrite, RankAdmin: RoleAdmin}
+
+// Access is what one user may do in one project.
+type Access struct {
+	Rank int
+	// Secrets: runs this user starts are trusted (get the project's
+	// secrets). Global admins have it everywhere.
+	Secrets bool
+}
+
+// canRead is the WHERE condition "user $N may read the project of column
+// col", for queries that filter what a user sees.
+func canRead(userParam, col string) string {
+	return `project_rank(` + userParam + `, ` + col + `) >= 1`
+}
+
+// authorize reads the user's access to a project inside tx and holds it:
+// the membership row (or, for a global admin, the user row) is locked FOR
+// SHARE until tx ends, so a removal or demotion made meanwhile waits for
+// the change being authorised, or is seen by it; never half of each.
+// Without read access the answer is ENotFound (what), as if the thing did
+// not exist; with read but less than need it is EForbidden.
+func authorize(ctx context.Context, tx pgx.Tx, u User, projectID string, need int, what string) (Access, error) {
+	var a Access
+	var globalAdmin bool
+	err := tx.QueryRow(ctx, `SELECT role = 'admin' FROM users WHERE id = $1 AND disabled_at IS NULL FOR SHARE`,
+		u.ID).Scan(&globalAdmin)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, domain.Errorf(domain.EUnauthorized, "user is disabled")
+	}
+	if err != nil {
+		return a, fmt.Errorf("authorize: %w", err)
+	}
+	var role string
+	err = tx.QueryRow(ctx, `
+		SELECT role, secrets FROM project_members WHERE project_id = $1 AND user_id = $2 FOR SHARE`,
+		projectID, u.ID).Scan(&role, &a.Secrets)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return a, fmt.Errorf("authorize: %w", err)
+	}
+	a.Rank = rankOfRole[role]
+	if globalAdmin {
+		a = Access{Rank: RankAdmin, Secrets: true}
+	}
+	switch {
+	case a.Rank == RankNone:
+		return a, domain.Errorf(domain.ENotFound, "%s not found", what)
+	case a.Rank < need:
+		return a, domain.Errorf(domain.EForbidden, "this needs the %s role in the project; you have %s", roleOfRank[need], roleOfRank[a.Rank])
+	}
+	return a, nil
+}
+
+// runProject returns the project of a run, locking nothing.
+func runProject(ctx context.Context, tx pgx.Tx, runID string) (string, error) {
+	var projectID string
+	err := tx.QueryRow(ctx, `SELECT project_id FROM runs WHERE id = $1`, runID).Scan(&projectID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", domain.Errorf(domain.ENotFound, "run %s not found", runID)
+	}
+	if err != nil {
+		return "", fmt.Errorf("run %s: %w", runID, err)
+	}
+	return projectID, nil
+}
+
+// authorizeRun is authorize for the project of a run.
+func authorizeRun(ctx context.Context, tx pgx.Tx, u User, runID string, need int) (string, Access, error) {
+	projectID, err := runProject(ctx, tx, runID)
+	if err != nil {
+		return "", Access{}, err
+	}
+	a, err := authorize(ctx, tx, u, projectID, need, "run "+runID)
+	return projectID, a, err
+}
+
+// AccessTo returns a user's access to a project (by ID), or ENotFound when
+// they cannot read it.
+func (s *Store) AccessTo(ctx context.Context, u User, projectID string) (Access, error) {
+	var a Access
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		a, err = authorize(ctx, tx, u, projectID, RankRead, "project "+projectID)
+		return err
+	})
+	return a, err
+}

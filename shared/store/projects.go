@@ -1,0 +1,246 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// Projects are the unit of tenancy: every run, blob, cache, secret and
+// repository belongs to one, and people act in a project through their
+// membership. Projects are only ever created explicitly.
+
+// Project is a project as a user sees it.
+type Project struct {
+	ID            string     `json:"id"`
+	Name          string     `json:"name"`
+	DefaultBranch string     `json:"default_branch"`
+	Runs          int64      `json:"runs"`
+	LastState     string     `json:"last_state,omitempty"`
+	LastRunAt     *time.Time `json:"last_run_at,omitempty"`
+	CreatedAt     time.Time  `json:"created_at"`
+	// The caller's access: their role here and whether their runs are
+	// trusted (global admins: admin and true everywhere).
+	Role    string `json:"role"`
+	Secrets bool   `json:"secrets"`
+}
+
+var (
+	projectNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`)
+	branchRE      = regexp.MustCompile(`^[A-Za-z0-9._][A-Za-z0-9._/-]{0,199}$`)
+)
+
+// ValidateProjectName checks a project name.
+func ValidateProjectName(name string) error {
+	if !projectNameRE.MatchString(name) || strings.Contains(name, "//") || strings.HasSuffix(name, "/") {
+		return domain.Errorf(domain.EInvalid, "project name must be 1 to 200 letters, digits or . _ / -, starting with a letter or digit, such as acme/app")
+	}
+	return nil
+}
+
+func validateBranch(b string) error {
+	if !branchRE.MatchString(b) || strings.Contains(b, "..") || strings.HasSuffix(b, "/") || strings.HasPrefix(b, "refs/") {
+		return domain.Errorf(domain.EInvalid, "default_branch must be a branch name such as main (not a full ref)")
+	}
+	return nil
+}
+
+// CreateProject makes a project. It is the operator's call (the dev stack,
+// `forgeci repo add`, tests); people go through CreateProjectAs.
+func (s *Store) CreateProject(ctx context.Context, name, defaultBranch string) (Project, error) {
+	var p Project
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		p, err = createProjectTx(ctx, tx, name, defaultBranch)
+		return err
+	})
+	return p, err
+}
+
+// CreateProjectAs makes a project on behalf of u, who must be a global admin.
+func (s *Store) CreateProjectAs(ctx context.Context, u User, name, defaultBranch string) (Project, error) {
+	var p Project
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := requireGlobalAdmin(ctx, tx, u); err != nil {
+			return err
+		}
+		var err error
+		p, err = createProjectTx(ctx, tx, name, defaultBranch)
+		return err
+	})
+	return p, err
+}
+
+func createProjectTx(ctx context.Context, tx pgx.Tx, name, defaultBranch string) (Project, error) {
+	if defaultBranch == "" {
+		defaultBranch = "main"
+	}
+	if err := ValidateProjectName(name); err != nil {
+		return Project{}, err
+	}
+	if err := validateBranch(defaultBranch); err != nil {
+		return Project{}, err
+	}
+	p := Project{ID: uuid.Must(uuid.NewV7()).String(), Name: name, DefaultBranch: defaultBranch,
+		Role: RoleAdmin, Secrets: true}
+	err := tx.QueryRow(ctx, `
+		INSERT INTO projects (id, name, default_branch) VALUES ($1, $2, $3) RETURNING created_at`,
+		p.ID, name, defaultBranch).Scan(&p.CreatedAt)
+	if isUniqueViolation(err) {
+		return Project{}, domain.Errorf(domain.EConflict, "a project named %q exists", name)
+	}
+	if err != nil {
+		return Project{}, fmt.Errorf("create project: %w", err)
+	}
+	return p, nil
+}
+
+// requireGlobalAdmin checks, holding the user row, that u is a global admin.
+func requireGlobalAdmin(ctx context.Context, tx pgx.Tx, u User) error {
+	var admin bool
+	err := tx.QueryRow(ctx, `SELECT role = 'admin' FROM users WHERE id = $1 AND disabled_at IS NULL FOR SHARE`, u.ID).Scan(&admin)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Errorf(domain.EUnauthorized, "user is disabled")
+	}
+	if err != nil {
+		return fmt.Errorf("check admin: %w", err)
+	}
+	if !admin {
+		return domain.Errorf(domain.EForbidden, "only global admins may do this")
+	}
+	return nil
+}
+
+const projectColumns = `p.id, p.name, p.default_branch, p.next_run_number, coalesce(l.state, ''), l.created_at, p.created_at,
+	project_rank($1, p.id), u.role = 'admin' OR coalesce(m.secrets, false)`
+
+const projectFrom = `projects p
+	JOIN users u ON u.id = $1
+	LEFT JOIN project_members m ON m.project_id = p.id AND m.user_id = $1
+	LEFT JOIN LATERAL (SELECT state, created_at FROM runs r WHERE r.project_id = p.id
+	                   ORDER BY r.number DESC LIMIT 1) l ON true`
+
+func scanProject(row pgx.Row) (Project, error) {
+	var p Project
+	var rank int
+	err := row.Scan(&p.ID, &p.Name, &p.DefaultBranch, &p.Runs, &p.LastState, &p.LastRunAt, &p.CreatedAt, &rank, &p.Secrets)
+	p.Role = roleOfRank[rank]
+	return p, err
+}
+
+// ListProjects returns the projects u may read, most recently run first.
+func (s *Store) ListProjects(ctx context.Context, u User) ([]Project, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+projectColumns+` FROM `+projectFrom+`
+		WHERE `+canRead("$1", "p.id")+`
+		ORDER BY l.created_at DESC NULLS LAST, p.name`, u.ID)
+	if err != nil {
+		return nil, fmt.Errorf("list projects: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Project, error) { return scanProject(row) })
+}
+
+// GetProject returns a project u may read, by ID or by name.
+func (s *Store) GetProject(ctx context.Context, u User, idOrName string) (Project, error) {
+	p, err := scanProject(s.pool.QueryRow(ctx, `SELECT `+projectColumns+` FROM `+projectFrom+`
+		WHERE (p.id = $2 OR p.name = $2) AND `+canRead("$1", "p.id")+`
+		ORDER BY p.id = $2 DESC LIMIT 1`, u.ID, idOrName))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, domain.Errorf(domain.ENotFound, "project %s not found", idOrName)
+	}
+	return p, err
+}
+
+// ProjectID returns the ID of the project with this name (operator tools).
+func (s *Store) ProjectID(ctx context.Context, name string) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT id FROM projects WHERE name = $1`, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", domain.Errorf(domain.ENotFound, "project %q does not exist: create it first (forgeci project create %s)", name, name)
+	}
+	return id, err
+}
+
+// Member is a user's membership of a project.
+type Member struct {
+	UserID    string    `json:"user_id"`
+	UserName  string    `json:"user"`
+	Role      string    `json:"role"`
+	Secrets   bool      `json:"secrets"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Members lists a project's members; u must be an admin of the project.
+func (s *Store) Members(ctx context.Context, u User, projectID string) ([]Member, error) {
+	var out []Member
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT m.user_id, u.name, m.role, m.secrets, m.created_at
+			FROM project_members m JOIN users u ON u.id = m.user_id
+			WHERE m.project_id = $1 ORDER BY u.name`, projectID)
+		if err != nil {
+			return fmt.Errorf("members: %w", err)
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Member, error) {
+			var m Member
+			err := row.Scan(&m.UserID, &m.UserName, &m.Role, &m.Secrets, &m.CreatedAt)
+			return m, err
+		})
+		return err
+	})
+	return out, err
+}
+
+// SetMember adds a user (by name or ID) to a project or changes their role
+// and secrets permission; u must be an admin of the project.
+func (s *Store) SetMember(ctx context.Context, u User, projectID, user, role string, secrets bool) (Member, error) {
+	if rankOfRole[role] == RankNone {
+		return Member{}, domain.Errorf(domain.EInvalid, "role must be read, write or admin")
+	}
+	m := Member{Role: role, Secrets: secrets}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `SELECT id, name FROM users WHERE (id = $1 OR name = $1) AND disabled_at IS NULL
+			ORDER BY id = $1 DESC LIMIT 1`, user).Scan(&m.UserID, &m.UserName)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Errorf(domain.EInvalid, "no active user %q", user)
+		}
+		if err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
+			INSERT INTO project_members (project_id, user_id, role, secrets) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (project_id, user_id) DO UPDATE SET role = $3, secrets = $4
+			RETURNING created_at`, projectID, m.UserID, role, secrets).Scan(&m.CreatedAt)
+	})
+	return m, err
+}
+
+// RemoveMember removes a user from a project; u must be an admin of it.
+func (s *Store) RemoveMember(ctx context.Context, u User, projectID, userID string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM project_members WHERE project_id = $1 AND user_id = $2`, projectID, userID)
+		if err != nil {
+			return fmt.Errorf("remove member: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.ENotFound, "user %s is not a member of this project", userID)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/secretbox"
+)
+
+// Project secrets are sealed (AES-256-GCM) under the project's data key,
+// which is stored only wrapped by the master key (KMS in AWS, a key file
+// in the dev stack). No API returns a value; a claim carries only the
+// secrets its job names, and only for a trusted run.
+
+// MinSecretBytes is the shortest secret value accepted: shorter ones
+// cannot be told apart from ordinary log text to mask them.
+const MinSecretBytes = 4
+
+var secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,99}$`)
+
+// ErrNoKeyring means no master key is configured, so secrets cannot be
+// sealed or opened.
+var ErrNoKeyring = domain.Errorf(domain.EUnavailable,
+	"project secrets are not configured on this server (no master key: FORGECI_KMS_KEY_ID or FORGECI_SECRETS_KEY_FILE)")
+
+// SetKeyring gives the store the master key it seals and opens secrets
+// with; data keys it unwraps are kept for ten minutes.
+func (s *Store) SetKeyring(k secretbox.Keyring) {
+	s.keyring = k
+	s.dataKeys = secretbox.NewCache(k, 10*time.Minute)
+}
+
+// SecretInfo is what anyone is told about a secret: not its value.
+type SecretInfo struct {
+	Name      string    `json:"name"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+func secretAAD(projectID, name string) []byte {
+	return []byte("forgeci-secret\x00" + projectID + "\x00" + name)
+}
+
+// SetSecret seals and stores a project secret; u must be an admin of the
+// project.
+func (s *Store) SetSecret(ctx context.Context, u User, projectID, name, value string) error {
+	if !secretNameRE.MatchString(name) {
+		return domain.Errorf(domain.EInvalid, "secret names are upper-case letters, digits and _, not starting with a digit: %q", name)
+	}
+	if len(value) < MinSecretBytes || len(value) > 65536 {
+		return domain.Errorf(domain.EInvalid, "a secret value must be %d to 65536 bytes, got %d: shorter values cannot be masked in logs", MinSecretBytes, len(value))
+	}
+	if s.keyring == nil {
+		return ErrNoKeyring
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		return s.sealSecret(ctx, tx, projectID, name, value)
+	})
+}
+
+func (s *Store) sealSecret(ctx context.Context, tx pgx.Tx, projectID, name, value string) error {
+	key, err := s.projectKey(ctx, tx, projectID)
+	if err != nil {
+		return err
+	}
+	sealed, err := secretbox.Seal(key, []byte(value), secretAAD(projectID, name))
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO project_secrets (project_id, name, sealed) VALUES ($1, $2, $3)
+		ON CONFLICT (project_id, name) DO UPDATE SET sealed = $3, value = NULL, updated_at = now()`,
+		projectID, name, sealed)
+	if err != nil {
+		return fmt.Errorf("store secret: %w", err)
+	}
+	return nil
+}
+
+// projectKey returns the project's data key, making it on first use. Two
+// first uses at once both make one; the second insert loses and uses the
+// first's.
+func (s *Store) projectKey(ctx context.Context, tx pgx.Tx, projectID string) ([]byte, error) {
+	var wrapped []byte
+	err := tx.QueryRow(ctx, `SELECT wrapped_key FROM project_keys WHERE project_id = $1`, projectID).Scan(&wrapped)
+	if errors.Is(err, pgx.ErrNoRows) {
+		plain, w, err := s.keyring.GenerateDataKey(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("make project data key: %w", err)
+		}
+		if err := tx.QueryRow(ctx, `
+			INSERT INTO project_keys (project_id, wrapped_key, master_key) VALUES ($1, $2, $3)
+			ON CONFLICT (project_id) DO UPDATE SET project_id = EXCLUDED.project_id
+			RETURNING wrapped_key`, projectID, w, s.keyring.ID()).Scan(&wrapped); err != nil {
+			return nil, fmt.Errorf("store project data key: %w", err)
+		}
+		if string(wrapped) == string(w) {
+			return plain, nil
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("project data key: %w", err)
+	}
+	return s.dataKeys.Decrypt(ctx, wrapped)
+}
+
+// ListSecrets lists a project's secret names; u must be an admin of it.
+func (s *Store) ListSecrets(ctx context.Context, u User, projectID string) ([]SecretInfo, error) {
+	var out []SecretInfo
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT name, updated_at FROM project_secrets WHERE project_id = $1 ORDER BY name`, projectID)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (SecretInfo, error) {
+			var si SecretInfo
+			return si, row.Scan(&si.Name, &si.UpdatedAt)
+		})
+		return err
+	})
+	return out, err
+}
+
+// DeleteSecret removes a project secret; u must be an admin of the project.
+func (s *Store) DeleteSecret(ctx context.Context, u User, projectID, name string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM project_secrets WHERE project_id = $1 AND name = $2`, projectID, name)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.ENotFound, "secret %s not found", name)
+		}
+		return nil
+	})
+}
+
+// SealLegacySecrets seals the plain-text secrets an installation had before
+// secrets were sealed (migration 00005). It returns how many it sealed.
+func (s *Store) SealLegacySecrets(ctx context.Context) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT project_id, name, value FROM project_secrets WHERE value IS NOT NULL FOR UPDATE`)
+		if err != nil {
+			return err
+		}
+		type legacy struct{ project, name, value string }
+		list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (legacy, error) {
+			var l legacy
+			return l, row.Scan(&l.project, &l.name, &l.value)
+		})
+		if err != nil || len(list) == 0 {
+			return err
+		}
+		if s.keyring == nil {
+			return fmt.Errorf("%d project secrets are stored in plain text and no master key is configured to seal them: set FORGECI_KMS_KEY_ID or FORGECI_SECRETS_KEY_FILE", len(list))
+		}
+		for _, l := range list {
+			if err := s.sealSecret(ctx, tx, l.project, l.name, l.value); err != nil {
+				return err
+			}
+		}
+		n = len(list)
+		return nil
+	})
+	return n, err
+}
+
+// sealedSecret is a secret as a claim reads it: sealed, or (before
+// SealLegacySecrets ran) plain.
+type sealedSecret struct {
+	Name   string
+	Sealed []byte
+	Value  *string
+}
+
+// openSecrets opens the secrets a claim fetched, with the project's key.
+func (s *Store) openSecrets(ctx context.Context, projectID string, wrapped []byte, list []sealedSecret) (map[string]string, error) {
+	out := make(map[string]string, len(list))
+	var key []byte
+	for _, sec := range list {
+		if sec.Value != nil {
+			out[sec.Name] = *sec.Value
+			continue
+		}
+		if key == nil {
+			if s.dataKeys == nil {
+				return nil, ErrNoKeyring
+			}
+			var err error
+			if key, err = s.dataKeys.Decrypt(ctx, wrapped); err != nil {
+				return nil, fmt.Errorf("unwrap data key of project %s: %w", projectID, err)
+			}
+		}
+		v, err := secretbox.Open(key, sec.Sealed, secretAAD(projectID, sec.Name))
+		if err != nil {
+			return nil, fmt.Errorf("open secret %s of project %s: %w", sec.Name, projectID, err)
+		}
+		out[sec.Name] = string(v)
+	}
+	return out, nil
+}

@@ -1,0 +1,230 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// The run pages: the list, a run, a job and its log, and what a writer
+// does to them. Every store call passes the user, so a page shows and
+// changes only what their memberships allow.
+
+type runsPage struct {
+	page
+	Project  string
+	Projects []store.Project
+	Runs     []store.Run
+	Next     string
+}
+
+// Runs lists the runs the user may read, newest first.
+func Runs(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	q := r.URL.Query()
+	runs, err := u.Store.ListRuns(r.Context(), user, store.RunFilter{Project: q.Get("project"), Limit: 50, Before: q.Get("before")})
+	if err != nil {
+		return err
+	}
+	projects, err := u.Store.ListProjects(r.Context(), user)
+	if err != nil {
+		return err
+	}
+	p := runsPage{page: page{Title: "Runs", User: user}, Project: q.Get("project"), Projects: projects, Runs: runs}
+	if len(runs) == 50 {
+		p.Next = runs[len(runs)-1].ID
+	}
+	u.render(w, http.StatusOK, "runs", p)
+	return nil
+}
+
+type runPage struct {
+	page
+	Run      store.Run
+	Stages   [][]store.JobInfo
+	Terminal bool
+	CanWrite bool
+	// CanDecide: the run waits for approval and this user may decide.
+	CanDecide bool
+}
+
+// canWrite reports whether user has the write role in a project.
+func (u *UI) canWrite(ctx context.Context, user store.User, projectID string) bool {
+	p, err := u.Store.GetProject(ctx, user, projectID)
+	return err == nil && p.Role != store.RoleRead
+}
+
+// Run shows a run and its job graph, stage by stage.
+func Run(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	run, err := u.Store.GetRunAs(r.Context(), user, r.PathValue("run_id"))
+	if err != nil {
+		return err
+	}
+	jobs, err := u.Store.RunJobs(r.Context(), run.ID)
+	if err != nil {
+		return err
+	}
+	write := u.canWrite(r.Context(), user, run.ProjectID)
+	u.render(w, http.StatusOK, "run", runPage{page: page{Title: fmt.Sprintf("%s #%d", run.Project, run.Number), User: user},
+		Run: run, Stages: stages(jobs), Terminal: store.IsTerminalRun(run.State), CanWrite: write,
+		CanDecide: write && run.Approval == store.ApprovalPending && !store.IsTerminalRun(run.State) && run.Actor != "user:"+user.ID})
+	return nil
+}
+
+// stages groups jobs by their depth in the needs graph.
+func stages(jobs []store.JobInfo) [][]store.JobInfo {
+	byName := map[string]store.JobInfo{}
+	for _, j := range jobs {
+		byName[j.Name] = j
+	}
+	depth := map[string]int{}
+	var depthOf func(string, int) int
+	depthOf = func(name string, guard int) int {
+		if d, ok := depth[name]; ok || guard > len(jobs) {
+			return d
+		}
+		d := 0
+		for _, n := range byName[name].Needs {
+			d = max(d, depthOf(n, guard+1)+1)
+		}
+		depth[name] = d
+		return d
+	}
+	var out [][]store.JobInfo
+	for _, j := range jobs {
+		d := depthOf(j.Name, 0)
+		for len(out) <= d {
+			out = append(out, nil)
+		}
+		out[d] = append(out[d], j)
+	}
+	for _, s := range out {
+		sort.SliceStable(s, func(a, b int) bool { return s[a].Name < s[b].Name })
+	}
+	return out
+}
+
+type jobPage struct {
+	page
+	Run         store.Run
+	Job         store.JobDetail
+	Generation  int
+	JobTerminal bool
+	CanWrite    bool
+}
+
+// Job shows a job's attempts and follows its log.
+func Job(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	run, err := u.Store.GetRunAs(r.Context(), user, r.PathValue("run_id"))
+	if err != nil {
+		return err
+	}
+	job, err := u.Store.GetJob(r.Context(), user, run.ID, r.PathValue("job_id"))
+	if err != nil {
+		return err
+	}
+	gen, _ := strconv.Atoi(r.URL.Query().Get("generation"))
+	u.render(w, http.StatusOK, "job", jobPage{page: page{Title: job.Name, User: user}, Run: run, Job: job,
+		Generation: gen, JobTerminal: domain.JobTerminal(job.State), CanWrite: u.canWrite(r.Context(), user, run.ProjectID)})
+	return nil
+}
+
+// JobLog returns raw log bytes from ?offset= for the dashboard's script,
+// with the job's state, so it knows when to stop following.
+func JobLog(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	offset, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
+	if err != nil || offset < 0 {
+		offset = 0
+	}
+	gen, _ := strconv.Atoi(r.URL.Query().Get("generation"))
+	job, err := u.Store.GetJob(r.Context(), user, r.PathValue("run_id"), r.PathValue("job_id"))
+	if err != nil {
+		return err
+	}
+	data, _, err := u.Store.ReadLogAs(r.Context(), user, job.RunID, job.ID, gen, offset, 256<<10)
+	if err != nil {
+		return err
+	}
+	secureHeaders(w)
+	// Bytes, never HTML: the script inserts them as text.
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("X-Next-Offset", strconv.FormatInt(offset+int64(len(data)), 10))
+	w.Header().Set("X-Job-State", job.State)
+	_, _ = w.Write(data)
+	return nil
+}
+
+// runPath is the dashboard path of the run in the request (and its job).
+func runPath(r *http.Request) string {
+	back := "/runs/" + url.PathEscape(r.PathValue("run_id"))
+	if id := r.PathValue("job_id"); id != "" {
+		back += "/jobs/" + url.PathEscape(id)
+	}
+	return back
+}
+
+// Cancel cancels a run or a job and goes back to its page.
+func Cancel(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	if _, _, err := u.Store.Cancel(r.Context(), user, r.PathValue("run_id"), r.PathValue("job_id")); err != nil {
+		return err
+	}
+	http.Redirect(w, r, runPath(r), http.StatusSeeOther)
+	return nil
+}
+
+// Retry makes a new run of a finished one and opens it.
+func Retry(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	run, err := u.Store.Retry(r.Context(), user, r.PathValue("run_id"), "")
+	if err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/runs/"+url.PathEscape(run.ID), http.StatusSeeOther)
+	return nil
+}
+
+// Approve lets a run from a first-time contributor start.
+func Approve(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	if _, err := u.Store.Approve(r.Context(), user, r.PathValue("run_id")); err != nil {
+		return err
+	}
+	http.Redirect(w, r, runPath(r), http.StatusSeeOther)
+	return nil
+}
+
+// Reject ends a run from a first-time contributor without running it.
+func Reject(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	if _, err := u.Store.Reject(r.Context(), user, r.PathValue("run_id")); err != nil {
+		return err
+	}
+	http.Redirect(w, r, runPath(r), http.StatusSeeOther)
+	return nil
+}
+
+type runnersPage struct {
+	page
+	Runners []store.RunnerInfo
+}
+
+// Runners lists runners, for global admins, who may revoke them.
+func Runners(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	rs, err := u.Store.ListRunners(r.Context())
+	if err != nil {
+		return err
+	}
+	u.render(w, http.StatusOK, "runners", runnersPage{page: page{Title: "Runners", User: user}, Runners: rs})
+	return nil
+}
+
+// RevokeRunner revokes a runner (global admins).
+func RevokeRunner(u *UI, w http.ResponseWriter, r *http.Request, _ store.User) error {
+	if err := u.Store.RevokeRunner(r.Context(), r.PathValue("runner_id")); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/runners", http.StatusSeeOther)
+	return nil
+}

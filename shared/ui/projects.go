@@ -1,0 +1,100 @@
+package ui
+
+import (
+	"net/http"
+	"net/url"
+
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// The project pages: the projects a user may read (global admins create
+// them here), and a project's members and secret names, which its admins
+// manage.
+
+type projectsPage struct {
+	page
+	Projects []store.Project
+}
+
+// Projects lists the projects the user may read.
+func Projects(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	ps, err := u.Store.ListProjects(r.Context(), user)
+	if err != nil {
+		return err
+	}
+	u.render(w, http.StatusOK, "projects", projectsPage{page: page{Title: "Projects", User: user}, Projects: ps})
+	return nil
+}
+
+// formValue reads one field of a small form body.
+func formValue(w http.ResponseWriter, r *http.Request, name string) string {
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
+	return r.PostFormValue(name)
+}
+
+// CreateProject makes a project (global admins) and opens it.
+func CreateProject(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	name := formValue(w, r, "name")
+	p, err := u.Store.CreateProjectAs(r.Context(), user, name, r.PostFormValue("default_branch"))
+	if err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/projects/"+url.PathEscape(p.ID), http.StatusSeeOther)
+	return nil
+}
+
+type projectPage struct {
+	page
+	Project store.Project
+	IsAdmin bool // of the project: sees and manages members
+	Members []store.Member
+	Secrets []store.SecretInfo
+}
+
+// Project shows a project; its admins see and manage its members and see
+// its secrets' names.
+func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	p, err := u.Store.GetProject(r.Context(), user, r.PathValue("project"))
+	if err != nil {
+		return err
+	}
+	pp := projectPage{page: page{Title: p.Name, User: user}, Project: p, IsAdmin: p.Role == store.RoleAdmin}
+	if pp.IsAdmin {
+		if pp.Members, err = u.Store.Members(r.Context(), user, p.ID); err != nil {
+			return err
+		}
+		if pp.Secrets, err = u.Store.ListSecrets(r.Context(), user, p.ID); err != nil {
+			return err
+		}
+	}
+	u.render(w, http.StatusOK, "project", pp)
+	return nil
+}
+
+// SetMember adds a member or changes their role (project admins).
+func SetMember(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	name := formValue(w, r, "user")
+	p, err := u.Store.GetProject(r.Context(), user, r.PathValue("project"))
+	if err != nil {
+		return err
+	}
+	if _, err := u.Store.SetMember(r.Context(), user, p.ID, name, r.PostFormValue("role"),
+		r.PostFormValue("secrets") == "on"); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/projects/"+url.PathEscape(p.ID), http.StatusSeeOther)
+	return nil
+}
+
+// RemoveMember removes a member (project admins).
+func RemoveMember(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	p, err := u.Store.GetProject(r.Context(), user, r.PathValue("project"))
+	if err != nil {
+		return err
+	}
+	if err := u.Store.RemoveMember(r.Context(), user, p.ID, r.PathValue("user_id")); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/projects/"+url.PathEscape(p.ID), http.StatusSeeOther)
+	return nil
+}
