@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/google/go-github/v62/github"
 
@@ -161,6 +162,10 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 	}
 	if cw.Reason != "" {
 		summary += " Reason: " + cw.Reason + "."
+	}
+	if (cw.Approval == store.ApprovalApproved || cw.Approval == store.ApprovalRejected) && cw.ApprovalAt != nil {
+		summary += fmt.Sprintf(" The run (from a first-time contributor) was %s by %s at %s.", cw.Approval, cw.ApprovalBy,
+			cw.ApprovalAt.UTC().Format(time.RFC3339))
 	}
 	if cw.Reason == store.ReasonWaitingApproval {
 		summary += fmt.Sprintf("\n\nThis pull request comes from a first-time contributor: a member of %s with the write role "+

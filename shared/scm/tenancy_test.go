@@ -268,6 +268,9 @@ func TestForkPullRequest(t *testing.T) {
 		t.Fatalf("rejected job: %+v", jobs[0])
 	}
 	e.reconcile()
+	if c := checkOf(e, forkRun.ID); c == nil || c.Status != "in_progress" || !strings.Contains(c.Output.Summary, "was approved by root at ") {
+		t.Fatalf("approved run's check: %+v", c)
+	}
 	if c := checkOf(e, newcomer); c == nil || c.Conclusion != "cancelled" || !strings.Contains(c.Output.Summary, "rejected by root") {
 		t.Fatalf("rejected run's check: %+v", c)
 	}

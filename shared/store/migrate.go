@@ -53,6 +53,23 @@ func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretb
 	return applied, sealed, err
 }
 
+// MigrateTo applies the migrations up to and including version (tests of
+// upgrades from an older schema).
+func MigrateTo(ctx context.Context, url string, version int64) error {
+	cfg, err := stdlibConfig(url)
+	if err != nil {
+		return err
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	_, err = p.UpTo(ctx, version)
+	return err
+}
+
 func migrateDB(ctx context.Context, db *sql.DB, log *slog.Logger) (int, error) {
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(migrationLockID))
 	if err != nil {

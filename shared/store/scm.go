@@ -314,6 +314,11 @@ type CheckWork struct {
 	Generation int
 	StartedAt  *time.Time
 	FinishedAt *time.Time
+	// The run's approval: approved or rejected by whom and when, for a
+	// run from a first-time contributor.
+	Approval   string
+	ApprovalBy string
+	ApprovalAt *time.Time
 }
 
 // ClaimChecks leases up to limit check runs whose job changed since they
@@ -336,7 +341,8 @@ func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) (
 		       l.lease_id::text, l.version, coalesce(l.github_id, 0), l.create_attempted, l.attempts,
 		       r.full_name, r.installation_id, l.head_sha, l.name,
 		       coalesce(j.run_id, ''), coalesce(ru.number, 0), p.name, coalesce(j.state, 'FAILED'),
-		       coalesce(j.reason, ''), j.exit_code, coalesce(j.generation, 0), j.started_at, j.finished_at
+		       coalesce(j.reason, ''), j.exit_code, coalesce(j.generation, 0), j.started_at, j.finished_at,
+		       coalesce(ru.approval, 'none'), coalesce(ru.approval_by, ''), ru.approval_at
 		FROM leased l
 		JOIN scm_repositories r ON r.github_id = l.repository_id
 		LEFT JOIN jobs j ON j.id = l.job_id
@@ -350,7 +356,7 @@ func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) (
 		err := row.Scan(&w.ID, &w.JobID, &w.ExternalID, &w.Notice, &w.LeaseID, &w.Version, &w.GitHubID, &w.CreateAttempted,
 			&w.Attempts, &w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
 			&w.RunID, &w.RunNumber, &w.Project, &w.JobState, &w.Reason, &w.ExitCode, &w.Generation,
-			&w.StartedAt, &w.FinishedAt)
+			&w.StartedAt, &w.FinishedAt, &w.Approval, &w.ApprovalBy, &w.ApprovalAt)
 		return w, err
 	})
 }
