@@ -29,6 +29,8 @@ bin/forgeci-runner run --server "$FORGECI_URL" --token-file "$work/runner.token"
 pids+=($!)
 
 export FORGECI_URL FORGECI_TOKEN
+# Runs are made only in projects that exist.
+bin/forgeci project create forgeci/demo
 if ! bin/forgeci submit --dir . --project forgeci/demo --follow; then
   echo "demo: the run did not pass; runner log:"; tail -50 "$work/runner.log"; exit 1
 fi
