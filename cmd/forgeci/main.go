@@ -46,7 +46,7 @@ func explain(err error) error {
 		case 401:
 			return fmt.Errorf("%w\n  the token is missing or not accepted: run `forgeci login`, or set --token / FORGECI_TOKEN", err)
 		case 403:
-			return fmt.Errorf("%w\n  ask an admin for a token with that role", err)
+			return fmt.Errorf("%w\n  ask an admin of the project for that role (forgeci project member add)", err)
 		}
 	}
 	return err

@@ -23,7 +23,7 @@ type AdminRequest struct {
 	TTLHours    float64 `json:"ttl_hours,omitempty"`   // registration-token (default 24)
 	Description string  `json:"description,omitempty"` // registration-token
 	Name        string  `json:"name,omitempty"`        // create-user
-	Role        string  `json:"role,omitempty"`        // create-user: admin, write or read
+	Role        string  `json:"role,omitempty"`        // create-user: admin (global) or user (rights from memberships)
 	RunnerID    string  `json:"runner_id,omitempty"`   // revoke-runner
 }
 
@@ -56,7 +56,7 @@ func Admin(st *store.Store) func(context.Context, AdminRequest) (AdminResponse, 
 				return AdminResponse{}, domain.Errorf(domain.EInvalid, "create-user needs name")
 			}
 			if req.Role == "" {
-				req.Role = store.RoleRead
+				req.Role = store.RoleUser
 			}
 			u, tok, err := st.CreateUser(ctx, req.Name, req.Role)
 			if err != nil {
