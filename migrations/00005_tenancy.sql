@@ -91,6 +91,12 @@ CREATE TABLE approved_actors (
     PRIMARY KEY (project_id, actor)
 );
 
+-- A delivery's body is its identity as much as its GUID: the GUID is an
+-- unsigned header, so a captured body posted again under a new GUID must
+-- still be a redelivery.
+ALTER TABLE scm_deliveries ADD COLUMN body_sha256 bytea CHECK (body_sha256 IS NULL OR length(body_sha256) = 32);
+CREATE UNIQUE INDEX scm_deliveries_body ON scm_deliveries (repository_id, body_sha256);
+
 -- A reason change (waiting for approval, rejected) is news for the
 -- job's check run as much as a state change.
 DROP TRIGGER jobs_check_runs ON jobs;

@@ -78,7 +78,7 @@ func TestGitHubPush(t *testing.T) {
 	sha := strings.TrimSpace(string(out))
 	gh.AddGitCommit(t, "octo/app", repo, sha)
 
-	body, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "after": sha,
+	body, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "after": sha, "pusher": map[string]any{"name": "octo"},
 		"repository": map[string]any{"id": 31337, "full_name": "octo/app"}})
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write(body)

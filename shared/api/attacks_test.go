@@ -265,3 +265,44 @@ func TestAttackDigestIsNotAKey(t *testing.T) {
 	}
 	body.Close()
 }
+
+// TestAttacksFromReview: what a review of the first version found. A
+// writer without the secrets permission retried a trusted run and got its
+// secrets (or a deploy job alone, without its tests); a project admin
+// without the secrets permission granted it to themselves; ?before= told a
+// member of another project whether a run ID exists.
+func TestAttacksFromReview(t *testing.T) {
+	f := newTenancy(t)
+	for _, path := range []string{"/v1/runs/" + f.done.ID + "/retry", "/v1/runs/" + f.done.ID + "/jobs/" + f.doneJob + "/retry"} {
+		if s, out := f.call("POST", path, f.writerA, map[string]any{}, false); s != 403 {
+			t.Fatalf("a writer without secrets retries a trusted run (%s): %d %s", path, s, out)
+		}
+	}
+	gated := f.createRun("test", "deploy:test")
+	f.exec(`UPDATE jobs SET state = 'CANCELED', reason = 'canceled', finished_at = now() WHERE run_id = $1`, gated.ID)
+	f.exec(`UPDATE runs SET state = 'CANCELED', finished_at = now() WHERE id = $1`, gated.ID)
+	if s, out := f.call("POST", "/v1/runs/"+gated.ID+"/jobs/"+gated.JobIDs["deploy"]+"/retry", f.global, map[string]any{}, false); s != 400 {
+		t.Fatalf("a job retried without the jobs it needs: %d %s", s, out)
+	}
+
+	ava := f.member("ava", f.project.ID, "admin", false)
+	for _, who := range []string{"walter", "ava"} {
+		if s, out := f.call("POST", "/v1/projects/"+f.project.ID+"/members", ava,
+			map[string]any{"user": who, "role": "admin", "secrets": true}, false); s != 403 {
+			t.Fatalf("an admin without secrets grants them to %s: %d %s", who, s, out)
+		}
+	}
+
+	// A run of other/svc older than acme/app's: before=<acme/app's run>
+	// would list it if the cursor's run were looked up unchecked.
+	older, err := f.store.CreateRun(context.Background(), store.NewRun{Project: "other/svc", Jobs: []store.NewJob{{Name: "b"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.exec(`UPDATE runs SET created_at = now() - interval '1 hour' WHERE id = $1`, older.ID)
+	_, real := f.call("GET", "/v1/runs?before="+f.done.ID, f.memberB, nil, false)
+	_, made := f.call("GET", "/v1/runs?before=01a00000-0000-7000-8000-000000000000", f.memberB, nil, false)
+	if real != made {
+		t.Fatalf("?before= tells an existing run from a made-up one:\n%s\n%s", real, made)
+	}
+}

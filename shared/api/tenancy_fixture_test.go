@@ -28,6 +28,7 @@ type tenancy struct {
 	// the secrets permission), an admin of other/svc only, a user with no
 	// membership, and a runner.
 	global, adminA, writerA, readerA, memberB, nobody string
+	trustedWriter                                     string // write and the secrets permission
 	writerID, readerID                                string
 	runner                                            runnerCreds
 	// In acme/app: a finished run, a live run (one queued job), a run
@@ -53,6 +54,7 @@ func newTenancy(t *testing.T) *tenancy {
 	f.adminA = e.member("alice", e.project.ID, store.RoleAdmin, true)
 	f.writerA = e.member("walter", e.project.ID, store.RoleWrite, false)
 	f.readerA = e.member("rita", e.project.ID, store.RoleRead, false)
+	f.trustedWriter = e.member("sam", e.project.ID, store.RoleWrite, true)
 	f.memberB = e.member("bob", f.other.ID, store.RoleAdmin, true)
 	_, f.nobody, _ = e.store.CreateUser(ctx, "nina", store.RoleUser)
 	f.writerID, f.readerID = f.userID("walter"), f.userID("rita")

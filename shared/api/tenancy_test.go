@@ -15,6 +15,7 @@ import (
 const (
 	needRead   = "project read"
 	needWrite  = "project write"
+	needTrust  = "project write and secrets" // for what makes a trusted run
 	needAdmin  = "project admin"
 	needGlobal = "global admin"
 	needList   = "any user; lists only what they can read"
@@ -68,8 +69,8 @@ func tenancyCases() []tenancyCase {
 		{"POST /v1/projects/{project}/secrets/{name}/delete", "/v1/projects/{project}/secrets/DEPLOY_TOKEN/delete", needAdmin, obj(nil), 200, nil},
 		{"GET /v1/runs", "/v1/runs", needList, noBody, 200, doneRun},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}", "/v1/runs/{done}/jobs/{doneJob}", needRead, noBody, 200, nil},
-		{"POST /v1/runs/{run_id}/retry", "/v1/runs/{done}/retry", needWrite, obj(nil), 201, nil},
-		{"POST /v1/runs/{run_id}/jobs/{job_id}/retry", "/v1/runs/{done}/jobs/{doneJob}/retry", needWrite, obj(nil), 201, nil},
+		{"POST /v1/runs/{run_id}/retry", "/v1/runs/{done}/retry", needTrust, obj(nil), 201, nil},
+		{"POST /v1/runs/{run_id}/jobs/{job_id}/retry", "/v1/runs/{done}/jobs/{doneJob}/retry", needTrust, obj(nil), 201, nil},
 		{"GET /v1/me", "/v1/me", needAny, noBody, 200, nil},
 		{"GET /v1/runners", "/v1/runners", needGlobal, noBody, 200, nil},
 		{"POST /v1/runners/{runner_id}/revoke", "/v1/runners/{runner}/revoke", needGlobal, obj(nil), 200, nil},
@@ -79,12 +80,12 @@ func tenancyCases() []tenancyCase {
 		{"POST /v1/users/{user_id}/tokens", "/v1/users/{writer}/tokens", needGlobal, obj(nil), 201, nil},
 		{"POST /v1/users/{user_id}/disable", "/v1/users/{reader}/disable", needGlobal, obj(nil), 200, nil},
 		{"GET /v1/deliveries", "/v1/deliveries", needList, noBody, 200, func(f *tenancy) string { return f.delivery }},
-		{"POST /v1/deliveries/{guid}/retry", "/v1/deliveries/{guid}/retry", needWrite, obj(nil), 202, nil},
+		{"POST /v1/deliveries/{guid}/retry", "/v1/deliveries/{guid}/retry", needTrust, obj(nil), 202, nil},
 
 		{"GET /", "/", needList, noBody, 200, doneRun},
 		{"GET /runs/{run_id}", "/runs/{done}", needRead, noBody, 200, nil},
 		{"POST /runs/{run_id}/cancel", "/runs/{live}/cancel", needWrite, form(""), 303, nil},
-		{"POST /runs/{run_id}/retry", "/runs/{done}/retry", needWrite, form(""), 303, nil},
+		{"POST /runs/{run_id}/retry", "/runs/{done}/retry", needTrust, form(""), 303, nil},
 		{"POST /runs/{run_id}/approve", "/runs/{waiting}/approve", needWrite, form(""), 303, nil},
 		{"POST /runs/{run_id}/reject", "/runs/{waiting}/reject", needWrite, form(""), 303, nil},
 		{"GET /runs/{run_id}/jobs/{job_id}", "/runs/{done}/jobs/{doneJob}", needRead, noBody, 200, nil},
@@ -160,6 +161,8 @@ func (f *tenancy) needed(c tenancyCase) string {
 		return f.readerA
 	case needWrite:
 		return f.writerA
+	case needTrust:
+		return f.trustedWriter
 	case needAdmin:
 		return f.adminA
 	}
@@ -187,6 +190,8 @@ func (f *tenancy) refused(c tenancyCase) []refusal {
 			refusal{"no membership", f.nobody, 403})
 	case needWrite:
 		out = append(out, refusal{"reader", f.readerA, 403})
+	case needTrust:
+		out = append(out, refusal{"reader", f.readerA, 403}, refusal{"writer without the secrets permission", f.writerA, 403})
 	case needAdmin:
 		out = append(out, refusal{"writer", f.writerA, 403})
 	}

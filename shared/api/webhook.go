@@ -72,9 +72,19 @@ func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) error {
 		Installation struct {
 			ID int64 `json:"id"`
 		} `json:"installation"`
+		Ref         *string          `json:"ref"`
+		PullRequest *json.RawMessage `json:"pull_request"`
 	}
 	if err := json.Unmarshal(payload, &p); err != nil || p.Repository.ID == 0 {
 		return domain.Errorf(domain.EInvalid, "the %s payload has no repository", event)
+	}
+	// The event name is an unsigned header: the signed body must have the
+	// shape of that event, or a pull request's body could pass for a push.
+	switch {
+	case event == "push" && (p.Ref == nil || !strings.HasPrefix(*p.Ref, "refs/") || p.PullRequest != nil):
+		return domain.Errorf(domain.EInvalid, "the body is not a push event's (no refs/... ref, or a pull_request)")
+	case event == "pull_request" && (p.PullRequest == nil || p.Ref != nil):
+		return domain.Errorf(domain.EInvalid, "the body is not a pull_request event's")
 	}
 	if err := s.bindDelivery(r, target, p.Repository.ID, p.Installation.ID); err != nil {
 		if domain.ErrorCode(err) == domain.ENotFound {

@@ -175,6 +175,7 @@ func (e *env) deliver(event, guid string, body []byte, signature string) (int, m
 func pushPayload(sha string) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"ref": "refs/heads/main", "before": strings.Repeat("0", 40), "after": sha, "deleted": false,
+		"pusher": map[string]any{"name": "octo"}, "sender": map[string]any{"id": 31, "login": "octo"},
 		"repository": map[string]any{"id": repoID, "full_name": repoName, "name": "hello",
 			"owner": map[string]any{"login": "octo"}},
 		"installation": map[string]any{"id": installID},

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/go-github/v62/github"
@@ -222,6 +223,9 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {
 			return nil, "branch or tag deleted", "", nil
 		}
+		if !strings.HasPrefix(e.GetRef(), "refs/") || e.GetPusher() == nil {
+			return nil, "", "", domain.Errorf(domain.EInvalid, "the push payload names no ref or pusher")
+		}
 		// A push to the repository's own refs: whoever pushed could.
 		sha, nr.GitRef, nr.Trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
 		nr.Scope, nr.Actor = e.GetRef(), fmt.Sprintf("github:%d", e.GetSender().GetID())
@@ -232,7 +236,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 			return nil, "pull request " + e.GetAction(), "", nil
 		}
 		sha = e.GetPullRequest().GetHead().GetSHA()
-		if err := w.pullRequestRun(ctx, gh, repo, owner, name, e.GetPullRequest().GetNumber(), &nr); err != nil {
+		if sha, err = w.pullRequestRun(ctx, gh, repo, owner, name, e.GetPullRequest().GetNumber(), &nr); err != nil {
 			return nil, "", sha, err
 		}
 	default:
@@ -255,19 +259,19 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	return &created, "", sha, nil
 }
 
-// pullRequestRun fills in a pull request's run. Whether it comes from a
-// fork, and who opened it, is read from the pull request as GitHub reports
-// it to the App now, not from the payload: a fork's run is untrusted (no
-// secrets, its own cache scope) and waits for approval if its author has
-// none in the project yet.
+// pullRequestRun fills in a pull request's run and returns the commit to
+// build. Whether it comes from a fork, who opened it, and its head commit
+// are read from the pull request as GitHub reports it to the App now, not
+// from the payload: a fork's run is untrusted (no secrets, its own cache
+// scope) and waits for approval if its author has none in the project yet.
 func (w *Worker) pullRequestRun(ctx context.Context, gh *github.Client, repo store.Repository, owner, name string,
-	number int, nr *store.NewRun) error {
+	number int, nr *store.NewRun) (string, error) {
 	pr, _, err := gh.PullRequests.Get(ctx, owner, name, number)
 	if err != nil {
-		return fmt.Errorf("read pull request #%d: %w", number, err)
+		return "", fmt.Errorf("read pull request #%d: %w", number, err)
 	}
 	if pr.GetBase().GetRepo().GetID() != repo.GitHubID {
-		return domain.Errorf(domain.EInvalid, "pull request #%d is not based on %s", number, repo.FullName)
+		return "", domain.Errorf(domain.EInvalid, "pull request #%d is not based on %s", number, repo.FullName)
 	}
 	// A fork that was deleted has no head repository: still a fork.
 	nr.Untrusted = pr.GetHead().GetRepo().GetID() != repo.GitHubID
@@ -278,5 +282,5 @@ func (w *Worker) pullRequestRun(ctx context.Context, gh *github.Client, repo sto
 		nr.Trigger += " from fork " + pr.GetHead().GetRepo().GetFullName()
 	}
 	nr.Actor = fmt.Sprintf("github:%d", pr.GetUser().GetID())
-	return nil
+	return pr.GetHead().GetSHA(), nil
 }

@@ -102,6 +102,19 @@ func TestWebhookBinding(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM scm_deliveries WHERE repository_id = $1`, victimID); n != 2 {
 		t.Fatalf("%d deliveries recorded, want 2", n)
 	}
+
+	// The event name and the GUID are unsigned headers. A pull request's
+	// signed body posted as a push is refused; a body replayed under a new
+	// GUID is a redelivery.
+	if code := post(t, e.srv, "push", "g-pr-as-push", "repository", victimID, attack, sign(victimSecret, attack)); code != http.StatusBadRequest {
+		t.Fatalf("a pull request's body as a push: %d, want 400", code)
+	}
+	if code := post(t, e.srv, "pull_request", "g-replay", "repository", victimID, attack, sign(victimSecret, attack)); code != http.StatusAccepted {
+		t.Fatalf("a replayed body: %d", code)
+	}
+	if n := e.count(`SELECT count(*) FROM scm_deliveries WHERE repository_id = $1`, victimID); n != 2 {
+		t.Fatalf("%d deliveries after a pull request posing as a push and a replay, want still 2", n)
+	}
 }
 
 func pgtestProject(t *testing.T, e *env, name string) {

@@ -73,16 +73,22 @@ func (s *Store) Cancel(ctx context.Context, u User, runID, jobID string) (cancel
 // Retry creates a new run from a finished run: all its jobs, or only jobID,
 // on the same source snapshot, in the same trust tier and cache scope (a
 // retry of a fork's run stays untrusted, and waits for approval as the
-// first did). The old run is left as it was. u needs the write role.
+// first did). The old run is left as it was. u needs the write role, and
+// to retry a trusted run (which gets secrets again) the project's secrets
+// permission, as starting a trusted run would.
 func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, _, err := authorizeRun(ctx, tx, u, runID, RankWrite); err != nil {
+		_, a, err := authorizeRun(ctx, tx, u, runID, RankWrite)
+		if err != nil {
 			return err
 		}
 		nr, err := retryOf(ctx, tx, runID, jobID, u.Name)
 		if err != nil {
 			return err
+		}
+		if !nr.Untrusted && !a.Secrets {
+			return domain.Errorf(domain.EForbidden, "run %s is trusted (it gets the project's secrets): retrying it needs the secrets permission", runID)
 		}
 		run, err = createRunTx(ctx, tx, nr)
 		return err
@@ -135,12 +141,12 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 		Trigger: fmt.Sprintf("retry of #%d by %s", old.Number, who), Jobs: jobs}
 	if jobID != "" {
 		j := jobs[0]
-		if len(j.Spec.NeedArtifacts) > 0 {
-			return NewRun{}, domain.Errorf(domain.EInvalid, "job %s downloads artifacts of the jobs it needs; retry the whole run instead", j.Name)
+		if len(j.Needs) > 0 {
+			// Alone, it would run without the jobs it needs passing first
+			// (a deploy without its tests).
+			return NewRun{}, domain.Errorf(domain.EInvalid, "job %s needs %v; retry the whole run instead", j.Name, j.Needs)
 		}
-		// Alone in its new run, the job needs nothing.
 		nr.Jobs = []NewJob{j}
-		nr.Jobs[0].Needs = nil
 		nr.Trigger = fmt.Sprintf("retry of #%d %s by %s", old.Number, j.Name, who)
 	}
 	return nr, nil

@@ -202,17 +202,22 @@ func (s *Store) Members(ctx context.Context, u User, projectID string) ([]Member
 }
 
 // SetMember adds a user (by name or ID) to a project or changes their role
-// and secrets permission; u must be an admin of the project.
+// and secrets permission; u must be an admin of the project, and only one
+// who holds the secrets permission may grant it.
 func (s *Store) SetMember(ctx context.Context, u User, projectID, user, role string, secrets bool) (Member, error) {
 	if rankOfRole[role] == RankNone {
 		return Member{}, domain.Errorf(domain.EInvalid, "role must be read, write or admin")
 	}
 	m := Member{Role: role, Secrets: secrets}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+		a, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID)
+		if err != nil {
 			return err
 		}
-		err := tx.QueryRow(ctx, `SELECT id, name FROM users WHERE (id = $1 OR name = $1) AND disabled_at IS NULL
+		if secrets && !a.Secrets {
+			return domain.Errorf(domain.EForbidden, "only a member who holds the secrets permission may grant it")
+		}
+		err = tx.QueryRow(ctx, `SELECT id, name FROM users WHERE (id = $1 OR name = $1) AND disabled_at IS NULL
 			ORDER BY id = $1 DESC LIMIT 1`, user).Scan(&m.UserID, &m.UserName)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.EInvalid, "no active user %q", user)

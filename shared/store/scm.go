@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"regexp"
@@ -93,12 +94,15 @@ type Delivery struct {
 }
 
 // RecordDelivery stores a verified delivery once. It reports false when a
-// delivery with this GUID was already recorded (a redelivery): nothing new
-// is stored and nothing new will happen.
+// delivery with this GUID, or with this very body for this repository, was
+// already recorded (a redelivery, or a captured body replayed under a new
+// GUID): nothing new is stored and nothing new will happen.
 func (s *Store) RecordDelivery(ctx context.Context, guid, event string, repositoryID int64, payload []byte) (bool, error) {
+	sum := sha256.Sum256(payload)
+	// Either the GUID or the signed body already seen: nothing new.
 	tag, err := s.pool.Exec(ctx, `
-		INSERT INTO scm_deliveries (guid, event, repository_id, payload) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (guid) DO NOTHING`, guid, event, repositoryID, payload)
+		INSERT INTO scm_deliveries (guid, event, repository_id, payload, body_sha256) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT DO NOTHING`, guid, event, repositoryID, payload, sum[:])
 	if err != nil {
 		return false, fmt.Errorf("record delivery: %w", err)
 	}
@@ -257,21 +261,30 @@ func (s *Store) Deliveries(ctx context.Context, u User, state string, limit int)
 }
 
 // RetryDelivery puts a FAILED delivery back to PENDING with fresh attempts
-// (the cause was fixed); u needs the write role in its project.
+// (the cause was fixed). A delivery may make a trusted run, so u needs the
+// write role and the secrets permission in its project.
 func (s *Store) RetryDelivery(ctx context.Context, u User, guid string) error {
+	notFound := domain.Errorf(domain.ENotFound, "delivery %q not found", guid)
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		var projectID string
 		err := tx.QueryRow(ctx, `
 			SELECT r.project_id FROM scm_deliveries d JOIN scm_repositories r ON r.github_id = d.repository_id
 			WHERE d.guid = $1`, guid).Scan(&projectID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return domain.Errorf(domain.ENotFound, "delivery %q not found", guid)
+			return notFound
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := authorize(ctx, tx, u, projectID, RankWrite, "delivery "+guid); err != nil {
+		a, err := authorize(ctx, tx, u, projectID, RankWrite, "delivery")
+		if domain.ErrorCode(err) == domain.ENotFound {
+			return notFound
+		}
+		if err != nil {
 			return err
+		}
+		if !a.Secrets {
+			return domain.Errorf(domain.EForbidden, "a delivery can make a trusted run: retrying it needs the project's secrets permission")
 		}
 		tag, err := tx.Exec(ctx, `
 			UPDATE scm_deliveries SET state = 'PENDING', attempts = 0, next_attempt_at = now(), finished_at = NULL, note = NULL

@@ -41,7 +41,8 @@ func (s *Store) ListRuns(ctx context.Context, u User, f RunFilter) ([]Run, error
 		SELECT `+runColumns+`
 		FROM runs r JOIN projects p ON p.id = r.project_id
 		WHERE ($1 = '' OR p.name = $1 OR p.id = $1)
-		  AND ($2 = '' OR (r.created_at, r.id) < (SELECT created_at, id FROM runs WHERE id = $2))
+		  AND ($2 = '' OR (r.created_at, r.id) < (SELECT b.created_at, b.id FROM runs b
+		                                           WHERE b.id = $2 AND `+canRead("$4", "b.project_id")+`))
 		  AND `+canRead("$4", "r.project_id")+`
 		ORDER BY r.created_at DESC, r.id DESC LIMIT $3`, f.Project, f.Before, f.Limit, u.ID)
 	if err != nil {

@@ -174,12 +174,26 @@ func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// localPath keeps a return path only if it stays on this site.
+// localPath keeps a return path only if it is a path on this site: it is
+// parsed, has no scheme, host or user, starts with one "/" followed by
+// something other than "/" or "\\", and holds no control character or
+// backslash (browsers drop tabs and newlines and read "\\" as "/", so
+// "/\t/evil.example" would become "//evil.example"). Anything else is "".
 func localPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") {
+	if p == "" || len(p) > 2048 || strings.ContainsAny(p, "\\") {
 		return ""
 	}
-	return p
+	for _, c := range p {
+		if c < 0x20 || c == 0x7f {
+			return ""
+		}
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" ||
+		!strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") || strings.HasPrefix(p, "//") {
+		return ""
+	}
+	return u.RequestURI()
 }
 
 // Logout clears the cookie.
