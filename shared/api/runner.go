@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"regexp"
 	"strings"
@@ -140,6 +141,11 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request, runner store.Runne
 	if req.Offset == nil {
 		return domain.Errorf(domain.EInvalid, "field offset is required")
 	}
+	// No log is longer than the limit, so no larger offset can be right
+	// (and offset plus length must not overflow).
+	if max := s.Store.Limits().MaxLogBytes; *req.Offset < 0 || *req.Offset > max {
+		return domain.Errorf(domain.EInvalid, "field offset must be from 0 to %d (the log limit)", max)
+	}
 	next, err := s.Store.AppendLog(r.Context(), runner.ID, r.PathValue("job_id"), l, *req.Offset, req.Data)
 	if err != nil {
 		return err
@@ -168,6 +174,9 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, runner store.R
 	exit := 0
 	if req.ExitCode != nil {
 		exit = *req.ExitCode
+	}
+	if exit < math.MinInt32 || exit > math.MaxInt32 {
+		return domain.Errorf(domain.EInvalid, "field exit_code must be from %d to %d", math.MinInt32, math.MaxInt32)
 	}
 	c, err := s.Store.CompleteWithReason(r.Context(), runner.ID, r.PathValue("job_id"), l, req.Outcome, exit, req.Reason)
 	if err != nil {
@@ -210,8 +219,8 @@ func validBlob(digest string, size *int64) error {
 	if !digestRE.MatchString(digest) {
 		return domain.Errorf(domain.EInvalid, "field digest must be sha256:<64 lowercase hex digits>")
 	}
-	if size == nil || *size < 0 {
-		return domain.Errorf(domain.EInvalid, "field size is required and must not be negative")
+	if size == nil || *size < 0 || *size > MaxBlobBytes {
+		return domain.Errorf(domain.EInvalid, "field size is required, from 0 to %d", int64(MaxBlobBytes))
 	}
 	return nil
 }

@@ -145,6 +145,8 @@ func (f *tenancy) call(method, path, token string, body any, page bool) (int, st
 	ctype := "application/json"
 	switch b := body.(type) {
 	case nil:
+	case rawJSON:
+		rd = strings.NewReader(string(b))
 	case string: // a form
 		rd, ctype = strings.NewReader(b), "application/x-www-form-urlencoded"
 	default:
@@ -190,3 +192,8 @@ func (f *tenancy) state() string {
 	}
 	return b.String()
 }
+
+// rawJSON is a request body sent as it is.
+type rawJSON string
+
+func itoa(n int64) string { return fmt.Sprint(n) }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -128,6 +129,9 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	if err := validBlob(req.Source.BlobDigest, &req.Source.Size); err != nil {
 		return err
 	}
+	if req.Source.Size > MaxSourceBytes {
+		return domain.Errorf(domain.EInvalid, "field source.size must be at most %d", int64(MaxSourceBytes))
+	}
 	if !digestRE.MatchString(req.Source.ManifestDigest) {
 		return domain.Errorf(domain.EInvalid, "field source.manifest_digest must be sha256:<64 lowercase hex digits>")
 	}
@@ -232,12 +236,12 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, u store.User) er
 func (s *Server) getLog(w http.ResponseWriter, r *http.Request, u store.User) error {
 	q := r.URL.Query()
 	offset, err := queryInt(q.Get("offset"), 0)
-	if err != nil || offset < 0 {
-		return domain.Errorf(domain.EInvalid, "offset must be a non-negative integer")
+	if err != nil || offset < 0 || offset > s.Store.Limits().MaxLogBytes {
+		return domain.Errorf(domain.EInvalid, "offset must be an integer from 0 to %d (the log limit)", s.Store.Limits().MaxLogBytes)
 	}
 	gen, err := queryInt(q.Get("generation"), 0)
-	if err != nil || gen < 0 {
-		return domain.Errorf(domain.EInvalid, "generation must be a non-negative integer")
+	if err != nil || gen < 0 || gen > math.MaxInt32 {
+		return domain.Errorf(domain.EInvalid, "generation must be an integer from 0 to %d", math.MaxInt32)
 	}
 	data, g, err := s.Store.ReadLogAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), int(gen), offset, 1<<20)
 	if err != nil {

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"math"
 	"regexp"
 	"slices"
 	"time"
@@ -72,8 +73,8 @@ func (l *Lease) Validate() error {
 		return Errorf(EInvalid, "field lease.runner_id is required")
 	case l.LeaseID == "":
 		return Errorf(EInvalid, "field lease.lease_id is required")
-	case l.Generation <= 0:
-		return Errorf(EInvalid, "field lease.generation must be a positive integer")
+	case l.Generation <= 0 || l.Generation > math.MaxInt32:
+		return Errorf(EInvalid, "field lease.generation must be an integer from 1 to %d", math.MaxInt32)
 	case len(l.RunID) > 100 || len(l.JobID) > 100 || len(l.RunnerID) > 100 || len(l.LeaseID) > 100:
 		return Errorf(EInvalid, "lease fields must be at most 100 characters")
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -494,6 +495,12 @@ func (s *Store) ReadLogAs(ctx context.Context, u User, runID, jobID string, gene
 }
 
 func (s *Store) readLog(ctx context.Context, u *User, runID, jobID string, generation int, offset, limit int64) ([]byte, int, error) {
+	if offset < 0 || offset > s.limits.MaxLogBytes {
+		return nil, 0, domain.Errorf(domain.EInvalid, "offset must be from 0 to %d (the log limit)", s.limits.MaxLogBytes)
+	}
+	if generation < 0 || generation > math.MaxInt32 {
+		return nil, 0, domain.Errorf(domain.EInvalid, "generation must be from 0 to %d", math.MaxInt32)
+	}
 	uid := ""
 	if u != nil {
 		uid = u.ID

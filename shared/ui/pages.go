@@ -128,7 +128,10 @@ func Job(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	if err != nil {
 		return err
 	}
-	gen, _ := strconv.Atoi(r.URL.Query().Get("generation"))
+	gen, err := strconv.Atoi(r.URL.Query().Get("generation"))
+	if err != nil || gen < 0 || gen > job.Generation {
+		gen = 0 // the current attempt
+	}
 	u.render(w, http.StatusOK, "job", jobPage{page: page{Title: job.Name, User: user}, Run: run, Job: job,
 		Generation: gen, JobTerminal: domain.JobTerminal(job.State), CanWrite: u.canWrite(r.Context(), user, run.ProjectID)})
 	return nil
@@ -138,7 +141,7 @@ func Job(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 // with the job's state, so it knows when to stop following.
 func JobLog(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	offset, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
-	if err != nil || offset < 0 {
+	if err != nil {
 		offset = 0
 	}
 	gen, _ := strconv.Atoi(r.URL.Query().Get("generation"))
