@@ -26,6 +26,9 @@ import (
 
 const root = "../../"
 
+// integerParams are the parameters the template uses as integers.
+var integerParams = map[string]bool{"ClaimConcurrency": true}
+
 // shapes are the deployment choices the template's parameters offer; each
 // must parse and pass every check.
 var shapes = map[string]map[string]any{
@@ -43,6 +46,14 @@ var shapes = map[string]map[string]any{
 var symbolic = map[string]intrinsics.IntrinsicHandler{
 	"Ref": func(name string, input, template any) any {
 		if v := intrinsics.Ref(name, input, template); v != nil {
+			// A parameter used for an integer property (CloudFormation
+			// coerces; goformation's typed structs do not).
+			if s, ok := v.(string); ok && integerParams[fmt.Sprint(input)] {
+				var n int
+				if _, err := fmt.Sscan(s, &n); err == nil {
+					return n
+				}
+			}
 			// CloudFormation splits list parameters; goformation does not.
 			if s, ok := v.(string); ok && strings.HasPrefix(fmt.Sprint(dig(template, "Parameters", fmt.Sprint(input), "Type")), "CommaDelimitedList") {
 				var list []any
@@ -168,6 +179,7 @@ func TestTemplate(t *testing.T) {
 			t.Run("Globals", func(t *testing.T) { checkGlobals(t, generic) })
 			t.Run("Functions", func(t *testing.T) { checkFunctions(t, tmpl) })
 			t.Run("Routes", func(t *testing.T) { checkRoutes(t, tmpl) })
+			t.Run("Limits", func(t *testing.T) { checkLimits(t, tmpl, generic) })
 			t.Run("Policies", func(t *testing.T) { checkPolicies(t, tmpl, generic) })
 			t.Run("Bucket", func(t *testing.T) { checkBucket(t, tmpl) })
 			t.Run("Database", func(t *testing.T) { checkDatabase(t, tmpl, generic, overrides) })
@@ -261,6 +273,40 @@ func checkFunctions(t *testing.T, tmpl *cloudformation.Template) {
 		}
 		if fn.CodeUri == nil || fn.CodeUri.String == nil || *fn.CodeUri.String != "." {
 			t.Errorf("%s: CodeUri must be . (the module root, for the Makefile)", id)
+		}
+	}
+}
+
+// checkLimits: every function has reserved concurrency (by default), so a
+// flood on one route cannot take the account's concurrency, in all small
+// enough to leave the account's 100 unreserved executions on a limit of
+// 1,000; and the routes a flood costs most on have their own throttles.
+func checkLimits(t *testing.T, tmpl *cloudformation.Template, generic map[string]any) {
+	total := 0
+	for id, fn := range tmpl.GetAllServerlessFunctionResources() {
+		if fn.ReservedConcurrentExecutions == nil || *fn.ReservedConcurrentExecutions < 1 {
+			t.Errorf("%s has no reserved concurrency", id)
+			continue
+		}
+		total += *fn.ReservedConcurrentExecutions
+	}
+	if total > 300 {
+		t.Errorf("reserved concurrency %d in all: more than 300", total)
+	}
+	throttled := map[string]bool{}
+	walk(generic["Resources"], func(m map[string]any) {
+		if m["Type"] != "HttpApi" {
+			return
+		}
+		props, _ := m["Properties"].(map[string]any)
+		settings, _ := props["RouteSettings"].(map[string]any)
+		if settings["ThrottlingBurstLimit"] != nil && settings["ThrottlingRateLimit"] != nil {
+			throttled[fmt.Sprint(props["Method"], " ", props["Path"])] = true
+		}
+	})
+	for _, r := range []string{"POST /v1/runner/claim", "POST /v1/runners/register", "POST /login", "POST /v1/webhooks/github"} {
+		if !throttled[r] {
+			t.Errorf("route %s has no throttle of its own", r)
 		}
 	}
 }
