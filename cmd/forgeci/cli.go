@@ -389,18 +389,16 @@ func runnerCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var out struct {
-				Runners []store.RunnerInfo `json:"runners"`
-			}
-			if err := cl.do(c.Context(), "GET", "/v1/runners", nil, &out); err != nil {
+			runners, err := listAll[store.RunnerInfo](c.Context(), cl, "/v1/runners", "runners", nil)
+			if err != nil {
 				return err
 			}
 			if g.json {
-				return printJSON(out.Runners)
+				return printJSON(runners)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tLABELS\tLAST SEEN\tSTATUS\tID")
-			for _, r := range out.Runners {
+			for _, r := range runners {
 				seen, status := "never", "active"
 				if r.LastSeenAt != nil {
 					seen = r.LastSeenAt.Local().Format("2006-01-02 15:04:05")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -19,13 +20,11 @@ import (
 // projectPath resolves a project name (or ID) to its API path. Paths use
 // the ID: a name holds "/", which not every gateway passes through escaped.
 func projectPath(ctx context.Context, cl *apiClient, name string) (string, error) {
-	var out struct {
-		Projects []store.Project `json:"projects"`
-	}
-	if err := cl.do(ctx, "GET", "/v1/projects", nil, &out); err != nil {
+	projects, err := listAll[store.Project](ctx, cl, "/v1/projects", "projects", nil)
+	if err != nil {
 		return "", err
 	}
-	for _, p := range out.Projects {
+	for _, p := range projects {
 		if p.Name == name || p.ID == name {
 			return "/v1/projects/" + url.PathEscape(p.ID), nil
 		}
@@ -65,18 +64,16 @@ func projectCmd(g *global) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list", Short: "List the projects you can read", Args: cobra.NoArgs,
 		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
-			var out struct {
-				Projects []store.Project `json:"projects"`
-			}
-			if err := cl.do(ctx, "GET", "/v1/projects", nil, &out); err != nil {
+			projects, err := listAll[store.Project](ctx, cl, "/v1/projects", "projects", nil)
+			if err != nil {
 				return err
 			}
 			if g.json {
-				return printJSON(out.Projects)
+				return printJSON(projects)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PROJECT\tROLE\tSECRETS\tRUNS\tLAST\tID")
-			for _, p := range out.Projects {
+			for _, p := range projects {
 				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\t%s\n", p.Name, p.Role, p.Secrets, p.Runs, p.LastState, p.ID)
 			}
 			return tw.Flush()
@@ -94,18 +91,16 @@ func membersCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var out struct {
-				Members []store.Member `json:"members"`
-			}
-			if err := cl.do(ctx, "GET", path+"/members", nil, &out); err != nil {
+			members, err := listAll[store.Member](ctx, cl, path+"/members", "members", nil)
+			if err != nil {
 				return err
 			}
 			if g.json {
-				return printJSON(out.Members)
+				return printJSON(members)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "USER\tROLE\tSECRETS\tID")
-			for _, m := range out.Members {
+			for _, m := range members {
 				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.UserName, m.Role, m.Secrets, m.UserID)
 			}
 			return tw.Flush()
@@ -186,16 +181,14 @@ func secretCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var out struct {
-				Secrets []store.SecretInfo `json:"secrets"`
-			}
-			if err := cl.do(ctx, "GET", path+"/secrets", nil, &out); err != nil {
+			secrets, err := listAll[store.SecretInfo](ctx, cl, path+"/secrets", "secrets", nil)
+			if err != nil {
 				return err
 			}
 			if g.json {
-				return printJSON(out.Secrets)
+				return printJSON(secrets)
 			}
-			for _, s := range out.Secrets {
+			for _, s := range secrets {
 				fmt.Printf("%s\t(set %s)\n", s.Name, s.UpdatedAt.Local().Format("2006-01-02 15:04"))
 			}
 			return nil
@@ -239,5 +232,32 @@ func decideCmd(g *global, verb, short string) *cobra.Command {
 			fmt.Printf("run %s #%d %s by %s: %s\n", v.Project, v.Number, v.Approval, v.ApprovalBy, v.State)
 			return nil
 		}),
+	}
+}
+
+// listAll reads every page of a list route: path answers {field: [...],
+// "next_cursor"}; query holds the route's own filters.
+func listAll[T any](ctx context.Context, cl *apiClient, path, field string, query url.Values) ([]T, error) {
+	var all []T
+	q := url.Values{"limit": {"200"}}
+	for k, v := range query {
+		q[k] = v
+	}
+	for {
+		var page map[string]json.RawMessage
+		if err := cl.do(ctx, "GET", path+"?"+q.Encode(), nil, &page); err != nil {
+			return nil, err
+		}
+		var items []T
+		if err := json.Unmarshal(page[field], &items); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		all = append(all, items...)
+		var next string
+		_ = json.Unmarshal(page["next_cursor"], &next)
+		if next == "" {
+			return all, nil
+		}
+		q.Set("cursor", next)
 	}
 }

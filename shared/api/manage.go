@@ -14,17 +14,41 @@ import (
 // manage (runners, registration tokens, users, deliveries). docs/openapi.yaml
 // documents every route; a test holds the two together.
 
-func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, u store.User) error {
+// pageOf reads ?limit= and ?cursor= (for runs also ?before=, the older
+// name of the cursor).
+func pageOf(r *http.Request) (store.Page, error) {
 	q := r.URL.Query()
-	limit, err := queryInt(q.Get("limit"), 50)
-	if err != nil || limit < 1 {
-		return domain.Errorf(domain.EInvalid, "limit must be a positive integer")
+	limit, err := queryInt(q.Get("limit"), store.DefaultPageSize)
+	if err != nil || limit < 1 || limit > store.MaxPageSize {
+		return store.Page{}, domain.Errorf(domain.EInvalid, "limit must be an integer from 1 to %d", store.MaxPageSize)
 	}
-	runs, err := s.Store.ListRuns(r.Context(), u, store.RunFilter{Project: q.Get("project"), Limit: int(limit), Before: q.Get("before")})
+	return store.Page{Limit: int(limit), Cursor: firstOf(q.Get("cursor"), q.Get("before"))}, nil
+}
+
+func firstOf(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// writePage writes one page of a list: {"<name>": [...], "next_cursor"}.
+func writePage[T any](w http.ResponseWriter, name string, items []T, next string) {
+	writeJSON(w, http.StatusOK, map[string]any{name: nonNilSlice(items), "next_cursor": next})
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, u store.User) error {
+	pg, err := pageOf(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"runs": nonNilSlice(runs)})
+	runs, next, err := s.Store.ListRuns(r.Context(), u, store.RunFilter{Project: r.URL.Query().Get("project"), Page: pg})
+	if err != nil {
+		return err
+	}
+	writePage(w, "runs", runs, next)
 	return nil
 }
 
@@ -75,11 +99,15 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u store.User,
 }
 
 func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	rs, err := s.Store.ListRunners(r.Context())
+	pg, err := pageOf(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"runners": nonNilSlice(rs)})
+	rs, next, err := s.Store.ListRunners(r.Context(), pg)
+	if err != nil {
+		return err
+	}
+	writePage(w, "runners", rs, next)
 	return nil
 }
 
@@ -116,11 +144,15 @@ func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request,
 }
 
 func (s *Server) listUsers(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	us, err := s.Store.ListUsers(r.Context())
+	pg, err := pageOf(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"users": nonNilSlice(us)})
+	us, next, err := s.Store.ListUsers(r.Context(), pg)
+	if err != nil {
+		return err
+	}
+	writePage(w, "users", us, next)
 	return nil
 }
 
@@ -184,15 +216,15 @@ func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, u store.User) er
 }
 
 func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, u store.User) error {
-	limit, err := queryInt(r.URL.Query().Get("limit"), 50)
-	if err != nil || limit < 1 || limit > 500 {
-		return domain.Errorf(domain.EInvalid, "limit must be from 1 to 500")
-	}
-	ds, err := s.Store.Deliveries(r.Context(), u, strings.ToUpper(r.URL.Query().Get("state")), int(limit))
+	pg, err := pageOf(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"deliveries": nonNilSlice(ds)})
+	ds, next, err := s.Store.Deliveries(r.Context(), u, strings.ToUpper(r.URL.Query().Get("state")), pg)
+	if err != nil {
+		return err
+	}
+	writePage(w, "deliveries", ds, next)
 	return nil
 }
 

@@ -12,11 +12,15 @@ import (
 // through); the store authorises each call against the caller's membership.
 
 func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, u store.User) error {
-	ps, err := s.Store.ListProjects(r.Context(), u)
+	pg, err := pageOf(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"projects": nonNilSlice(ps)})
+	ps, next, err := s.Store.ListProjects(r.Context(), u, pg)
+	if err != nil {
+		return err
+	}
+	writePage(w, "projects", ps, next)
 	return nil
 }
 
@@ -57,11 +61,15 @@ func (s *Server) listMembers(w http.ResponseWriter, r *http.Request, u store.Use
 	if err != nil {
 		return err
 	}
-	ms, err := s.Store.Members(r.Context(), u, p.ID)
+	pg, err := pageOf(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"members": nonNilSlice(ms)})
+	ms, next, err := s.Store.Members(r.Context(), u, p.ID, pg)
+	if err != nil {
+		return err
+	}
+	writePage(w, "members", ms, next)
 	return nil
 }
 
@@ -109,11 +117,15 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, u store.Use
 	if err != nil {
 		return err
 	}
-	ss, err := s.Store.ListSecrets(r.Context(), u, p.ID)
+	pg, err := pageOf(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"secrets": nonNilSlice(ss)})
+	ss, next, err := s.Store.ListSecrets(r.Context(), u, p.ID, pg)
+	if err != nil {
+		return err
+	}
+	writePage(w, "secrets", ss, next)
 	return nil
 }
 

@@ -218,7 +218,7 @@ func TestBadInput(t *testing.T) {
 		{"oversized log body", "logs", []byte(`{"lease":` + string(lease) + `,"offset":0,"data":"` + strings.Repeat("A", 3<<20) + `"}`), 413, "over the limit"},
 		{"log without offset", "logs", []byte(`{"lease":` + string(lease) + `,"data":"aGk="}`), 400, "offset is required"},
 		{"log bad base64", "logs", []byte(`{"lease":` + string(lease) + `,"offset":0,"data":"!!"}`), 400, "data"},
-		{"log negative offset", "logs", []byte(`{"lease":` + string(lease) + `,"offset":-1,"data":"aGk="}`), 400, "negative"},
+		{"log negative offset", "logs", []byte(`{"lease":` + string(lease) + `,"offset":-1,"data":"aGk="}`), 400, "offset must be from 0"},
 		{"complete without outcome", "complete", []byte(`{"lease":` + string(lease) + `}`), 400, "outcome is required"},
 		{"complete bad outcome", "complete", []byte(`{"lease":` + string(lease) + `,"outcome":"great"}`), 400, "outcome must be"},
 		{"artifact bad digest", "artifacts", []byte(`{"lease":` + string(lease) + `,"name":"x","digest":"md5:1","size":1}`), 400, "digest"},

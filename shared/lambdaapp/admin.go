@@ -25,6 +25,7 @@ type AdminRequest struct {
 	Name        string  `json:"name,omitempty"`        // create-user
 	Role        string  `json:"role,omitempty"`        // create-user: admin (global) or user (rights from memberships)
 	RunnerID    string  `json:"runner_id,omitempty"`   // revoke-runner
+	Cursor      string  `json:"cursor,omitempty"`      // list-runners: the next page
 }
 
 // AdminResponse carries what the command made. Tokens are shown here once
@@ -35,6 +36,7 @@ type AdminResponse struct {
 	User              *store.User        `json:"user,omitempty"`
 	Token             string             `json:"token,omitempty"`
 	Runners           []store.RunnerInfo `json:"runners,omitempty"`
+	NextCursor        string             `json:"next_cursor,omitempty"` // list-runners: more to come
 	Revoked           string             `json:"revoked,omitempty"`
 }
 
@@ -64,8 +66,8 @@ func Admin(st *store.Store) func(context.Context, AdminRequest) (AdminResponse, 
 			}
 			return AdminResponse{User: &u, Token: tok}, nil
 		case "list-runners":
-			rs, err := st.ListRunners(ctx)
-			return AdminResponse{Runners: rs}, err
+			rs, next, err := st.ListRunners(ctx, store.Page{Limit: store.MaxPageSize, Cursor: req.Cursor})
+			return AdminResponse{Runners: rs, NextCursor: next}, err
 		case "revoke-runner":
 			if req.RunnerID == "" {
 				return AdminResponse{}, domain.Errorf(domain.EInvalid, "revoke-runner needs runner_id")

@@ -269,7 +269,7 @@ func TestPermanentFailureVisible(t *testing.T) {
 	if res := e.runOnce(); res.Failed != 1 || res.Runs != 0 {
 		t.Fatalf("pass: %+v", res)
 	}
-	failed, err := e.store.Deliveries(ctx, e.admin, store.DeliveryFailed, 10)
+	failed, _, err := e.store.Deliveries(ctx, e.admin, store.DeliveryFailed, store.Page{Limit: 10})
 	if err != nil || len(failed) != 1 || failed[0].Attempts != 1 || !bytes.Contains([]byte(failed[0].LastError), []byte(".forgeci.yml")) {
 		t.Fatalf("failed deliveries: %+v %v", failed, err)
 	}

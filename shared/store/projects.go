@@ -136,15 +136,28 @@ func scanProject(row pgx.Row) (Project, error) {
 	return p, err
 }
 
-// ListProjects returns the projects u may read, most recently run first.
-func (s *Store) ListProjects(ctx context.Context, u User) ([]Project, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+projectColumns+` FROM `+projectFrom+`
-		WHERE `+canRead("$1", "p.id")+`
-		ORDER BY l.created_at DESC NULLS LAST, p.name`, u.ID)
+// ListProjects returns a page of the projects u may read, by name.
+func (s *Store) ListProjects(ctx context.Context, u User, pg Page) ([]Project, string, error) {
+	limit, err := pg.limit()
 	if err != nil {
-		return nil, fmt.Errorf("list projects: %w", err)
+		return nil, "", err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Project, error) { return scanProject(row) })
+	after, err := pg.keys(1)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+projectColumns+` FROM `+projectFrom+`
+		WHERE `+canRead("$1", "p.id")+` AND p.name > $2
+		ORDER BY p.name LIMIT $3`, u.ID, after[0], limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list projects: %w", err)
+	}
+	ps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Project, error) { return scanProject(row) })
+	if err != nil {
+		return nil, "", err
+	}
+	ps, next := trim(ps, limit, func(p Project) []string { return []string{p.Name} })
+	return ps, next, nil
 }
 
 // GetProject returns a project u may read, by ID or by name.
@@ -177,17 +190,26 @@ type Member struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Members lists a project's members; u must be an admin of the project.
-func (s *Store) Members(ctx context.Context, u User, projectID string) ([]Member, error) {
+// Members lists a page of a project's members by name; u must be an admin
+// of the project.
+func (s *Store) Members(ctx context.Context, u User, projectID string, pg Page) ([]Member, string, error) {
+	limit, err := pg.limit()
+	if err != nil {
+		return nil, "", err
+	}
+	after, err := pg.keys(1)
+	if err != nil {
+		return nil, "", err
+	}
 	var out []Member
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `
 			SELECT m.user_id, u.name, m.role, m.secrets, m.created_at
 			FROM project_members m JOIN users u ON u.id = m.user_id
-			WHERE m.project_id = $1 ORDER BY u.name`, projectID)
+			WHERE m.project_id = $1 AND u.name > $2 ORDER BY u.name LIMIT $3`, projectID, after[0], limit+1)
 		if err != nil {
 			return fmt.Errorf("members: %w", err)
 		}
@@ -198,7 +220,11 @@ func (s *Store) Members(ctx context.Context, u User, projectID string) ([]Member
 		})
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trim(out, limit, func(m Member) []string { return []string{m.UserName} })
+	return out, next, nil
 }
 
 // SetMember adds a user (by name or ID) to a project or changes their role

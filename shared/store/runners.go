@@ -177,16 +177,31 @@ func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
 	return nil
 }
 
-// ListRunners returns every runner, newest first.
-func (s *Store) ListRunners(ctx context.Context) ([]RunnerInfo, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT id, name, labels, created_at, last_seen_at, revoked_at FROM runners ORDER BY created_at DESC, id`)
+// ListRunners returns a page of the runners, newest first.
+func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string, error) {
+	limit, err := pg.limit()
 	if err != nil {
-		return nil, fmt.Errorf("list runners: %w", err)
+		return nil, "", err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunnerInfo, error) {
+	after, err := pg.keys(2)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, name, labels, created_at, last_seen_at, revoked_at FROM runners
+		WHERE $1 = '' OR (created_at, id) < ($1::timestamptz, $2)
+		ORDER BY created_at DESC, id DESC LIMIT $3`, after[0], after[1], limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list runners: %w", err)
+	}
+	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunnerInfo, error) {
 		var r RunnerInfo
 		err := row.Scan(&r.ID, &r.Name, &r.Labels, &r.CreatedAt, &r.LastSeenAt, &r.RevokedAt)
 		return r, err
 	})
+	if err != nil {
+		return nil, "", err
+	}
+	rs, next := trim(rs, limit, func(r RunnerInfo) []string { return []string{r.CreatedAt.Format(time.RFC3339Nano), r.ID} })
+	return rs, next, nil
 }

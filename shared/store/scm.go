@@ -241,23 +241,37 @@ func (s *Store) FailDelivery(ctx context.Context, d *Delivery, cause error, perm
 	return nil
 }
 
-// Deliveries lists the most recent deliveries of the projects u may read,
+// Deliveries lists a page of the deliveries of the projects u may read,
 // newest first, optionally in one state.
-func (s *Store) Deliveries(ctx context.Context, u User, state string, limit int) ([]Delivery, error) {
+func (s *Store) Deliveries(ctx context.Context, u User, state string, pg Page) ([]Delivery, string, error) {
+	limit, err := pg.limit()
+	if err != nil {
+		return nil, "", err
+	}
+	after, err := pg.keys(2)
+	if err != nil {
+		return nil, "", err
+	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT d.guid, d.event, d.repository_id, d.state, d.attempts, coalesce(d.last_error, ''), coalesce(d.run_id, ''),
 		       coalesce(d.note, ''), d.received_at
 		FROM scm_deliveries d JOIN scm_repositories r ON r.github_id = d.repository_id
 		WHERE ($1 = '' OR d.state = $1) AND `+canRead("$3", "r.project_id")+`
-		ORDER BY d.received_at DESC LIMIT $2`, state, limit, u.ID)
+		  AND ($4 = '' OR (d.received_at, d.guid) < ($4::timestamptz, $5))
+		ORDER BY d.received_at DESC, d.guid DESC LIMIT $2`, state, limit+1, u.ID, after[0], after[1])
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) {
+	ds, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
 		err := row.Scan(&d.GUID, &d.Event, &d.RepositoryID, &d.State, &d.Attempts, &d.LastError, &d.RunID, &d.Note, &d.ReceivedAt)
 		return d, err
 	})
+	if err != nil {
+		return nil, "", err
+	}
+	ds, next := trim(ds, limit, func(d Delivery) []string { return []string{d.ReceivedAt.Format(time.RFC3339Nano), d.GUID} })
+	return ds, next, nil
 }
 
 // RetryDelivery puts a FAILED delivery back to PENDING with fresh attempts

@@ -111,14 +111,24 @@ func (s *Store) projectKey(ctx context.Context, tx pgx.Tx, projectID string) ([]
 	return s.dataKeys.Decrypt(ctx, wrapped)
 }
 
-// ListSecrets lists a project's secret names; u must be an admin of it.
-func (s *Store) ListSecrets(ctx context.Context, u User, projectID string) ([]SecretInfo, error) {
+// ListSecrets lists a page of a project's secret names; u must be an admin
+// of it.
+func (s *Store) ListSecrets(ctx context.Context, u User, projectID string, pg Page) ([]SecretInfo, string, error) {
+	limit, err := pg.limit()
+	if err != nil {
+		return nil, "", err
+	}
+	after, err := pg.keys(1)
+	if err != nil {
+		return nil, "", err
+	}
 	var out []SecretInfo
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT name, updated_at FROM project_secrets WHERE project_id = $1 ORDER BY name`, projectID)
+		rows, err := tx.Query(ctx, `SELECT name, updated_at FROM project_secrets WHERE project_id = $1 AND name > $2
+			ORDER BY name LIMIT $3`, projectID, after[0], limit+1)
 		if err != nil {
 			return err
 		}
@@ -128,7 +138,11 @@ func (s *Store) ListSecrets(ctx context.Context, u User, projectID string) ([]Se
 		})
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trim(out, limit, func(si SecretInfo) []string { return []string{si.Name} })
+	return out, next, nil
 }
 
 // DeleteSecret removes a project secret; u must be an admin of the project.

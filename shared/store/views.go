@@ -18,23 +18,21 @@ import (
 
 // RunFilter selects runs, newest first.
 type RunFilter struct {
-	Project string // "" for all
-	Limit   int    // 1-200, default 50
-	Before  string // a run ID: only runs created before it (the next page)
+	Project string // a name or ID; "" for every project the user may read
+	Page
 }
 
-// ListRuns returns the runs u may read, newest first. A project named in
-// the filter that u cannot read is ENotFound, as if it did not exist.
-func (s *Store) ListRuns(ctx context.Context, u User, f RunFilter) ([]Run, error) {
-	if f.Limit <= 0 {
-		f.Limit = 50
-	}
-	if f.Limit > 200 {
-		return nil, domain.Errorf(domain.EInvalid, "limit must be at most 200")
+// ListRuns returns a page of the runs u may read, newest first. A project
+// named in the filter that u cannot read is ENotFound, as if it did not
+// exist. The cursor is the last run's ID (the "before" of the old API).
+func (s *Store) ListRuns(ctx context.Context, u User, f RunFilter) ([]Run, string, error) {
+	limit, err := f.limit()
+	if err != nil {
+		return nil, "", err
 	}
 	if f.Project != "" {
 		if _, err := s.GetProject(ctx, u, f.Project); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	rows, err := s.pool.Query(ctx, `
@@ -44,11 +42,18 @@ func (s *Store) ListRuns(ctx context.Context, u User, f RunFilter) ([]Run, error
 		  AND ($2 = '' OR (r.created_at, r.id) < (SELECT b.created_at, b.id FROM runs b
 		                                           WHERE b.id = $2 AND `+canRead("$4", "b.project_id")+`))
 		  AND `+canRead("$4", "r.project_id")+`
-		ORDER BY r.created_at DESC, r.id DESC LIMIT $3`, f.Project, f.Before, f.Limit, u.ID)
+		ORDER BY r.created_at DESC, r.id DESC LIMIT $3`, f.Project, f.Cursor, limit+1, u.ID)
 	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
+		return nil, "", fmt.Errorf("list runs: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, "", err
+	}
+	if len(runs) <= limit {
+		return runs, "", nil
+	}
+	return runs[:limit], runs[limit-1].ID, nil
 }
 
 // Attempt is one lease of a job: ended ones from job_attempts, the current
@@ -127,20 +132,33 @@ type UserInfo struct {
 	Tokens     int        `json:"active_tokens"`
 }
 
-// ListUsers returns every user.
-func (s *Store) ListUsers(ctx context.Context) ([]UserInfo, error) {
+// ListUsers returns a page of the users, by name.
+func (s *Store) ListUsers(ctx context.Context, pg Page) ([]UserInfo, string, error) {
+	limit, err := pg.limit()
+	if err != nil {
+		return nil, "", err
+	}
+	after, err := pg.keys(1)
+	if err != nil {
+		return nil, "", err
+	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT u.id, u.name, u.role, u.created_at, u.disabled_at,
 		       (SELECT count(*) FROM user_tokens t WHERE t.user_id = u.id AND t.revoked_at IS NULL)
-		FROM users u ORDER BY u.name`)
+		FROM users u WHERE u.name > $1 ORDER BY u.name LIMIT $2`, after[0], limit+1)
 	if err != nil {
-		return nil, fmt.Errorf("list users: %w", err)
+		return nil, "", fmt.Errorf("list users: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (UserInfo, error) {
+	us, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (UserInfo, error) {
 		var u UserInfo
 		err := row.Scan(&u.ID, &u.Name, &u.Role, &u.CreatedAt, &u.DisabledAt, &u.Tokens)
 		return u, err
 	})
+	if err != nil {
+		return nil, "", err
+	}
+	us, next := trim(us, limit, func(u UserInfo) []string { return []string{u.Name} })
+	return us, next, nil
 }
 
 // CreateUserToken gives a user another API token, returned once.

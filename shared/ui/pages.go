@@ -18,28 +18,32 @@ import (
 
 type runsPage struct {
 	page
-	Project  string
-	Projects []store.Project
-	Runs     []store.Run
-	Next     string
+	Project      string
+	Projects     []store.Project
+	MoreProjects bool
+	Runs         []store.Run
+	Next         string
 }
 
-// Runs lists the runs the user may read, newest first.
+// pageOf reads the dashboard's ?cursor= (for runs also ?before=).
+func pageOf(r *http.Request, name string) store.Page {
+	return store.Page{Limit: 50, Cursor: r.URL.Query().Get(name)}
+}
+
+// Runs lists the runs the user may read, newest first, a page at a time.
 func Runs(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	q := r.URL.Query()
-	runs, err := u.Store.ListRuns(r.Context(), user, store.RunFilter{Project: q.Get("project"), Limit: 50, Before: q.Get("before")})
+	runs, next, err := u.Store.ListRuns(r.Context(), user, store.RunFilter{Project: q.Get("project"), Page: pageOf(r, "before")})
 	if err != nil {
 		return err
 	}
-	projects, err := u.Store.ListProjects(r.Context(), user)
+	// The filter shows the first projects only; the Projects page has them all.
+	projects, more, err := u.Store.ListProjects(r.Context(), user, store.Page{Limit: 20})
 	if err != nil {
 		return err
 	}
-	p := runsPage{page: page{Title: "Runs", User: user}, Project: q.Get("project"), Projects: projects, Runs: runs}
-	if len(runs) == 50 {
-		p.Next = runs[len(runs)-1].ID
-	}
-	u.render(w, http.StatusOK, "runs", p)
+	u.render(w, http.StatusOK, "runs", runsPage{page: page{Title: "Runs", User: user}, Project: q.Get("project"),
+		Projects: projects, MoreProjects: more != "", Runs: runs, Next: next})
 	return nil
 }
 
@@ -211,15 +215,16 @@ func Reject(u *UI, w http.ResponseWriter, r *http.Request, user store.User) erro
 type runnersPage struct {
 	page
 	Runners []store.RunnerInfo
+	Next    string
 }
 
 // Runners lists runners, for global admins, who may revoke them.
 func Runners(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	rs, err := u.Store.ListRunners(r.Context())
+	rs, next, err := u.Store.ListRunners(r.Context(), pageOf(r, "cursor"))
 	if err != nil {
 		return err
 	}
-	u.render(w, http.StatusOK, "runners", runnersPage{page: page{Title: "Runners", User: user}, Runners: rs})
+	u.render(w, http.StatusOK, "runners", runnersPage{page: page{Title: "Runners", User: user}, Runners: rs, Next: next})
 	return nil
 }
 

@@ -14,15 +14,16 @@ import (
 type projectsPage struct {
 	page
 	Projects []store.Project
+	Next     string
 }
 
-// Projects lists the projects the user may read.
+// Projects lists the projects the user may read, a page at a time.
 func Projects(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	ps, err := u.Store.ListProjects(r.Context(), user)
+	ps, next, err := u.Store.ListProjects(r.Context(), user, pageOf(r, "cursor"))
 	if err != nil {
 		return err
 	}
-	u.render(w, http.StatusOK, "projects", projectsPage{page: page{Title: "Projects", User: user}, Projects: ps})
+	u.render(w, http.StatusOK, "projects", projectsPage{page: page{Title: "Projects", User: user}, Projects: ps, Next: next})
 	return nil
 }
 
@@ -45,10 +46,12 @@ func CreateProject(u *UI, w http.ResponseWriter, r *http.Request, user store.Use
 
 type projectPage struct {
 	page
-	Project store.Project
-	IsAdmin bool // of the project: sees and manages members
-	Members []store.Member
-	Secrets []store.SecretInfo
+	Project     store.Project
+	IsAdmin     bool // of the project: sees and manages members
+	Members     []store.Member
+	NextMembers string
+	Secrets     []store.SecretInfo
+	NextSecrets string
 }
 
 // Project shows a project; its admins see and manage its members and see
@@ -60,10 +63,10 @@ func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 	}
 	pp := projectPage{page: page{Title: p.Name, User: user}, Project: p, IsAdmin: p.Role == store.RoleAdmin}
 	if pp.IsAdmin {
-		if pp.Members, err = u.Store.Members(r.Context(), user, p.ID); err != nil {
+		if pp.Members, pp.NextMembers, err = u.Store.Members(r.Context(), user, p.ID, pageOf(r, "members")); err != nil {
 			return err
 		}
-		if pp.Secrets, err = u.Store.ListSecrets(r.Context(), user, p.ID); err != nil {
+		if pp.Secrets, pp.NextSecrets, err = u.Store.ListSecrets(r.Context(), user, p.ID, pageOf(r, "secrets")); err != nil {
 			return err
 		}
 	}
