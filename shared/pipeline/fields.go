@@ -1,0 +1,281 @@
+package pipeline
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/goccy/go-yaml/ast"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+func (p *parseState) steps(n ast.Node, path string) []domain.Step {
+	seq, ok := p.sequence(n, path)
+	if !ok {
+		return nil
+	}
+	if len(seq) == 0 {
+		p.errorf(n, path, "at least one step is required")
+	}
+	if len(seq) > MaxSteps {
+		p.errorf(n, path, "at most %d steps are allowed", MaxSteps)
+	}
+	var out []domain.Step
+	for i, sn := range seq {
+		sp := fmt.Sprintf("%s[%d]", path, i)
+		kvs, ok := p.mapping(sn, sp)
+		if !ok {
+			continue
+		}
+		var st domain.Step
+		hasRun := false
+		for _, kv := range kvs {
+			key := keyOf(kv)
+			switch key {
+			case "name":
+				st.Name, _ = p.str(kv.Value, sp+".name")
+			case "run":
+				st.Run, hasRun = p.str(kv.Value, sp+".run")
+				if hasRun && strings.TrimSpace(st.Run) == "" {
+					p.errorf(kv.Value, sp+".run", "run must not be empty")
+				}
+			case "env":
+				st.Env = p.env(kv.Value, sp+".env")
+			case "timeout-minutes":
+				if v, ok := p.integer(kv.Value, sp+".timeout-minutes"); ok {
+					if v < 1 || v > MaxTimeoutMins {
+						p.errorf(kv.Value, sp+".timeout-minutes", "must be between 1 and %d", MaxTimeoutMins)
+					}
+					st.TimeoutSeconds = v * 60
+				}
+			case "uses":
+				p.errorf(kv.Key, sp+".uses", "uses (actions) is not supported: write the shell commands in run")
+			default:
+				p.errorf(kv.Key, sp+"."+key, "unknown key %q (expected name, run, env or timeout-minutes)", key)
+			}
+		}
+		if !hasRun {
+			p.errorf(sn, sp+".run", "run is required")
+		}
+		if st.Name == "" {
+			st.Name = firstLine(strings.TrimSpace(st.Run))
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func (p *parseState) artifacts(n ast.Node, path string) []domain.ArtifactSpec {
+	seq, ok := p.sequence(n, path)
+	if !ok {
+		return nil
+	}
+	var out []domain.ArtifactSpec
+	seen := map[string]bool{}
+	for i, an := range seq {
+		ap := fmt.Sprintf("%s[%d]", path, i)
+		kvs, ok := p.mapping(an, ap)
+		if !ok {
+			continue
+		}
+		var a domain.ArtifactSpec
+		for _, kv := range kvs {
+			switch key := keyOf(kv); key {
+			case "name":
+				a.Name, _ = p.str(kv.Value, ap+".name")
+			case "paths":
+				a.Paths = p.relPaths(kv.Value, ap+".paths")
+			default:
+				p.errorf(kv.Key, ap+"."+key, "unknown key %q (expected name or paths)", key)
+			}
+		}
+		if !regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`).MatchString(a.Name) {
+			p.errorf(an, ap+".name", "artifact name %q must hold only letters, digits and . _ - (at most 128)", a.Name)
+		}
+		if seen[a.Name] {
+			p.errorf(an, ap+".name", "artifact %q is declared twice", a.Name)
+		}
+		seen[a.Name] = true
+		if len(a.Paths) == 0 {
+			p.errorf(an, ap+".paths", "paths is required")
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func (p *parseState) downloads(n ast.Node, path string) []domain.NeedArtifact {
+	seq, ok := p.sequence(n, path)
+	if !ok {
+		return nil
+	}
+	var out []domain.NeedArtifact
+	for i, dn := range seq {
+		dp := fmt.Sprintf("%s[%d]", path, i)
+		kvs, ok := p.mapping(dn, dp)
+		if !ok {
+			continue
+		}
+		var d domain.NeedArtifact
+		for _, kv := range kvs {
+			switch key := keyOf(kv); key {
+			case "job":
+				d.Job, _ = p.str(kv.Value, dp+".job")
+			case "name":
+				d.Name, _ = p.str(kv.Value, dp+".name")
+			default:
+				p.errorf(kv.Key, dp+"."+key, "unknown key %q (expected job or name)", key)
+			}
+		}
+		if d.Job == "" || d.Name == "" {
+			p.errorf(dn, dp, "job and name are required")
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func (p *parseState) cache(n ast.Node, path string) *domain.CacheSpec {
+	kvs, ok := p.mapping(n, path)
+	if !ok {
+		return nil
+	}
+	c := &domain.CacheSpec{}
+	for _, kv := range kvs {
+		switch key := keyOf(kv); key {
+		case "key":
+			c.Key, _ = p.str(kv.Value, path+".key")
+		case "restore-keys":
+			c.RestoreKeys = p.strList(kv.Value, path+".restore-keys")
+		case "paths":
+			c.Paths = p.relPaths(kv.Value, path+".paths")
+		default:
+			p.errorf(kv.Key, path+"."+key, "unknown key %q (expected key, restore-keys or paths)", key)
+		}
+	}
+	if c.Key == "" || len(c.Key) > 512 {
+		p.errorf(n, path+".key", "key is required (at most 512 characters)")
+	}
+	if len(c.Paths) == 0 {
+		p.errorf(n, path+".paths", "paths is required")
+	}
+	if len(c.RestoreKeys) > 15 {
+		p.errorf(n, path+".restore-keys", "at most 15 restore keys are allowed")
+	}
+	return c
+}
+
+func (p *parseState) retry(n ast.Node, path string) (lost, failed int) {
+	kvs, ok := p.mapping(n, path)
+	if !ok {
+		return 0, 0
+	}
+	for _, kv := range kvs {
+		key := keyOf(kv)
+		v, ok := p.integer(kv.Value, path+"."+key)
+		if ok && (v < 0 || v > MaxRetries) {
+			p.errorf(kv.Value, path+"."+key, "must be between 0 and %d", MaxRetries)
+		}
+		switch key {
+		case "lease-lost":
+			lost = v
+		case "failed":
+			failed = v
+		default:
+			p.errorf(kv.Key, path+"."+key, "unknown key %q (expected lease-lost or failed)", key)
+		}
+	}
+	return lost, failed
+}
+
+func (p *parseState) strategy(n ast.Node, path string) ([]map[string]string, []string) {
+	kvs, ok := p.mapping(n, path)
+	if !ok {
+		return nil, nil
+	}
+	var combos []map[string]string
+	var keys []string
+	for _, kv := range kvs {
+		key := keyOf(kv)
+		if key != "matrix" {
+			p.errorf(kv.Key, path+"."+key, "unknown key %q (expected matrix)", key)
+			continue
+		}
+		mp := path + ".matrix"
+		axes, ok := p.mapping(kv.Value, mp)
+		if !ok {
+			continue
+		}
+		if len(axes) == 0 {
+			p.errorf(kv.Value, mp, "a matrix needs at least one axis")
+			continue
+		}
+		combos = []map[string]string{{}}
+		for _, axis := range axes {
+			name := keyOf(axis)
+			ap := mp + "." + name
+			if !envKeyRE.MatchString(name) {
+				p.errorf(axis.Key, ap, "matrix axis %q must be an identifier", name)
+			}
+			values := p.strList(axis.Value, ap)
+			if len(values) == 0 {
+				p.errorf(axis.Value, ap, "a matrix axis needs at least one value")
+				continue
+			}
+			dup := map[string]bool{}
+			for _, v := range values {
+				if dup[v] {
+					p.errorf(axis.Value, ap, "value %q is listed twice", v)
+				}
+				dup[v] = true
+			}
+			keys = append(keys, name)
+			var next []map[string]string
+			for _, c := range combos {
+				for _, v := range values {
+					m := map[string]string{}
+					for k, x := range c {
+						m[k] = x
+					}
+					m[name] = v
+					next = append(next, m)
+				}
+			}
+			combos = next
+			if len(combos) > MaxMatrix {
+				p.errorf(kv.Value, mp, "the matrix expands to more than %d jobs", MaxMatrix)
+				return nil, nil
+			}
+		}
+	}
+	return combos, keys
+}
+
+func (p *parseState) checkCycles(raws []*rawJob, byName map[string]*rawJob) {
+	state := map[string]int{}
+	var visit func(j *rawJob, stack []string) bool
+	visit = func(j *rawJob, stack []string) bool {
+		switch state[j.name] {
+		case 1:
+			p.errorf(j.needsNode, j.path+".needs", "needs form a cycle: %s", strings.Join(append(stack, j.name), " -> "))
+			return false
+		case 2:
+			return true
+		}
+		state[j.name] = 1
+		for _, n := range j.needs {
+			if up := byName[n]; up != nil && up != j && !visit(up, append(stack, j.name)) {
+				state[j.name] = 2
+				return false
+			}
+		}
+		state[j.name] = 2
+		return true
+	}
+	for _, j := range raws {
+		if state[j.name] == 0 {
+			visit(j, nil)
+		}
+	}
+}
