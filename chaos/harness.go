@@ -303,6 +303,7 @@ func (h *Harness) setup(ctx context.Context) error {
 		return err
 	}
 	h.cpURL = "http://" + ln.Addr().String()
+	h.st.SetObjects(h.blobs)
 	h.cpSrv = &http.Server{Handler: (&api.Server{Store: h.st, CAS: h.blobs,
 		Log: slog.New(slog.NewTextHandler(cpLog, nil))}).Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = h.cpSrv.Serve(ln) }()

@@ -47,6 +47,7 @@ func benchPipeline(ctx context.Context, admin string, rounds int) ([]row, error)
 	if err := blobs.EnsureBucket(ctx); err != nil {
 		return nil, err
 	}
+	st.SetObjects(blobs)
 	srv := httptest.NewServer((&api.Server{Store: st, CAS: blobs, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
 	defer srv.Close()
 

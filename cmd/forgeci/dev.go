@@ -89,6 +89,7 @@ func devCommand(ctx context.Context, o devOptions) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
+	st.SetObjects(blobs)
 	apiServer := &api.Server{Store: st, CAS: blobs, Log: log, WebhookSecret: []byte(os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET"))}
 	// With a GitHub App configured, the scm worker runs here too, woken by
 	// each new delivery as the webhook function kicks it in AWS.
@@ -171,15 +172,26 @@ func devKeyring(dir string) (secretbox.Keyring, func(), error) {
 	return k, drop, err
 }
 
-// sweepLoop runs the sweeper on a ticker, as EventBridge does in AWS.
+// sweepLoop runs the sweeper on a ticker, and the garbage collector every
+// minute, as EventBridge does in AWS.
 func sweepLoop(ctx context.Context, st *store.Store, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	lastGC := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if time.Since(lastGC) > time.Minute {
+			lastGC = time.Now()
+			if res, err := st.CollectGarbage(ctx, store.GCOptions{Budget: 10 * time.Second}); err != nil && ctx.Err() == nil {
+				log.Error("gc", "err", err)
+			} else if res != (store.GCResult{Done: true}) {
+				log.Info("gc", "runs", res.Runs, "caches", res.CachesIdle+res.CachesOverQuota, "uploads", res.Uploads,
+					"blobs", res.Blobs, "blob_bytes", res.BlobBytes)
+			}
 		}
 		res, err := st.Sweep(ctx)
 		if err != nil && ctx.Err() == nil {

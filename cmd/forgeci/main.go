@@ -100,7 +100,7 @@ func newRoot() *cobra.Command {
 		c.GroupID = "use"
 		root.AddCommand(c)
 	}
-	for _, c := range []*cobra.Command{devCmd(), migrateCmd(), userCmd(), repoCmd(), deliveriesCmd(g), servicesCmd()} {
+	for _, c := range []*cobra.Command{devCmd(), migrateCmd(), userCmd(), repoCmd(), deliveriesCmd(g), gcCmd(g), servicesCmd()} {
 		c.GroupID = "ops"
 		root.AddCommand(c)
 	}

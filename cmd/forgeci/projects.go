@@ -80,6 +80,7 @@ func projectCmd(g *global) *cobra.Command {
 		}),
 	}
 	c.AddCommand(create, list, membersCmd(g), memberCmd(g))
+	c.AddCommand(storageCmds(g)...)
 	return c
 }
 
@@ -260,4 +261,89 @@ func listAll[T any](ctx context.Context, cl *apiClient, path, field string, quer
 		}
 		q.Set("cursor", next)
 	}
+}
+
+// storageCmds are `project storage P` and `project set P ...`.
+func storageCmds(g *global) []*cobra.Command {
+	show := &cobra.Command{
+		Use: "storage PROJECT", Short: "What a project keeps: runs, log, artifact, cache and blob bytes, retention and quotas",
+		Args: cobra.ExactArgs(1),
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			path, err := projectPath(ctx, cl, args[0])
+			if err != nil {
+				return err
+			}
+			var st store.Storage
+			if err := cl.do(ctx, "GET", path+"/storage", nil, &st); err != nil {
+				return err
+			}
+			return printStorage(g, st)
+		}),
+	}
+	var retention int
+	var cacheQuota, storageQuota int64
+	set := &cobra.Command{
+		Use: "set PROJECT", Short: "Set a project's retention (days) and quotas (bytes); the storage quota needs a global admin",
+		Args: cobra.ExactArgs(1),
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			path, err := projectPath(ctx, cl, args[0])
+			if err != nil {
+				return err
+			}
+			body := map[string]any{}
+			if retention != 0 {
+				body["retention_days"] = retention
+			}
+			if cacheQuota != 0 {
+				body["cache_quota_bytes"] = cacheQuota
+			}
+			if storageQuota != 0 {
+				body["storage_quota_bytes"] = storageQuota
+			}
+			var st store.Storage
+			if err := cl.do(ctx, "POST", path+"/settings", body, &st); err != nil {
+				return err
+			}
+			return printStorage(g, st)
+		}),
+	}
+	set.Flags().IntVar(&retention, "retention-days", 0, "keep finished runs, their logs and artifacts this many days (1-3650)")
+	set.Flags().Int64Var(&cacheQuota, "cache-quota", 0, "bytes of caches kept; beyond, the least recently restored go")
+	set.Flags().Int64Var(&storageQuota, "storage-quota", 0, "bytes of blobs the project may hold (global admins)")
+	return []*cobra.Command{show, set}
+}
+
+func printStorage(g *global, st store.Storage) error {
+	if g.json {
+		return printJSON(st)
+	}
+	fmt.Printf("runs %d; logs %d bytes, artifacts %d, caches %d (quota %d), blobs held %d (quota %d); runs kept %d days\n",
+		st.Runs, st.LogBytes, st.ArtifactBytes, st.CacheBytes, st.CacheQuotaBytes, st.BlobBytes, st.StorageQuotaBytes, st.RetentionDays)
+	return nil
+}
+
+// gcCmd is `forgeci gc --dry-run`: what the collector would remove now.
+func gcCmd(g *global) *cobra.Command {
+	var dry bool
+	c := &cobra.Command{
+		Use: "gc --dry-run", Short: "Show what the garbage collector would remove now (global admins)", Args: cobra.NoArgs,
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+			if !dry {
+				return fmt.Errorf("the collector runs on its own schedule (every ten minutes); use --dry-run to see what it would remove now")
+			}
+			var plan store.GCResult
+			if err := cl.do(ctx, "GET", "/v1/gc", nil, &plan); err != nil {
+				return err
+			}
+			if g.json {
+				return printJSON(plan)
+			}
+			fmt.Printf("would remove: %d runs past retention, %d deliveries, %d staged cache saves, %d idle caches, "+
+				"%d caches over quota, %d uploads never committed, %d unreferenced blobs (%d bytes, more once those go)\n",
+				plan.Runs, plan.Deliveries, plan.PendingCaches, plan.CachesIdle, plan.CachesOverQuota, plan.Uploads, plan.Blobs, plan.BlobBytes)
+			return nil
+		}),
+	}
+	c.Flags().BoolVar(&dry, "dry-run", false, "list what would go, delete nothing")
+	return c
 }

@@ -40,6 +40,7 @@ func setup(t *testing.T) *env {
 	st := store.New(pool, store.Limits{LeaseTTL: 30 * time.Second, MaxLogBytes: 1 << 20})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	blobs := castest.New(t)
+	st.SetObjects(blobs)
 	srv := httptest.NewServer((&api.Server{Store: st, CAS: blobs, Log: log}).Handler())
 	t.Cleanup(srv.Close)
 	return &env{t: t, srv: srv, store: st, cas: blobs, pool: pool, project: pgtest.Project(t, st, "acme/app")}

@@ -162,3 +162,50 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, u store.Us
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": r.PathValue("name")})
 	return nil
 }
+
+// getStorage is what a project keeps: runs, log, artifact, cache and blob
+// bytes, its retention and quotas.
+func (s *Server) getStorage(w http.ResponseWriter, r *http.Request, u store.User) error {
+	p, err := s.project(r, u)
+	if err != nil {
+		return err
+	}
+	st, err := s.Store.ProjectStorage(r.Context(), u, p.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// setSettings changes a project's retention and quotas.
+func (s *Server) setSettings(w http.ResponseWriter, r *http.Request, u store.User) error {
+	var req store.Settings
+	if err := decodeJSON(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	p, err := s.project(r, u)
+	if err != nil {
+		return err
+	}
+	if err := s.Store.SetSettings(r.Context(), u, p.ID, req); err != nil {
+		return err
+	}
+	st, err := s.Store.ProjectStorage(r.Context(), u, p.ID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}
+
+// gcPlan says what the garbage collector would remove now (a dry run; the
+// collection itself runs on its schedule).
+func (s *Server) gcPlan(w http.ResponseWriter, r *http.Request, _ store.User) error {
+	plan, err := s.Store.CollectGarbage(r.Context(), store.GCOptions{DryRun: true})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, plan)
+	return nil
+}

@@ -2,14 +2,12 @@ package api
 
 import (
 	"context"
-	"errors"
 	"math"
 	"net/http"
 	"regexp"
 	"strings"
 	"time"
 
-	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -301,7 +299,8 @@ func (s *Server) source(w http.ResponseWriter, r *http.Request, runner store.Run
 
 // uploadAnswer is the answer of artifacts, cache/save and uploads: the
 // blob's (project, tier) holds it already, or where to PUT it (after the
-// lease or membership check, never before).
+// lease or membership check, never before), recorded as an upload so the
+// collector removes it if it is never committed.
 func (s *Server) uploadAnswer(w http.ResponseWriter, r *http.Request, ref store.BlobRef, size int64) error {
 	held, ok, err := s.Store.HeldBlob(r.Context(), ref)
 	if err != nil {
@@ -313,6 +312,9 @@ func (s *Server) uploadAnswer(w http.ResponseWriter, r *http.Request, ref store.
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"exists": true})
 		return nil
+	}
+	if err := s.Store.StartUpload(r.Context(), ref, size); err != nil {
+		return err
 	}
 	up, err := s.CAS.PresignPut(r.Context(), ref.Key(), ref.Digest, size)
 	if err != nil {
@@ -338,46 +340,13 @@ func (s *Server) artifactUpload(w http.ResponseWriter, r *http.Request, runner s
 	return s.uploadAnswer(w, r, store.BlobRef{ProjectID: job.ProjectID, Trusted: job.Trusted, Digest: req.Digest}, *req.Size)
 }
 
-// verifyBlob checks that the job's (project, tier) holds the blob, or that
-// the job uploaded it: S3 verified the signed SHA-256 at upload, so one HEAD
-// of the tier's key says whether these bytes are there. Nothing is read
-// back and nothing is deleted. It runs between a lease check and the
-// fenced commit, outside any transaction.
-func (s *Server) verifyBlob(ctx context.Context, ref store.BlobRef, size int64) error {
-	held, ok, err := s.Store.HeldBlob(ctx, ref)
-	if err != nil {
-		return err
-	}
-	if ok {
-		if held.Size != size {
-			return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", ref.Digest, held.Size, size)
-		}
-		return nil
-	}
-	err = s.CAS.Check(ctx, ref.Key(), ref.Digest, size)
-	switch {
-	case errors.Is(err, cas.ErrNotFound):
-		return domain.Errorf(domain.EInvalid, "blob %s has not been uploaded by this job (ask for an upload URL first)", ref.Digest)
-	case errors.Is(err, cas.ErrMismatch):
-		return domain.Errorf(domain.EInvalid, "uploaded blob does not match its digest and size: %v", err)
-	}
-	return err
-}
-
-// commitBlob is the shape of artifacts/commit and cache/commit: a lease
-// check first (no S3 work for a stale caller), the blob checked in S3
-// outside any transaction, then the fenced registration.
-func (s *Server) commitBlob(r *http.Request, runner store.Runner, l domain.Lease, digest string, size int64,
-	register func(ctx context.Context, runnerID, jobID string) error) error {
-	jobID := r.PathValue("job_id")
-	job, err := s.Store.CheckLease(r.Context(), runner.ID, jobID, l)
-	if err != nil {
-		return err
-	}
-	if err := s.verifyBlob(r.Context(), store.BlobRef{ProjectID: job.ProjectID, Trusted: job.Trusted, Digest: digest}, size); err != nil {
-		return err
-	}
-	return register(r.Context(), runner.ID, jobID)
+// commitBlob is the shape of artifacts/commit and cache/commit: the store
+// checks the lease first (no S3 work for a stale caller), then, for a blob
+// the job's (project, tier) does not hold yet, that S3 has it at the
+// tier's key with the checksum S3 verified at upload: one HEAD, nothing
+// read back, nothing deleted.
+func (s *Server) commitBlob(r *http.Request, runner store.Runner, register func(ctx context.Context, runnerID, jobID string) error) error {
+	return register(r.Context(), runner.ID, r.PathValue("job_id"))
 }
 
 func (s *Server) artifactCommit(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
@@ -386,7 +355,7 @@ func (s *Server) artifactCommit(w http.ResponseWriter, r *http.Request, runner s
 	if err != nil {
 		return err
 	}
-	err = s.commitBlob(r, runner, l, req.Digest, *req.Size, func(ctx context.Context, runnerID, jobID string) error {
+	err = s.commitBlob(r, runner, func(ctx context.Context, runnerID, jobID string) error {
 		return s.Store.CommitArtifact(ctx, runnerID, jobID, l, req.Name, req.Digest, *req.Size)
 	})
 	if err != nil {
@@ -468,7 +437,7 @@ func (s *Server) cacheCommit(w http.ResponseWriter, r *http.Request, runner stor
 	if err != nil {
 		return err
 	}
-	err = s.commitBlob(r, runner, l, req.Digest, *req.Size, func(ctx context.Context, runnerID, jobID string) error {
+	err = s.commitBlob(r, runner, func(ctx context.Context, runnerID, jobID string) error {
 		return s.Store.CommitCache(ctx, runnerID, jobID, l, req.Key, req.Digest, *req.Size)
 	})
 	if err != nil {

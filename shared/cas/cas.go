@@ -190,6 +190,31 @@ func (s *Store) Open(ctx context.Context, key string) (io.ReadCloser, int64, err
 	return out.Body, aws.ToInt64(out.ContentLength), nil
 }
 
+// Delete removes objects, up to 1,000 keys a request. Only the garbage
+// collector calls it, for objects nothing references; a key that is not
+// there is not an error.
+func (s *Store) Delete(ctx context.Context, keys []string) error {
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		ids := make([]types.ObjectIdentifier, n)
+		for i, k := range keys[:n] {
+			ids[i] = types.ObjectIdentifier{Key: aws.String(k)}
+		}
+		out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket,
+			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)}})
+		if err != nil {
+			return fmt.Errorf("cas: delete %d objects: %w", n, err)
+		}
+		for _, e := range out.Errors {
+			if aws.ToString(e.Code) != "NoSuchKey" {
+				return fmt.Errorf("cas: delete %s: %s %s", aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message))
+			}
+		}
+		keys = keys[n:]
+	}
+	return nil
+}
+
 // PresignGet returns a short-lived URL to download the object at key.
 func (s *Store) PresignGet(ctx context.Context, key string) (string, error) {
 	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(key)},

@@ -91,6 +91,7 @@ func MustServer(ctx context.Context) *api.Server {
 	if err != nil {
 		fail(cfg.Log, "cas", err)
 	}
+	st.SetObjects(blobs)
 	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log}
 }
 

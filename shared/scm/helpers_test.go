@@ -91,6 +91,7 @@ func setup(t *testing.T) *env {
 		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
 		t.Fatal(err)
 	}
+	e.store.SetObjects(e.cas)
 	s := &api.Server{Store: e.store, CAS: e.cas, Log: e.log}
 	e.srv = httptest.NewServer(s.Handler("webhook"))
 	t.Cleanup(e.srv.Close)

@@ -9,68 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 )
-
-// Blobs belong to a project and a trust tier: a row in blobs says that
-// (project, tier) holds the digest and where its bytes are. A job may
-// reference only blobs its run's (project, tier) holds, or that it
-// uploaded itself into that tier's namespace of the CAS; a digest alone
-// grants nothing.
-
-// BlobRef names a blob: a digest held by one trust tier of one project.
-type BlobRef struct {
-	ProjectID string
-	Trusted   bool
-	Digest    string
-}
-
-// Key is where new bytes of this blob go in the CAS.
-func (b BlobRef) Key() string { return cas.BlobKey(b.ProjectID, b.Trusted, b.Digest) }
-
-// Blob is a held blob.
-type Blob struct {
-	Digest string
-	Size   int64
-	Key    string // the object in the CAS
-}
-
-// HeldBlob returns the blob if b's (project, tier) holds it.
-func (s *Store) HeldBlob(ctx context.Context, b BlobRef) (Blob, bool, error) {
-	out := Blob{Digest: b.Digest}
-	err := s.pool.QueryRow(ctx, `SELECT size, s3_key FROM blobs WHERE project_id = $1 AND trusted = $2 AND digest = $3`,
-		b.ProjectID, b.Trusted, b.Digest).Scan(&out.Size, &out.Key)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return out, false, nil
-	}
-	if err != nil {
-		return out, false, fmt.Errorf("blob %s: %w", b.Digest, err)
-	}
-	return out, true, nil
-}
-
-// registerBlob records that b's tier holds a blob the caller verified at
-// b.Key() in the CAS. A blob already held keeps its row (and key).
-func registerBlob(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
-	var stored int64
-	err := tx.QueryRow(ctx, `
-		INSERT INTO blobs (project_id, trusted, digest, size, s3_key) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (project_id, trusted, digest) DO UPDATE SET digest = EXCLUDED.digest
-		RETURNING size`, b.ProjectID, b.Trusted, b.Digest, size, b.Key()).Scan(&stored)
-	if err != nil {
-		return fmt.Errorf("register blob: %w", err)
-	}
-	if stored != size {
-		return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", b.Digest, stored, size)
-	}
-	return nil
-}
-
-// RegisterBlob records a verified blob outside any lease (operator tools).
-func (s *Store) RegisterBlob(ctx context.Context, b BlobRef, size int64) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error { return registerBlob(ctx, tx, b, size) })
-}
 
 // RunSource returns the source of the leased job's run and where its bytes
 // are, under the lease check.
@@ -95,7 +35,7 @@ func (s *Store) RunSource(ctx context.Context, runnerID, jobID string, l domain.
 // digest again is a no-op; another digest under the same name is EConflict.
 func (s *Store) CommitArtifact(ctx context.Context, runnerID, jobID string, l domain.Lease, name, digest string, size int64) error {
 	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		if err := registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
+		if err := s.registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
 			return err
 		}
 		var stored string
@@ -158,13 +98,21 @@ func (s *Store) RestoreCache(ctx context.Context, runnerID, jobID string, l doma
 		}
 		for _, scope := range slices.Compact(scopes) {
 			for _, k := range keys {
+				// The hit is marked used: eviction goes least recently
+				// restored first.
 				var h CacheHit
 				err := tx.QueryRow(ctx, `
-					SELECT c.key, c.scope, c.digest, c.size, b.s3_key FROM caches c
-					JOIN blobs b ON (b.project_id, b.trusted, b.digest) = (c.project_id, c.trusted, c.digest)
-					WHERE c.project_id = $1 AND c.scope = $2 AND (c.trusted OR NOT $3)
-					  AND (c.key = $4 OR c.key LIKE $5 ESCAPE '\')
-					ORDER BY c.key = $4 DESC, c.created_at DESC LIMIT 1`,
+					WITH hit AS (
+					    SELECT c.project_id, c.scope, c.trusted, c.key, c.digest, c.size, b.s3_key FROM caches c
+					    JOIN blobs b ON (b.project_id, b.trusted, b.digest) = (c.project_id, c.trusted, c.digest)
+					    WHERE c.project_id = $1 AND c.scope = $2 AND (c.trusted OR NOT $3)
+					      AND (c.key = $4 OR c.key LIKE $5 ESCAPE '\')
+					    ORDER BY c.key = $4 DESC, c.created_at DESC LIMIT 1
+					), used AS (
+					    UPDATE caches c SET last_used_at = now() FROM hit
+					    WHERE (c.project_id, c.scope, c.trusted, c.key) = (hit.project_id, hit.scope, hit.trusted, hit.key)
+					)
+					SELECT key, scope, digest, size, s3_key FROM hit`,
 					job.ProjectID, scope, job.Trusted, k, likePrefix(k)).Scan(&h.CacheKey, &h.Scope, &h.Blob.Digest, &h.Blob.Size, &h.Blob.Key)
 				if errors.Is(err, pgx.ErrNoRows) {
 					continue
@@ -193,7 +141,7 @@ func likePrefix(s string) string {
 // where trusted runs read.
 func (s *Store) CommitCache(ctx context.Context, runnerID, jobID string, l domain.Lease, key, digest string, size int64) error {
 	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		if err := registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
+		if err := s.registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
 			return err
 		}
 		var stored string

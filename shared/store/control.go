@@ -90,7 +90,7 @@ func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, er
 		if !nr.Untrusted && !a.Secrets {
 			return domain.Errorf(domain.EForbidden, "run %s is trusted (it gets the project's secrets): retrying it needs the secrets permission", runID)
 		}
-		run, err = createRunTx(ctx, tx, nr)
+		run, err = s.createRunTx(ctx, tx, nr)
 		return err
 	})
 	if err != nil {

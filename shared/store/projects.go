@@ -275,3 +275,40 @@ func (s *Store) RemoveMember(ctx context.Context, u User, projectID, userID stri
 		return nil
 	})
 }
+
+// Settings are what a project keeps. A nil field is left as it is.
+type Settings struct {
+	RetentionDays     *int   `json:"retention_days"`
+	CacheQuotaBytes   *int64 `json:"cache_quota_bytes"`
+	StorageQuotaBytes *int64 `json:"storage_quota_bytes"`
+}
+
+// SetSettings changes a project's retention and quotas. Its admins set the
+// retention and the cache quota; the storage quota, which is what the
+// installation pays for, only a global admin.
+func (s *Store) SetSettings(ctx context.Context, u User, projectID string, st Settings) error {
+	switch {
+	case st.RetentionDays != nil && (*st.RetentionDays < 1 || *st.RetentionDays > 3650):
+		return domain.Errorf(domain.EInvalid, "field retention_days must be from 1 to 3650")
+	case st.CacheQuotaBytes != nil && (*st.CacheQuotaBytes < 0 || *st.CacheQuotaBytes > 1<<40):
+		return domain.Errorf(domain.EInvalid, "field cache_quota_bytes must be from 0 to %d", int64(1)<<40)
+	case st.StorageQuotaBytes != nil && (*st.StorageQuotaBytes < 0 || *st.StorageQuotaBytes > 100<<40):
+		return domain.Errorf(domain.EInvalid, "field storage_quota_bytes must be from 0 to %d", int64(100)<<40)
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		if st.StorageQuotaBytes != nil {
+			if err := requireGlobalAdmin(ctx, tx, u); err != nil {
+				return domain.Errorf(domain.EForbidden, "only global admins set a project's storage quota")
+			}
+		}
+		_, err := tx.Exec(ctx, `
+			UPDATE projects SET retention_days = coalesce($2, retention_days),
+			       cache_quota_bytes = coalesce($3, cache_quota_bytes),
+			       storage_quota_bytes = coalesce($4, storage_quota_bytes)
+			WHERE id = $1`, projectID, st.RetentionDays, st.CacheQuotaBytes, st.StorageQuotaBytes)
+		return err
+	})
+}

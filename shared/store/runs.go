@@ -122,7 +122,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
 	var run Run
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		run, err = createRunTx(ctx, tx, nr)
+		run, err = s.createRunTx(ctx, tx, nr)
 		return err
 	})
 	if err != nil {
@@ -134,7 +134,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
 
 // createRunTx is CreateRun inside tx, for callers whose own change must
 // commit with the run (a webhook delivery marked done).
-func createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, error) {
+func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, error) {
 	if err := validateJobs(nr.Jobs); err != nil {
 		return Run{}, err
 	}
@@ -176,7 +176,7 @@ func createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, error) {
 		}
 	}
 	if nr.Source.BlobDigest != "" {
-		if err := registerBlob(ctx, tx, BlobRef{projectID, run.Trusted, nr.Source.BlobDigest}, nr.Source.Size); err != nil {
+		if err := s.registerBlob(ctx, tx, BlobRef{projectID, run.Trusted, nr.Source.BlobDigest}, nr.Source.Size); err != nil {
 			return Run{}, err
 		}
 	}

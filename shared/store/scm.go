@@ -172,7 +172,7 @@ func (s *Store) CompleteDeliveryWithRun(ctx context.Context, d *Delivery, nr New
 		if err != nil {
 			return err
 		}
-		if run, err = createRunTx(ctx, tx, nr); err != nil {
+		if run, err = s.createRunTx(ctx, tx, nr); err != nil {
 			return err
 		}
 		return finishDeliveryTx(ctx, tx, d, DeliveryDone, run.ID, "")

@@ -54,6 +54,10 @@ type Store struct {
 	// dataKeys caches the project data keys it unwrapped.
 	keyring  secretbox.Keyring
 	dataKeys *secretbox.Cache
+
+	// objects is the CAS, for checking bytes at registration and deleting
+	// what the collector frees (nil: not configured).
+	objects Objects
 }
 
 // New wraps an open pool.

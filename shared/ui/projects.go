@@ -47,6 +47,7 @@ func CreateProject(u *UI, w http.ResponseWriter, r *http.Request, user store.Use
 type projectPage struct {
 	page
 	Project     store.Project
+	Storage     store.Storage
 	IsAdmin     bool // of the project: sees and manages members
 	Members     []store.Member
 	NextMembers string
@@ -61,7 +62,11 @@ func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 	if err != nil {
 		return err
 	}
-	pp := projectPage{page: page{Title: p.Name, User: user}, Project: p, IsAdmin: p.Role == store.RoleAdmin}
+	st, err := u.Store.ProjectStorage(r.Context(), user, p.ID)
+	if err != nil {
+		return err
+	}
+	pp := projectPage{page: page{Title: p.Name, User: user}, Project: p, Storage: st, IsAdmin: p.Role == store.RoleAdmin}
 	if pp.IsAdmin {
 		if pp.Members, pp.NextMembers, err = u.Store.Members(r.Context(), user, p.ID, pageOf(r, "members")); err != nil {
 			return err

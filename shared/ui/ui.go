@@ -7,6 +7,7 @@ package ui
 import (
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -47,6 +48,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return stop.Sub(*start).Round(100 * time.Millisecond).String()
 	},
 	"join":  func(s []string) string { return strings.Join(s, ", ") },
+	"bytes": humanBytes,
 	"deref": func(p *int) int { return *p },
 }).ParseFS(templateFS, "templates/*.html"))
 
@@ -220,4 +222,18 @@ func (u *UI) Static(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "public, max-age=300")
 	http.ServeFileFS(w, r, sub, name)
+}
+
+// humanBytes writes a byte count the way people read it (1.5 GiB).
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -1,0 +1,157 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// Blobs belong to a project and a trust tier: a row in blobs says that
+// (project, tier) holds the digest and where its bytes are. A job may
+// reference only blobs its run's (project, tier) holds, or that it
+// uploaded itself into that tier's namespace of the CAS; a digest alone
+// grants nothing.
+//
+// Registering a blob and collecting one (gc.go) take the same lock, a
+// transaction-level advisory lock on the object's key, before they touch
+// its row: a registration that creates the row checks the object in S3
+// under that lock, so it either sees the collector's deletion (and fails:
+// upload again) or happens wholly before it (and the row then references
+// the object, which the collector will not delete).
+
+// Objects is what the store asks of the CAS: whether a key holds a blob,
+// and to delete unreferenced ones. *cas.Store is one.
+type Objects interface {
+	Check(ctx context.Context, key, digest string, size int64) error
+	Delete(ctx context.Context, keys []string) error
+}
+
+// SetObjects gives the store the CAS. Without one (tests of the lease
+// core), registrations trust the caller's check of the bytes.
+func (s *Store) SetObjects(o Objects) { s.objects = o }
+
+// BlobRef names a blob: a digest held by one trust tier of one project.
+type BlobRef struct {
+	ProjectID string
+	Trusted   bool
+	Digest    string
+}
+
+// Key is where new bytes of this blob go in the CAS.
+func (b BlobRef) Key() string { return cas.BlobKey(b.ProjectID, b.Trusted, b.Digest) }
+
+// Blob is a held blob.
+type Blob struct {
+	Digest string
+	Size   int64
+	Key    string // the object in the CAS
+}
+
+// HeldBlob returns the blob if b's (project, tier) holds it, and marks it
+// used: the collector leaves it alone for two days, long enough for a job
+// told "exists" to commit it.
+func (s *Store) HeldBlob(ctx context.Context, b BlobRef) (Blob, bool, error) {
+	out := Blob{Digest: b.Digest}
+	err := s.pool.QueryRow(ctx, `
+		UPDATE blobs SET touched_at = now() WHERE project_id = $1 AND trusted = $2 AND digest = $3
+		RETURNING size, s3_key`, b.ProjectID, b.Trusted, b.Digest).Scan(&out.Size, &out.Key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, false, nil
+	}
+	if err != nil {
+		return out, false, fmt.Errorf("blob %s: %w", b.Digest, err)
+	}
+	return out, true, nil
+}
+
+// lockKey takes the transaction's advisory lock on an object key.
+func lockKey(ctx context.Context, tx pgx.Tx, key string) error {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7419, hashtext($1))`, key); err != nil {
+		return fmt.Errorf("lock %s: %w", key, err)
+	}
+	return nil
+}
+
+// registerBlob records that b's tier holds a blob of size bytes at b.Key().
+// A blob already held keeps its row (and key). A new row is checked in S3
+// under the key's lock (see above), and counts against the project's
+// storage quota.
+func (s *Store) registerBlob(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
+	if err := lockKey(ctx, tx, b.Key()); err != nil {
+		return err
+	}
+	var stored int64
+	var inserted bool
+	err := tx.QueryRow(ctx, `
+		INSERT INTO blobs (project_id, trusted, digest, size, s3_key) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (project_id, trusted, digest) DO UPDATE SET touched_at = now()
+		RETURNING size, xmax = 0`, b.ProjectID, b.Trusted, b.Digest, size, b.Key()).Scan(&stored, &inserted)
+	if err != nil {
+		return fmt.Errorf("register blob: %w", err)
+	}
+	if stored != size {
+		return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", b.Digest, stored, size)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM uploads WHERE s3_key = $1`, b.Key()); err != nil {
+		return fmt.Errorf("upload done: %w", err)
+	}
+	if !inserted {
+		return nil
+	}
+	if err := overQuota(ctx, tx, b.ProjectID, 0); err != nil {
+		return err
+	}
+	if s.objects == nil {
+		return nil
+	}
+	err = s.objects.Check(ctx, b.Key(), b.Digest, size)
+	switch {
+	case errors.Is(err, cas.ErrNotFound):
+		return domain.Errorf(domain.EInvalid, "blob %s has not been uploaded into this project's store (ask for an upload URL first)", b.Digest)
+	case errors.Is(err, cas.ErrMismatch):
+		return domain.Errorf(domain.EInvalid, "uploaded blob does not match its digest and size: %v", err)
+	}
+	return err
+}
+
+// RegisterBlob records a blob outside any lease (operator tools, tests).
+func (s *Store) RegisterBlob(ctx context.Context, b BlobRef, size int64) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error { return s.registerBlob(ctx, tx, b, size) })
+}
+
+// overQuota is ETooLarge when the project's blobs, with more bytes, would
+// be over its storage quota.
+func overQuota(ctx context.Context, tx pgx.Tx, projectID string, more int64) error {
+	var used, quota int64
+	var name string
+	if err := tx.QueryRow(ctx, `
+		SELECT p.name, p.storage_quota_bytes, coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id), 0)
+		FROM projects p WHERE p.id = $1`, projectID).Scan(&name, &quota, &used); err != nil {
+		return fmt.Errorf("storage quota: %w", err)
+	}
+	if used+more > quota {
+		return domain.Errorf(domain.ETooLarge, "project %s stores %d bytes of sources, artifacts and caches; %d more would pass its storage quota of %d bytes",
+			name, used, more, quota)
+	}
+	return nil
+}
+
+// StartUpload records that an upload URL for b is being handed out (so the
+// collector removes the object if it is never committed), after checking
+// that size more bytes fit in the project's storage quota.
+func (s *Store) StartUpload(ctx context.Context, b BlobRef, size int64) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := overQuota(ctx, tx, b.ProjectID, size); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
+			INSERT INTO uploads (s3_key, project_id) VALUES ($1, $2)
+			ON CONFLICT (s3_key) DO UPDATE SET created_at = now()`, b.Key(), b.ProjectID)
+		return err
+	})
+}

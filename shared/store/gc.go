@@ -1,0 +1,334 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/cas"
+)
+
+// The garbage collector keeps storage flat: runs (with their jobs, logs,
+// attempts and artifacts) past their project's retention, finished webhook
+// deliveries past a month, caches not restored for a week or beyond their
+// project's quota (least recently restored first), uploads never committed
+// after a day, and then every blob nothing references. It works in bounded
+// batches, each its own short transaction, so a scheduled invocation can
+// stop at any point and the next one carries on.
+
+// GCOptions bound and tune one collection.
+type GCOptions struct {
+	Batch  int           // rows per transaction (default 200)
+	Budget time.Duration // start no batch after this long (default 40 s)
+	// DryRun counts what would go and deletes nothing.
+	DryRun bool
+	// The ages (defaults: uploads 1 day, blobs untouched 2 days, caches
+	// unrestored 7 days, finished deliveries 30 days).
+	UploadTTL, BlobGrace, CacheIdle, DeliveryTTL time.Duration
+}
+
+// GCResult counts what a collection removed (or, dry, would remove).
+type GCResult struct {
+	Runs            int   `json:"runs"`
+	Deliveries      int   `json:"deliveries"`
+	PendingCaches   int   `json:"pending_caches"`
+	CachesIdle      int   `json:"caches_idle"`
+	CachesOverQuota int   `json:"caches_over_quota"`
+	Uploads         int   `json:"uploads"`
+	Blobs           int   `json:"blobs"`
+	BlobBytes       int64 `json:"blob_bytes"`
+	// Done: nothing was left to collect when the collection ended.
+	Done bool `json:"done"`
+}
+
+func (o *GCOptions) defaults() {
+	if o.Batch <= 0 {
+		o.Batch = 200
+	}
+	if o.Budget <= 0 {
+		o.Budget = 40 * time.Second
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.UploadTTL, 24 * time.Hour}, {&o.BlobGrace, 48 * time.Hour}, {&o.CacheIdle, 7 * 24 * time.Hour},
+		{&o.DeliveryTTL, 30 * 24 * time.Hour}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+}
+
+// gcStep is one kind of collection: a batch of at most n, returning how many
+// it removed; fewer than n means it is done for now.
+type gcStep struct {
+	name  string
+	count *int
+	run   func(ctx context.Context, n int) (int, error)
+}
+
+// CollectGarbage runs the steps in order (blobs last, once what referenced
+// them has gone), each in batches until it runs dry or the budget is spent.
+func (s *Store) CollectGarbage(ctx context.Context, o GCOptions) (GCResult, error) {
+	o.defaults()
+	var res GCResult
+	if o.DryRun {
+		return s.gcPlan(ctx, o)
+	}
+	deadline := time.Now().Add(o.Budget)
+	steps := []gcStep{
+		{"runs", &res.Runs, func(ctx context.Context, n int) (int, error) { return s.expireRuns(ctx, n) }},
+		{"deliveries", &res.Deliveries, func(ctx context.Context, n int) (int, error) { return s.expireDeliveries(ctx, n, o.DeliveryTTL) }},
+		{"pending caches", &res.PendingCaches, s.dropPendingCaches},
+		{"idle caches", &res.CachesIdle, func(ctx context.Context, n int) (int, error) { return s.evictIdleCaches(ctx, n, o.CacheIdle) }},
+		{"caches over quota", &res.CachesOverQuota, s.evictOverQuota},
+		{"uploads", &res.Uploads, func(ctx context.Context, n int) (int, error) { return s.dropUploads(ctx, n, o.UploadTTL) }},
+		{"blobs", &res.Blobs, func(ctx context.Context, n int) (int, error) {
+			k, bytes, err := s.dropBlobs(ctx, n, o.BlobGrace)
+			res.BlobBytes += bytes
+			return k, err
+		}},
+	}
+	res.Done = true
+	for _, st := range steps {
+		for {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				res.Done = false
+				return res, ctx.Err()
+			}
+			k, err := st.run(ctx, o.Batch)
+			*st.count += k
+			if err != nil {
+				return res, fmt.Errorf("collect %s: %w", st.name, err)
+			}
+			if k < o.Batch {
+				break
+			}
+		}
+	}
+	return res, nil
+}
+
+// expireRuns deletes finished runs past their project's retention, with
+// their jobs (and, by cascade, logs, artifacts, pending caches and check
+// runs) and their attempts, which have no foreign key.
+func (s *Store) expireRuns(ctx context.Context, n int) (int, error) {
+	var k int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT r.id FROM runs r JOIN projects p ON p.id = r.project_id
+			WHERE r.finished_at < now() - make_interval(days => p.retention_days)
+			ORDER BY r.finished_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED`, n)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM job_attempts a USING jobs j WHERE j.id = a.job_id AND j.run_id = ANY ($1)`, ids); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM runs WHERE id = ANY ($1)`, ids)
+		k = int(tag.RowsAffected())
+		return err
+	})
+	return k, err
+}
+
+func (s *Store) expireDeliveries(ctx context.Context, n int, ttl time.Duration) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM scm_deliveries WHERE guid IN (
+		    SELECT guid FROM scm_deliveries WHERE finished_at < now() - make_interval(secs => $2)
+		    ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED)`, n, ttl.Seconds())
+	return int(tag.RowsAffected()), err
+}
+
+// dropPendingCaches drops the staged cache saves of attempts that ended
+// (promoted or not, they are done with).
+func (s *Store) dropPendingCaches(ctx context.Context, n int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM pending_caches WHERE (job_id, generation, key) IN (
+		    SELECT p.job_id, p.generation, p.key FROM pending_caches p JOIN jobs j ON j.id = p.job_id
+		    WHERE j.generation <> p.generation OR j.state NOT IN ('QUEUED', 'RUNNING')
+		    LIMIT $1)`, n)
+	return int(tag.RowsAffected()), err
+}
+
+func (s *Store) evictIdleCaches(ctx context.Context, n int, idle time.Duration) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM caches WHERE ctid IN (
+		    SELECT ctid FROM caches WHERE last_used_at < now() - make_interval(secs => $2) LIMIT $1)`, n, idle.Seconds())
+	return int(tag.RowsAffected()), err
+}
+
+// evictOverQuota removes, in each project over its cache quota, the least
+// recently restored entries until the rest fit.
+func (s *Store) evictOverQuota(ctx context.Context, n int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM caches WHERE ctid IN (
+		    SELECT ranked.ctid FROM (
+		        SELECT c.ctid, p.cache_quota_bytes AS quota,
+		               sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.last_used_at DESC, c.key) AS kept
+		        FROM caches c JOIN projects p ON p.id = c.project_id) ranked
+		    WHERE ranked.kept > ranked.quota LIMIT $1)`, n)
+	return int(tag.RowsAffected()), err
+}
+
+// dropUploads removes the objects of uploads handed out more than ttl ago
+// and never committed, under each key's lock (see blobs.go), and forgets
+// the uploads that were committed.
+func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int, error) {
+	var k int
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT u.s3_key FROM uploads u WHERE u.created_at < now() - make_interval(secs => $2)
+			ORDER BY u.created_at LIMIT $1 FOR UPDATE SKIP LOCKED`, n, ttl.Seconds())
+		if err != nil {
+			return err
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		var orphans, done []string
+		for _, key := range keys {
+			locked, err := tryLockKey(ctx, tx, key)
+			if err != nil {
+				return err
+			}
+			if !locked {
+				continue
+			}
+			var held bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM blobs WHERE s3_key = $1)`, key).Scan(&held); err != nil {
+				return err
+			}
+			if !held {
+				orphans = append(orphans, key)
+			}
+			done = append(done, key)
+		}
+		if err := s.deleteObjects(ctx, orphans); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM uploads WHERE s3_key = ANY ($1)`, done)
+		k = int(tag.RowsAffected())
+		return err
+	})
+	return k, err
+}
+
+func tryLockKey(ctx context.Context, tx pgx.Tx, key string) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(7419, hashtext($1))`, key).Scan(&ok)
+	return ok, err
+}
+
+func (s *Store) deleteObjects(ctx context.Context, keys []string) error {
+	if len(keys) == 0 || s.objects == nil {
+		return nil
+	}
+	return s.objects.Delete(ctx, keys)
+}
+
+// unreferencedSQL is the condition "nothing references blob b".
+const unreferencedSQL = `
+	NOT EXISTS (SELECT 1 FROM runs r WHERE r.project_id = b.project_id AND r.trusted = b.trusted AND r.source_digest = b.digest)
+	AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE (a.project_id, a.trusted, a.digest) = (b.project_id, b.trusted, b.digest))
+	AND NOT EXISTS (SELECT 1 FROM caches c WHERE (c.project_id, c.trusted, c.digest) = (b.project_id, b.trusted, b.digest))
+	AND NOT EXISTS (SELECT 1 FROM pending_caches p WHERE (p.project_id, p.trusted, p.digest) = (b.project_id, b.trusted, b.digest))`
+
+// dropBlobs removes blobs nothing references and nobody touched within
+// grace: the mark is the query, the sweep deletes each blob's object and
+// then its row, holding the object key's lock and the row's (so no
+// registration or reference can slip in between), and re-checking under
+// them that nothing references it.
+func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int, int64, error) {
+	var k int
+	var freed int64
+	var deleteErr error
+	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+		rows, err := tx.Query(ctx, `
+			SELECT b.project_id, b.trusted, b.digest, b.s3_key FROM blobs b
+			WHERE b.touched_at < now() - make_interval(secs => $2) AND `+unreferencedSQL+`
+			ORDER BY b.touched_at LIMIT $1`, n, grace.Seconds())
+		if err != nil {
+			return err
+		}
+		type cand struct {
+			ref BlobRef
+			key string
+		}
+		cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
+			var c cand
+			return c, row.Scan(&c.ref.ProjectID, &c.ref.Trusted, &c.ref.Digest, &c.key)
+		})
+		if err != nil || len(cands) == 0 {
+			return err
+		}
+		var objects []string
+		var gone []cand
+		for _, c := range cands {
+			locked, err := tryLockKey(ctx, tx, c.key)
+			if err != nil {
+				return err
+			}
+			if !locked {
+				continue
+			}
+			var shared bool
+			err = tx.QueryRow(ctx, `
+				SELECT EXISTS (SELECT 1 FROM blobs b2 WHERE b2.s3_key = b.s3_key
+				               AND (b2.project_id, b2.trusted) <> (b.project_id, b.trusted))
+				FROM blobs b WHERE (b.project_id, b.trusted, b.digest) = ($1, $2, $3)
+				  AND b.touched_at < now() - make_interval(secs => $4) AND `+unreferencedSQL+`
+				FOR UPDATE OF b SKIP LOCKED`, c.ref.ProjectID, c.ref.Trusted, c.ref.Digest, grace.Seconds()).Scan(&shared)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // referenced, touched or locked meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			if !shared { // a key from before namespacing may be held by others
+				objects = append(objects, c.key)
+			}
+			gone = append(gone, c)
+		}
+		if err := s.deleteObjects(ctx, objects); err != nil {
+			// Some may be gone: forget exactly those, keep the rest for
+			// the next collection, and report the failure after.
+			deleteErr = err
+			gone = stillMissing(ctx, s.objects, gone, func(c cand) (string, string) { return c.key, c.ref.Digest })
+		}
+		for _, c := range gone {
+			var size int64
+			if err := tx.QueryRow(ctx, `DELETE FROM blobs WHERE (project_id, trusted, digest) = ($1, $2, $3) RETURNING size`,
+				c.ref.ProjectID, c.ref.Trusted, c.ref.Digest).Scan(&size); err != nil {
+				return err
+			}
+			k++
+			freed += size
+		}
+		return nil
+	})
+	if err == nil {
+		err = deleteErr
+	}
+	return k, freed, err
+}
+
+// stillMissing keeps the items whose object is gone from the CAS.
+func stillMissing[T any](ctx context.Context, objects Objects, items []T, keyOf func(T) (key, digest string)) []T {
+	var out []T
+	for _, it := range items {
+		key, digest := keyOf(it)
+		if err := objects.Check(ctx, key, digest, -1); errors.Is(err, cas.ErrNotFound) {
+			out = append(out, it)
+		}
+	}
+	return out
+}
