@@ -146,15 +146,15 @@ func TestCollectGarbage(t *testing.T) {
 	// Gone: the old run's rows, its artifact's and cache's blobs and
 	// objects, the stale upload's object. Kept: the rest.
 	for sql, want := range map[string]int{
-		`SELECT count(*) FROM runs WHERE id = '` + old + `'`:                                      0,
-		`SELECT count(*) FROM jobs j JOIN runs r ON r.id = j.run_id WHERE r.id = '` + old + `'`:   0,
+		`SELECT count(*) FROM runs WHERE id = '` + old + `'`:                                         0,
+		`SELECT count(*) FROM jobs j JOIN runs r ON r.id = j.run_id WHERE r.id = '` + old + `'`:      0,
 		`SELECT count(*) FROM job_attempts a LEFT JOIN jobs j ON j.id = a.job_id WHERE j.id IS NULL`: 0,
-		`SELECT count(*) FROM log_chunks`:                                                         1,
-		`SELECT count(*) FROM runs WHERE id = '` + fresh + `'`:                                    1,
-		`SELECT count(*) FROM caches`:                                                             1,
-		`SELECT count(*) FROM pending_caches`:                                                     0,
-		`SELECT count(*) FROM uploads`:                                                            1,
-		`SELECT count(*) FROM blobs`:                                                              3,
+		`SELECT count(*) FROM log_chunks`:                                                            1,
+		`SELECT count(*) FROM runs WHERE id = '` + fresh + `'`:                                       1,
+		`SELECT count(*) FROM caches`:                                                                1,
+		`SELECT count(*) FROM pending_caches`:                                                        0,
+		`SELECT count(*) FROM uploads`:                                                               1,
+		`SELECT count(*) FROM blobs`:                                                                 3,
 	} {
 		if got := e.count(sql); got != want {
 			t.Errorf("%s: %d, want %d", sql, got, want)
