@@ -36,7 +36,21 @@ CREATE INDEX blobs_touched ON blobs (touched_at);
 CREATE INDEX blobs_key ON blobs (s3_key);
 CREATE INDEX scm_deliveries_finished ON scm_deliveries (finished_at) WHERE finished_at IS NOT NULL;
 
+-- A job's log budget for the append's fast path: appends beyond it take
+-- the slow path, which checks the attempt's and the run's limits exactly
+-- and grants the next budget.
+ALTER TABLE jobs ADD COLUMN log_limit bigint NOT NULL DEFAULT 0;
+
+-- An ended attempt's log is compacted once: its chunks, one per append
+-- however small, merged into chunks of up to 256 KiB, so that stored rows
+-- grow with bytes rather than with the number of writes.
+ALTER TABLE job_attempts ADD COLUMN log_compacted boolean NOT NULL DEFAULT false;
+CREATE INDEX job_attempts_uncompacted ON job_attempts (ended_at) WHERE NOT log_compacted;
+
 -- +goose Down
+ALTER TABLE jobs DROP COLUMN log_limit;
+DROP INDEX job_attempts_uncompacted;
+ALTER TABLE job_attempts DROP COLUMN log_compacted;
 DROP INDEX scm_deliveries_finished;
 DROP INDEX blobs_key;
 DROP INDEX blobs_touched;

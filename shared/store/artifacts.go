@@ -35,6 +35,17 @@ func (s *Store) RunSource(ctx context.Context, runnerID, jobID string, l domain.
 // digest again is a no-op; another digest under the same name is EConflict.
 func (s *Store) CommitArtifact(ctx context.Context, runnerID, jobID string, l domain.Lease, name, digest string, size int64) error {
 	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		var total int64
+		if err := tx.QueryRow(ctx, `
+			SELECT coalesce(sum(a.size), 0) FROM artifacts a JOIN jobs j ON j.id = a.job_id
+			WHERE j.run_id = $1 AND NOT (a.job_id = $2 AND a.generation = $3 AND a.name = $4)`,
+			job.RunID, job.ID, job.Generation, name).Scan(&total); err != nil {
+			return fmt.Errorf("run artifact size: %w", err)
+		}
+		if total+size > s.limits.MaxRunArtifactBytes {
+			return domain.Errorf(domain.ETooLarge, "the run's artifacts would total %d bytes, over the run limit of %d bytes",
+				total+size, s.limits.MaxRunArtifactBytes)
+		}
 		if err := s.registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
 			return err
 		}

@@ -38,7 +38,7 @@ WITH candidate AS (
     SET state = 'RUNNING', runner_id = $1, lease_id = gen_random_uuid(),
         generation = j.generation + 1,
         lease_expires_at = now() + make_interval(secs => $3),
-        started_at = now(), log_size = 0, reason = NULL, exit_code = NULL
+        started_at = now(), log_size = 0, log_limit = $6, reason = NULL, exit_code = NULL
     FROM candidate c
     WHERE j.id = c.id
     RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec, j.queued_at, j.secret_names
@@ -164,7 +164,9 @@ func (s *Store) claimAfter(ctx context.Context, runnerID string, labels []string
 		wrapped     []byte
 		sealed      []sealedSecret
 	)
-	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID).Scan(
+	// A new attempt's log budget on the fast path (see appendLogSQL).
+	budget := min(s.limits.MaxLogBytes, logGrant, s.limits.MaxRunLogBytes/8)
+	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
 		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &queuedAt,
 		&projectID, &trusted, &secretNames, &wrapped, &sealed)

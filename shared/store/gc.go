@@ -35,6 +35,7 @@ type GCResult struct {
 	Runs            int   `json:"runs"`
 	Deliveries      int   `json:"deliveries"`
 	PendingCaches   int   `json:"pending_caches"`
+	LogsCompacted   int   `json:"logs_compacted"` // ended attempts whose log chunks were merged
 	CachesIdle      int   `json:"caches_idle"`
 	CachesOverQuota int   `json:"caches_over_quota"`
 	Uploads         int   `json:"uploads"`
@@ -83,6 +84,7 @@ func (s *Store) CollectGarbage(ctx context.Context, o GCOptions) (GCResult, erro
 		{"runs", &res.Runs, func(ctx context.Context, n int) (int, error) { return s.expireRuns(ctx, n) }},
 		{"deliveries", &res.Deliveries, func(ctx context.Context, n int) (int, error) { return s.expireDeliveries(ctx, n, o.DeliveryTTL) }},
 		{"pending caches", &res.PendingCaches, s.dropPendingCaches},
+		{"logs", &res.LogsCompacted, s.compactLogs},
 		{"idle caches", &res.CachesIdle, func(ctx context.Context, n int) (int, error) { return s.evictIdleCaches(ctx, n, o.CacheIdle) }},
 		{"caches over quota", &res.CachesOverQuota, s.evictOverQuota},
 		{"uploads", &res.Uploads, func(ctx context.Context, n int) (int, error) { return s.dropUploads(ctx, n, o.UploadTTL) }},

@@ -315,3 +315,107 @@ func pgxCollectStrings(rows interface {
 	}
 	return out, rows.Err()
 }
+
+// TestLogCompaction: an attempt that logged a byte at a time leaves a row
+// per append while it runs; once it has ended, a collection merges them so
+// rows grow with bytes, and every byte reads back the same, whatever range.
+func TestLogCompaction(t *testing.T) {
+	e := newGCEnv(t)
+	ctx := context.Background()
+	if _, err := e.s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "chatty"}}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.s.Claim(ctx, e.runner, nil, 0)
+	if err != nil || c == nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for i := range 3000 {
+		b := []byte{byte('a' + i%26)}
+		if i%500 == 499 {
+			b = bytes.Repeat([]byte("x"), 100<<10) // a few big appends among the small
+		}
+		if _, err := e.s.AppendLog(ctx, e.runner.ID, c.Lease.JobID, c.Lease, int64(len(want)), b); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b...)
+	}
+	if n := e.count(`SELECT count(*) FROM log_chunks`); n != 3000 {
+		t.Fatalf("%d chunks while running", n)
+	}
+	if _, err := e.s.Complete(ctx, e.runner.ID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.s.CollectGarbage(ctx, store.GCOptions{})
+	if err != nil || res.LogsCompacted != 1 {
+		t.Fatalf("collection: %+v %v", res, err)
+	}
+	rows := e.count(`SELECT count(*) FROM log_chunks`)
+	if limit := len(want)/(128<<10) + 2; rows > limit {
+		t.Fatalf("%d chunks for %d bytes after compaction, want at most %d", rows, len(want), limit)
+	}
+	for _, r := range [][2]int64{{0, int64(len(want))}, {1, 7}, {250 << 10, 300 << 10}, {int64(len(want)) - 3, 10}} {
+		got, _, err := e.s.ReadLog(ctx, c.Lease.RunID, c.Lease.JobID, 0, r[0], r[1])
+		end := min(r[0]+r[1], int64(len(want)))
+		if err != nil || !bytes.Equal(got, want[r[0]:end]) {
+			t.Fatalf("read [%d, +%d): %d bytes, %v", r[0], r[1], len(got), err)
+		}
+	}
+	if again, _ := e.s.CollectGarbage(ctx, store.GCOptions{}); again.LogsCompacted != 0 {
+		t.Fatalf("compacted twice: %+v", again)
+	}
+}
+
+// TestRunLimits: a run's jobs together may log at most the run's limit and
+// commit at most its artifact limit; past either, 413 names the limit.
+func TestRunLimits(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{MaxLogBytes: 1000, MaxRunLogBytes: 1500, MaxRunArtifactBytes: 100})
+	pgtest.Project(t, s, "p")
+	r := newRunner(t, s)
+	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "a"}, {Name: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.Claim(ctx, r, nil, 0)
+	b, _ := s.Claim(ctx, r, nil, 0)
+	log := func(c *store.Claim, total int) error {
+		var err error
+		for off := 0; off < total && err == nil; off += 100 {
+			_, err = s.AppendLog(ctx, r.ID, c.Lease.JobID, c.Lease, int64(off), bytes.Repeat([]byte("x"), 100))
+		}
+		return err
+	}
+	if err := log(a, 900); err != nil {
+		t.Fatal(err)
+	}
+	err := log(b, 900)
+	var de *domain.Error
+	if !errors.As(err, &de) || de.Code != domain.ETooLarge || !bytes.Contains([]byte(de.Message), []byte("run limit of 1500")) {
+		t.Fatalf("past the run's log limit: %v", err)
+	}
+	var stored int
+	_ = s.Pool().QueryRow(ctx, `SELECT sum(length(data)) FROM log_chunks`).Scan(&stored)
+	if stored > 1500 {
+		t.Fatalf("the run's jobs stored %d log bytes, over its limit of 1500", stored)
+	}
+	objects := castest.New(t)
+	s.SetObjects(objects)
+	for i, size := range []int{60, 60} {
+		data := bytes.Repeat([]byte{byte('a' + i)}, size)
+		sum := sha256.Sum256(data)
+		ref := store.BlobRef{ProjectID: a.Lease.RunID, Trusted: true, Digest: "sha256:" + hex.EncodeToString(sum[:])}
+		var pid string
+		_ = s.Pool().QueryRow(ctx, `SELECT project_id FROM runs WHERE id = $1`, a.Lease.RunID).Scan(&pid)
+		ref.ProjectID = pid
+		if err := objects.Put(ctx, ref.Key(), ref.Digest, bytes.NewReader(data), int64(size)); err != nil {
+			t.Fatal(err)
+		}
+		err := s.CommitArtifact(ctx, r.ID, a.Lease.JobID, a.Lease, fmt.Sprintf("art%d", i), ref.Digest, int64(size))
+		if i == 0 && err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && (!errors.As(err, &de) || de.Code != domain.ETooLarge || !bytes.Contains([]byte(de.Message), []byte("run limit of 100"))) {
+			t.Fatalf("past the run's artifact limit: %v", err)
+		}
+	}
+}

@@ -28,9 +28,10 @@ func (s *Store) gcPlan(ctx context.Context, o GCOptions) (GCResult, error) {
 		              sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.last_used_at DESC, c.key) AS kept
 		       FROM caches c JOIN projects p ON p.id = c.project_id) ranked WHERE kept > quota),
 		  (SELECT count(*) FROM uploads u WHERE u.created_at < now() - make_interval(secs => $3)
-		   AND NOT EXISTS (SELECT 1 FROM blobs WHERE s3_key = u.s3_key))`,
+		   AND NOT EXISTS (SELECT 1 FROM blobs WHERE s3_key = u.s3_key)),
+		  (SELECT count(*) FROM job_attempts WHERE NOT log_compacted)`,
 		o.DeliveryTTL.Seconds(), o.CacheIdle.Seconds(), o.UploadTTL.Seconds()).Scan(
-		&r.Runs, &r.Deliveries, &r.PendingCaches, &r.CachesIdle, &r.CachesOverQuota, &r.Uploads)
+		&r.Runs, &r.Deliveries, &r.PendingCaches, &r.CachesIdle, &r.CachesOverQuota, &r.Uploads, &r.LogsCompacted)
 	if err != nil {
 		return r, fmt.Errorf("gc plan: %w", err)
 	}

@@ -82,7 +82,7 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 	// The fast path: the common append, at the end, in one statement.
 	if len(data) > 0 {
 		tag, err := s.pool.Exec(ctx, appendLogSQL, l.JobID, l.RunID, l.RunnerID, l.LeaseID, l.Generation,
-			offset, data, int64(len(data)), s.limits.MaxLogBytes)
+			offset, data, int64(len(data)))
 		switch {
 		case err == nil && tag.RowsAffected() == 1:
 			return offset + int64(len(data)), nil
@@ -108,6 +108,19 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 			if end+n > s.limits.MaxLogBytes {
 				return domain.Errorf(domain.ETooLarge, "job log would exceed the limit of %d bytes", s.limits.MaxLogBytes)
 			}
+			others, err := s.otherLogs(ctx, tx, job)
+			if err != nil {
+				return err
+			}
+			if others+end+n > s.limits.MaxRunLogBytes {
+				return domain.Errorf(domain.ETooLarge, "the run's logs would exceed the run limit of %d bytes", s.limits.MaxRunLogBytes)
+			}
+			// A new budget for the fast path: a share of what the run has left.
+			grant := min(logGrant, (s.limits.MaxRunLogBytes-others-end-n)/4)
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET log_limit = $2 WHERE id = $1`, job.ID,
+				min(s.limits.MaxLogBytes, end+n+grant)); err != nil {
+				return fmt.Errorf("log budget: %w", err)
+			}
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO log_chunks (job_id, generation, start_offset, data) VALUES ($1, $2, $3, $4)`,
 				job.ID, job.Generation, end, data); err != nil {
@@ -131,17 +144,38 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 	return next, err
 }
 
+// logGrant is the most log a job may append on the fast path before the
+// slow path looks at its run again (see appendLogSQL).
+const logGrant = 4 << 20
+
+// otherLogs is the size of the logs of the other jobs of the locked job's
+// run: their current attempts' logs as they stand (ended ones exact).
+func (s *Store) otherLogs(ctx context.Context, tx pgx.Tx, job *LeasedJob) (int64, error) {
+	var others int64
+	err := tx.QueryRow(ctx, `
+		SELECT coalesce(sum(CASE WHEN o.state = 'RUNNING' THEN `+logEndSQL("o.id", "o.generation")+` ELSE o.log_size END), 0)
+		FROM jobs o WHERE o.run_id = $1 AND o.id <> $2`, job.RunID, job.ID).Scan(&others)
+	if err != nil {
+		return 0, fmt.Errorf("run log size: %w", err)
+	}
+	return others, nil
+}
+
 // appendLogSQL is the log append's fast path: the whole lease check under
 // FOR KEY SHARE of the job row (held until commit; see withLease), and the
 // chunk inserted only if it starts at the attempt's current end and stays
-// under the limit ($9). Two appends racing at one offset cannot both land:
-// the second hits the primary key (job, generation, start_offset). It
-// matches nothing, and the slow path takes over, for every other case.
+// within the job's log budget (jobs.log_limit: at most logGrant past where
+// the slow path last checked the attempt's and the run's limits exactly,
+// granting each job a quarter of what the run had left, so that jobs of a
+// run logging at once can pass the run's limit by little). Two appends racing at one offset cannot both land: the
+// second hits the primary key (job, generation, start_offset). It matches
+// nothing, and the slow path takes over (with exact limits), for every
+// other case.
 var appendLogSQL = `
 INSERT INTO log_chunks (job_id, generation, start_offset, data)
 SELECT j.id, j.generation, $6, $7 FROM jobs j
 WHERE ` + leaseMatchSQL + `
-  AND ` + logEndSQL("j.id", "j.generation") + ` = $6 AND $6 + $8::bigint <= $9
+  AND ` + logEndSQL("j.id", "j.generation") + ` = $6 AND $6 + $8::bigint <= j.log_limit
 FOR KEY SHARE OF j`
 
 // readLog returns the bytes [offset, offset+n) of one attempt's log.

@@ -28,12 +28,18 @@ type Limits struct {
 	LeaseTTL time.Duration
 	// MaxLogBytes is the largest log one attempt may write.
 	MaxLogBytes int64
+	// MaxRunLogBytes bounds the logs of one run's jobs together, and
+	// MaxRunArtifactBytes their artifacts.
+	MaxRunLogBytes      int64
+	MaxRunArtifactBytes int64
 }
 
 // Defaults used when a Limits field is zero.
 const (
-	DefaultLeaseTTL    = 60 * time.Second
-	DefaultMaxLogBytes = 64 << 20
+	DefaultLeaseTTL            = 60 * time.Second
+	DefaultMaxLogBytes         = 64 << 20
+	DefaultMaxRunLogBytes      = 1 << 30
+	DefaultMaxRunArtifactBytes = 20 << 30
 )
 
 // Store is the database behind the control plane.
@@ -67,6 +73,12 @@ func New(pool *pgxpool.Pool, limits Limits) *Store {
 	}
 	if limits.MaxLogBytes <= 0 {
 		limits.MaxLogBytes = DefaultMaxLogBytes
+	}
+	if limits.MaxRunLogBytes <= 0 {
+		limits.MaxRunLogBytes = max(DefaultMaxRunLogBytes, limits.MaxLogBytes)
+	}
+	if limits.MaxRunArtifactBytes <= 0 {
+		limits.MaxRunArtifactBytes = DefaultMaxRunArtifactBytes
 	}
 	return &Store{pool: pool, limits: limits, queuedCh: make(chan struct{})}
 }
