@@ -28,6 +28,9 @@ type Config struct {
 	DatabaseURL string        // see DatabaseURL
 	LeaseTTL    time.Duration // FORGECI_LEASE_TTL_SECONDS
 	MaxLogBytes int64         // FORGECI_MAX_LOG_BYTES
+	// FORGECI_MAX_RUN_LOG_BYTES, FORGECI_MAX_RUN_ARTIFACT_BYTES: what one
+	// run's jobs may log and commit together.
+	MaxRunLogBytes, MaxRunArtifactBytes int64
 	// The CAS bucket (FORGECI_BUCKET). FORGECI_S3_ENDPOINT,
 	// FORGECI_S3_ACCESS_KEY and FORGECI_S3_SECRET_KEY are only for
 	// S3-compatible servers; in AWS the function's role is used.
@@ -56,12 +59,15 @@ func LoadConfig(ctx context.Context) (Config, error) {
 		}
 		cfg.LeaseTTL = time.Duration(n) * time.Second
 	}
-	if v := os.Getenv("FORGECI_MAX_LOG_BYTES"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 1024 {
-			return cfg, fmt.Errorf("FORGECI_MAX_LOG_BYTES must be an integer of at least 1024, got %q", v)
+	for name, into := range map[string]*int64{"FORGECI_MAX_LOG_BYTES": &cfg.MaxLogBytes,
+		"FORGECI_MAX_RUN_LOG_BYTES": &cfg.MaxRunLogBytes, "FORGECI_MAX_RUN_ARTIFACT_BYTES": &cfg.MaxRunArtifactBytes} {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1024 {
+				return cfg, fmt.Errorf("%s must be an integer of at least 1024, got %q", name, v)
+			}
+			*into = n
 		}
-		cfg.MaxLogBytes = n
 	}
 	return cfg, nil
 }
@@ -77,7 +83,8 @@ func MustServer(ctx context.Context) *api.Server {
 	if err != nil {
 		fail(cfg.Log, "database", err)
 	}
-	st := store.New(pool, store.Limits{LeaseTTL: cfg.LeaseTTL, MaxLogBytes: cfg.MaxLogBytes})
+	st := store.New(pool, store.Limits{LeaseTTL: cfg.LeaseTTL, MaxLogBytes: cfg.MaxLogBytes,
+		MaxRunLogBytes: cfg.MaxRunLogBytes, MaxRunArtifactBytes: cfg.MaxRunArtifactBytes})
 	// The master key of project secrets: KMS in AWS (FORGECI_KMS_KEY_ID).
 	// Without one, secrets cannot be set and jobs that name them wait.
 	keys, err := secretbox.FromEnv(ctx)
