@@ -107,6 +107,7 @@ var benchmarks = []benchmark{
 	{"snapshot", benchSnapshot},
 	{"pickup", benchPickup},
 	{"pipeline", benchPipeline},
+	{"gc", benchGC},
 }
 
 // freshDatabase creates and migrates a database for one benchmark.

@@ -245,60 +245,60 @@ const unreferencedSQL = `
 	AND NOT EXISTS (SELECT 1 FROM pending_caches p WHERE (p.project_id, p.trusted, p.digest) = (b.project_id, b.trusted, b.digest))`
 
 // dropBlobs removes blobs nothing references and nobody touched within
-// grace: the mark is the query, the sweep deletes each blob's object and
-// then its row, holding the object key's lock and the row's (so no
-// registration or reference can slip in between), and re-checking under
-// them that nothing references it.
+// grace. The mark is the first query; the sweep takes, for the whole batch
+// at once, each object key's lock (skipping keys a registration holds) and
+// each row's lock (skipping rows in use), re-checks under them that nothing
+// references the blob (so no registration or reference can slip in
+// between), deletes the objects, and only then the rows.
 func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int, int64, error) {
 	var k int
 	var freed int64
 	var deleteErr error
-	err := s.inTx(ctx, func(tx pgx.Tx) (err error) {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var keys []string
+		if err := tx.QueryRow(ctx, `
+			SELECT coalesce(array_agg(b.s3_key), '{}') FROM (
+			    SELECT b.s3_key FROM blobs b
+			    WHERE b.touched_at < now() - make_interval(secs => $2) AND `+unreferencedSQL+`
+			    ORDER BY b.touched_at LIMIT $1) b`, n, grace.Seconds()).Scan(&keys); err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		// Locked and still unreferenced: the batch. shared: a key from
+		// before namespacing that another (project, tier) still holds.
 		rows, err := tx.Query(ctx, `
-			SELECT b.project_id, b.trusted, b.digest, b.s3_key FROM blobs b
-			WHERE b.touched_at < now() - make_interval(secs => $2) AND `+unreferencedSQL+`
-			ORDER BY b.touched_at LIMIT $1`, n, grace.Seconds())
+			WITH locked AS (
+			    SELECT k FROM unnest($1::text[]) k WHERE pg_try_advisory_xact_lock(7419, hashtext(k))
+			)
+			SELECT b.project_id, b.trusted, b.digest, b.s3_key, b.size,
+			       EXISTS (SELECT 1 FROM blobs b2 WHERE b2.s3_key = b.s3_key
+			               AND (b2.project_id, b2.trusted) <> (b.project_id, b.trusted))
+			FROM blobs b WHERE b.s3_key IN (SELECT k FROM locked)
+			  AND b.touched_at < now() - make_interval(secs => $2) AND `+unreferencedSQL+`
+			FOR UPDATE OF b SKIP LOCKED`, keys, grace.Seconds())
 		if err != nil {
 			return err
 		}
 		type cand struct {
-			ref BlobRef
-			key string
+			ref    BlobRef
+			key    string
+			size   int64
+			shared bool
 		}
-		cands, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
+		gone, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
 			var c cand
-			return c, row.Scan(&c.ref.ProjectID, &c.ref.Trusted, &c.ref.Digest, &c.key)
+			return c, row.Scan(&c.ref.ProjectID, &c.ref.Trusted, &c.ref.Digest, &c.key, &c.size, &c.shared)
 		})
-		if err != nil || len(cands) == 0 {
+		if err != nil || len(gone) == 0 {
 			return err
 		}
 		var objects []string
-		var gone []cand
-		for _, c := range cands {
-			locked, err := tryLockKey(ctx, tx, c.key)
-			if err != nil {
-				return err
-			}
-			if !locked {
-				continue
-			}
-			var shared bool
-			err = tx.QueryRow(ctx, `
-				SELECT EXISTS (SELECT 1 FROM blobs b2 WHERE b2.s3_key = b.s3_key
-				               AND (b2.project_id, b2.trusted) <> (b.project_id, b.trusted))
-				FROM blobs b WHERE (b.project_id, b.trusted, b.digest) = ($1, $2, $3)
-				  AND b.touched_at < now() - make_interval(secs => $4) AND `+unreferencedSQL+`
-				FOR UPDATE OF b SKIP LOCKED`, c.ref.ProjectID, c.ref.Trusted, c.ref.Digest, grace.Seconds()).Scan(&shared)
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue // referenced, touched or locked meanwhile
-			}
-			if err != nil {
-				return err
-			}
-			if !shared { // a key from before namespacing may be held by others
+		for _, c := range gone {
+			if !c.shared {
 				objects = append(objects, c.key)
 			}
-			gone = append(gone, c)
 		}
 		if err := s.deleteObjects(ctx, objects); err != nil {
 			// Some may be gone: forget exactly those, keep the rest for
@@ -306,16 +306,17 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 			deleteErr = err
 			gone = stillMissing(ctx, s.objects, gone, func(c cand) (string, string) { return c.key, c.ref.Digest })
 		}
+		var projects, digests []string
+		var tiers []bool
 		for _, c := range gone {
-			var size int64
-			if err := tx.QueryRow(ctx, `DELETE FROM blobs WHERE (project_id, trusted, digest) = ($1, $2, $3) RETURNING size`,
-				c.ref.ProjectID, c.ref.Trusted, c.ref.Digest).Scan(&size); err != nil {
-				return err
-			}
-			k++
-			freed += size
+			projects, tiers, digests = append(projects, c.ref.ProjectID), append(tiers, c.ref.Trusted), append(digests, c.ref.Digest)
+			freed += c.size
 		}
-		return nil
+		tag, err := tx.Exec(ctx, `
+			DELETE FROM blobs b USING unnest($1::text[], $2::bool[], $3::text[]) AS g(p, t, d)
+			WHERE (b.project_id, b.trusted, b.digest) = (g.p, g.t, g.d)`, projects, tiers, digests)
+		k = int(tag.RowsAffected())
+		return err
 	})
 	if err == nil {
 		err = deleteErr
