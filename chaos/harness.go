@@ -333,7 +333,7 @@ func (h *Harness) setup(ctx context.Context) error {
 		}
 	}
 	for i := range h.cfg.Runners {
-		reg, _, err := h.st.CreateRegistrationToken(ctx, time.Hour, "chaos")
+		reg, _, err := h.st.CreateRegistrationToken(ctx, time.Hour, "chaos", store.Scope{Untrusted: true})
 		if err != nil {
 			return err
 		}

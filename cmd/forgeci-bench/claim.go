@@ -138,11 +138,11 @@ func seedQueuedRuns(ctx context.Context, pool *pgxpool.Pool, n, perRun int) erro
 		`INSERT INTO projects (id, name) VALUES ('p', 'bench')`,
 		`INSERT INTO runs (id, project_id, number)
 		 SELECT 'run-' || r, 'p', r FROM generate_series(0, (` + fmt.Sprint(n) + ` - 1) / ` + fmt.Sprint(perRun) + `) r`,
-		`INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at)
+		`INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at, project_id, trusted)
 		 SELECT 'job-' || i, 'run-' || (i / ` + fmt.Sprint(perRun) + `), 'j' || i, 'QUEUED', '{linux}',
 		        jsonb_build_object('id', 'job-' || i, 'run_id', 'run-' || (i / ` + fmt.Sprint(perRun) + `), 'name', 'j' || i, 'needs', '{}'::text[],
 		                           'timeout_seconds', 3600, 'steps', '[{"name":"s","run":"true"}]'::jsonb),
-		        now() + i * interval '1 microsecond'
+		        now() + i * interval '1 microsecond', 'p', true
 		 FROM generate_series(0, ` + fmt.Sprint(n) + ` - 1) i`,
 		`VACUUM ANALYZE jobs`,
 	} {

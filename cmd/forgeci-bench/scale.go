@@ -127,12 +127,12 @@ func seedFinished(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		`INSERT INTO runs (id, project_id, number, state, created_at, started_at, finished_at)
 		 SELECT 'done-run-' || r, 'p', 1000000 + r, 'PASSED', now() - interval '1 day', now() - interval '1 day', now() - interval '1 day'
 		 FROM generate_series(0, (` + fmt.Sprint(n) + ` - 1) / 10) r`,
-		`INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at, runner_id, lease_id, generation,
+		`INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at, project_id, trusted, runner_id, lease_id, generation,
 		                   lease_expires_at, started_at, finished_at, exit_code, log_size)
 		 SELECT 'done-' || i, 'done-run-' || (i / 10), 'j' || (i % 10), 'PASSED', '{linux}',
 		        jsonb_build_object('id', 'done-' || i, 'name', 'j' || (i % 10), 'needs', '{}'::text[],
 		                           'timeout_seconds', 3600, 'steps', '[{"name":"s","run":"true"}]'::jsonb),
-		        now() - interval '1 day', 'bench-runner', gen_random_uuid(), 1,
+		        now() - interval '1 day', 'p', true, 'bench-runner', gen_random_uuid(), 1,
 		        now() - interval '1 day', now() - interval '1 day', now() - interval '1 day', 0, 2048
 		 FROM generate_series(0, ` + fmt.Sprint(n) + ` - 1) i`,
 		`INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at, ended_at, outcome, exit_code, log_size)

@@ -207,11 +207,11 @@ func addQueued(ctx context.Context, pool *pgxpool.Pool, batch, n int) error {
 		    INSERT INTO runs (id, project_id, number)
 		    SELECT 'b' || $1::int || '-run-' || r, 'p', $1::bigint * 1000000 + r FROM generate_series(0, ($2::int - 1) / 10) r
 		)
-		INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at)
+		INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at, project_id, trusted)
 		SELECT 'b' || $1::int || '-job-' || i, 'b' || $1::int || '-run-' || (i / 10), 'j' || i, 'QUEUED', '{linux}',
 		       jsonb_build_object('id', 'b' || $1::int || '-job-' || i, 'name', 'j' || i, 'needs', '{}'::text[],
 		                          'timeout_seconds', 3600, 'steps', '[{"name":"s","run":"true"}]'::jsonb),
-		       now() + i * interval '1 microsecond'
+		       now() + i * interval '1 microsecond', 'p', true
 		FROM generate_series(0, $2::int - 1) i`, batch, n)
 	if err != nil {
 		return fmt.Errorf("top up the queue: %w", err)

@@ -350,6 +350,8 @@ func runnerCmd(g *global) *cobra.Command {
 	c := &cobra.Command{Use: "runner", Short: "Runners: registration tokens, list, revoke"}
 	var ttl time.Duration
 	var description string
+	var projects []string
+	var untrusted bool
 	token := &cobra.Command{Use: "token", Short: "Runner registration tokens"}
 	create := &cobra.Command{
 		Use:   "create",
@@ -364,8 +366,8 @@ func runnerCmd(g *global) *cobra.Command {
 				Token   string    `json:"registration_token"`
 				Expires time.Time `json:"expires_at"`
 			}
-			if err := cl.do(c.Context(), "POST", "/v1/registration-tokens",
-				map[string]any{"ttl_seconds": int(ttl.Seconds()), "description": description}, &out); err != nil {
+			if err := cl.do(c.Context(), "POST", "/v1/registration-tokens", map[string]any{"ttl_seconds": int(ttl.Seconds()),
+				"description": description, "projects": projects, "untrusted": untrusted}, &out); err != nil {
 				return err
 			}
 			if g.json {
@@ -377,6 +379,8 @@ func runnerCmd(g *global) *cobra.Command {
 		},
 	}
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token may be used (1m to 168h)")
+	create.Flags().StringSliceVar(&projects, "project", nil, "a project the runner serves (repeat; none: every project)")
+	create.Flags().BoolVar(&untrusted, "untrusted", false, "the runner also takes untrusted work: pull requests from forks, runs of members without the secrets permission")
 	create.Flags().StringVar(&description, "description", "", "what it is for")
 	token.AddCommand(create)
 
@@ -397,7 +401,7 @@ func runnerCmd(g *global) *cobra.Command {
 				return printJSON(runners)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tLABELS\tLAST SEEN\tSTATUS\tID")
+			fmt.Fprintln(tw, "NAME\tLABELS\tPROJECTS\tUNTRUSTED\tLAST SEEN\tSTATUS\tID")
 			for _, r := range runners {
 				seen, status := "never", "active"
 				if r.LastSeenAt != nil {
@@ -406,7 +410,11 @@ func runnerCmd(g *global) *cobra.Command {
 				if r.RevokedAt != nil {
 					status = "revoked"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, strings.Join(r.Labels, ","), seen, status, r.ID)
+				scope := strings.Join(r.ProjectNames, ",")
+				if scope == "" {
+					scope = "all"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\n", r.Name, strings.Join(r.Labels, ","), scope, r.Untrusted, seen, status, r.ID)
 			}
 			return tw.Flush()
 		},

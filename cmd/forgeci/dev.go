@@ -116,7 +116,7 @@ func devCommand(ctx context.Context, o devOptions) error {
 	}()
 	go sweepLoop(ctx, st, *sweepEvery, log)
 
-	token, expires, err := st.CreateRegistrationToken(ctx, 24*time.Hour, "forgeci dev")
+	token, expires, err := st.CreateRegistrationToken(ctx, 24*time.Hour, "forgeci dev", store.Scope{Untrusted: true})
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func TestLogOrderUnderNetworkFaults(t *testing.T) {
 	ts := httptest.NewServer(f)
 	defer ts.Close()
 
-	reg, _, _ := st.CreateRegistrationToken(ctx, time.Minute, "")
+	reg, _, _ := st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
 	_, token, err := st.RegisterRunner(ctx, reg, "r", nil)
 	if err != nil {
 		t.Fatal(err)

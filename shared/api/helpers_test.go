@@ -53,7 +53,7 @@ type runnerCreds struct {
 // registerRunner registers a runner through the real route.
 func (e *env) registerRunner(name string, labels ...string) runnerCreds {
 	e.t.Helper()
-	reg, _, err := e.store.CreateRegistrationToken(context.Background(), time.Minute, "test")
+	reg, _, err := e.store.CreateRegistrationToken(context.Background(), time.Minute, "test", store.Scope{Untrusted: true})
 	if err != nil {
 		e.t.Fatal(err)
 	}

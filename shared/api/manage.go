@@ -122,6 +122,10 @@ func (s *Server) revokeRunner(w http.ResponseWriter, r *http.Request, _ store.Us
 type registrationTokenRequest struct {
 	TTLSeconds  int    `json:"ttl_seconds"`
 	Description string `json:"description"`
+	// The runner's scope: projects (names or IDs; none: every project) and
+	// whether it takes untrusted work.
+	Projects  []string `json:"projects"`
+	Untrusted bool     `json:"untrusted"`
 }
 
 func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request, _ store.User) error {
@@ -135,7 +139,8 @@ func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request,
 	if req.TTLSeconds < 60 || req.TTLSeconds > 7*24*3600 {
 		return domain.Errorf(domain.EInvalid, "ttl_seconds must be from 60 to 604800")
 	}
-	token, expires, err := s.Store.CreateRegistrationToken(r.Context(), time.Duration(req.TTLSeconds)*time.Second, req.Description)
+	token, expires, err := s.Store.CreateRegistrationToken(r.Context(), time.Duration(req.TTLSeconds)*time.Second, req.Description,
+		store.Scope{Projects: req.Projects, Untrusted: req.Untrusted})
 	if err != nil {
 		return err
 	}

@@ -326,7 +326,7 @@ func TestLogAppend(t *testing.T) {
 // TestRegistration: a registration token registers exactly one runner.
 func TestRegistration(t *testing.T) {
 	e := setup(t)
-	reg, _, err := e.store.CreateRegistrationToken(context.Background(), time.Minute, "")
+	reg, _, err := e.store.CreateRegistrationToken(context.Background(), time.Minute, "", store.Scope{Untrusted: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestRegistration(t *testing.T) {
 	if s, b := e.post("/v1/runners/register", "", body); s != 401 {
 		t.Fatalf("second use of the token: %d %s", s, b)
 	}
-	expired, _, _ := e.store.CreateRegistrationToken(context.Background(), time.Second, "")
+	expired, _, _ := e.store.CreateRegistrationToken(context.Background(), time.Second, "", store.Scope{Untrusted: true})
 	e.exec(`UPDATE registration_tokens SET expires_at = now() - interval '1 second' WHERE used_at IS NULL`)
 	body["registration_token"] = expired
 	if s, b := e.post("/v1/runners/register", "", body); s != 401 {

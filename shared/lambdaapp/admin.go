@@ -22,10 +22,14 @@ type AdminRequest struct {
 	Command     string  `json:"command"`
 	TTLHours    float64 `json:"ttl_hours,omitempty"`   // registration-token (default 24)
 	Description string  `json:"description,omitempty"` // registration-token
-	Name        string  `json:"name,omitempty"`        // create-user
-	Role        string  `json:"role,omitempty"`        // create-user: admin (global) or user (rights from memberships)
-	RunnerID    string  `json:"runner_id,omitempty"`   // revoke-runner
-	Cursor      string  `json:"cursor,omitempty"`      // list-runners: the next page
+	// registration-token: the runner's scope (projects by name or ID, none
+	// meaning all; untrusted: it takes pull requests from forks too).
+	Projects  []string `json:"projects,omitempty"`
+	Untrusted bool     `json:"untrusted,omitempty"`
+	Name      string   `json:"name,omitempty"`      // create-user
+	Role      string   `json:"role,omitempty"`      // create-user: admin (global) or user (rights from memberships)
+	RunnerID  string   `json:"runner_id,omitempty"` // revoke-runner
+	Cursor    string   `json:"cursor,omitempty"`    // list-runners: the next page
 }
 
 // AdminResponse carries what the command made. Tokens are shown here once
@@ -51,7 +55,8 @@ func Admin(st *store.Store) func(context.Context, AdminRequest) (AdminResponse, 
 			if ttl <= 0 {
 				ttl = 24 * time.Hour
 			}
-			tok, exp, err := st.CreateRegistrationToken(ctx, ttl, req.Description)
+			tok, exp, err := st.CreateRegistrationToken(ctx, ttl, req.Description,
+				store.Scope{Projects: req.Projects, Untrusted: req.Untrusted})
 			return AdminResponse{RegistrationToken: tok, ExpiresAt: &exp}, err
 		case "create-user":
 			if req.Name == "" {

@@ -27,7 +27,7 @@ func TestAdapterV2(t *testing.T) {
 	srv := &api.Server{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	proxy := httpadapter.NewV2(srv.Handler("heartbeat")).ProxyWithContext
 
-	reg, _, _ := st.CreateRegistrationToken(ctx, time.Minute, "")
+	reg, _, _ := st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
 	_, token, err := st.RegisterRunner(ctx, reg, "r", nil)
 	if err != nil {
 		t.Fatal(err)

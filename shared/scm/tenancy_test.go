@@ -177,7 +177,7 @@ func reorder(t *testing.T, body []byte) []byte {
 func (e *env) claimAll(t *testing.T) map[string]*store.Claim {
 	t.Helper()
 	ctx := context.Background()
-	reg, _, _ := e.store.CreateRegistrationToken(ctx, time.Minute, "")
+	reg, _, _ := e.store.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
 	_, token, _ := e.store.RegisterRunner(ctx, reg, "r-"+strconv.FormatInt(time.Now().UnixNano(), 36), nil)
 	runner, _ := e.store.AuthenticateRunner(ctx, token)
 	out := map[string]*store.Claim{}

@@ -22,13 +22,16 @@ const MaxClaimWait = 20 * time.Second
 // comes from the database clock, and the run is marked started. The current
 // lease lives on the job row; its attempt row is written when it ends
 // (finishAttempt), in the transaction that ends it. The scan starts after
-// the queue position ($4, $5): see claimHints. A job that names secrets
+// the queue position ($4, $5): see claimHints. Only jobs in the runner's
+// scope match: its projects ($7, none meaning all) and, only if it takes
+// untrusted work ($8), jobs of untrusted runs. A job that names secrets
 // gets, for a trusted run only, those secrets (sealed) and its project's
 // wrapped data key.
 const claimSQL = `
 WITH candidate AS (
     SELECT id FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $2::text[]
+      AND (cardinality($7::text[]) = 0 OR project_id = ANY ($7::text[])) AND (trusted OR $8)
       AND (queued_at, id) > ($4::timestamptz, $5::text)
     ORDER BY queued_at, id
     LIMIT 1
@@ -96,7 +99,7 @@ func (s *Store) Claim(ctx context.Context, runner Runner, labels []string, wait 
 	delay := 50 * time.Millisecond
 	first := true
 	for {
-		c, err := s.claimOnce(ctx, runner.ID, effective)
+		c, err := s.claimOnce(ctx, runner, effective)
 		if err != nil || c != nil {
 			return c, err
 		}
@@ -139,21 +142,22 @@ func effectiveLabels(runner Runner, requested []string) ([]string, error) {
 	return requested, nil
 }
 
-func (s *Store) claimOnce(ctx context.Context, runnerID string, labels []string) (*Claim, error) {
-	key := hintKey(labels)
+func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string) (*Claim, error) {
+	key := hintKey(labels, runner.Scope)
 	at, id, full := s.hints.start(key, time.Now())
-	c, err := s.claimAfter(ctx, runnerID, labels, key, at, id)
+	c, err := s.claimAfter(ctx, runner, labels, key, at, id)
 	if err != nil || c != nil || full || !s.hints.fullScanDue(key, time.Now()) {
 		return c, err
 	}
 	// Nothing after the hint: look behind it too.
-	return s.claimAfter(ctx, runnerID, labels, key, queueStart, "")
+	return s.claimAfter(ctx, runner, labels, key, queueStart, "")
 }
 
 // claimAfter claims the oldest matching job after the queue position
 // (afterAt, afterID).
-func (s *Store) claimAfter(ctx context.Context, runnerID string, labels []string, key string,
+func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, key string,
 	afterAt time.Time, afterID string) (*Claim, error) {
+	runnerID := runner.ID
 	var (
 		c           Claim
 		expires     time.Time
@@ -166,7 +170,12 @@ func (s *Store) claimAfter(ctx context.Context, runnerID string, labels []string
 	)
 	// A new attempt's log budget on the fast path (see appendLogSQL).
 	budget := min(s.limits.MaxLogBytes, logGrant, s.limits.MaxRunLogBytes/8)
-	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget).Scan(
+	projects := runner.Projects
+	if projects == nil {
+		projects = []string{}
+	}
+	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget,
+		projects, runner.Untrusted).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
 		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &queuedAt,
 		&projectID, &trusted, &secretNames, &wrapped, &sealed)

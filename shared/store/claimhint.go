@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -50,10 +51,13 @@ const (
 // queueStart is before every queue position.
 var queueStart = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func hintKey(labels []string) string {
+func hintKey(labels []string, scope Scope) string {
 	s := slices.Clone(labels)
 	slices.Sort(s)
-	return strings.Join(s, "\x00")
+	p := slices.Clone(scope.Projects)
+	slices.Sort(p)
+	// Runners of other scopes see other jobs: each scope keeps its own place.
+	return strings.Join(s, "\x00") + "\x01" + strings.Join(p, "\x00") + fmt.Sprintf("\x01%v", scope.Untrusted)
 }
 
 // start returns where the next claim for labels should scan from, and

@@ -29,16 +29,28 @@ type Runner struct {
 	ID     string
 	Name   string
 	Labels []string
+	Scope
+}
+
+// Scope is what a runner may run: jobs of these projects (by ID; none
+// listed means every project), and untrusted work (pull requests from
+// forks, runs of members without the secrets permission) only if
+// Untrusted. A registration token hands its scope to the runner.
+type Scope struct {
+	Projects  []string `json:"projects"`
+	Untrusted bool     `json:"untrusted"`
 }
 
 // RunnerInfo is what admins see about a runner.
 type RunnerInfo struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name"`
-	Labels     []string   `json:"labels"`
-	CreatedAt  time.Time  `json:"created_at"`
-	LastSeenAt *time.Time `json:"last_seen_at,omitempty"`
-	RevokedAt  *time.Time `json:"revoked_at,omitempty"`
+	ID           string     `json:"id"`
+	Name         string     `json:"name"`
+	Labels       []string   `json:"labels"`
+	ProjectNames []string   `json:"project_names"` // none: every project
+	Untrusted    bool       `json:"untrusted"`
+	CreatedAt    time.Time  `json:"created_at"`
+	LastSeenAt   *time.Time `json:"last_seen_at,omitempty"`
+	RevokedAt    *time.Time `json:"revoked_at,omitempty"`
 }
 
 var labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
@@ -77,19 +89,38 @@ func hashSecret(s string) []byte {
 
 // CreateRegistrationToken makes a one-time token that registers one runner
 // within ttl. The token is returned once and stored only as a hash.
-func (s *Store) CreateRegistrationToken(ctx context.Context, ttl time.Duration, description string) (string, time.Time, error) {
+// The runner it registers serves scope; projects are named by name or ID
+// and must exist.
+func (s *Store) CreateRegistrationToken(ctx context.Context, ttl time.Duration, description string, scope Scope) (string, time.Time, error) {
 	if ttl <= 0 || ttl > 30*24*time.Hour {
 		return "", time.Time{}, domain.Errorf(domain.EInvalid, "registration token lifetime must be between 1s and 30 days")
 	}
+	if len(scope.Projects) > 100 {
+		return "", time.Time{}, domain.Errorf(domain.EInvalid, "a runner may be scoped to at most 100 projects")
+	}
 	tok := newSecret(registrationTokenPrefix)
 	var expires time.Time
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO registration_tokens (id, token_hash, description, expires_at)
-		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
-		RETURNING expires_at`,
-		uuid.Must(uuid.NewV7()).String(), hashSecret(tok), description, ttl.Seconds()).Scan(&expires)
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		ids := []string{}
+		for _, p := range scope.Projects {
+			var id string
+			err := tx.QueryRow(ctx, `SELECT id FROM projects WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC LIMIT 1`, p).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return domain.Errorf(domain.EInvalid, "project %q does not exist", p)
+			}
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		return tx.QueryRow(ctx, `
+			INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted)
+			VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6)
+			RETURNING expires_at`,
+			uuid.Must(uuid.NewV7()).String(), hashSecret(tok), description, ttl.Seconds(), ids, scope.Untrusted).Scan(&expires)
+	})
 	if err != nil {
-		return "", time.Time{}, fmt.Errorf("create registration token: %w", err)
+		return "", time.Time{}, err
 	}
 	return tok, expires, nil
 }
@@ -113,22 +144,26 @@ func (s *Store) RegisterRunner(ctx context.Context, registrationToken, name stri
 	runnerID = uuid.Must(uuid.NewV7()).String()
 	token = newSecret(runnerTokenPrefix)
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO runners (id, name, token_hash, labels) VALUES ($1, $2, $3, $4)`,
-			runnerID, name, hashSecret(token), labels); err != nil {
-			return fmt.Errorf("insert runner: %w", err)
+		// The token's use and the runner commit together or not at all;
+		// the runner takes the token's scope.
+		var scope Scope
+		err := tx.QueryRow(ctx, `
+			SELECT projects, untrusted FROM registration_tokens
+			WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now() FOR UPDATE`,
+			hashSecret(registrationToken)).Scan(&scope.Projects, &scope.Untrusted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Errorf(domain.EUnauthorized, "registration token is unknown, used or expired")
 		}
-		// The runner row and the token's use commit together or not at all.
-		tag, err := tx.Exec(ctx, `
-			UPDATE registration_tokens SET used_at = now(), used_by_runner = $2
-			WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()`,
-			hashSecret(registrationToken), runnerID)
 		if err != nil {
 			return fmt.Errorf("use registration token: %w", err)
 		}
-		if tag.RowsAffected() != 1 {
-			return domain.Errorf(domain.EUnauthorized, "registration token is unknown, used or expired")
+		if _, err := tx.Exec(ctx, `INSERT INTO runners (id, name, token_hash, labels, projects, untrusted) VALUES ($1, $2, $3, $4, $5, $6)`,
+			runnerID, name, hashSecret(token), labels, scope.Projects, scope.Untrusted); err != nil {
+			return fmt.Errorf("insert runner: %w", err)
 		}
-		return nil
+		_, err = tx.Exec(ctx, `UPDATE registration_tokens SET used_at = now(), used_by_runner = $2 WHERE token_hash = $1`,
+			hashSecret(registrationToken), runnerID)
+		return err
 	})
 	if err != nil {
 		return "", "", err
@@ -149,8 +184,8 @@ func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, e
 	var got []byte
 	var revoked bool
 	err := s.pool.QueryRow(ctx, `
-		SELECT id, name, labels, token_hash, revoked_at IS NOT NULL FROM runners WHERE token_hash = $1`,
-		want).Scan(&r.ID, &r.Name, &r.Labels, &got, &revoked)
+		SELECT id, name, labels, projects, untrusted, token_hash, revoked_at IS NOT NULL FROM runners WHERE token_hash = $1`,
+		want).Scan(&r.ID, &r.Name, &r.Labels, &r.Projects, &r.Untrusted, &got, &revoked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Runner{}, unauthorized
 	}
@@ -188,15 +223,16 @@ func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string,
 		return nil, "", err
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, name, labels, created_at, last_seen_at, revoked_at FROM runners
-		WHERE $1 = '' OR (created_at, id) < ($1::timestamptz, $2)
-		ORDER BY created_at DESC, id DESC LIMIT $3`, after[0], after[1], limit+1)
+		SELECT r.id, r.name, r.labels, coalesce((SELECT array_agg(p.name ORDER BY p.name) FROM projects p WHERE p.id = ANY (r.projects)), '{}'),
+		       r.untrusted, r.created_at, r.last_seen_at, r.revoked_at FROM runners r
+		WHERE $1 = '' OR (r.created_at, r.id) < ($1::timestamptz, $2)
+		ORDER BY r.created_at DESC, r.id DESC LIMIT $3`, after[0], after[1], limit+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("list runners: %w", err)
 	}
 	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunnerInfo, error) {
 		var r RunnerInfo
-		err := row.Scan(&r.ID, &r.Name, &r.Labels, &r.CreatedAt, &r.LastSeenAt, &r.RevokedAt)
+		err := row.Scan(&r.ID, &r.Name, &r.Labels, &r.ProjectNames, &r.Untrusted, &r.CreatedAt, &r.LastSeenAt, &r.RevokedAt)
 		return r, err
 	})
 	if err != nil {

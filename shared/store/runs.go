@@ -251,10 +251,10 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		}
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost,
-			                  retry_failed, secret_names, reason)
-			VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11)`,
+			                  retry_failed, secret_names, reason, project_id, trusted)
+			VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 			id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
-			nonNil(j.Spec.SecretNames()), reason); err != nil {
+			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted); err != nil {
 			return fmt.Errorf("insert job %s: %w", j.Name, err)
 		}
 		if nr.Checks != nil {

@@ -15,7 +15,7 @@ import (
 func newRunner(t *testing.T, s *store.Store, labels ...string) store.Runner {
 	t.Helper()
 	ctx := context.Background()
-	reg, _, err := s.CreateRegistrationToken(ctx, time.Minute, "")
+	reg, _, err := s.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +265,76 @@ func TestCreateRunValidation(t *testing.T) {
 		if _, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", Jobs: jobs}); domain.ErrorCode(err) != domain.EInvalid {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestRunnerScope: a runner claims only jobs its registration token scoped
+// it to: its projects (none named: all), and untrusted work only if it
+// takes it.
+func TestRunnerScope(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "a")
+	pgtest.Project(t, s, "b")
+	scoped := func(scope store.Scope) store.Runner {
+		reg, _, err := s.CreateRegistrationToken(ctx, time.Minute, "", scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, token, err := s.RegisterRunner(ctx, reg, "r", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.AuthenticateRunner(ctx, token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if _, _, err := s.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Projects: []string{"nope"}}); err == nil {
+		t.Fatal("a token scoped to a project that does not exist")
+	}
+	onlyA, anyTrusted, forks := scoped(store.Scope{Projects: []string{"a"}}), scoped(store.Scope{}), scoped(store.Scope{Untrusted: true})
+	for _, nr := range []store.NewRun{{Project: "b"}, {Project: "a", Untrusted: true, Actor: "x"}, {Project: "a"}} {
+		nr.Jobs = []store.NewJob{{Name: "j"}}
+		run, err := s.CreateRun(ctx, nr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nr.Untrusted {
+			s.Pool().Exec(ctx, `UPDATE runs SET approval = 'approved', approval_by = 't', approval_at = now() WHERE id = $1`, run.ID)
+			s.Pool().Exec(ctx, `UPDATE jobs SET state = 'QUEUED', queued_at = now(), reason = NULL WHERE run_id = $1`, run.ID)
+		}
+	}
+	project := func(c *store.Claim) string {
+		var name string
+		_ = s.Pool().QueryRow(ctx, `SELECT p.name || CASE WHEN r.trusted THEN '' ELSE ' (untrusted)' END
+			FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`, c.Lease.RunID).Scan(&name)
+		return name
+	}
+	claim := func(r store.Runner) string {
+		c, err := s.Claim(ctx, r, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c == nil {
+			return "nothing"
+		}
+		return project(c)
+	}
+	if got := claim(onlyA); got != "a" {
+		t.Fatalf("a runner of project a claimed %s", got)
+	}
+	if got := claim(onlyA); got != "nothing" {
+		t.Fatalf("a runner of project a, trusted work only, claimed %s", got)
+	}
+	if got := claim(anyTrusted); got != "b" {
+		t.Fatalf("a runner of every project, trusted work only, claimed %s", got)
+	}
+	if got := claim(anyTrusted); got != "nothing" {
+		t.Fatalf("a runner taking no untrusted work claimed %s", got)
+	}
+	if got := claim(forks); got != "a (untrusted)" {
+		t.Fatalf("a runner taking untrusted work claimed %s", got)
 	}
 }
