@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
@@ -90,7 +89,7 @@ func (p *parseState) artifacts(n ast.Node, path string) []domain.ArtifactSpec {
 				p.errorf(kv.Key, ap+"."+key, "unknown key %q (expected name or paths)", key)
 			}
 		}
-		if !regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`).MatchString(a.Name) {
+		if !artifactNameRE.MatchString(a.Name) {
 			p.errorf(an, ap+".name", "artifact name %q must hold only letters, digits and . _ - (at most 128)", a.Name)
 		}
 		if seen[a.Name] {

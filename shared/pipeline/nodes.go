@@ -111,6 +111,10 @@ func (p *parseState) env(n ast.Node, path string) map[string]string {
 	if !ok {
 		return nil
 	}
+	if len(kvs) > maxEnvVars {
+		p.errorf(n, path, "holds %d variables, over the limit of %d", len(kvs), maxEnvVars)
+		return nil
+	}
 	env := map[string]string{}
 	for _, kv := range kvs {
 		k := keyOf(kv)
@@ -155,6 +159,8 @@ func kindOf(n ast.Node) string {
 		return "a boolean"
 	case *ast.NullNode, nil:
 		return "empty"
+	case *ast.AliasNode:
+		return "an alias (anchors and aliases are not supported)"
 	}
 	return "something else"
 }

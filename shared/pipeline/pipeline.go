@@ -33,7 +33,6 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 
 	"github.com/forgeci/forgeci/shared/domain"
 )
@@ -43,13 +42,33 @@ const FileName = ".forgeci.yml"
 
 // Limits of one pipeline.
 const (
-	MaxFileBytes    = 1 << 20
-	MaxJobs         = 500
-	MaxSteps        = 100
-	MaxMatrix       = 256
-	MaxTimeoutMins  = 24 * 60
-	DefaultTimeout  = 60
-	MaxRetries      = 5
+	// MaxFileBytes is the largest pipeline file. Real pipelines are a few
+	// to a few tens of KiB; at 256 KiB any file parses in bounded time and
+	// under 64 MB (see parseYAML and TestBoundedParse).
+	MaxFileBytes = 256 << 10
+	// MaxDepth is the deepest nesting of YAML collections. A pipeline
+	// nests 6 deep (jobs.build.steps[0].env.NAME); go-yaml's work grows
+	// with the square of the depth.
+	MaxDepth = 32
+	// MaxNodes is the most YAML tokens a file may hold: scalars, keys,
+	// '-', ',', brackets and comments. A realistic 256 KiB pipeline has
+	// 27,000; go-yaml keeps every token in memory before parsing.
+	MaxNodes       = 50000
+	MaxJobs        = 500
+	MaxSteps       = 100
+	MaxMatrix      = 256
+	MaxTimeoutMins = 24 * 60
+	DefaultTimeout = 60
+	MaxRetries     = 5
+	// MaxJobSpecBytes and MaxRunSpecBytes bound the job specs of a run,
+	// as JSON (what the store keeps and each claim sends): one job's, and
+	// all of a run's together.
+	MaxJobSpecBytes = 256 << 10
+	MaxRunSpecBytes = 4 << 20
+	// MaxJobEnvBytes bounds a job's environment: the file's env merged
+	// with the job's, and every step's env, names and values.
+	MaxJobEnvBytes  = 64 << 10
+	maxEnvVars      = 256 // in one env mapping, and in a job's merged env
 	maxEnvValueSize = 32 << 10
 )
 
@@ -103,11 +122,15 @@ var (
 	exprRE       = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
 	labelRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
 	secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,99}$`)
+	// Compiled once: compiling it for each artifact cost a realistic
+	// 256 KiB pipeline 30 MB.
+	artifactNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 )
 
 type parseState struct {
-	file string
-	errs Errors
+	file     string
+	errs     Errors
+	specLeft int // bytes the job being expanded may still add (substitute)
 }
 
 func (p *parseState) errorf(n ast.Node, path, format string, args ...any) {
@@ -135,20 +158,14 @@ func (p *parseState) errorf(n ast.Node, path, format string, args ...any) {
 }
 
 // Parse parses and validates a pipeline file. file names it in errors.
-// On any problem it returns Errors holding all of them.
+// On any problem it returns Errors holding all of them. Any file is read
+// in time and memory that grow linearly with its size (parseYAML), and
+// the job specs it makes are bounded (expand).
 func Parse(file string, src []byte) (*Pipeline, error) {
 	p := &parseState{file: file}
-	if len(src) > MaxFileBytes {
-		p.errorf(nil, "", "file is %d bytes, over the limit of %d", len(src), MaxFileBytes)
-		return nil, p.errs
-	}
-	f, err := parser.ParseBytes(src, 0)
-	if err != nil {
-		e := Error{File: file, Line: 1, Column: 1, Msg: "not valid YAML: " + firstLine(err.Error())}
-		if line, col, ok := yamlErrorPos(err.Error()); ok {
-			e.Line, e.Column = line, col
-		}
-		return nil, Errors{e}
+	f, e := parseYAML(file, src)
+	if e != nil {
+		return nil, Errors{*e}
 	}
 	if len(f.Docs) != 1 || f.Docs[0].Body == nil {
 		p.errorf(nil, "", "the file must hold exactly one YAML document with a jobs mapping")
@@ -167,6 +184,10 @@ func Parse(file string, src []byte) (*Pipeline, error) {
 			pl.Name, _ = p.str(kv.Value, "name")
 		case "env":
 			globalEnv = p.env(kv.Value, "env")
+			if n := envBytes(globalEnv); n > MaxJobEnvBytes {
+				p.errorf(kv.Value, "env", "is %d bytes: a job's environment is limited to %d", n, MaxJobEnvBytes)
+				globalEnv = nil // said once, not again for every job
+			}
 		case "jobs":
 			jobsNode = kv
 		default:
@@ -220,6 +241,11 @@ func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
 		p.errorf(n, "jobs", "at least one job is required")
 		return nil
 	}
+	if len(kvs) > MaxJobs {
+		// Before each job copies the file's env.
+		p.errorf(n, "jobs", "the pipeline has %d jobs, over the limit of %d", len(kvs), MaxJobs)
+		return nil
+	}
 	var raws []*rawJob
 	byName := map[string]*rawJob{}
 	for _, kv := range kvs {
@@ -268,7 +294,7 @@ func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
 	if len(p.errs) > 0 {
 		return nil
 	}
-	return p.expand(raws, byName)
+	return p.expand(raws)
 }
 
 func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]string) *rawJob {
@@ -328,8 +354,33 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 		p.errorf(n, path+".steps", "steps is required")
 	}
 	j.env = mergeEnv(globalEnv, j.env)
+	p.checkJobEnv(j, n)
 	if j.matrix == nil {
 		j.matrix = []map[string]string{nil}
 	}
 	return j
+}
+
+// checkJobEnv bounds what a job's environment adds to its spec, before
+// the spec is copied for each matrix combination.
+func (p *parseState) checkJobEnv(j *rawJob, n ast.Node) {
+	if len(j.env) > maxEnvVars {
+		p.errorf(n, j.path+".env", "the job's environment (the file's env and its own) has %d variables, over the limit of %d", len(j.env), maxEnvVars)
+	}
+	size := envBytes(j.env)
+	for _, st := range j.steps {
+		size += envBytes(st.Env)
+	}
+	if size > MaxJobEnvBytes {
+		p.errorf(n, j.path+".env", "the job's environment (the file's env, its own and its steps') is %d bytes, over the limit of %d", size, MaxJobEnvBytes)
+	}
+}
+
+// envBytes is the size of an environment's names and values.
+func envBytes(env map[string]string) int {
+	n := 0
+	for k, v := range env {
+		n += len(k) + len(v)
+	}
+	return n
 }

@@ -6,8 +6,13 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/goccy/go-yaml/lexer"
 
 	"github.com/forgeci/forgeci/shared/pipeline"
+	"github.com/forgeci/forgeci/shared/pipeline/pipelinetest"
 )
 
 func TestExample(t *testing.T) {
@@ -167,33 +172,59 @@ func TestRejects(t *testing.T) {
 }
 
 // FuzzParse: any input either parses into jobs that satisfy the DAG rules
-// or fails with located errors; never a panic.
+// or fails with located errors; never a panic. Each is parsed or refused
+// within a second and 64 MB (the bounded parser's promise, kept loose for
+// a busy machine: a realistic pipeline at the size limit takes 50 ms and
+// 26 MB), and the pre-scan never counts fewer tokens than go-yaml makes.
 func FuzzParse(f *testing.F) {
 	src, _ := os.ReadFile("testdata/example.yml")
 	f.Add(src)
 	f.Add([]byte("jobs:\n  a:\n    steps: [{run: x}]\n"))
 	f.Add([]byte("jobs: {a: {needs: [a], steps: []}}"))
+	f.Add(pipelinetest.Realistic(8 << 10))
+	for _, c := range pipelinetest.Adversarial(4 << 10) {
+		f.Add(c.Src)
+	}
+	for _, s := range tokenCountCases {
+		f.Add([]byte(s))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := pipeline.Parse("f.yml", data)
-		if err != nil {
-			if !strings.HasPrefix(err.Error(), "f.yml:") {
-				t.Fatalf("unlocated error: %v", err)
+		got := parseCost(data)
+		if got.d > time.Second || got.alloc > maxParseBytes {
+			t.Fatalf("%d bytes: %v and %d MB", len(data), got.d, got.alloc>>20)
+		}
+		if got.err != nil {
+			if !strings.HasPrefix(got.err.Error(), "f.yml:") {
+				t.Fatalf("unlocated error: %v", got.err)
 			}
+		} else {
+			checkJobs(t, got.p)
+		}
+		if len(data) > pipeline.MaxFileBytes || !utf8.Valid(data) {
 			return
 		}
-		seen := map[string]bool{}
-		for _, j := range p.Jobs {
-			if seen[j.Name] || len(j.Spec.Steps) == 0 {
-				t.Fatalf("bad job %+v", j)
-			}
-			seen[j.Name] = true
-		}
-		for _, j := range p.Jobs {
-			for _, n := range j.Needs {
-				if !seen[n] {
-					t.Fatalf("job %q needs unknown %q", j.Name, n)
-				}
+		if n, err := pipeline.PrescanTokens(data); err == nil {
+			if want := len(lexer.Tokenize(string(data))); n < want {
+				t.Fatalf("pre-scan counted %d tokens, go-yaml makes %d", n, want)
 			}
 		}
 	})
+}
+
+// checkJobs: names are unique, every job has steps and needs known jobs.
+func checkJobs(t *testing.T, p *pipeline.Pipeline) {
+	seen := map[string]bool{}
+	for _, j := range p.Jobs {
+		if seen[j.Name] || len(j.Spec.Steps) == 0 {
+			t.Fatalf("bad job %+v", j)
+		}
+		seen[j.Name] = true
+	}
+	for _, j := range p.Jobs {
+		for _, n := range j.Needs {
+			if !seen[n] {
+				t.Fatalf("job %q needs unknown %q", j.Name, n)
+			}
+		}
+	}
 }
