@@ -46,6 +46,7 @@ chaos: deps bin/forgeci       ## faults for CHAOS_DURATION (default 5m), then th
 fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzExtract -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),30s) ./shared/pipeline/
+	$(GO) test -run '^$$' -fuzz FuzzStream -fuzztime $(or $(FUZZTIME),30s) ./shared/mask/
 
 dev: deps bin/forgeci         ## a local ForgeCI on 127.0.0.1:8080
 	bin/forgeci dev

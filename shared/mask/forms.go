@@ -1,0 +1,78 @@
+package mask
+
+import (
+	"encoding/base64"
+	"net/url"
+	"slices"
+	"strings"
+)
+
+// MinLen is the shortest secret value, and the shortest derived pattern,
+// that is masked: anything shorter would mask ordinary text too often
+// (and a value that short cannot be told apart from it anyway).
+const MinLen = 4
+
+// MaxPattern is the longest pattern matched. A longer form of a secret is
+// matched as overlapping pieces of this length, so that a streaming masker
+// never holds back more than MaxPattern-1 bytes and a server window never
+// needs more context than that, whatever the size of a secret. Any piece
+// seen is masked: a long secret printed in part is masked too.
+const MaxPattern = 256
+
+// pieceOverlap is how far consecutive pieces of a long form overlap: they
+// must overlap (not just touch) for a whole occurrence to merge into one
+// masked span.
+const pieceOverlap = 32
+
+// Forms returns the strings to mask for one secret value: the value, each
+// line of a multi-line value, its base64 (standard and URL alphabets, on
+// its own and as it reads inside longer base64 at each of the three byte
+// alignments) and its URL encodings. A value under MinLen bytes gives
+// none; forms under MinLen are dropped.
+func Forms(value string) []string {
+	if len(value) < MinLen {
+		return nil
+	}
+	forms := []string{value}
+	if strings.Contains(value, "\n") {
+		for line := range strings.SplitSeq(value, "\n") {
+			forms = append(forms, strings.TrimSuffix(line, "\r"))
+		}
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+		// On its own, as `base64` or a JSON encoder prints it.
+		forms = append(forms, enc.EncodeToString([]byte(value)), enc.WithPadding(base64.NoPadding).EncodeToString([]byte(value)))
+		for k := range 3 {
+			forms = append(forms, inner(enc, value, k))
+		}
+	}
+	forms = append(forms, url.QueryEscape(value), url.PathEscape(value))
+	forms = slices.DeleteFunc(forms, func(f string) bool { return len(f) < MinLen })
+	slices.Sort(forms)
+	return slices.Compact(forms)
+}
+
+// inner is the part of the base64 of value that does not depend on the
+// bytes around it when value starts k bytes (mod 3) into a longer string:
+// the characters whose 6 bits all come from value.
+func inner(enc *base64.Encoding, value string, k int) string {
+	text := enc.EncodeToString(append(make([]byte, k), value...))
+	first := (8*k + 5) / 6           // first character after the k bytes before
+	last := 8 * (k + len(value)) / 6 // characters wholly inside value end here
+	return text[first:last]
+}
+
+// pieces cuts a form longer than MaxPattern into overlapping pieces of
+// MaxPattern bytes, the last one ending where the form ends.
+func pieces(form string) []string {
+	if len(form) <= MaxPattern {
+		return []string{form}
+	}
+	var out []string
+	for lo := 0; ; lo += MaxPattern - pieceOverlap {
+		if lo+MaxPattern >= len(form) {
+			return append(out, form[len(form)-MaxPattern:])
+		}
+		out = append(out, form[lo:lo+MaxPattern])
+	}
+}
