@@ -9,18 +9,26 @@ import (
 
 	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/mask"
 )
 
 // logAppender sends a job's output to the control plane in order, in
 // batches, retrying, at byte offsets: a batch is resent at the same offset
 // until it is acknowledged, so a lost answer never duplicates or reorders
 // bytes (the server accepts an identical resend as a no-op).
+//
+// Output is masked as one stream before it is queued (see package mask):
+// a secret written in pieces, across batches or flush ticks, is masked
+// all the same. Only the end of the output that may begin a secret is
+// held back (at most the longest pattern less one byte), until more
+// output shows it is not one, or Close. Batches are cut from masked bytes
+// and kept until acknowledged, so a resend repeats them exactly.
 type logAppender struct {
-	c      *client.Client
-	lease  domain.Lease
-	redact [][]byte
+	c     *client.Client
+	lease domain.Lease
 
 	mu      sync.Mutex
+	mask    *mask.Stream // writes into pending
 	pending bytes.Buffer
 	wake    chan struct{}
 	done    chan struct{}
@@ -38,18 +46,15 @@ const (
 
 func newLogAppender(c *client.Client, l domain.Lease, redact []string, lost func()) *logAppender {
 	a := &logAppender{c: c, lease: l, wake: make(chan struct{}, 1), done: make(chan struct{}), lost: lost, every: flushEvery}
-	for _, r := range redact {
-		if len(r) >= 4 {
-			a.redact = append(a.redact, []byte(r))
-		}
-	}
+	// Values under mask.MinLen bytes are left out by mask.New.
+	a.mask = mask.New(redact).NewStream(&a.pending)
 	return a
 }
 
-// Write queues output; it never blocks on the network.
+// Write masks and queues output; it never blocks on the network.
 func (a *logAppender) Write(p []byte) (int, error) {
 	a.mu.Lock()
-	a.pending.Write(p)
+	_, _ = a.mask.Write(p) // into a bytes.Buffer: no error
 	n := a.pending.Len()
 	a.mu.Unlock()
 	if n >= maxBatch {
@@ -61,9 +66,11 @@ func (a *logAppender) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Close flushes what is queued and waits, up to ctx.
+// Close queues what the masker held back (the output has ended, so it
+// can no longer begin a secret), flushes everything and waits, up to ctx.
 func (a *logAppender) Close(ctx context.Context) error {
 	a.mu.Lock()
+	_ = a.mask.Close()
 	a.closed = true
 	a.mu.Unlock()
 	select {
@@ -98,7 +105,7 @@ func (a *logAppender) loop() {
 				}
 				break
 			}
-			if err := a.send(a.scrub(batch)); err != nil {
+			if err := a.send(batch); err != nil {
 				a.failed = err
 				if client.LostLease(err) {
 					a.lost()
@@ -107,13 +114,6 @@ func (a *logAppender) loop() {
 			}
 		}
 	}
-}
-
-func (a *logAppender) scrub(b []byte) []byte {
-	for _, r := range a.redact {
-		b = bytes.ReplaceAll(b, r, []byte("***"))
-	}
-	return b
 }
 
 // send appends one batch at the current offset, retrying until it lands.
