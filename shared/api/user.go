@@ -231,8 +231,9 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, u store.User) er
 	return nil
 }
 
-// getLog returns raw log bytes from ?offset= (default 0) of the current or
-// ?generation= attempt; X-Next-Offset says where to continue.
+// getLog returns the log from the stored offset ?offset= (default 0) of
+// the current or ?generation= attempt, masked (store.ReadLogAs): the body
+// is text, X-Next-Offset the stored offset to continue from.
 func (s *Server) getLog(w http.ResponseWriter, r *http.Request, u store.User) error {
 	q := r.URL.Query()
 	offset, err := queryInt(q.Get("offset"), 0)
@@ -243,14 +244,14 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request, u store.User) er
 	if err != nil || gen < 0 || gen > math.MaxInt32 {
 		return domain.Errorf(domain.EInvalid, "generation must be an integer from 0 to %d", math.MaxInt32)
 	}
-	data, g, err := s.Store.ReadLogAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), int(gen), offset, 1<<20)
+	lw, err := s.Store.ReadLogAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), int(gen), offset, 1<<20)
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("X-Next-Offset", strconv.FormatInt(offset+int64(len(data)), 10))
-	w.Header().Set("X-Generation", strconv.Itoa(g))
-	_, _ = w.Write(data)
+	w.Header().Set("X-Next-Offset", strconv.FormatInt(lw.NextOffset, 10))
+	w.Header().Set("X-Generation", strconv.Itoa(lw.Generation))
+	_, _ = w.Write(lw.Data)
 	return nil
 }
 

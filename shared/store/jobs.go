@@ -227,7 +227,8 @@ func (s *Store) Complete(ctx context.Context, runnerID, jobID string, l domain.L
 }
 
 // CompleteWithReason is Complete with the runner's reason for a failure
-// (such as "timeout"); empty means "exit_code N".
+// (such as "timeout"); empty means "exit_code N". The reason is masked
+// with the job's secrets before it is stored (see maskReason).
 func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, l domain.Lease, outcome string, exitCode int, why string) (Completion, error) {
 	var c Completion
 	if len(why) > 200 {
@@ -242,6 +243,11 @@ func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, 
 		c.State = domain.JobCanceled
 	default:
 		return c, domain.Errorf(domain.EInvalid, `field outcome must be "passed", "failed" or "canceled"`)
+	}
+	if c.State == domain.JobFailed {
+		// Before the transaction: opening secrets may call KMS, and the
+		// job row must not stay locked meanwhile.
+		why = s.maskReason(ctx, jobID, why)
 	}
 	var requeued bool
 	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {

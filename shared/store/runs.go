@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -480,50 +479,4 @@ func (s *Store) RunJobs(ctx context.Context, runID string) ([]JobInfo, error) {
 			&j.LogSize, &j.StartedAt, &j.FinishedAt)
 		return j, err
 	})
-}
-
-// ReadLog returns up to limit bytes of a job's log from offset, for the
-// given generation (0: the current one), and the generation read
-// (operator tools and tests; people use ReadLogAs).
-func (s *Store) ReadLog(ctx context.Context, runID, jobID string, generation int, offset, limit int64) ([]byte, int, error) {
-	return s.readLog(ctx, nil, runID, jobID, generation, offset, limit)
-}
-
-// ReadLogAs is ReadLog of a job u may read; any other is ENotFound.
-func (s *Store) ReadLogAs(ctx context.Context, u User, runID, jobID string, generation int, offset, limit int64) ([]byte, int, error) {
-	return s.readLog(ctx, &u, runID, jobID, generation, offset, limit)
-}
-
-func (s *Store) readLog(ctx context.Context, u *User, runID, jobID string, generation int, offset, limit int64) ([]byte, int, error) {
-	if offset < 0 || offset > s.limits.MaxLogBytes {
-		return nil, 0, domain.Errorf(domain.EInvalid, "offset must be from 0 to %d (the log limit)", s.limits.MaxLogBytes)
-	}
-	if generation < 0 || generation > math.MaxInt32 {
-		return nil, 0, domain.Errorf(domain.EInvalid, "generation must be from 0 to %d", math.MaxInt32)
-	}
-	uid := ""
-	if u != nil {
-		uid = u.ID
-	}
-	var cur int
-	err := s.pool.QueryRow(ctx, `
-		SELECT j.generation FROM jobs j JOIN runs r ON r.id = j.run_id
-		WHERE j.id = $1 AND j.run_id = $2 AND (NOT $3 OR `+canRead("$4", "r.project_id")+`)`,
-		jobID, runID, u != nil, uid).Scan(&cur)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, domain.Errorf(domain.ENotFound, "job %s not found in run %s", jobID, runID)
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("read log: %w", err)
-	}
-	if generation <= 0 {
-		generation = cur
-	}
-	var out []byte
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		out, err = readLog(ctx, tx, jobID, generation, offset, limit)
-		return err
-	})
-	return out, generation, err
 }

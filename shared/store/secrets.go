@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/mask"
 	"github.com/forgeci/forgeci/shared/secretbox"
 )
 
@@ -20,7 +21,10 @@ import (
 
 // MinSecretBytes is the shortest secret value accepted: shorter ones
 // cannot be told apart from ordinary log text to mask them.
-const MinSecretBytes = 4
+const MinSecretBytes = mask.MinLen
+
+// MaxSecretBytes is the longest secret value accepted.
+const MaxSecretBytes = 65536
 
 var secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,99}$`)
 
@@ -52,8 +56,12 @@ func (s *Store) SetSecret(ctx context.Context, u User, projectID, name, value st
 	if !secretNameRE.MatchString(name) {
 		return domain.Errorf(domain.EInvalid, "secret names are upper-case letters, digits and _, not starting with a digit: %q", name)
 	}
-	if len(value) < MinSecretBytes || len(value) > 65536 {
-		return domain.Errorf(domain.EInvalid, "a secret value must be %d to 65536 bytes, got %d: shorter values cannot be masked in logs", MinSecretBytes, len(value))
+	if len(value) < MinSecretBytes {
+		return domain.Errorf(domain.EInvalid, "secret value too short: %d bytes, at least %d are needed, because a value that short cannot be masked in logs",
+			len(value), MinSecretBytes)
+	}
+	if len(value) > MaxSecretBytes {
+		return domain.Errorf(domain.EInvalid, "secret value too long: %d bytes, at most %d", len(value), MaxSecretBytes)
 	}
 	if s.keyring == nil {
 		return ErrNoKeyring

@@ -141,8 +141,9 @@ func Job(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	return nil
 }
 
-// JobLog returns raw log bytes from ?offset= for the dashboard's script,
-// with the job's state, so it knows when to stop following.
+// JobLog returns the log from the stored offset ?offset=, masked, for the
+// dashboard's script, with the job's state, so it knows when to stop
+// following; X-Next-Offset is the stored offset to continue from.
 func JobLog(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	offset, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64)
 	if err != nil {
@@ -153,16 +154,16 @@ func JobLog(u *UI, w http.ResponseWriter, r *http.Request, user store.User) erro
 	if err != nil {
 		return err
 	}
-	data, _, err := u.Store.ReadLogAs(r.Context(), user, job.RunID, job.ID, gen, offset, 256<<10)
+	lw, err := u.Store.ReadLogAs(r.Context(), user, job.RunID, job.ID, gen, offset, 256<<10)
 	if err != nil {
 		return err
 	}
 	secureHeaders(w)
 	// Bytes, never HTML: the script inserts them as text.
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("X-Next-Offset", strconv.FormatInt(offset+int64(len(data)), 10))
+	w.Header().Set("X-Next-Offset", strconv.FormatInt(lw.NextOffset, 10))
 	w.Header().Set("X-Job-State", job.State)
-	_, _ = w.Write(data)
+	_, _ = w.Write(lw.Data)
 	return nil
 }
 

@@ -44,17 +44,20 @@
           return r.arrayBuffer().then(function (b) { return { next: next, jobState: jobState, bytes: b }; });
         })
         .then(function (res) {
+          // Offsets count stored bytes; the text is masked, so its length
+          // differs and may even be empty while the offset moves on.
+          var moved = res.next > offset;
           if (res.bytes.byteLength > 0) {
             appendAnsi(pre, state, decoder.decode(res.bytes, { stream: true }));
-            offset = res.next;
           }
+          if (moved) offset = res.next;
           if (badge && res.jobState && badge.textContent !== res.jobState) {
             badge.textContent = res.jobState;
             badge.className = "state " + res.jobState;
           }
-          if (TERMINAL[res.jobState] && res.bytes.byteLength === 0 && gen === "0") return;
-          if (gen !== "0" && res.bytes.byteLength === 0) return;
-          setTimeout(poll, res.bytes.byteLength > 0 ? 150 : 700);
+          if (TERMINAL[res.jobState] && !moved && gen === "0") return;
+          if (gen !== "0" && !moved) return;
+          setTimeout(poll, moved ? 150 : 700);
         })
         .catch(function () { setTimeout(poll, 2000); });
     }
