@@ -265,8 +265,8 @@ func printLog(ctx context.Context, cl *apiClient, runID, jobID string, gen int, 
 			return err
 		}
 		_, _ = out.Write(data)
-		offset = next
-		if len(data) > 0 {
+		if next > offset { // offsets count stored bytes, not the masked text
+			offset = next
 			continue
 		}
 		if !follow {
@@ -277,12 +277,9 @@ func printLog(ctx context.Context, cl *apiClient, runID, jobID string, gen int, 
 			return err
 		}
 		if isTerminal(j.State) {
-			// One last read: bytes may have landed after the previous one.
-			data, _, err := cl.log(ctx, runID, jobID, gen, offset)
-			if err == nil {
-				_, _ = out.Write(data)
-			}
-			return err
+			// One last pass: bytes may have landed after the previous read.
+			follow = false
+			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -224,10 +225,24 @@ func (c *apiClient) log(ctx context.Context, runID, jobID string, gen int, offse
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 {
-		return nil, 0, fmt.Errorf("read log: HTTP %d %v", resp.StatusCode, err)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read log: %w", err)
 	}
-	next := offset + int64(len(data))
+	if resp.StatusCode != 200 {
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+			return nil, 0, fmt.Errorf("read log: HTTP %d", resp.StatusCode)
+		}
+		return nil, 0, &apiError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+	}
+	// The text is masked: its length is not that of the stored bytes it
+	// covers, so the server says where they end.
+	next, err := strconv.ParseInt(resp.Header.Get("X-Next-Offset"), 10, 64)
+	if err != nil || next < offset {
+		return nil, 0, fmt.Errorf("read log: bad X-Next-Offset %q", resp.Header.Get("X-Next-Offset"))
+	}
 	return data, next, nil
 }
 
