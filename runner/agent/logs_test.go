@@ -93,7 +93,7 @@ func logSetup(t *testing.T, wrap func(http.Handler) http.Handler) (*store.Store,
 // storedLog is the whole stored log of the claim's attempt.
 func storedLog(t *testing.T, st *store.Store, c *domain.Claim) []byte {
 	t.Helper()
-	got, _, err := st.ReadLog(context.Background(), c.Lease.RunID, c.Lease.JobID, 0, 0, 1<<30)
+	got, _, err := st.ReadLog(context.Background(), c.Lease.RunID, c.Lease.JobID, 0, 0, 8<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
