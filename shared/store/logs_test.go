@@ -14,14 +14,15 @@ import (
 	"github.com/forgeci/forgeci/shared/store"
 )
 
+// secret is the value of DEPLOY_TOKEN in these tests.
+const secret = "Zq8-hunter2-Xw7"
+
 // TestLogsShownMasked: a runner that does not mask appends a secret in
-// clear, split across two appends. While the job runs, the part that may
-// begin the secret is held back; then the secret shows as ***, however the
-// log is read in windows (the offsets stay those of the stored bytes,
-// which are unchanged). A job of an untrusted run, given no secret, is
-// shown as stored without opening any secret. With KMS down, a cold
-// container refuses to show the trusted job's log (EUnavailable) and
-// withholds a runner's reason it cannot mask.
+// clear, split across two appends, and puts it in its reason. While the
+// job runs, the part that may begin the secret is held back; then the
+// secret shows as ***, however the log is read in windows (the offsets
+// stay those of the stored bytes, which are unchanged), and the reason is
+// stored masked. With KMS down, see testKMSDown and testReasonWithheld.
 func TestLogsShownMasked(t *testing.T) {
 	ctx := context.Background()
 	kms, keyID := fakekms.New(t)
@@ -34,7 +35,6 @@ func TestLogsShownMasked(t *testing.T) {
 	s.SetKeyring(keys)
 	p := pgtest.Project(t, s, "p")
 	root := pgtest.Admin(t, s, "root")
-	const secret = "Zq8-hunter2-Xw7"
 	if err := s.SetSecret(ctx, root, p.ID, "DEPLOY_TOKEN", secret); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,15 @@ func TestLogsShownMasked(t *testing.T) {
 		t.Fatalf("stored reason %q", reason)
 	}
 
-	// An untrusted run's job names the secret but was given nothing.
+	testKMSDown(t, s, kms, keys, r, root, p, spec, l)
+}
+
+// testKMSDown: a job of an untrusted run names the secret but was given
+// nothing, so its log and reason are shown as stored, even with KMS down;
+// a cold container with KMS down refuses to show the trusted job's log.
+func testKMSDown(t *testing.T, s *store.Store, kms *fakekms.KMS, keys secretbox.Keyring, r store.Runner,
+	root store.User, p store.Project, spec domain.JobSpec, l domain.Lease) {
+	ctx := context.Background()
 	fork, err := s.CreateRun(ctx, store.NewRun{Project: "p", Untrusted: true, Actor: "github:1",
 		Jobs: []store.NewJob{{Name: "fork", Spec: spec}}})
 	if err != nil {
@@ -118,6 +126,7 @@ func TestLogsShownMasked(t *testing.T) {
 	if _, err := cold.CompleteWithReason(ctx, r.ID, u.Lease.JobID, u.Lease, store.OutcomeFailed, 1, "why "+secret); err != nil {
 		t.Fatal(err)
 	}
+	var reason string
 	_ = s.Pool().QueryRow(ctx, `SELECT reason FROM jobs WHERE id = $1`, u.Lease.JobID).Scan(&reason)
 	if reason != "why "+secret {
 		t.Fatalf("an untrusted job's reason: %q (it was given no secret: nothing to mask)", reason)
@@ -141,7 +150,7 @@ func testReasonWithheld(t *testing.T, cold *store.Store, r store.Runner, root st
 	if _, err := cold.Pool().Exec(ctx, `UPDATE jobs SET secret_names = '{DEPLOY_TOKEN}' WHERE id = $1`, c.Lease.JobID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cold.CompleteWithReason(ctx, r.ID, c.Lease.JobID, c.Lease, store.OutcomeFailed, 1, "why Zq8-hunter2-Xw7"); err != nil {
+	if _, err := cold.CompleteWithReason(ctx, r.ID, c.Lease.JobID, c.Lease, store.OutcomeFailed, 1, "why "+secret); err != nil {
 		t.Fatal(err)
 	}
 	var reason string
