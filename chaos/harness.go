@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -344,7 +345,7 @@ func (h *Harness) setup(ctx context.Context) error {
 		h.tokens[token] = id
 		r := &runnerProc{h: h, idx: i, id: id, bin: bin,
 			tokenFile: filepath.Join(dir, fmt.Sprintf("runner-%d.token", i)),
-			workDir:   filepath.Join(dir, fmt.Sprintf("work-%d", i)),
+			workDir:   runnerWorkDir(dir, i),
 			logFile:   filepath.Join(dir, fmt.Sprintf("runner-%d.log", i))}
 		if err := os.WriteFile(r.tokenFile, []byte(token+"\n"), 0o600); err != nil {
 			return err
@@ -378,6 +379,9 @@ func (h *Harness) withAdmin(ctx context.Context, fn func(*pgx.Conn) error) error
 func (h *Harness) teardown() {
 	for _, r := range h.runners {
 		r.kill()
+		if strings.HasPrefix(r.workDir, "/var/lib/forgeci-chaos-") {
+			_ = os.RemoveAll(filepath.Dir(r.workDir))
+		}
 	}
 	if h.runnerProxy != nil {
 		h.runnerProxy.Close()
@@ -565,4 +569,13 @@ func FakeTimeLibrary() (string, error) {
 		}
 	}
 	return "", errors.New("libfaketime not found: install Debian's faketime package (make deps does)")
+}
+
+// runnerWorkDir is runner i's work directory: outside /tmp for a runner
+// running as root, which gives each job a /tmp of its own.
+func runnerWorkDir(dir string, i int) string {
+	if os.Geteuid() == 0 && strings.HasPrefix(dir, "/tmp/") {
+		return filepath.Join("/var/lib", "forgeci-chaos-"+filepath.Base(dir), fmt.Sprintf("work-%d", i))
+	}
+	return filepath.Join(dir, fmt.Sprintf("work-%d", i))
 }

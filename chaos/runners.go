@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,8 +33,9 @@ func (r *runnerProc) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(r.bin, "run", "--server", r.h.runnerProxy.URL(), "--token-file", r.tokenFile,
-		"--work-dir", r.workDir, "--concurrency", strconv.Itoa(r.h.cfg.Concurrency), "--kill-grace", "1s")
+	args := []string{"run", "--server", r.h.runnerProxy.URL(), "--token-file", r.tokenFile,
+		"--work-dir", r.workDir, "--concurrency", strconv.Itoa(r.h.cfg.Concurrency), "--kill-grace", "1s"}
+	cmd := exec.Command(r.bin, append(args, r.isolation()...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -148,4 +151,23 @@ func (r *runnerProc) kill() {
 		_ = cmd.Process.Kill()
 		<-exited
 	}
+}
+
+// isolation gives each runner process its own slot users (runners on one
+// machine must not share them: a slot's user is what keeps its jobs
+// apart), from those scripts/deps.sh makes; without enough of them, or
+// without root, the runner runs steps unisolated.
+func (r *runnerProc) isolation() []string {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	var users []string
+	for k := range r.h.cfg.Concurrency {
+		name := fmt.Sprintf("forgeci-slot%d", r.idx*r.h.cfg.Concurrency+k)
+		if _, err := user.Lookup(name); err != nil {
+			return []string{"--isolation", "none"}
+		}
+		users = append(users, name)
+	}
+	return []string{"--slot-users", strings.Join(users, ",")}
 }

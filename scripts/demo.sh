@@ -6,11 +6,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d /tmp/forgeci-demo-XXXXXX)
 chmod 755 "$work"
+# As root the runner isolates steps (a user per slot, a cgroup per job),
+# and each job has a /tmp of its own: workspaces live outside /tmp.
+jobs="$work/jobs"
+if [ "$(id -u)" -eq 0 ]; then
+  jobs=$(mktemp -d /var/lib/forgeci-demo-jobs.XXXXXX)
+fi
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$work"
+  rm -rf "$work" "$jobs"
 }
 trap cleanup EXIT
 
@@ -24,7 +30,7 @@ echo "demo: ForgeCI is running at $FORGECI_URL"
 
 bin/forgeci-runner register --server "$FORGECI_URL" --registration-token "$FORGECI_REGISTRATION_TOKEN" \
   --name demo-runner --labels linux --token-file "$work/runner.token"
-bin/forgeci-runner run --server "$FORGECI_URL" --token-file "$work/runner.token" --work-dir "$work/jobs" \
+bin/forgeci-runner run --server "$FORGECI_URL" --token-file "$work/runner.token" --work-dir "$jobs" \
   --concurrency 2 >"$work/runner.log" 2>&1 &
 pids+=($!)
 

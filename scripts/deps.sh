@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ForgeCI's tests and local stack need and are missing:
-# PostgreSQL server binaries and Chromium from Debian (when root), versitygw and the
+# PostgreSQL server binaries, Chromium, bubblewrap and systemd-analyze from
+# Debian and the runner's slot users (when root), versitygw and the
 # Lambda Runtime Interface Emulator (go install). Idempotent and quiet
 # when everything is present.
 set -euo pipefail
@@ -40,6 +41,28 @@ fi
 if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
   echo "deps: installing faketime (clock-fault tests)" >&2
   apt_install faketime
+fi
+
+# bubblewrap: the runner's --isolation bwrap, which the tests exercise.
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "deps: installing bubblewrap (runner sandbox)" >&2
+  apt_install bubblewrap
+fi
+
+# systemd-analyze: the tests verify the runner's systemd unit with it (the
+# package only provides the tool here; nothing is started).
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "deps: installing systemd (systemd-analyze verify)" >&2
+  apt_install systemd
+fi
+
+# Slot users: a runner running as root runs each concurrency slot's steps
+# as one of these (the tests and the demo run runners as root, as CI does).
+if [ "$(id -u)" -eq 0 ]; then
+  for i in 0 1 2 3 4 5 6 7; do
+    id "forgeci-slot$i" >/dev/null 2>&1 ||
+      useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --user-group "forgeci-slot$i"
+  done
 fi
 
 if ! have_pg; then

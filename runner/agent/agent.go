@@ -9,19 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/forgeci/forgeci/runner/client"
+	"github.com/forgeci/forgeci/runner/isolate"
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/snapshot"
 )
 
 // Config of one runner process.
@@ -33,6 +29,11 @@ type Config struct {
 	// KillGrace is how long a step gets between SIGTERM and SIGKILL.
 	KillGrace time.Duration
 	Log       *slog.Logger
+	// Isolation keeps steps from the runner and from each other (nil:
+	// mode none, with a cgroup per job when the runner may make one).
+	Isolation *isolate.Isolator
+	// Ephemeral: run exactly one job, then return.
+	Ephemeral bool
 }
 
 // Agent runs jobs.
@@ -60,8 +61,13 @@ func New(cfg Config) *Agent {
 // Run claims and runs jobs until ctx is done; then it stops claiming and
 // waits for the jobs in progress to finish. Abort stops them instead.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := os.MkdirAll(a.cfg.WorkDir, 0o700); err != nil {
+	if err := a.prepare(); err != nil {
 		return err
+	}
+	defer a.cfg.Isolation.Close()
+	if a.cfg.Ephemeral {
+		a.worker(ctx, 0)
+		return nil
 	}
 	var wg sync.WaitGroup
 	for i := range a.cfg.Concurrency {
@@ -73,6 +79,41 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// prepare sets up isolation and the work directory, and proves that a
+// step can run through them before any job is claimed.
+func (a *Agent) prepare() error {
+	if a.cfg.Isolation == nil {
+		iso, err := isolate.New(isolate.Config{Mode: isolate.None}, a.cfg.Concurrency)
+		if err != nil {
+			return err
+		}
+		a.cfg.Isolation = iso
+	}
+	iso := a.cfg.Isolation
+	if iso.Warning != "" {
+		a.cfg.Log.Warn(iso.Warning)
+	}
+	perm := os.FileMode(0o700)
+	if iso.Mode() != isolate.None {
+		// Slot users pass through to their own workspaces; they cannot
+		// list what is here.
+		perm = 0o711
+	}
+	if err := os.MkdirAll(a.cfg.WorkDir, perm); err != nil {
+		return err
+	}
+	if fi, err := os.Stat(a.cfg.WorkDir); err == nil && perm&0o001 != 0 && fi.Mode().Perm()&0o001 == 0 {
+		// A work directory left private by a runner without isolation.
+		if err := os.Chmod(a.cfg.WorkDir, fi.Mode().Perm()|0o001); err != nil {
+			return err
+		}
+	}
+	if err := iso.CheckWorkDir(a.cfg.WorkDir); err != nil {
+		return err
+	}
+	return iso.Probe(a.cfg.WorkDir)
 }
 
 // Abort stops every job in progress: their process groups are killed and
@@ -108,18 +149,24 @@ func (a *Agent) worker(ctx context.Context, slot int) {
 			continue
 		}
 		// A claimed job runs to its end even if ctx (shutdown) is done.
-		a.runJob(claim)
+		a.runJob(claim, slot)
+		if a.cfg.Ephemeral {
+			return
+		}
 	}
 }
 
 // job is one job being run.
 type job struct {
-	a      *Agent
-	claim  *domain.Claim
-	ws     string
-	logs   *logAppender
-	ctx    context.Context
-	cancel context.CancelFunc
+	a     *Agent
+	claim *domain.Claim
+	box   *isolate.Box
+	ws    string
+	// outputs counts the steps' output pipes still being copied.
+	outputs sync.WaitGroup
+	logs    *logAppender
+	ctx     context.Context
+	cancel  context.CancelFunc
 
 	mu     sync.Mutex
 	reason string // why the job was stopped: "lease lost", "canceled", "timeout"
@@ -140,7 +187,7 @@ func (j *job) stopped() string {
 	return j.reason
 }
 
-func (a *Agent) runJob(c *domain.Claim) {
+func (a *Agent) runJob(c *domain.Claim, slot int) {
 	l := c.Lease
 	log := a.cfg.Log.With("job", c.Job.Name, "job_id", l.JobID, "generation", l.Generation)
 	log.Info("claimed")
@@ -172,16 +219,17 @@ func (a *Agent) runJob(c *domain.Claim) {
 	hbDone := make(chan struct{})
 	go j.heartbeat(hbDone)
 
-	outcome, exitCode := j.execute(log)
+	outcome, exitCode := j.execute(slot)
+	j.endProcesses(log)
 
 	close(hbDone)
 	reason := j.stopped()
 	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer fcancel()
+	defer j.cleanUp(log)
 	if reason == "lease lost" || reason == "runner shutting down" {
 		// No longer ours (or deliberately abandoned): report nothing more.
 		log.Warn("job stopped without reporting", "reason", reason)
-		a.removeWorkspace(l)
 		return
 	}
 	why := ""
@@ -193,9 +241,12 @@ func (a *Agent) runJob(c *domain.Claim) {
 		outcome, why = "failed", "timeout"
 		fmt.Fprintf(j.logs, "\n==> job timed out after %d minutes\n", c.Job.TimeoutSeconds/60)
 	}
+	if hit := j.limitHit(); outcome == "failed" && hit != "" {
+		why = hit
+		fmt.Fprintf(j.logs, "==> %s\n", hit)
+	}
 	if err := j.logs.Close(fctx); err != nil && client.LostLease(err) {
 		log.Warn("lease lost while flushing logs")
-		a.removeWorkspace(l)
 		return
 	}
 	if err := a.cfg.Client.Complete(fctx, l, outcome, exitCode, why); err != nil {
@@ -203,18 +254,51 @@ func (a *Agent) runJob(c *domain.Claim) {
 	} else {
 		log.Info("completed", "outcome", outcome, "exit_code", exitCode)
 	}
-	a.removeWorkspace(l)
 }
 
-// removeWorkspace deletes this lease's workspace, then the job's and the
-// run's directories only if nothing else is using them: the next attempt
-// of the same job may already be running here (a retry claimed by another
-// slot the moment this one completed), and so may other jobs of the run.
-func (a *Agent) removeWorkspace(l domain.Lease) {
-	jobDir := filepath.Join(a.cfg.WorkDir, l.RunID, l.JobID)
+// cleanUp kills whatever the job left running and deletes this lease's
+// attempt directory, then the job's and the run's directories only if
+// nothing else is using them: the next attempt of the same job may already
+// be running here (a retry claimed by another slot the moment this one
+// completed), and so may other jobs of the run.
+func (j *job) cleanUp(log *slog.Logger) {
+	l := j.claim.Lease
+	jobDir := filepath.Join(j.a.cfg.WorkDir, l.RunID, l.JobID)
+	if j.box != nil {
+		if err := j.box.Close(); err != nil {
+			log.Error("job not cleaned up", "err", err)
+		}
+	}
 	_ = os.RemoveAll(filepath.Join(jobDir, l.LeaseID))
 	_ = os.Remove(jobDir)
 	_ = os.Remove(filepath.Dir(jobDir))
+}
+
+// endProcesses kills whatever the job's steps left running and waits
+// (briefly: a runner without cgroups cannot kill what escaped its process
+// groups) for their last output to reach the log.
+func (j *job) endProcesses(log *slog.Logger) {
+	if j.box != nil {
+		if err := j.box.Kill(); err != nil {
+			log.Error("the job's processes could not be killed", "err", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		j.outputs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+}
+
+func (j *job) limitHit() string {
+	if j.box == nil {
+		return ""
+	}
+	return j.box.LimitHit()
 }
 
 // heartbeat extends the lease every third of its TTL. It stops the job on
@@ -259,37 +343,17 @@ func (j *job) heartbeat(done <-chan struct{}) {
 
 // execute prepares the workspace and runs the steps; it returns the
 // outcome to report and the exit code of the last step run.
-func (j *job) execute(log *slog.Logger) (string, int) {
+func (j *job) execute(slot int) (string, int) {
 	c := j.claim
-	l := c.Lease
-	j.ws = filepath.Join(j.a.cfg.WorkDir, l.RunID, l.JobID, l.LeaseID)
-	if err := os.MkdirAll(filepath.Dir(j.ws), 0o700); err == nil {
-		err = os.Mkdir(j.ws, 0o755)
-	}
 	fail := func(format string, args ...any) (string, int) {
 		fmt.Fprintf(j.logs, "==> "+format+"\n", args...)
 		return "failed", -1
 	}
-	if err := j.fetchSource(); err != nil {
+	if err := j.prepare(slot); err != nil {
 		if j.stopped() != "" {
 			return "failed", -1
 		}
-		return fail("source could not be verified, no step was run: %v", err)
-	}
-	if c.Job.Cache != nil {
-		if err := j.restoreCache(); err != nil {
-			fmt.Fprintf(j.logs, "==> cache not restored: %v\n", err)
-		}
-	}
-	for _, na := range c.Job.NeedArtifacts {
-		b, err := j.a.cfg.Client.FetchArtifact(j.ctx, l, na.Job, na.Name)
-		if err == nil {
-			err = j.unpackInto(b.URL, b.Digest, b.Size, "")
-		}
-		if err != nil {
-			return fail("artifact %s of %s could not be fetched: %v", na.Name, na.Job, err)
-		}
-		fmt.Fprintf(j.logs, "==> artifact %s from %s\n", na.Name, na.Job)
+		return fail("%v", err)
 	}
 	exit := 0
 	for i, st := range c.Job.Steps {
@@ -305,6 +369,11 @@ func (j *job) execute(log *slog.Logger) (string, int) {
 			fmt.Fprintf(j.logs, "==> step %q failed with exit code %d\n", st.Name, exit)
 			return "failed", exit
 		}
+	}
+	// Nothing the steps started may still be changing the workspace while
+	// the runner reads it for artifacts and caches.
+	if err := j.box.Kill(); err != nil {
+		return fail("the job's processes could not be stopped: %v", err)
 	}
 	for _, art := range c.Job.Artifacts {
 		if err := j.uploadArtifact(art); err != nil {
@@ -328,323 +397,37 @@ func (j *job) execute(log *slog.Logger) (string, int) {
 	return "passed", 0
 }
 
-// runStep runs one step with bash -eo pipefail in its own process group.
-// When the job is stopped the whole group gets SIGTERM, then SIGKILL after
-// the grace period.
-func (j *job) runStep(st domain.Step) int {
-	ctx := j.ctx
-	if st.TimeoutSeconds > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(st.TimeoutSeconds)*time.Second)
-		defer cancel()
+// prepare makes the attempt's isolated directories and fills the
+// workspace with the verified source, the cache and the artifacts the job
+// needs, then hands it to the slot's user.
+func (j *job) prepare(slot int) error {
+	c, l := j.claim, j.claim.Lease
+	box, err := j.a.cfg.Isolation.NewBox(slot, filepath.Join(j.a.cfg.WorkDir, l.RunID, l.JobID, l.LeaseID))
+	if err != nil {
+		return fmt.Errorf("the runner could not isolate the job, no step was run: %w", err)
 	}
-	cmd := exec.Command("bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", st.Run)
-	cmd.Dir = j.ws
-	cmd.Env = j.env(st)
-	cmd.Stdout, cmd.Stderr = j.logs, j.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(j.logs, "==> could not start bash: %v\n", err)
-		return 127
+	j.box, j.ws = box, box.Workspace()
+	if err := j.fetchSource(); err != nil {
+		return fmt.Errorf("source could not be verified, no step was run: %w", err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-waited:
-	case <-ctx.Done():
-		if j.ctx.Err() == nil {
-			fmt.Fprintf(j.logs, "\n==> step timed out after %ds\n", st.TimeoutSeconds)
-		} else if errors.Is(j.ctx.Err(), context.DeadlineExceeded) {
-			j.stop("timeout")
+	if c.Job.Cache != nil {
+		if err := j.restoreCache(); err != nil {
+			fmt.Fprintf(j.logs, "==> cache not restored: %v\n", err)
 		}
-		pgid := cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case err = <-waited:
-		case <-time.After(j.a.cfg.KillGrace):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			err = <-waited
-		}
-		// Anything the step left running in its group goes too.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+	for _, na := range c.Job.NeedArtifacts {
+		b, err := j.a.cfg.Client.FetchArtifact(j.ctx, l, na.Job, na.Name)
 		if err == nil {
-			return 124
+			err = j.unpackInto(b.URL, b.Digest, b.Size, "")
 		}
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if code := ee.ExitCode(); code >= 0 {
-			return code
-		}
-		return 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
-	}
-	if err != nil {
-		return 1
-	}
-	return 0
-}
-
-// env is what a step sees: a minimal base, the job's and step's env, and
-// FORGECI_* facts. The runner's own environment (and token) is not passed.
-func (j *job) env(st domain.Step) []string {
-	c := j.claim
-	vars := map[string]string{
-		"PATH": os.Getenv("PATH"), "HOME": j.ws, "LANG": "C.UTF-8", "CI": "true",
-		"FORGECI": "true", "FORGECI_RUN_ID": c.Lease.RunID, "FORGECI_JOB_ID": c.Lease.JobID,
-		"FORGECI_JOB_NAME": c.Job.Name, "FORGECI_GENERATION": fmt.Sprint(c.Lease.Generation),
-		"FORGECI_WORKSPACE": j.ws,
-	}
-	if vars["PATH"] == "" {
-		vars["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-	}
-	for k, v := range c.Job.Env {
-		vars[k] = v
-	}
-	for k, v := range st.Env {
-		vars[k] = v
-	}
-	// Secrets last: the pipeline cannot shadow what an admin set.
-	for k, v := range c.Secrets {
-		vars[k] = v
-	}
-	out := make([]string, 0, len(vars))
-	for k, v := range vars {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func (j *job) fetchSource() error {
-	src, err := j.a.cfg.Client.Source(j.ctx, j.claim.Lease)
-	if err != nil {
-		if client.LostLease(err) {
-			j.stop("lease lost")
-		}
-		return err
-	}
-	if src.BlobDigest != j.claim.Source.BlobDigest || src.ManifestDigest != j.claim.Source.ManifestDigest {
-		return fmt.Errorf("source route names %s, the claim %s", src.BlobDigest, j.claim.Source.BlobDigest)
-	}
-	blob, err := j.download(src.URL, src.BlobDigest, src.Size, filepath.Dir(j.ws))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(blob)
-	m, err := snapshot.ExtractVerified(blob, j.ws, src.ManifestDigest, snapshot.Limits{})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(j.logs, "==> source %s verified: %d entries, manifest %s\n", src.BlobDigest, len(m), src.ManifestDigest)
-	return nil
-}
-
-// unpackInto downloads and verifies a blob and merges its tree into the
-// workspace (or into sub, relative to it).
-func (j *job) unpackInto(url, digest string, size int64, sub string) error {
-	tmp, err := os.MkdirTemp(filepath.Dir(j.ws), "unpack-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-	blob, err := j.download(url, digest, size, tmp)
-	if err != nil {
-		return err
-	}
-	tree := filepath.Join(tmp, "tree")
-	if err := os.Mkdir(tree, 0o755); err != nil {
-		return err
-	}
-	f, err := os.Open(blob)
-	if err != nil {
-		return err
-	}
-	_, err = snapshot.Extract(f, tree, snapshot.Limits{})
-	f.Close()
-	if err != nil {
-		return err
-	}
-	return merge(tree, filepath.Join(j.ws, sub))
-}
-
-// merge moves everything under src into dst, keeping what dst has.
-func merge(src, dst string) error {
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	for _, e := range entries {
-		s, d := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
-		fi, err := os.Lstat(d)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			if err := os.Rename(s, d); err != nil {
-				return err
-			}
-		case err == nil && fi.IsDir() && e.IsDir():
-			if err := merge(s, d); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (j *job) restoreCache() error {
-	cs := j.claim.Job.Cache
-	hit, err := j.a.cfg.Client.RestoreCache(j.ctx, j.claim.Lease, append([]string{cs.Key}, cs.RestoreKeys...))
-	if err != nil || hit == nil {
-		if err == nil {
-			fmt.Fprintf(j.logs, "==> no cache for %s\n", cs.Key)
-		}
-		return err
-	}
-	if err := j.unpackInto(hit.URL, hit.Digest, hit.Size, ""); err != nil {
-		return err
-	}
-	fmt.Fprintf(j.logs, "==> cache restored from %s\n", hit.Key)
-	return nil
-}
-
-// pack snapshots the given workspace paths into a temporary blob.
-func (j *job) pack(paths []string) (string, *snapshot.Result, error) {
-	tree := &snapshot.Tree{Root: j.ws}
-	for _, p := range paths {
-		p = filepath.Clean(strings.TrimSuffix(p, "/"))
-		full := filepath.Join(j.ws, p)
-		err := filepath.Walk(full, func(path string, fi os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(j.ws, path)
-			if fi.IsDir() {
-				tree.Dirs = append(tree.Dirs, filepath.ToSlash(rel))
-			} else {
-				tree.Paths = append(tree.Paths, filepath.ToSlash(rel))
-			}
-			return nil
-		})
 		if err != nil {
-			return "", nil, fmt.Errorf("path %s: %w", p, err)
+			return fmt.Errorf("artifact %s of %s could not be fetched: %w", na.Name, na.Job, err)
 		}
+		fmt.Fprintf(j.logs, "==> artifact %s from %s\n", na.Name, na.Job)
 	}
-	f, err := os.CreateTemp(filepath.Dir(j.ws), "pack-*.tar.zst")
-	if err != nil {
-		return "", nil, err
+	if err := j.box.HandOver(); err != nil {
+		return fmt.Errorf("the workspace could not be handed to the job's user: %w", err)
 	}
-	defer f.Close()
-	res, err := snapshot.Write(f, tree)
-	if err != nil {
-		os.Remove(f.Name())
-		return "", nil, err
-	}
-	return f.Name(), res, nil
-}
-
-func (j *job) upload(u client.Upload, blob string, size int64) error {
-	if u.Exists || u.KeyExists {
-		return nil
-	}
-	// Blobs are content-addressed and written with If-None-Match, so a PUT
-	// whose answer was lost is safe to repeat: it then gets 412, "exists".
-	return j.transfer(func() error {
-		f, err := os.Open(blob)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return j.a.cfg.Client.Put(j.ctx, u, f, size)
-	})
-}
-
-// download fetches a blob by its presigned URL and verifies it, retrying
-// what a flaky network does to it: one dropped connection must not fail
-// the job. A blob that does not match its digest is not retried.
-func (j *job) download(url, digest string, size int64, dir string) (string, error) {
-	var blob string
-	err := j.transfer(func() error {
-		var err error
-		blob, err = snapshot.Download(j.ctx, http.DefaultClient, url, digest, size, dir)
-		return err
-	})
-	return blob, err
-}
-
-// transferAttempts bounds the tries of one presigned download or upload.
-const transferAttempts = 5
-
-// transfer runs one S3 transfer with retries and backoff while the job
-// goes on; a digest mismatch is final.
-func (j *job) transfer(op func() error) error {
-	delay := 250 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := op()
-		if err == nil || attempt == transferAttempts || errors.Is(err, snapshot.ErrDigestMismatch) || j.ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-j.ctx.Done():
-			return err
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 4*time.Second)
-	}
-}
-
-func (j *job) uploadArtifact(art domain.ArtifactSpec) error {
-	blob, res, err := j.pack(art.Paths)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(blob)
-	l := j.claim.Lease
-	u, err := j.a.cfg.Client.StartArtifact(j.ctx, l, art.Name, res.BlobDigest, res.Size)
-	if err == nil {
-		err = j.upload(u, blob, res.Size)
-	}
-	if err == nil {
-		err = j.a.cfg.Client.CommitArtifact(j.ctx, l, art.Name, res.BlobDigest, res.Size)
-	}
-	return err
-}
-
-func (j *job) saveCache() error {
-	cs := j.claim.Job.Cache
-	var present []string
-	for _, p := range cs.Paths {
-		if _, err := os.Lstat(filepath.Join(j.ws, p)); err == nil {
-			present = append(present, p)
-		}
-	}
-	if len(present) == 0 {
-		fmt.Fprintf(j.logs, "==> cache paths do not exist; nothing saved\n")
-		return nil
-	}
-	blob, res, err := j.pack(present)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(blob)
-	l := j.claim.Lease
-	u, err := j.a.cfg.Client.StartCache(j.ctx, l, cs.Key, res.BlobDigest, res.Size)
-	if err != nil {
-		return err
-	}
-	if u.KeyExists {
-		fmt.Fprintf(j.logs, "==> cache %s exists; not saved again\n", cs.Key)
-		return nil
-	}
-	if err := j.upload(u, blob, res.Size); err != nil {
-		return err
-	}
-	if err := j.a.cfg.Client.CommitCache(j.ctx, l, cs.Key, res.BlobDigest, res.Size); err != nil {
-		return err
-	}
-	fmt.Fprintf(j.logs, "==> cache saved as %s\n", cs.Key)
 	return nil
 }
 

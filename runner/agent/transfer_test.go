@@ -83,11 +83,12 @@ func TestRemoveWorkspaceKeepsTheNextAttempt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a.removeWorkspace(first)
+	clean := func(l domain.Lease) { (&job{a: a, claim: &domain.Claim{Lease: l}}).cleanUp(a.cfg.Log) }
+	clean(first)
 	if _, err := os.Stat(filepath.Join(a.cfg.WorkDir, "run", "job", "lease-2")); err != nil {
 		t.Fatalf("the next attempt's workspace went with the first: %v", err)
 	}
-	a.removeWorkspace(second)
+	clean(second)
 	if _, err := os.Stat(filepath.Join(a.cfg.WorkDir, "run")); !os.IsNotExist(err) {
 		t.Fatalf("the run's directory is left behind: %v", err)
 	}

@@ -2,6 +2,7 @@
 //
 //	forgeci-runner register --server URL --registration-token frg_... --name NAME --labels linux,x64 --token-file FILE
 //	forgeci-runner run [--config FILE] [--server URL] [--token-file FILE] [--labels L] [--work-dir DIR] [--concurrency N]
+//	                   [--isolation none|user|bwrap] [--slot-users U0,U1] [--memory-limit 4G] [--pids-limit N] [--cpu-limit 2] [--ephemeral]
 //
 // The config file holds key = value lines with the same names as the flags;
 // flags win. On SIGTERM or SIGINT the runner stops claiming and finishes
@@ -19,12 +20,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/forgeci/forgeci/runner/agent"
 	"github.com/forgeci/forgeci/runner/client"
+	"github.com/forgeci/forgeci/runner/isolate"
 )
 
 func main() {
@@ -90,9 +93,15 @@ func run(args []string) error {
 	server := fs.String("server", "", "control plane URL")
 	tokenFile := fs.String("token-file", "forgeci-runner.token", "file holding the runner token")
 	labels := fs.String("labels", "", "comma-separated labels to claim with (default: all registered)")
-	workDir := fs.String("work-dir", filepath.Join(os.TempDir(), "forgeci-work"), "where job workspaces live")
+	workDir := fs.String("work-dir", defaultWorkDir(), "where job workspaces live")
 	concurrency := fs.Int("concurrency", 1, "jobs at once")
 	grace := fs.Duration("kill-grace", 10*time.Second, "time between SIGTERM and SIGKILL of a stopped step")
+	isolation := fs.String("isolation", string(isolate.DefaultMode()), "how steps are kept from the runner and each other: none, user (a user per slot; needs root) or bwrap (user, inside a bubblewrap sandbox)")
+	slotUsers := fs.String("slot-users", "", "comma-separated users steps run as, one per slot (default forgeci-slot0,forgeci-slot1,...)")
+	memory := fs.String("memory-limit", "", "memory of one job, such as 4G (default: none)")
+	pids := fs.Int("pids-limit", 0, "processes of one job (default: none)")
+	cpus := fs.Float64("cpu-limit", 0, "CPUs of one job, such as 1.5 (default: none)")
+	ephemeral := fs.Bool("ephemeral", false, "run exactly one job, then exit (for throwaway machines)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -110,9 +119,32 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("read token: %w (register first)", err)
 	}
+	if *ephemeral && *concurrency != 1 {
+		return errors.New("--ephemeral runs exactly one job: leave --concurrency at 1")
+	}
+	if *concurrency < 1 || *concurrency > 256 {
+		return errors.New("--concurrency must be from 1 to 256")
+	}
+	lim := isolate.Limits{Pids: *pids, CPUs: *cpus}
+	if lim.MemoryBytes, err = parseBytes(*memory); err != nil {
+		return fmt.Errorf("--memory-limit: %w", err)
+	}
+	if lim.Pids < 0 || lim.CPUs < 0 {
+		return errors.New("--pids-limit and --cpu-limit must not be negative")
+	}
+	users := splitLabels(*slotUsers)
+	if len(users) == 0 {
+		for i := range *concurrency {
+			users = append(users, fmt.Sprintf("forgeci-slot%d", i))
+		}
+	}
+	iso, err := isolate.New(isolate.Config{Mode: isolate.Mode(*isolation), SlotUsers: users, Limits: lim}, *concurrency)
+	if err != nil {
+		return err
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	a := agent.New(agent.Config{Client: client.New(*server, strings.TrimSpace(string(raw))), Labels: splitLabels(*labels),
-		WorkDir: *workDir, Concurrency: *concurrency, KillGrace: *grace, Log: log})
+		WorkDir: *workDir, Concurrency: *concurrency, KillGrace: *grace, Log: log, Isolation: iso, Ephemeral: *ephemeral})
 	ctx, stop := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -124,7 +156,8 @@ func run(args []string) error {
 		log.Warn("stopping current jobs")
 		a.Abort()
 	}()
-	log.Info("runner started", "server", *server, "concurrency", *concurrency, "work_dir", *workDir)
+	log.Info("runner started", "server", *server, "concurrency", *concurrency, "work_dir", *workDir,
+		"isolation", iso.Mode(), "ephemeral", *ephemeral)
 	return a.Run(ctx)
 }
 
@@ -153,6 +186,41 @@ func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
 		}
 	}
 	return sc.Err()
+}
+
+// defaultWorkDir is outside /tmp for root: under isolation each job has a
+// /tmp of its own, so workspaces cannot live there.
+func defaultWorkDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/forgeci-runner/work"
+	}
+	return filepath.Join(os.TempDir(), "forgeci-work")
+}
+
+// parseBytes reads a size such as 512M, 4G or 1073741824 ("" is 0).
+func parseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	case "T":
+		mult = 1 << 40
+	}
+	if mult > 1 {
+		s = s[:len(s)-1]
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size such as 512M or 4G", s)
+	}
+	return n * mult, nil
 }
 
 func hostname() string {

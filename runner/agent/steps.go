@@ -1,0 +1,158 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// runStep runs one step with bash -eo pipefail in its own process group.
+// When the job is stopped the whole group gets SIGTERM, then SIGKILL after
+// the grace period.
+func (j *job) runStep(st domain.Step) int {
+	ctx := j.ctx
+	if st.TimeoutSeconds > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(st.TimeoutSeconds)*time.Second)
+		defer cancel()
+	}
+	cmd, err := j.box.Command(st.Run, j.env(st))
+	if err != nil {
+		fmt.Fprintf(j.logs, "==> could not prepare the step: %v\n", err)
+		return 127
+	}
+	out, err := j.output(cmd)
+	if err != nil {
+		fmt.Fprintf(j.logs, "==> could not start bash: %v\n", err)
+		return 127
+	}
+	waited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		out.drain()
+		waited <- err
+	}()
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		if j.ctx.Err() == nil {
+			fmt.Fprintf(j.logs, "\n==> step timed out after %ds\n", st.TimeoutSeconds)
+		} else if errors.Is(j.ctx.Err(), context.DeadlineExceeded) {
+			j.stop("timeout")
+		}
+		pgid := cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case err = <-waited:
+		case <-time.After(j.a.cfg.KillGrace):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			err = <-waited
+		}
+		// Anything the step left running in its group goes too.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		if err == nil {
+			return 124
+		}
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if code := ee.ExitCode(); code >= 0 {
+			return code
+		}
+		return 128 + int(ee.Sys().(syscall.WaitStatus).Signal())
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// stepOutput copies a step's output into the job's log. The step writes to
+// a pipe of its own rather than one exec manages, so that a process it
+// leaves running in the background (a server for later steps) does not
+// keep the step from ending, and its output keeps going to the log.
+type stepOutput struct {
+	copied chan struct{}
+}
+
+// output starts cmd with stdout and stderr on a new pipe copied to the log.
+func (j *job) output(cmd *exec.Cmd) (*stepOutput, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Start()
+	w.Close() // the step's processes hold the only write ends now
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	o := &stepOutput{copied: make(chan struct{})}
+	j.outputs.Add(1)
+	go func() {
+		defer j.outputs.Done()
+		defer close(o.copied)
+		defer r.Close()
+		_, _ = io.Copy(j.logs, r)
+	}()
+	return o, nil
+}
+
+// stepDrainWait is how long a step's end waits for output still in the
+// pipe when processes it left behind keep the pipe open.
+const stepDrainWait = 200 * time.Millisecond
+
+// drain waits, after the step's process has exited, until its output is
+// in the log: until the pipe is closed or, when something the step left
+// running holds it open, briefly (so the next step's header comes after
+// what the step wrote).
+func (o *stepOutput) drain() {
+	select {
+	case <-o.copied:
+	case <-time.After(stepDrainWait):
+	}
+}
+
+// env is what a step sees: a minimal base, the job's and step's env, and
+// FORGECI_* facts. The runner's own environment (and token) is not passed.
+func (j *job) env(st domain.Step) []string {
+	c := j.claim
+	vars := map[string]string{
+		"PATH": os.Getenv("PATH"), "HOME": j.ws, "LANG": "C.UTF-8", "CI": "true",
+		"FORGECI": "true", "FORGECI_RUN_ID": c.Lease.RunID, "FORGECI_JOB_ID": c.Lease.JobID,
+		"FORGECI_JOB_NAME": c.Job.Name, "FORGECI_GENERATION": fmt.Sprint(c.Lease.Generation),
+		"FORGECI_WORKSPACE": j.ws,
+	}
+	if j.box != nil {
+		// The job's own, removed with it.
+		vars["TMPDIR"], vars["RUNNER_TEMP"] = j.box.TmpDir(), j.box.TmpDir()
+	}
+	if vars["PATH"] == "" {
+		vars["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+	}
+	for k, v := range c.Job.Env {
+		vars[k] = v
+	}
+	for k, v := range st.Env {
+		vars[k] = v
+	}
+	// Secrets last: the pipeline cannot shadow what an admin set.
+	for k, v := range c.Secrets {
+		vars[k] = v
+	}
+	out := make([]string, 0, len(vars))
+	for k, v := range vars {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,231 @@
+package isolate
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+)
+
+// Box is one job attempt's isolation: its directories, its user, its
+// cgroup. The attempt directory (the runner's, named by the lease ID) holds
+// ws (the workspace) and tmp (the job's TMPDIR), owned by the slot's user,
+// and steps (the step scripts and environments).
+type Box struct {
+	i     *Isolator
+	su    slotUser // zero: the runner's own user
+	dir   string
+	group *Group
+	steps atomic.Int32
+}
+
+// NewBox prepares an attempt in dir (which must not exist) for slot.
+func (i *Isolator) NewBox(slot int, dir string) (*Box, error) {
+	b := &Box{i: i, dir: dir}
+	if i.cfg.Mode != None {
+		b.su = i.slots[slot]
+	}
+	// The attempt's parent directories are the runner's: others may pass
+	// through them (0711) to their own attempt, not list them.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return nil, err
+	}
+	for _, sub := range []string{"ws", "tmp"} {
+		if err := mkdirOwned(filepath.Join(dir, sub), b.su); err != nil {
+			return nil, err
+		}
+	}
+	// Steps' scripts and environments: the runner's directory, so that no
+	// step can make or replace a file in it.
+	if err := os.Mkdir(filepath.Join(dir, "steps"), 0o711); err != nil {
+		return nil, err
+	}
+	if i.cgroups != nil {
+		g, err := i.cgroups.NewGroup("job-"+filepath.Base(dir), i.cfg.Limits)
+		if err != nil {
+			return nil, err
+		}
+		b.group = g
+	}
+	return b, nil
+}
+
+// Workspace is where steps run.
+func (b *Box) Workspace() string { return filepath.Join(b.dir, "ws") }
+
+// TmpDir is the job's TMPDIR, removed with it.
+func (b *Box) TmpDir() string { return filepath.Join(b.dir, "tmp") }
+
+// HandOver gives the workspace, filled by the runner (source, caches,
+// artifacts), to the slot's user.
+func (b *Box) HandOver() error { return chownTree(b.Workspace(), b.su) }
+
+// Command is a step: bash -eo pipefail running script, as the slot's user,
+// in the job's cgroup (and, for bwrap, its sandbox), with exactly env.
+//
+// In user and bwrap modes the first stages run as root, so they get a
+// fixed environment, never the step's (LD_PRELOAD in a pipeline's env
+// must not reach a root process); the step's environment is read from a
+// file by a bash that already runs as the slot's user. It is not passed
+// on a command line, which every local user can read.
+func (b *Box) Command(script string, env []string) (*exec.Cmd, error) {
+	n := strconv.Itoa(int(b.steps.Add(1)))
+	stepsDir := filepath.Join(b.dir, "steps")
+	file := filepath.Join(stepsDir, "step-"+n+".sh")
+	if err := writeOwned(file, []byte(script), b.su); err != nil {
+		return nil, fmt.Errorf("step script: %w", err)
+	}
+	argv := []string{b.i.bash, "--noprofile", "--norc", "-eo", "pipefail", file}
+	cmdEnv := env
+	if b.i.cfg.Mode != None {
+		envFile := filepath.Join(stepsDir, "step-"+n+".env")
+		if err := writeOwned(envFile, nulJoin(env), b.su); err != nil {
+			return nil, fmt.Errorf("step environment: %w", err)
+		}
+		if b.i.cfg.Mode == Bwrap {
+			argv = append(b.bwrapArgs(), argv...)
+		}
+		argv = append([]string{"env", "-i", b.i.bash, "--noprofile", "--norc", "-c", loadEnv, "load-env", envFile}, argv...)
+		argv = append([]string{"setpriv", "--reuid=" + strconv.Itoa(b.su.uid), "--regid=" + strconv.Itoa(b.su.gid),
+			"--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"}, argv...)
+		cmdEnv = []string{"PATH=" + rootPath, "LANG=C.UTF-8"}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if pre := b.prelude(); pre != nil {
+		cmd = exec.Command(pre[0], append(pre[1:], argv...)...)
+	}
+	cmd.Dir = b.Workspace()
+	cmd.Env = cmdEnv
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd, nil
+}
+
+// rootPath is the PATH of the stages that run as root.
+const rootPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// loadEnv, run by bash as the slot's user with an empty environment,
+// exports the NUL-separated NAME=value pairs of the file $1, then runs the
+// rest of its arguments.
+const loadEnv = `while IFS= read -r -d '' kv; do export "$kv" || exit 125; done < "$1"; shift; exec "$@"`
+
+// joinAndMount, run by sh as root, joins every cgroup of the job (the
+// arguments up to --) so that nothing the step starts is outside them,
+// then, in user and bwrap modes (a private mount namespace), mounts a /proc
+// that shows only the slot user's own processes and gives the job /tmp,
+// /var/tmp and /dev/shm of its own. $1 is the job's tmp, $2 "mount" or "".
+const joinAndMount = `t=$1 m=$2; shift 2
+while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift
+if [ "$m" = mount ]; then
+  mount -t proc -o hidepid=2,nosuid,nodev,noexec proc /proc || exit 125
+  mount --bind "$t" /tmp || exit 125
+  if [ -d /var/tmp ]; then mount --bind /tmp /var/tmp || exit 125; fi
+  if [ -d /dev/shm ]; then mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm || exit 125; fi
+fi
+exec "$@"`
+
+// prelude is what runs as root before the step: nil when there is
+// nothing to do (mode none without cgroups).
+func (b *Box) prelude() []string {
+	mount := b.i.cfg.Mode != None
+	if !mount && b.group == nil {
+		return nil
+	}
+	var pre []string
+	if mount {
+		pre = []string{"unshare", "--mount", "--propagation", "private", "--"}
+	}
+	mode := ""
+	if mount {
+		mode = "mount"
+	}
+	pre = append(pre, "sh", "-c", joinAndMount, "sh", b.TmpDir(), mode)
+	if b.group != nil {
+		pre = append(pre, b.group.ProcsFiles()...)
+	}
+	return append(pre, "--")
+}
+
+func nulJoin(env []string) []byte {
+	var out []byte
+	for _, kv := range env {
+		out = append(append(out, kv...), 0)
+	}
+	return out
+}
+
+// bwrapArgs: a sandbox where only the workspace and the job's tmp (also as
+// /tmp) are writable, the system is read-only, and the runner's files (its
+// token, its state, other jobs) are not there at all.
+func (b *Box) bwrapArgs() []string {
+	args := []string{b.i.bwrap, "--unshare-all", "--share-net", "--die-with-parent", "--new-session",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run", "--tmpfs", "/var"}
+	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"} {
+		if fi, err := os.Lstat(d); err == nil {
+			if fi.Mode()&os.ModeSymlink != 0 {
+				target, _ := os.Readlink(d)
+				args = append(args, "--symlink", target, d)
+			} else {
+				args = append(args, "--ro-bind", d, d)
+			}
+		}
+	}
+	return append(args, "--bind", b.TmpDir(), "/tmp", "--bind", b.TmpDir(), b.TmpDir(),
+		"--bind", b.Workspace(), b.Workspace(),
+		"--ro-bind", filepath.Join(b.dir, "steps"), filepath.Join(b.dir, "steps"),
+		"--chdir", b.Workspace(), "--")
+}
+
+// Kill ends every process of the job.
+func (b *Box) Kill() error {
+	if b.group == nil {
+		return nil
+	}
+	return b.group.Kill()
+}
+
+// LimitHit says which of the job's limits it ran into ("" if none).
+func (b *Box) LimitHit() string {
+	if b.group == nil {
+		return ""
+	}
+	return b.group.LimitHit()
+}
+
+// Close kills what is left of the job and removes its cgroup and its
+// directory (workspace, tmp and scripts).
+func (b *Box) Close() error {
+	err := b.Kill()
+	if b.group != nil {
+		b.group.Remove()
+	}
+	if rerr := os.RemoveAll(b.dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// writeOwned creates a new file (never following or replacing anything
+// there) holding content, readable only by su.
+func writeOwned(path string, content []byte, su slotUser) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if su.uid != 0 {
+		if err := f.Chown(su.uid, su.gid); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if _, err := f.Write(content); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
