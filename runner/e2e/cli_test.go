@@ -76,9 +76,13 @@ func TestCLI(t *testing.T) {
 	if out := cli(false, "logs", runID, "nosuch"); !strings.Contains(out, "its jobs: hello, after") {
 		t.Fatalf("unknown job: %s", out)
 	}
-	out2 := cli(true, "retry", runID, "after", "--json")
+	// A job that needs another is retried with the whole run, not alone.
+	if out := cli(false, "retry", runID, "after"); !strings.Contains(out, "retry the whole run instead") {
+		t.Fatalf("retry of a job with needs: %s", out)
+	}
+	out2 := cli(true, "retry", runID, "hello", "--json")
 	var retried struct{ ID, Trigger string }
-	if err := json.Unmarshal([]byte(out2), &retried); err != nil || retried.ID == runID || !strings.Contains(retried.Trigger, "retry of #1 after") {
+	if err := json.Unmarshal([]byte(out2), &retried); err != nil || retried.ID == runID || !strings.Contains(retried.Trigger, "retry of #1 hello") {
 		t.Fatalf("retry: %v %s", err, out2)
 	}
 	s.waitRun(retried.ID, func(v runView) bool { return v.State == "PASSED" }, 60e9)

@@ -100,7 +100,7 @@ func (s *stack) startRunner() { s.startRunnerN(2) }
 
 func (s *stack) startRunnerN(concurrency int) {
 	cmd := exec.Command(filepath.Join(s.bin, "forgeci-runner"), "run", "--server", s.vals["FORGECI_URL"],
-		"--token-file", filepath.Join(s.dir, "runner.token"), "--work-dir", filepath.Join(s.dir, "work"), "--concurrency", strconv.Itoa(concurrency),
+		"--token-file", filepath.Join(s.dir, "runner.token"), "--work-dir", s.workDir(), "--concurrency", strconv.Itoa(concurrency),
 		"--kill-grace", "1s")
 	logf, _ := os.OpenFile(filepath.Join(s.dir, "runner.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -109,6 +109,39 @@ func (s *stack) startRunnerN(concurrency int) {
 	}
 	s.runner = cmd
 	s.t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+}
+
+// workDir is the runner's work directory: as root (CI) the runner runs
+// each slot's steps as its own user with a /tmp of its own, so workspaces
+// live outside /tmp.
+func (s *stack) workDir() string {
+	if os.Geteuid() != 0 {
+		return filepath.Join(s.dir, "work")
+	}
+	dir := filepath.Join("/var/lib", "forgeci-e2e-"+filepath.Base(filepath.Dir(s.dir))+"-"+filepath.Base(s.dir))
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// channel is a directory a test's steps can write to for the test to
+// read: as root, steps run as slot users with a /tmp of their own, so it
+// is outside /tmp and writable by anyone.
+func (s *stack) channel(t *testing.T) string {
+	if os.Geteuid() != 0 {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp("/var/lib", "forgeci-e2e-channel-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 // submit submits dir as the admin and returns the run ID.
@@ -249,7 +282,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("cancel mid-step kills the process group", func(t *testing.T) {
-		tmp := t.TempDir()
+		tmp := s.channel(t)
 		id, err := s.submit(writePipeline(t, "jobs:\n  long:\n    runs-on: linux\n    steps:\n      - run: |\n          sleep 300 &\n          echo $! > "+tmp+"/child\n          echo $$ > "+tmp+"/shell\n          wait\n  after:\n    runs-on: linux\n    needs: [long]\n    steps: [{run: echo never}]\n"), false)
 		if err != nil {
 			t.Fatal(err)
@@ -293,7 +326,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("kill -9 of the runner: job ABORTED, not resumed", func(t *testing.T) {
-		marker := filepath.Join(t.TempDir(), "started")
+		marker := filepath.Join(s.channel(t), "started")
 		id, err := s.submit(writePipeline(t, "jobs:\n  long:\n    runs-on: linux\n    steps:\n      - run: touch "+marker+"; sleep 30\n"), false)
 		if err != nil {
 			t.Fatal(err)
@@ -322,7 +355,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("SIGSTOP past the lease: the retried generation wins, the stale runner is fenced", func(t *testing.T) {
-		tmp := t.TempDir()
+		tmp := s.channel(t)
 		// Runner A runs one job at a time: with a second slot, its pending
 		// long-poll would claim the retried generation on the server while
 		// the process is stopped (correct, but not this test).
