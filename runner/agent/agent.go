@@ -18,6 +18,7 @@ import (
 	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/runner/isolate"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/snapshot"
 )
 
 // Config of one runner process.
@@ -424,6 +425,10 @@ func (j *job) prepare(slot int) error {
 			return fmt.Errorf("artifact %s of %s could not be fetched: %w", na.Name, na.Job, err)
 		}
 		fmt.Fprintf(j.logs, "==> artifact %s from %s\n", na.Name, na.Job)
+	}
+	// Each tree was checked alone; links of two together can lead out.
+	if err := snapshot.CheckLinks(j.ws); err != nil {
+		return fmt.Errorf("the workspace's symlinks lead outside it once the cache and artifacts are merged in, no step was run: %w", err)
 	}
 	if err := j.box.HandOver(); err != nil {
 		return fmt.Errorf("the workspace could not be handed to the job's user: %w", err)

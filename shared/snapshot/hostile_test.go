@@ -8,9 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -23,6 +26,10 @@ type tarEntry struct {
 	hdr  tar.Header
 	data []byte
 	// size overrides the header size (for a lying header); data may be shorter.
+}
+
+func symlink(name, target string) tarEntry {
+	return tarEntry{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777}}
 }
 
 func reg(name, data string) tarEntry {
@@ -48,6 +55,28 @@ var hostile = map[string]func() []tarEntry{
 	},
 	"symlink-to-parent-dir": func() []tarEntry {
 		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "up", Linkname: "../../..", Mode: 0o777}}}
+	},
+	// Issue 15: each link alone stays inside; followed through each
+	// other, y reads the canary beside the workspace (either order).
+	"symlink-chain-escape": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "a/b/", Mode: 0o755}},
+			symlink("a/b/up", ".."), symlink("y", "a/b/up/b/up/../../canary")}
+	},
+	"symlink-chain-escape-link-last": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "a/b/", Mode: 0o755}},
+			symlink("y", "a/b/up/b/up/../../canary"), symlink("a/b/up", "..")}
+	},
+	// The same, to a directory: writing through it lands outside.
+	"symlink-chain-escape-dir": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "a/b/", Mode: 0o755}},
+			symlink("a/b/up", ".."), symlink("out", "a/b/up/b/up/../..")}
+	},
+	"symlink-chain-through-links": func() []tarEntry {
+		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "d/e/", Mode: 0o755}},
+			symlink("d/e/p", ".."), symlink("d/q", "e/p/e/p"), symlink("z", "d/q/../../x")}
+	},
+	"symlink-loop": func() []tarEntry {
+		return []tarEntry{symlink("a", "b"), symlink("b", "a")}
 	},
 	"hard-link": func() []tarEntry {
 		return []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeLink, Name: "passwd", Linkname: "/etc/passwd"}}}
@@ -237,25 +266,66 @@ func FuzzExtract(f *testing.F) {
 		f.Add(tarBytes)
 	}
 	f.Add(buildTar(f, []tarEntry{reg("a/b.txt", "hello"), {hdr: tar.Header{Typeflag: tar.TypeSymlink, Name: "a/l", Linkname: "b.txt", Mode: 0o777}}}))
+	// Links through links, inside and out, for the resolver oracle.
+	f.Add(buildTar(f, []tarEntry{{hdr: tar.Header{Typeflag: tar.TypeDir, Name: "a/b/", Mode: 0o755}},
+		symlink("a/b/up", ".."), symlink("a/x", "b/up/b"), symlink("y", "a/b/up/b/up/../../canary")}))
+	f.Add(buildTar(f, []tarEntry{reg("lib/v1/tool", "x"), symlink("lib/current", "v1"), symlink("bin/tool", "../lib/current/tool")}))
 	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest))
 	f.Fuzz(func(t *testing.T, tarBytes []byte) {
 		blob := enc.EncodeAll(tarBytes, nil)
 		parent, ws := canaryWorkspace(t)
-		_, _ = snapshot.Extract(bytes.NewReader(blob), ws, snapshot.Limits{MaxTotalBytes: 16 << 20, MaxFileBytes: 8 << 20})
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		_, err := snapshot.Extract(bytes.NewReader(blob), ws, snapshot.Limits{MaxTotalBytes: 16 << 20, MaxFileBytes: 8 << 20})
+		elapsed := time.Since(start)
+		runtime.ReadMemStats(&after)
+		// Time and memory oracle: bounded by the limits, whatever the
+		// input (the links' resolution included).
+		if elapsed > 3*time.Second {
+			t.Fatalf("extraction of %d tar bytes took %v", len(tarBytes), elapsed)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 160<<20 {
+			t.Fatalf("extraction of %d tar bytes allocated %d MiB", len(tarBytes), alloc>>20)
+		}
 		checkCanary(t, parent)
-		// Whatever was written inside must itself stay inside.
-		_ = filepath.Walk(ws, func(p string, info os.FileInfo, err error) error {
-			if err != nil || info.Mode()&os.ModeSymlink == 0 {
-				return nil
-			}
-			target, _ := os.Readlink(p)
-			resolved := filepath.Join(filepath.Dir(p), target)
-			if filepath.IsAbs(target) || !strings.HasPrefix(resolved, ws+string(filepath.Separator)) {
-				t.Fatalf("symlink %s -> %s escapes the workspace", p, target)
-			}
-			return nil
-		})
+		if err == nil {
+			// (A refused tree may be partly written; its caller removes it.)
+			checkLinksInside(t, ws)
+		}
 	})
+}
+
+// checkLinksInside is the resolver oracle, asked of the kernel: every
+// symlink in ws that resolves at all resolves to something strictly inside
+// ws (an inode of ws's tree, not ws itself), so nothing outside is
+// readable or writable through any link.
+func checkLinksInside(t *testing.T, ws string) {
+	t.Helper()
+	inside := map[uint64]bool{}
+	var links []string
+	_ = filepath.Walk(ws, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info.Mode()&os.ModeSymlink != 0 {
+			links = append(links, p)
+		}
+		if p != ws {
+			inside[info.Sys().(*syscall.Stat_t).Ino] = true
+		}
+		return nil
+	})
+	for _, l := range links {
+		fi, err := os.Stat(l)
+		if err != nil {
+			continue // does not resolve: nothing reachable through it
+		}
+		if !inside[fi.Sys().(*syscall.Stat_t).Ino] {
+			target, _ := os.Readlink(l)
+			t.Fatalf("symlink %s -> %s reaches outside the workspace (or its root)", l, target)
+		}
+	}
 }
 
 func buildTar(t testing.TB, entries []tarEntry) []byte {
