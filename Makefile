@@ -44,9 +44,11 @@ chaos: deps bin/forgeci       ## faults for CHAOS_DURATION (default 5m), then th
 	bin/forgeci services -- $(GO) run ./cmd/forgeci-chaos -duration 1m -db-clock -5m
 
 fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
-	$(GO) test -run '^$$' -fuzz FuzzExtract -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
+	$(GO) test -run '^$$' -fuzz 'FuzzExtract$$' -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),30s) ./shared/pipeline/
 	$(GO) test -run '^$$' -fuzz FuzzStream -fuzztime $(or $(FUZZTIME),30s) ./shared/mask/
+	$(GO) test -run '^$$' -fuzz FuzzExtractTarball -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
+	$(GO) test -run '^$$' -fuzz FuzzLocalPath -fuzztime $(or $(FUZZTIME),30s) ./shared/ui/
 
 dev: deps bin/forgeci         ## a local ForgeCI on 127.0.0.1:8080
 	bin/forgeci dev

@@ -277,6 +277,13 @@ func FuzzExtract(f *testing.F) {
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		start := time.Now()
+		// A hang is the worst time: crash with every goroutine's stack so
+		// that the fuzzer keeps the input.
+		watchdog := time.AfterFunc(10*time.Second, func() {
+			buf := make([]byte, 1<<20)
+			panic("extraction hangs:\n" + string(buf[:runtime.Stack(buf, true)]))
+		})
+		defer watchdog.Stop()
 		_, err := snapshot.Extract(bytes.NewReader(blob), ws, snapshot.Limits{MaxTotalBytes: 16 << 20, MaxFileBytes: 8 << 20})
 		elapsed := time.Since(start)
 		runtime.ReadMemStats(&after)
