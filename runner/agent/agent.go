@@ -403,7 +403,14 @@ func (j *job) execute(slot int) (string, int) {
 // needs, then hands it to the slot's user.
 func (j *job) prepare(slot int) error {
 	c, l := j.claim, j.claim.Lease
-	box, err := j.a.cfg.Isolation.NewBox(slot, filepath.Join(j.a.cfg.WorkDir, l.RunID, l.JobID, l.LeaseID))
+	var lim isolate.Limits
+	if jl := c.Job.Limits; jl != nil {
+		lim = isolate.Limits{MemoryBytes: jl.MemoryBytes, Pids: jl.Processes, CPUs: jl.CPUs}
+		if !j.a.cfg.Isolation.Enforced() {
+			fmt.Fprintf(j.logs, "==> the job's limits are not enforced: this runner makes no cgroups (it does not run as root)\n")
+		}
+	}
+	box, err := j.a.cfg.Isolation.NewBox(slot, filepath.Join(j.a.cfg.WorkDir, l.RunID, l.JobID, l.LeaseID), lim)
 	if err != nil {
 		return fmt.Errorf("the runner could not isolate the job, no step was run: %w", err)
 	}

@@ -86,6 +86,15 @@ func TestJobIsolation(t *testing.T) {
 	if n := countSleeps(marker); n != 0 {
 		t.Errorf("%d processes the job left behind still run", n)
 	}
+	// A job's own memory limit holds, and the job fails saying so.
+	id2, err := s.submit(writePipeline(t, "jobs:\n  hog:\n    runs-on: linux\n    limits: {memory: 48M}\n    steps:\n      - run: head -c 268435456 /dev/zero | tail -c 268435456 > /dev/null\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := s.waitRun(id2, func(v runView) bool { return v.State == "FAILED" || v.State == "PASSED" }, 60*time.Second)
+	if j := v2.Jobs[0]; j.State != "FAILED" || !strings.Contains(j.Reason, "memory limit of 50331648 bytes") {
+		t.Errorf("a job over its memory limit: %+v", j)
+	}
 	stored := storedLog(t, s, id, "attacker")
 	if !strings.Contains(stored, "the secret: ***") {
 		t.Errorf("the split secret was not masked in the stored log:\n%s", stored)

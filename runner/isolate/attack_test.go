@@ -60,7 +60,7 @@ func newIsolator(t *testing.T, mode Mode, slots int, lim Limits) *Isolator {
 
 func newBox(t *testing.T, i *Isolator, slot int, dir string) *Box {
 	t.Helper()
-	b, err := i.NewBox(slot, filepath.Join(dir, fmt.Sprintf("run/job/lease-%d-%d", slot, time.Now().UnixNano())))
+	b, err := i.NewBox(slot, filepath.Join(dir, fmt.Sprintf("run/job/lease-%d-%d", slot, time.Now().UnixNano())), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,6 +292,23 @@ func TestLimits(t *testing.T) {
 		t.Fatal("a step started 64 processes under a limit of 32")
 	}
 	if hit := b.LimitHit(); !strings.Contains(hit, "limit of 32 processes") {
+		t.Fatalf("the job's reason is %q", hit)
+	}
+}
+
+// TestJobLimitsHold: a job's own limit, tighter than the runner's (none
+// here), holds.
+func TestJobLimitsHold(t *testing.T) {
+	i := newIsolator(t, User, 1, Limits{})
+	b, err := i.NewBox(0, filepath.Join(workDir(t), "lease"), Limits{MemoryBytes: 32 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, code := step(t, b, `head -c 134217728 /dev/zero | tail -c 134217728 > /dev/null`); code == 0 {
+		t.Fatal("a step used 128 MiB under the job's 32 MiB limit")
+	}
+	if hit := b.LimitHit(); !strings.Contains(hit, "memory limit of 33554432 bytes") {
 		t.Fatalf("the job's reason is %q", hit)
 	}
 }

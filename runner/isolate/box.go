@@ -22,8 +22,9 @@ type Box struct {
 	steps atomic.Int32
 }
 
-// NewBox prepares an attempt in dir (which must not exist) for slot.
-func (i *Isolator) NewBox(slot int, dir string) (*Box, error) {
+// NewBox prepares an attempt in dir (which must not exist) for slot. job
+// are the limits the job asks for; the runner's own hold where tighter.
+func (i *Isolator) NewBox(slot int, dir string, job Limits) (*Box, error) {
 	b := &Box{i: i, dir: dir}
 	if i.cfg.Mode != None {
 		b.su = i.slots[slot]
@@ -47,7 +48,7 @@ func (i *Isolator) NewBox(slot int, dir string) (*Box, error) {
 		return nil, err
 	}
 	if i.cgroups != nil {
-		g, err := i.cgroups.NewGroup("job-"+filepath.Base(dir), i.cfg.Limits)
+		g, err := i.cgroups.NewGroup("job-"+filepath.Base(dir), i.cfg.Limits.Tighter(job))
 		if err != nil {
 			return nil, err
 		}

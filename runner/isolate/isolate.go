@@ -43,6 +43,24 @@ type Limits struct {
 	CPUs        float64
 }
 
+// Tighter is, for each limit, the tighter of l and o (zero is none).
+func (l Limits) Tighter(o Limits) Limits {
+	pick := func(a, b float64) float64 {
+		if a == 0 || (b != 0 && b < a) {
+			return b
+		}
+		return a
+	}
+	return Limits{
+		MemoryBytes: int64(pick(float64(l.MemoryBytes), float64(o.MemoryBytes))),
+		Pids:        int(pick(float64(l.Pids), float64(o.Pids))),
+		CPUs:        pick(l.CPUs, o.CPUs),
+	}
+}
+
+// Enforced reports whether jobs' limits hold (the runner makes cgroups).
+func (i *Isolator) Enforced() bool { return i.cgroups != nil }
+
 // Config of a runner's isolation.
 type Config struct {
 	Mode Mode
@@ -218,7 +236,7 @@ func chownTree(dir string, su slotUser) error {
 // an error at start rather than every job failing.
 func (i *Isolator) Probe(dir string) error {
 	for slot := range max(len(i.slots), 1) {
-		b, err := i.NewBox(slot, filepath.Join(dir, fmt.Sprintf("probe-%d-%d", os.Getpid(), slot)))
+		b, err := i.NewBox(slot, filepath.Join(dir, fmt.Sprintf("probe-%d-%d", os.Getpid(), slot)), Limits{})
 		if err != nil {
 			return fmt.Errorf("isolation %s: %w", i.cfg.Mode, err)
 		}

@@ -183,3 +183,16 @@ func TestReapStale(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestTighter(t *testing.T) {
+	runner := Limits{MemoryBytes: 4 << 30, Pids: 0, CPUs: 2}
+	for _, tc := range []struct{ job, want Limits }{
+		{Limits{}, runner},
+		{Limits{MemoryBytes: 1 << 30}, Limits{MemoryBytes: 1 << 30, CPUs: 2}},
+		{Limits{MemoryBytes: 8 << 30, Pids: 100, CPUs: 0.5}, Limits{MemoryBytes: 4 << 30, Pids: 100, CPUs: 0.5}},
+	} {
+		if got := runner.Tighter(tc.job); got != tc.want {
+			t.Errorf("runner %+v, job %+v: %+v, want %+v", runner, tc.job, got, tc.want)
+		}
+	}
+}

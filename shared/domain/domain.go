@@ -121,6 +121,8 @@ type JobSpec struct {
 	// env values and run scripts names them too. The control plane fills
 	// them in at claim time, for trusted runs only.
 	Secrets []string `json:"secrets,omitempty"`
+	// Limits the job asks its runner to hold it to.
+	Limits *JobLimits `json:"limits,omitempty"`
 }
 
 // ClaimedJob is the "job" object of a claim response.

@@ -65,6 +65,7 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 	for _, l := range j.labels {
 		job.Labels = append(job.Labels, sub(l, j.path+".runs-on"))
 	}
+	job.Spec.Limits = j.limits
 	job.Spec.Env = map[string]string{}
 	for k, v := range j.env {
 		job.Spec.Env[k] = subSecret(v, j.path+".env."+k)

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
@@ -186,6 +187,47 @@ func (p *parseState) retry(n ast.Node, path string) (lost, failed int) {
 		}
 	}
 	return lost, failed
+}
+
+// limits is a job's limits: {memory: 2G, processes: 512, cpus: 1.5}.
+func (p *parseState) limits(n ast.Node, path string) *domain.JobLimits {
+	kvs, ok := p.mapping(n, path)
+	if !ok {
+		return nil
+	}
+	lim := &domain.JobLimits{}
+	for _, kv := range kvs {
+		key := keyOf(kv)
+		kp := path + "." + key
+		switch key {
+		case "memory":
+			if s, ok := p.str(kv.Value, kp); ok {
+				v, err := domain.ParseBytes(s)
+				if err != nil || v < 16<<20 {
+					p.errorf(kv.Value, kp, "must be a size of at least 16M, such as 512M or 4G")
+				}
+				lim.MemoryBytes = v
+			}
+		case "processes":
+			if v, ok := p.integer(kv.Value, kp); ok {
+				if v < 8 || v > 1<<20 {
+					p.errorf(kv.Value, kp, "must be between 8 and %d", 1<<20)
+				}
+				lim.Processes = v
+			}
+		case "cpus":
+			if s, ok := p.str(kv.Value, kp); ok {
+				v, err := strconv.ParseFloat(s, 64)
+				if err != nil || v < 0.01 || v > 1024 {
+					p.errorf(kv.Value, kp, "must be a number of CPUs from 0.01 to 1024, such as 1.5")
+				}
+				lim.CPUs = v
+			}
+		default:
+			p.errorf(kv.Key, kp, "unknown key %q (expected memory, processes or cpus)", key)
+		}
+	}
+	return lim
 }
 
 func (p *parseState) strategy(n ast.Node, path string) ([]map[string]string, []string) {

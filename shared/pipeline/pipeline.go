@@ -17,6 +17,7 @@
 //	    artifacts: [{name: dist, paths: [dist/]}]
 //	    cache: {key: "go-${{ matrix.go }}", restore-keys: [go-], paths: [.cache]}
 //	    retry: {lease-lost: 1, failed: 0}
+//	    limits: {memory: 2G, processes: 512, cpus: 1.5}
 //	  publish:
 //	    needs: [package]
 //	    download: [{job: package, name: dist}]
@@ -225,6 +226,7 @@ type rawJob struct {
 	download   []domain.NeedArtifact
 	dlNode     ast.Node
 	cache      *domain.CacheSpec
+	limits     *domain.JobLimits
 	secrets    []string
 	retryLost  int
 	retryFail  int
@@ -337,6 +339,8 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 			j.cache = p.cache(kv.Value, kp)
 		case "retry":
 			j.retryLost, j.retryFail = p.retry(kv.Value, kp)
+		case "limits":
+			j.limits = p.limits(kv.Value, kp)
 		case "strategy":
 			j.matrix, j.matrixKeys = p.strategy(kv.Value, kp)
 		case "secrets":
@@ -347,7 +351,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 				}
 			}
 		default:
-			p.errorf(kv.Key, kp, "unknown key %q (expected runs-on, needs, timeout-minutes, env, secrets, steps, artifacts, download, cache, retry or strategy)", key)
+			p.errorf(kv.Key, kp, "unknown key %q (expected runs-on, needs, timeout-minutes, env, secrets, steps, artifacts, download, cache, retry, limits or strategy)", key)
 		}
 	}
 	if stepsNode == nil {

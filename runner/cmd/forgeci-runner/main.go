@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +27,7 @@ import (
 	"github.com/forgeci/forgeci/runner/agent"
 	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/runner/isolate"
+	"github.com/forgeci/forgeci/shared/domain"
 )
 
 func main() {
@@ -126,8 +126,10 @@ func run(args []string) error {
 		return errors.New("--concurrency must be from 1 to 256")
 	}
 	lim := isolate.Limits{Pids: *pids, CPUs: *cpus}
-	if lim.MemoryBytes, err = parseBytes(*memory); err != nil {
-		return fmt.Errorf("--memory-limit: %w", err)
+	if *memory != "" {
+		if lim.MemoryBytes, err = domain.ParseBytes(*memory); err != nil {
+			return fmt.Errorf("--memory-limit %q: %w", *memory, err)
+		}
 	}
 	if lim.Pids < 0 || lim.CPUs < 0 {
 		return errors.New("--pids-limit and --cpu-limit must not be negative")
@@ -195,32 +197,6 @@ func defaultWorkDir() string {
 		return "/var/lib/forgeci-runner/work"
 	}
 	return filepath.Join(os.TempDir(), "forgeci-work")
-}
-
-// parseBytes reads a size such as 512M, 4G or 1073741824 ("" is 0).
-func parseBytes(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	mult := int64(1)
-	switch strings.ToUpper(s[len(s)-1:]) {
-	case "K":
-		mult = 1 << 10
-	case "M":
-		mult = 1 << 20
-	case "G":
-		mult = 1 << 30
-	case "T":
-		mult = 1 << 40
-	}
-	if mult > 1 {
-		s = s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size such as 512M or 4G", s)
-	}
-	return n * mult, nil
 }
 
 func hostname() string {
