@@ -15,13 +15,14 @@ import (
 
 // chaosScript prints n numbered lines, sleeping between them. Every line
 // names the attempt that printed it: job ID, generation and lease ID (the
-// last element of the workspace path), so that the checker can tell whose
-// output ended up in which attempt's log.
+// name of the attempt's directory, the workspace's parent), so that the
+// checker can tell whose output ended up in which attempt's log.
 const chaosScript = `#!/bin/sh
 # usage: chaos.sh NAME LINES SECONDS-BETWEEN
 i=1
+attempt=${FORGECI_WORKSPACE%/*}
 while [ "$i" -le "$2" ]; do
-  echo "chaos $FORGECI_JOB_ID $FORGECI_GENERATION ${FORGECI_WORKSPACE##*/} $1 $i/$2"
+  echo "chaos $FORGECI_JOB_ID $FORGECI_GENERATION ${attempt##*/} $1 $i/$2"
   sleep "$3"
   i=$((i + 1))
 done
@@ -29,7 +30,8 @@ done
 
 // stampStep writes the attempt's identity into the artifact and the cache.
 const stampStep = `mkdir -p dist .cache
-echo "$FORGECI_JOB_ID $FORGECI_GENERATION ${FORGECI_WORKSPACE##*/}" > dist/stamp
+attempt=${FORGECI_WORKSPACE%/*}
+echo "$FORGECI_JOB_ID $FORGECI_GENERATION ${attempt##*/}" > dist/stamp
 date > .cache/warm`
 
 // failFirst fails about one job in four on its first attempt (decided by

@@ -155,7 +155,8 @@ func (r *runnerProc) kill() {
 
 // isolation gives each runner process its own slot users (runners on one
 // machine must not share them: a slot's user is what keeps its jobs
-// apart), from those scripts/deps.sh makes; without enough of them, or
+// apart; a step's kill -1 reaches every process of its user), from those
+// scripts/deps.sh makes; without enough of them, or
 // without root, the runner runs steps unisolated.
 func (r *runnerProc) isolation() []string {
 	if os.Geteuid() != 0 {
@@ -163,7 +164,9 @@ func (r *runnerProc) isolation() []string {
 	}
 	var users []string
 	for k := range r.h.cfg.Concurrency {
-		name := fmt.Sprintf("forgeci-slot%d", r.idx*r.h.cfg.Concurrency+k)
+		// From forgeci-slot2: the end-to-end tests, which may run at the
+		// same time, use slot0 and slot1.
+		name := fmt.Sprintf("forgeci-slot%d", 2+r.idx*r.h.cfg.Concurrency+k)
 		if _, err := user.Lookup(name); err != nil {
 			return []string{"--isolation", "none"}
 		}

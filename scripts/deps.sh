@@ -59,7 +59,7 @@ fi
 # Slot users: a runner running as root runs each concurrency slot's steps
 # as one of these (the tests and the demo run runners as root, as CI does).
 if [ "$(id -u)" -eq 0 ]; then
-  for i in 0 1 2 3 4 5 6 7; do
+  for i in $(seq 0 15); do
     id "forgeci-slot$i" >/dev/null 2>&1 ||
       useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin --user-group "forgeci-slot$i"
   done

@@ -23,7 +23,10 @@ func needRoot(t *testing.T, users int) []string {
 	}
 	var names []string
 	for i := range users {
-		name := fmt.Sprintf("forgeci-slot%d", i)
+		// forgeci-slot8 on: other packages' runners, which may run at the
+		// same time, use slot0 to slot7 (a step's kill -1 here reaches
+		// every process of its user).
+		name := fmt.Sprintf("forgeci-slot%d", 8+i)
 		if _, err := user.Lookup(name); err != nil {
 			t.Fatalf("slot user %s is missing: scripts/deps.sh makes it (make test runs it)", name)
 		}
