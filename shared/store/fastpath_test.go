@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -234,5 +235,69 @@ func TestClaimBehindHint(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2500*time.Millisecond {
 		t.Fatalf("the job behind the hint waited %s", d)
+	}
+}
+
+// TestRevokeRacesWrites: a runner revoked while it appends and heartbeats.
+// Once RevokeRunner has returned, no write of the runner succeeds (the fast
+// paths no longer read the runner's row: revocation ends its leases), and
+// the sweeper records the job ABORTED.
+func TestRevokeRacesWrites(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{LeaseTTL: time.Minute})
+	pgtest.Project(t, s, "p")
+	for round := range 10 {
+		r := newRunner(t, s)
+		l := claimOne(t, s, r)
+		var revoked atomic.Bool
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var late []string
+		for w := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var off int64
+				for i := 0; i < 200; i++ {
+					after := revoked.Load()
+					var err error
+					if w == 0 {
+						_, _, err = s.Heartbeat(ctx, r.ID, l.JobID, l)
+					} else {
+						var next int64
+						if next, err = s.AppendLog(ctx, r.ID, l.JobID, l, off, []byte(fmt.Sprintf("w%d-%d;", w, i))); err == nil {
+							off = next
+						} else if e := (*domain.Error)(nil); errors.As(err, &e) && e.Code == domain.EOffsetMismatch {
+							off, err = *e.NextOffset, nil
+							continue
+						}
+					}
+					if err == nil && after {
+						mu.Lock()
+						late = append(late, fmt.Sprintf("writer %d call %d", w, i))
+						mu.Unlock()
+					}
+					if err != nil && after {
+						return
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(round) * time.Millisecond)
+		if err := s.RevokeRunner(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+		revoked.Store(true)
+		wg.Wait()
+		if len(late) > 0 {
+			t.Fatalf("round %d: %d writes accepted after the revocation returned, first %v", round, len(late), late[:min(5, len(late))])
+		}
+		if _, err := s.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var state string
+		if err := s.Pool().QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, l.JobID).Scan(&state); err != nil || state != "ABORTED" {
+			t.Fatalf("round %d: the revoked runner's job is %s (%v), not ABORTED", round, state, err)
+		}
 	}
 }

@@ -73,8 +73,11 @@ func checkTuple(runnerID, pathJobID string, l domain.Lease) error {
 
 // leaseMatchSQL is the whole lease check as a condition on the job row j,
 // for the single-statement fast paths: $1 job, $2 run, $3 runner, $4 lease
-// ID, $5 generation; RUNNING, unexpired by the database clock, runner not
-// revoked. It must say what lockLease checks.
+// ID, $5 generation; RUNNING, unexpired by the database clock. It must say
+// what lockLease checks; "runner not revoked" is implied, because
+// RevokeRunner ends the runner's leases in the transaction that revokes it
+// (after taking the job rows FOR UPDATE), so a revoked runner holds no
+// unexpired lease. The token's check at the door refuses it anyway.
 //
 // The row is found by its primary key and nothing else: the rest of the
 // tuple is compared as one row with IS NOT DISTINCT FROM, which no index
@@ -83,8 +86,7 @@ func checkTuple(runnerID, pathJobID string, l domain.Lease) error {
 // running job (the sweeper's index) to find one row.
 const leaseMatchSQL = `j.id = $1
     AND (j.run_id, j.runner_id, j.lease_id::text, j.generation, j.state) IS NOT DISTINCT FROM ($2, $3, $4, $5::int, 'RUNNING')
-    AND j.lease_expires_at > now()
-    AND EXISTS (SELECT 1 FROM runners ru WHERE ru.id = $3 AND ru.revoked_at IS NULL)`
+    AND j.lease_expires_at > now()`
 
 // logEndSQL is the end of one attempt's log: log chunks are contiguous and
 // append-only, so it is the end of the last chunk (one backward step of

@@ -199,17 +199,28 @@ func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, e
 }
 
 // RevokeRunner revokes a runner: every later request with its token gets 401,
-// and its leases can no longer be used. Running jobs are left to expire, so
-// the sweeper records them as ABORTED like any lost lease.
+// and its leases end at once (their expiry is set in the past), so the
+// sweeper records its running jobs as ABORTED like any lost lease, and a
+// retry policy may run them elsewhere. The job rows are taken FOR UPDATE
+// first, as by every transition that ends a lease: a fast-path write in
+// flight either commits before the revocation or sees its lease ended.
+// That is why the fast paths' lease check need not read the runner's row.
 func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`, runnerID)
-	if err != nil {
-		return fmt.Errorf("revoke runner: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)
-	}
-	return nil
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`, runnerID)
+		if err != nil {
+			return fmt.Errorf("revoke runner: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE jobs SET lease_expires_at = 'epoch'
+			WHERE id IN (SELECT id FROM jobs WHERE runner_id = $1 AND state = 'RUNNING' FOR UPDATE)`, runnerID); err != nil {
+			return fmt.Errorf("end the revoked runner's leases: %w", err)
+		}
+		return nil
+	})
 }
 
 // ListRunners returns a page of the runners, newest first.
