@@ -150,7 +150,12 @@ func (a *Agent) worker(ctx context.Context, slot int) {
 			continue
 		}
 		// A claimed job runs to its end even if ctx (shutdown) is done.
-		a.runJob(claim, slot)
+		if !a.runJob(claim, slot) {
+			// Something of the last job may still run as this slot's
+			// user: the next job must not share it.
+			a.cfg.Log.Error("slot retired: its last job's processes could not be killed", "slot", slot)
+			return
+		}
 		if a.cfg.Ephemeral {
 			return
 		}
@@ -188,7 +193,7 @@ func (j *job) stopped() string {
 	return j.reason
 }
 
-func (a *Agent) runJob(c *domain.Claim, slot int) {
+func (a *Agent) runJob(c *domain.Claim, slot int) (slotOK bool) {
 	l := c.Lease
 	log := a.cfg.Log.With("job", c.Job.Name, "job_id", l.JobID, "generation", l.Generation)
 	log.Info("claimed")
@@ -227,7 +232,7 @@ func (a *Agent) runJob(c *domain.Claim, slot int) {
 	reason := j.stopped()
 	fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer fcancel()
-	defer j.cleanUp(log)
+	defer func() { slotOK = j.cleanUp(log) }()
 	if reason == "lease lost" || reason == "runner shutting down" {
 		// No longer ours (or deliberately abandoned): report nothing more.
 		log.Warn("job stopped without reporting", "reason", reason)
@@ -255,6 +260,7 @@ func (a *Agent) runJob(c *domain.Claim, slot int) {
 	} else {
 		log.Info("completed", "outcome", outcome, "exit_code", exitCode)
 	}
+	return slotOK // set by cleanUp, deferred
 }
 
 // cleanUp kills whatever the job left running and deletes this lease's
@@ -262,17 +268,20 @@ func (a *Agent) runJob(c *domain.Claim, slot int) {
 // nothing else is using them: the next attempt of the same job may already
 // be running here (a retry claimed by another slot the moment this one
 // completed), and so may other jobs of the run.
-func (j *job) cleanUp(log *slog.Logger) {
+func (j *job) cleanUp(log *slog.Logger) bool {
 	l := j.claim.Lease
 	jobDir := filepath.Join(j.a.cfg.WorkDir, l.RunID, l.JobID)
+	ok := true
 	if j.box != nil {
 		if err := j.box.Close(); err != nil {
 			log.Error("job not cleaned up", "err", err)
+			ok = false
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(jobDir, l.LeaseID))
 	_ = os.Remove(jobDir)
 	_ = os.Remove(filepath.Dir(jobDir))
+	return ok
 }
 
 // endProcesses kills whatever the job's steps left running and waits

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/forgeci/forgeci/runner/client"
@@ -114,8 +115,12 @@ func (j *job) restoreCache() error {
 // pack snapshots the given workspace paths into a temporary blob.
 func (j *job) pack(paths []string) (string, *snapshot.Result, error) {
 	tree := &snapshot.Tree{Root: j.ws}
+	owner := j.box.Owner()
 	for _, p := range paths {
 		p = filepath.Clean(strings.TrimSuffix(p, "/"))
+		if !filepath.IsLocal(p) {
+			return "", nil, fmt.Errorf("path %s is not inside the workspace", p)
+		}
 		if err := j.throughDirs(p); err != nil {
 			return "", nil, err
 		}
@@ -125,6 +130,13 @@ func (j *job) pack(paths []string) (string, *snapshot.Result, error) {
 				return err
 			}
 			rel, _ := filepath.Rel(j.ws, path)
+			// Everything in the workspace is the slot user's (the runner
+			// handed it over; the steps made the rest): anything else is
+			// a hard link to another's file, which the runner (root) must
+			// not read into an artifact or a cache.
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && owner >= 0 && int(st.Uid) != owner {
+				return fmt.Errorf("%s belongs to user %d, not the job's: a hard link to a file outside the job is not packed", rel, st.Uid)
+			}
 			if fi.IsDir() {
 				tree.Dirs = append(tree.Dirs, filepath.ToSlash(rel))
 			} else {

@@ -83,7 +83,7 @@ func TestRemoveWorkspaceKeepsTheNextAttempt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clean := func(l domain.Lease) { (&job{a: a, claim: &domain.Claim{Lease: l}}).cleanUp(a.cfg.Log) }
+	clean := func(l domain.Lease) { _ = (&job{a: a, claim: &domain.Claim{Lease: l}}).cleanUp(a.cfg.Log) }
 	clean(first)
 	if _, err := os.Stat(filepath.Join(a.cfg.WorkDir, "run", "job", "lease-2")); err != nil {
 		t.Fatalf("the next attempt's workspace went with the first: %v", err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -68,6 +69,9 @@ func newBox(t *testing.T, i *Isolator, slot int, dir string) *Box {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
+	if err := b.HandOver(); err != nil {
+		t.Fatal(err)
+	}
 	return b
 }
 
@@ -308,6 +312,9 @@ func TestJobLimitsHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	if err := b.HandOver(); err != nil {
+		t.Fatal(err)
+	}
 	if _, code := step(t, b, `head -c 134217728 /dev/zero | tail -c 134217728 > /dev/null`); code == 0 {
 		t.Fatal("a step used 128 MiB under the job's 32 MiB limit")
 	}
@@ -360,5 +367,67 @@ func TestNewRefusesWhatItCannotGive(t *testing.T) {
 	os.Chmod(private, 0o700)
 	if err := i.CheckWorkDir(filepath.Join(private)); err == nil {
 		t.Error("a work directory slot users cannot reach was accepted")
+	}
+}
+
+// TestReviewFindings: what a security review of the isolation found, each
+// on real processes: a step shares no controlling terminal with the runner
+// (TIOCSTI), no System V IPC or /run/lock with the machine or other jobs,
+// and no descriptor the runner inherited.
+func TestReviewFindings(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			leak, err := syscall.Open("/etc/hostname", syscall.O_RDONLY, 0) // not close-on-exec
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Close(leak)
+			i := newIsolator(t, mode, 2, Limits{})
+			dir := workDir(t)
+			a, b := newBox(t, i, 0, dir), newBox(t, i, 1, dir)
+			holder, err := a.Command(`ipcmk -M 4096 >/dev/null; ipcmk -Q >/dev/null; { echo left > /run/lock/left-by-a; } 2>/dev/null || true; touch $TMPDIR/ready; sleep 30`,
+				[]string{"PATH=/usr/bin:/bin", "TMPDIR=" + a.TmpDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := holder.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { a.Kill(); holder.Wait() }()
+			for range 500 {
+				if _, err := os.Stat(filepath.Join(a.TmpDir(), "ready")); err == nil {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			out, _ := step(t, b, fmt.Sprintf(`
+s=$(cut -d' ' -f6 /proc/$$/stat); [ "$s" = "$$" ] && echo "session leader"
+{ exec 3</dev/tty; } 2>/dev/null && echo "has a terminal"
+echo "shm: $(ipcs -m | grep -c '^0x')" "queues: $(ipcs -q | grep -c '^0x')"
+cat /run/lock/left-by-a 2>/dev/null
+cat /proc/self/fd/%d 2>/dev/null && echo "inherited fd"
+true`, leak))
+			for _, bad := range []string{"has a terminal", "left", "inherited fd"} {
+				if strings.Contains(out, bad) {
+					t.Errorf("%q:\n%s", bad, out)
+				}
+			}
+			// (Under bwrap the step is in a session bwrap made, not its
+			// leader; the one outside is ours.)
+			if mode == User && !strings.Contains(out, "session leader") {
+				t.Errorf("the step is not in a session of its own:\n%s", out)
+			}
+			if !strings.Contains(out, "shm: 0 queues: 0") {
+				t.Errorf("the step sees another job's IPC:\n%s", out)
+			}
+			host, _ := exec.Command("ipcs", "-m", "-q").Output()
+			if strings.Contains(string(host), "forgeci-slot8") {
+				t.Errorf("the job's IPC objects are on the machine:\n%s", host)
+			}
+			if _, err := os.Stat("/run/lock/left-by-a"); err == nil {
+				os.Remove("/run/lock/left-by-a")
+				t.Error("the job wrote the machine's /run/lock")
+			}
+		})
 	}
 }

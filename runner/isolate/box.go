@@ -1,7 +1,9 @@
 package isolate
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,20 +33,25 @@ func (i *Isolator) NewBox(slot int, dir string, job Limits) (*Box, error) {
 	}
 	// The attempt's parent directories are the runner's: others may pass
 	// through them (0711) to their own attempt, not list them.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
-		return nil, err
-	}
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return nil, err
-	}
-	for _, sub := range []string{"ws", "tmp"} {
-		if err := mkdirOwned(filepath.Join(dir, sub), b.su); err != nil {
+	for _, d := range []string{filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir)} {
+		if err := mkdirMode(d, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}
 	}
-	// Steps' scripts and environments: the runner's directory, so that no
-	// step can make or replace a file in it.
-	if err := os.Mkdir(filepath.Join(dir, "steps"), 0o711); err != nil {
+	if err := mkdirMode(dir, 0o711); err != nil {
+		return nil, err
+	}
+	// The workspace stays the runner's (0700) while the runner fills it;
+	// HandOver gives it to the slot's user. Steps' scripts and
+	// environments are in the runner's directory, so that no step can
+	// make or replace a file there.
+	if err := mkdirMode(filepath.Join(dir, "ws"), 0o700); err != nil {
+		return nil, err
+	}
+	if err := mkdirOwned(filepath.Join(dir, "tmp"), b.su); err != nil {
+		return nil, err
+	}
+	if err := mkdirMode(filepath.Join(dir, "steps"), 0o711); err != nil {
 		return nil, err
 	}
 	if i.cgroups != nil {
@@ -65,7 +72,24 @@ func (b *Box) TmpDir() string { return filepath.Join(b.dir, "tmp") }
 
 // HandOver gives the workspace, filled by the runner (source, caches,
 // artifacts), to the slot's user.
-func (b *Box) HandOver() error { return chownTree(b.Workspace(), b.su) }
+func (b *Box) HandOver() error {
+	if err := chownTree(b.Workspace(), b.su); err != nil {
+		return err
+	}
+	if b.su.uid == 0 {
+		return nil
+	}
+	return os.Chmod(b.Workspace(), 0o700) // (chown keeps the mode)
+}
+
+// Owner is the user ID that owns what the steps write (-1: no slot user,
+// the runner's own).
+func (b *Box) Owner() int {
+	if b.su.uid == 0 {
+		return -1
+	}
+	return b.su.uid
+}
 
 // Command is a step: bash -eo pipefail running script, as the slot's user,
 // in the job's cgroup (and, for bwrap, its sandbox), with exactly env.
@@ -103,7 +127,10 @@ func (b *Box) Command(script string, env []string) (*exec.Cmd, error) {
 	}
 	cmd.Dir = b.Workspace()
 	cmd.Env = cmdEnv
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A session of its own: no controlling terminal, so a step cannot
+	// push input into the terminal a runner was started from (TIOCSTI)
+	// or read it; its process group ID is still its PID.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	return cmd, nil
 }
 
@@ -117,16 +144,18 @@ const loadEnv = `while IFS= read -r -d '' kv; do export "$kv" || exit 125; done 
 
 // joinAndMount, run by sh as root, joins every cgroup of the job (the
 // arguments up to --) so that nothing the step starts is outside them,
-// then, in user and bwrap modes (a private mount namespace), mounts a /proc
-// that shows only the slot user's own processes and gives the job /tmp,
-// /var/tmp and /dev/shm of its own. $1 is the job's tmp, $2 "mount" or "".
+// then, in user and bwrap modes (private mount and IPC namespaces), mounts
+// a /proc that shows only the slot user's own processes and gives the job
+// /tmp and /var/tmp of its own and the step a fresh /dev/shm and /run/lock. $1 is the job's tmp, $2 "mount" or "".
 const joinAndMount = `t=$1 m=$2; shift 2
 while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift
 if [ "$m" = mount ]; then
   mount -t proc -o hidepid=2,nosuid,nodev,noexec proc /proc || exit 125
   mount --bind "$t" /tmp || exit 125
   if [ -d /var/tmp ]; then mount --bind /tmp /var/tmp || exit 125; fi
-  if [ -d /dev/shm ]; then mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm || exit 125; fi
+  for d in /dev/shm /run/lock; do
+    if [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$d" || exit 125; fi
+  done
 fi
 exec "$@"`
 
@@ -139,7 +168,8 @@ func (b *Box) prelude() []string {
 	}
 	var pre []string
 	if mount {
-		pre = []string{"unshare", "--mount", "--propagation", "private", "--"}
+		// Its own System V IPC and POSIX message queues too, gone with it.
+		pre = []string{"unshare", "--mount", "--ipc", "--propagation", "private", "--"}
 	}
 	mode := ""
 	if mount {

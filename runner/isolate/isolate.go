@@ -103,6 +103,9 @@ func New(cfg Config, slots int) (*Isolator, error) {
 		cfg.CgroupBase = fmt.Sprintf("forgeci-runner-%d", os.Getpid())
 	}
 	i := &Isolator{cfg: cfg}
+	if err := closeInheritedFDs(); err != nil {
+		return nil, fmt.Errorf("mark inherited descriptors close-on-exec (Linux 5.11 or later): %w", err)
+	}
 	root := os.Geteuid() == 0
 	switch cfg.Mode {
 	case None:
@@ -208,13 +211,22 @@ func killPid(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
 // mkdirOwned makes dir (mode 0700) owned by su, or by the runner if su is
 // the zero slot.
 func mkdirOwned(dir string, su slotUser) error {
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := mkdirMode(dir, 0o700); err != nil {
 		return err
 	}
 	if su.uid != 0 {
 		return os.Chown(dir, su.uid, su.gid)
 	}
 	return nil
+}
+
+// mkdirMode makes dir with exactly perm, whatever the umask (a root umask
+// of 077 would otherwise shut slot users out of their attempts).
+func mkdirMode(dir string, perm os.FileMode) error {
+	if err := os.Mkdir(dir, perm); err != nil {
+		return err
+	}
+	return os.Chmod(dir, perm)
 }
 
 // chownTree hands a tree to su without following symlinks.
@@ -240,7 +252,11 @@ func (i *Isolator) Probe(dir string) error {
 		if err != nil {
 			return fmt.Errorf("isolation %s: %w", i.cfg.Mode, err)
 		}
-		cmd, err := b.Command("exit 0", []string{"PATH=" + rootPath})
+		err = b.HandOver()
+		var cmd *exec.Cmd
+		if err == nil {
+			cmd, err = b.Command("exit 0", []string{"PATH=" + rootPath})
+		}
 		if err == nil {
 			var out []byte
 			if out, err = cmd.CombinedOutput(); err != nil {

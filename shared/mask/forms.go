@@ -2,6 +2,8 @@ package mask
 
 import (
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"net/url"
 	"slices"
 	"strings"
@@ -27,7 +29,8 @@ const pieceOverlap = 32
 // Forms returns the strings to mask for one secret value: the value, each
 // line of a multi-line value, its base64 (standard and URL alphabets, on
 // its own and as it reads inside longer base64 at each of the three byte
-// alignments) and its URL encodings. A value under MinLen bytes gives
+// alignments), its URL encodings, its JSON string escapings and its hex.
+// A value under MinLen bytes gives
 // none; forms under MinLen are dropped.
 func Forms(value string) []string {
 	if len(value) < MinLen {
@@ -47,9 +50,27 @@ func Forms(value string) []string {
 		}
 	}
 	forms = append(forms, url.QueryEscape(value), url.PathEscape(value))
+	forms = append(forms, jsonForms(value)...)
+	forms = append(forms, hex.EncodeToString([]byte(value)), strings.ToUpper(hex.EncodeToString([]byte(value))))
 	forms = slices.DeleteFunc(forms, func(f string) bool { return len(f) < MinLen })
 	slices.Sort(forms)
 	return slices.Compact(forms)
+}
+
+// jsonForms are the value as it reads inside a JSON string: escaped as
+// encoding/json does by default (<, > and & as \u003c ...) and without
+// that HTML escaping, as most other encoders do.
+func jsonForms(value string) []string {
+	var out []string
+	for _, html := range []bool{true, false} {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(html)
+		if enc.Encode(value) == nil {
+			out = append(out, strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(b.String(), `"`), "\n"), `"`))
+		}
+	}
+	return out
 }
 
 // inner is the part of the base64 of value that does not depend on the

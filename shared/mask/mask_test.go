@@ -3,6 +3,8 @@ package mask
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"math/rand/v2"
 	"net/url"
 	"strings"
@@ -199,5 +201,24 @@ func TestNilSet(t *testing.T) {
 	_, _ = w.Write([]byte("abcd"))
 	if out.String() != "abcd" || s.String("abcd") != "abcd" || s.Longest() != 0 {
 		t.Fatal("a nil set must pass everything through at once")
+	}
+}
+
+// TestJSONAndHex: a secret printed by a program as JSON (Go's encoding/json
+// escapes &, < and >; other encoders do not) or as hex is masked.
+func TestJSONAndHex(t *testing.T) {
+	secret := `p&ss<w>rd"\x`
+	set := New([]string{secret})
+	goJSON, _ := json.Marshal(map[string]string{"token": secret})
+	var plain strings.Builder
+	enc := json.NewEncoder(&plain)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(map[string]string{"token": secret})
+	for _, out := range []string{string(goJSON), plain.String(), "key=" + hex.EncodeToString([]byte(secret)),
+		"KEY=" + strings.ToUpper(hex.EncodeToString([]byte(secret)))} {
+		got := set.String(out)
+		if !strings.Contains(got, "***") || strings.Contains(got, "ss<w") || strings.Contains(got, `ss\u003cw`) || strings.Contains(got, "70267373") || strings.Contains(got, "70267373") {
+			t.Errorf("%s shown as %s", out, got)
+		}
 	}
 }

@@ -48,3 +48,18 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestPathsStayInside(t *testing.T) {
+	for _, bad := range []string{"./..", ".//..", "a/../..", "x/..", ".", "/etc", "../x", "a/../../b"} {
+		src := "jobs:\n  a:\n    steps: [{run: 'true'}]\n    artifacts: [{name: out, paths: ['" + bad + "']}]\n"
+		if _, err := pipeline.Parse("p.yml", []byte(src)); err == nil || !strings.Contains(err.Error(), "inside the workspace") {
+			t.Errorf("artifact path %q: %v", bad, err)
+		}
+	}
+	for _, good := range []string{"dist/", "a/../b", "./out", "deep/er/file.txt"} {
+		src := "jobs:\n  a:\n    steps: [{run: 'true'}]\n    cache: {key: k, paths: ['" + good + "']}\n"
+		if _, err := pipeline.Parse("p.yml", []byte(src)); err != nil {
+			t.Errorf("cache path %q: %v", good, err)
+		}
+	}
+}

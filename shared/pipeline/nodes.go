@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"fmt"
+	pathpkg "path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -98,9 +100,10 @@ func (p *parseState) strList(n ast.Node, path string) []string {
 func (p *parseState) relPaths(n ast.Node, path string) []string {
 	paths := p.strList(n, path)
 	for _, s := range paths {
-		c := strings.TrimSuffix(s, "/")
-		if s == "" || strings.HasPrefix(s, "/") || c == ".." || strings.HasPrefix(c, "../") || strings.Contains(c, "/../") {
-			p.errorf(n, path, "path %q must be relative and inside the workspace", s)
+		// Judged as cleaned: "./..", "a/../.." and "x/.." leave the
+		// workspace or name its root.
+		if c := pathpkg.Clean(s); s == "" || c == "." || !filepath.IsLocal(c) {
+			p.errorf(n, path, "path %q must be relative and inside the workspace (not the workspace itself)", s)
 		}
 	}
 	return paths

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package isolate
+
+func closeInheritedFDs() error { return nil }
