@@ -29,7 +29,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -324,38 +323,7 @@ func (h *Harness) setup(ctx context.Context) error {
 	if h.sources, err = uploadVariants(ctx, h.blobs, dir, project.ID); err != nil {
 		return err
 	}
-	bin := h.cfg.RunnerBin
-	if bin == "" {
-		h.progress("building forgeci-runner")
-		bin = filepath.Join(dir, "forgeci-runner")
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/forgeci/forgeci/runner/cmd/forgeci-runner").CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("build forgeci-runner: %v\n%s", err, out)
-		}
-	}
-	for i := range h.cfg.Runners {
-		reg, _, err := h.st.CreateRegistrationToken(ctx, time.Hour, "chaos", store.Scope{Untrusted: true})
-		if err != nil {
-			return err
-		}
-		id, token, err := h.st.RegisterRunner(ctx, reg, fmt.Sprintf("chaos-%d", i), []string{"linux"})
-		if err != nil {
-			return err
-		}
-		h.tokens[token] = id
-		r := &runnerProc{h: h, idx: i, id: id, bin: bin,
-			tokenFile: filepath.Join(dir, fmt.Sprintf("runner-%d.token", i)),
-			workDir:   runnerWorkDir(dir, i),
-			logFile:   filepath.Join(dir, fmt.Sprintf("runner-%d.log", i))}
-		if err := os.WriteFile(r.tokenFile, []byte(token+"\n"), 0o600); err != nil {
-			return err
-		}
-		if err := r.start(); err != nil {
-			return err
-		}
-		h.runners = append(h.runners, r)
-	}
-	return nil
+	return h.startRunners(ctx, dir)
 }
 
 // withAdmin runs fn on a fresh connection to the chaos database that is
@@ -569,13 +537,4 @@ func FakeTimeLibrary() (string, error) {
 		}
 	}
 	return "", errors.New("libfaketime not found: install Debian's faketime package (make deps does)")
-}
-
-// runnerWorkDir is runner i's work directory: outside /tmp for a runner
-// running as root, which gives each job a /tmp of its own.
-func runnerWorkDir(dir string, i int) string {
-	if os.Geteuid() == 0 && strings.HasPrefix(dir, "/tmp/") {
-		return filepath.Join("/var/lib", "forgeci-chaos-"+filepath.Base(dir), fmt.Sprintf("work-%d", i))
-	}
-	return filepath.Join(dir, fmt.Sprintf("work-%d", i))
 }

@@ -1,15 +1,19 @@
 package chaos
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 // runnerProc is one forgeci-runner process slot: one registered runner,
@@ -173,4 +177,50 @@ func (r *runnerProc) isolation() []string {
 		users = append(users, name)
 	}
 	return []string{"--slot-users", strings.Join(users, ",")}
+}
+
+// runnerWorkDir is runner i's work directory: outside /tmp for a runner
+// running as root, which gives each job a /tmp of its own.
+func runnerWorkDir(dir string, i int) string {
+	if os.Geteuid() == 0 && strings.HasPrefix(dir, "/tmp/") {
+		return filepath.Join("/var/lib", "forgeci-chaos-"+filepath.Base(dir), fmt.Sprintf("work-%d", i))
+	}
+	return filepath.Join(dir, fmt.Sprintf("work-%d", i))
+}
+
+// startRunners builds the runner (unless given), registers the runners
+// and starts their processes.
+func (h *Harness) startRunners(ctx context.Context, dir string) error {
+	bin := h.cfg.RunnerBin
+	if bin == "" {
+		h.progress("building forgeci-runner")
+		bin = filepath.Join(dir, "forgeci-runner")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/forgeci/forgeci/runner/cmd/forgeci-runner").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("build forgeci-runner: %v\n%s", err, out)
+		}
+	}
+	for i := range h.cfg.Runners {
+		reg, _, err := h.st.CreateRegistrationToken(ctx, time.Hour, "chaos", store.Scope{Untrusted: true})
+		if err != nil {
+			return err
+		}
+		id, token, err := h.st.RegisterRunner(ctx, reg, fmt.Sprintf("chaos-%d", i), []string{"linux"})
+		if err != nil {
+			return err
+		}
+		h.tokens[token] = id
+		r := &runnerProc{h: h, idx: i, id: id, bin: bin,
+			tokenFile: filepath.Join(dir, fmt.Sprintf("runner-%d.token", i)),
+			workDir:   runnerWorkDir(dir, i),
+			logFile:   filepath.Join(dir, fmt.Sprintf("runner-%d.log", i))}
+		if err := os.WriteFile(r.tokenFile, []byte(token+"\n"), 0o600); err != nil {
+			return err
+		}
+		if err := r.start(); err != nil {
+			return err
+		}
+		h.runners = append(h.runners, r)
+	}
+	return nil
 }

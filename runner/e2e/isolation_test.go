@@ -86,21 +86,26 @@ func TestJobIsolation(t *testing.T) {
 	if n := countSleeps(marker); n != 0 {
 		t.Errorf("%d processes the job left behind still run", n)
 	}
-	// A job's own memory limit holds, and the job fails saying so.
-	id2, err := s.submit(writePipeline(t, "jobs:\n  hog:\n    runs-on: linux\n    limits: {memory: 48M}\n    steps:\n      - run: head -c 268435456 /dev/zero | tail -c 268435456 > /dev/null\n"), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v2 := s.waitRun(id2, func(v runView) bool { return v.State == "FAILED" || v.State == "PASSED" }, 60*time.Second)
-	if j := v2.Jobs[0]; j.State != "FAILED" || !strings.Contains(j.Reason, "memory limit of 50331648 bytes") {
-		t.Errorf("a job over its memory limit: %+v", j)
-	}
+	checkJobLimit(t, s)
 	stored := storedLog(t, s, id, "attacker")
 	if !strings.Contains(stored, "the secret: ***") {
 		t.Errorf("the split secret was not masked in the stored log:\n%s", stored)
 	}
 	if strings.Contains(stored, "split-secr") || strings.Contains(stored, "c3BsaXQtc2VjcmV0LXZhbHVlLTk3MzE") {
 		t.Errorf("the stored log holds the secret:\n%s", stored)
+	}
+}
+
+// checkJobLimit: a job's own memory limit holds, and the job fails saying
+// so.
+func checkJobLimit(t *testing.T, s *stack) {
+	id, err := s.submit(writePipeline(t, "jobs:\n  hog:\n    runs-on: linux\n    limits: {memory: 48M}\n    steps:\n      - run: head -c 268435456 /dev/zero | tail -c 268435456 > /dev/null\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.waitRun(id, func(v runView) bool { return v.State == "FAILED" || v.State == "PASSED" }, 60*time.Second)
+	if j := v.Jobs[0]; j.State != "FAILED" || !strings.Contains(j.Reason, "memory limit of 50331648 bytes") {
+		t.Errorf("a job over its memory limit: %+v", j)
 	}
 }
 

@@ -179,42 +179,8 @@ func unpackTar(tr *tar.Reader, lim Limits, out sink, rename func(*tar.Header) (n
 				continue
 			}
 		}
-		if hdr.Typeflag == tar.TypeDir && name == "" {
-			return refuse("entry %q names the root", hdr.Name)
-		}
-		if err := CheckPath(name, lim.MaxPathLen); err != nil {
-			return refuse("%v", err)
-		}
-		if depth := strings.Count(name, "/") + 1; depth > lim.MaxDepth {
-			return refuse("path %.80q is %d levels deep, over the limit of %d", name, depth, lim.MaxDepth)
-		}
-		if _, dup := seen[name]; dup {
-			return refuse("duplicate entry %q", name)
-		}
-		// No entry may pass through a symlink this archive made, even one
-		// pointing inside the tree: the manifest would no longer describe
-		// what the job sees.
-		for p := path.Dir(name); p != "."; p = path.Dir(p) {
-			switch seen[p] {
-			case TypeSymlink:
-				return refuse("entry %q is written through the symlink %q", name, p)
-			case TypeFile:
-				return refuse("entry %q is inside the file %q", name, p)
-			}
-		}
-		if hdr.Mode&0o7000 != 0 {
-			return refuse("entry %q has setuid, setgid or sticky bits (mode %o)", name, hdr.Mode)
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir, tar.TypeReg, tar.TypeSymlink:
-		case tar.TypeLink:
-			return refuse("entry %q is a hard link", name)
-		case tar.TypeChar, tar.TypeBlock:
-			return refuse("entry %q is a device", name)
-		case tar.TypeFifo:
-			return refuse("entry %q is a FIFO", name)
-		default:
-			return refuse("entry %q has unsupported type %q", name, hdr.Typeflag)
+		if err := checkEntry(hdr, name, lim, seen); err != nil {
+			return err
 		}
 		if err := makeParents(out, name, seen); err != nil {
 			return err
@@ -249,6 +215,49 @@ func unpackTar(tr *tar.Reader, lim Limits, out sink, rename func(*tar.Header) (n
 		}
 	}
 	return checkTreeLinks(seen, links)
+}
+
+// checkEntry applies the rules that one entry must pass on its own and
+// against what the archive made before it.
+func checkEntry(hdr *tar.Header, name string, lim Limits, seen map[string]string) error {
+	if hdr.Typeflag == tar.TypeDir && name == "" {
+		return refuse("entry %q names the root", hdr.Name)
+	}
+	if err := CheckPath(name, lim.MaxPathLen); err != nil {
+		return refuse("%v", err)
+	}
+	if depth := strings.Count(name, "/") + 1; depth > lim.MaxDepth {
+		return refuse("path %.80q is %d levels deep, over the limit of %d", name, depth, lim.MaxDepth)
+	}
+	if _, dup := seen[name]; dup {
+		return refuse("duplicate entry %q", name)
+	}
+	// No entry may pass through a symlink this archive made, even one
+	// pointing inside the tree: the manifest would no longer describe
+	// what the job sees.
+	for p := path.Dir(name); p != "."; p = path.Dir(p) {
+		switch seen[p] {
+		case TypeSymlink:
+			return refuse("entry %q is written through the symlink %q", name, p)
+		case TypeFile:
+			return refuse("entry %q is inside the file %q", name, p)
+		}
+	}
+	if hdr.Mode&0o7000 != 0 {
+		return refuse("entry %q has setuid, setgid or sticky bits (mode %o)", name, hdr.Mode)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir, tar.TypeReg, tar.TypeSymlink:
+	case tar.TypeLink:
+		return refuse("entry %q is a hard link", name)
+	case tar.TypeChar, tar.TypeBlock:
+		return refuse("entry %q is a device", name)
+	case tar.TypeFifo:
+		return refuse("entry %q is a FIFO", name)
+	default:
+		return refuse("entry %q has unsupported type %q", name, hdr.Typeflag)
+	}
+	return nil
 }
 
 // makeParents creates the parents of name that the archive did not list.
