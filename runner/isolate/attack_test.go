@@ -104,6 +104,27 @@ func step(t *testing.T, b *Box, script string, env ...string) (string, int) {
 
 var modes = []Mode{User, Bwrap}
 
+// hold runs setup in b with env, then keeps the step running until the
+// test ends; it returns once setup is done.
+func hold(t *testing.T, b *Box, setup string, env ...string) {
+	t.Helper()
+	cmd, err := b.Command(setup+"\ntouch $TMPDIR/ready; sleep 30", append([]string{"PATH=/usr/bin:/bin", "TMPDIR=" + b.TmpDir()}, env...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Kill(); cmd.Wait() })
+	for range 500 {
+		if _, err := os.Stat(filepath.Join(b.TmpDir(), "ready")); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the holding step did not start")
+}
+
 func TestStepCannotReachTheRunner(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
@@ -155,20 +176,7 @@ func TestJobsCannotSeeEachOther(t *testing.T) {
 			i := newIsolator(t, mode, 2, Limits{})
 			dir := workDir(t)
 			a, b := newBox(t, i, 0, dir), newBox(t, i, 1, dir)
-			holder, err := a.Command("touch $TMPDIR/ready; sleep 30", []string{"PATH=/usr/bin:/bin", "TMPDIR=" + a.TmpDir(), "SECRET=s3cr3t-of-job-a"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := holder.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { a.Kill(); holder.Wait() }()
-			for range 500 {
-				if _, err := os.Stat(filepath.Join(a.TmpDir(), "ready")); err == nil {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			hold(t, a, "true", "SECRET=s3cr3t-of-job-a")
 			out, _ := step(t, b, `
 for p in /proc/[0-9]*; do cat $p/environ 2>/dev/null | tr '\0' '\n'; done | grep s3cr3t || echo "environ: none"
 ls /proc | grep -c '^[0-9]' 
@@ -385,21 +393,7 @@ func TestReviewFindings(t *testing.T) {
 			i := newIsolator(t, mode, 2, Limits{})
 			dir := workDir(t)
 			a, b := newBox(t, i, 0, dir), newBox(t, i, 1, dir)
-			holder, err := a.Command(`ipcmk -M 4096 >/dev/null; ipcmk -Q >/dev/null; { echo left > /run/lock/left-by-a; } 2>/dev/null || true; touch $TMPDIR/ready; sleep 30`,
-				[]string{"PATH=/usr/bin:/bin", "TMPDIR=" + a.TmpDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := holder.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { a.Kill(); holder.Wait() }()
-			for range 500 {
-				if _, err := os.Stat(filepath.Join(a.TmpDir(), "ready")); err == nil {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			hold(t, a, `ipcmk -M 4096 >/dev/null; ipcmk -Q >/dev/null; { echo left > /run/lock/left-by-a; } 2>/dev/null || true`)
 			out, _ := step(t, b, fmt.Sprintf(`
 s=$(cut -d' ' -f6 /proc/$$/stat); [ "$s" = "$$" ] && echo "session leader"
 { exec 3</dev/tty; } 2>/dev/null && echo "has a terminal"

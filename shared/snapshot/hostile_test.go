@@ -273,34 +273,42 @@ func FuzzExtract(f *testing.F) {
 	enc, _ := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest))
 	f.Fuzz(func(t *testing.T, tarBytes []byte) {
 		blob := enc.EncodeAll(tarBytes, nil)
-		parent, ws := canaryWorkspace(t)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		start := time.Now()
-		// A hang is the worst time: crash with every goroutine's stack so
-		// that the fuzzer keeps the input.
-		watchdog := time.AfterFunc(10*time.Second, func() {
-			buf := make([]byte, 1<<20)
-			panic("extraction hangs:\n" + string(buf[:runtime.Stack(buf, true)]))
+		boundedExtract(t, len(tarBytes), func(ws string) error {
+			_, err := snapshot.Extract(bytes.NewReader(blob), ws, snapshot.Limits{MaxTotalBytes: 16 << 20, MaxFileBytes: 8 << 20})
+			return err
 		})
-		defer watchdog.Stop()
-		_, err := snapshot.Extract(bytes.NewReader(blob), ws, snapshot.Limits{MaxTotalBytes: 16 << 20, MaxFileBytes: 8 << 20})
-		elapsed := time.Since(start)
-		runtime.ReadMemStats(&after)
-		// Time and memory oracle: bounded by the limits, whatever the
-		// input (the links' resolution included).
-		if elapsed > 3*time.Second {
-			t.Fatalf("extraction of %d tar bytes took %v", len(tarBytes), elapsed)
-		}
-		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 160<<20 {
-			t.Fatalf("extraction of %d tar bytes allocated %d MiB", len(tarBytes), alloc>>20)
-		}
-		checkCanary(t, parent)
-		if err == nil {
-			// (A refused tree may be partly written; its caller removes it.)
-			checkLinksInside(t, ws)
-		}
 	})
+}
+
+// boundedExtract runs extract into a canary workspace under the fuzz
+// targets' oracles: time (a hang crashes with every goroutine's stack, so
+// that the fuzzer keeps the input; over 3 s fails) and memory (160 MiB
+// allocated), nothing written beside the workspace, and no link of an
+// accepted tree that resolves outside it.
+func boundedExtract(t *testing.T, inputLen int, extract func(ws string) error) {
+	parent, ws := canaryWorkspace(t)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	watchdog := time.AfterFunc(10*time.Second, func() {
+		buf := make([]byte, 1<<20)
+		panic("extraction hangs:\n" + string(buf[:runtime.Stack(buf, true)]))
+	})
+	defer watchdog.Stop()
+	err := extract(ws)
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	if elapsed > 3*time.Second {
+		t.Fatalf("extraction of %d input bytes took %v", inputLen, elapsed)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 160<<20 {
+		t.Fatalf("extraction of %d input bytes allocated %d MiB", inputLen, alloc>>20)
+	}
+	checkCanary(t, parent)
+	if err == nil {
+		// (A refused tree may be partly written; its caller removes it.)
+		checkLinksInside(t, ws)
+	}
 }
 
 // checkLinksInside is the resolver oracle, asked of the kernel: every
