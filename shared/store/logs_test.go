@@ -25,14 +25,7 @@ const secret = "Zq8-hunter2-Xw7"
 // stored masked. With KMS down, see testKMSDown and testReasonWithheld.
 func TestLogsShownMasked(t *testing.T) {
 	ctx := context.Background()
-	kms, keyID := fakekms.New(t)
-	kms.SetEnv(t)
-	keys, err := secretbox.NewKMSKeyring(ctx, keyID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := pgtest.NewStore(t, store.Limits{})
-	s.SetKeyring(keys)
+	s, kms, keys := kmsStore(t)
 	p := pgtest.Project(t, s, "p")
 	root := pgtest.Admin(t, s, "root")
 	if err := s.SetSecret(ctx, root, p.ID, "DEPLOY_TOKEN", secret); err != nil {

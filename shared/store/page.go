@@ -23,6 +23,16 @@ type Page struct {
 	Cursor string // from the previous page's Next; "" for the first
 }
 
+// parse is the page's limit and its cursor decoded into n sort-key parts.
+func (p Page) parse(n int) (int, []string, error) {
+	limit, err := p.limit()
+	if err != nil {
+		return 0, nil, err
+	}
+	after, err := p.keys(n)
+	return limit, after, err
+}
+
 func (p Page) limit() (int, error) {
 	switch {
 	case p.Limit == 0:

@@ -138,11 +138,7 @@ func scanProject(row pgx.Row) (Project, error) {
 
 // ListProjects returns a page of the projects u may read, by name.
 func (s *Store) ListProjects(ctx context.Context, u User, pg Page) ([]Project, string, error) {
-	limit, err := pg.limit()
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := pg.keys(1)
+	limit, after, err := pg.parse(1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -193,11 +189,7 @@ type Member struct {
 // Members lists a page of a project's members by name; u must be an admin
 // of the project.
 func (s *Store) Members(ctx context.Context, u User, projectID string, pg Page) ([]Member, string, error) {
-	limit, err := pg.limit()
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := pg.keys(1)
+	limit, after, err := pg.parse(1)
 	if err != nil {
 		return nil, "", err
 	}

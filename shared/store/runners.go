@@ -225,11 +225,7 @@ func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
 
 // ListRunners returns a page of the runners, newest first.
 func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string, error) {
-	limit, err := pg.limit()
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := pg.keys(2)
+	limit, after, err := pg.parse(2)
 	if err != nil {
 		return nil, "", err
 	}

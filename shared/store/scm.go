@@ -244,11 +244,7 @@ func (s *Store) FailDelivery(ctx context.Context, d *Delivery, cause error, perm
 // Deliveries lists a page of the deliveries of the projects u may read,
 // newest first, optionally in one state.
 func (s *Store) Deliveries(ctx context.Context, u User, state string, pg Page) ([]Delivery, string, error) {
-	limit, err := pg.limit()
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := pg.keys(2)
+	limit, after, err := pg.parse(2)
 	if err != nil {
 		return nil, "", err
 	}

@@ -122,11 +122,7 @@ func (s *Store) projectKey(ctx context.Context, tx pgx.Tx, projectID string) ([]
 // ListSecrets lists a page of a project's secret names; u must be an admin
 // of it.
 func (s *Store) ListSecrets(ctx context.Context, u User, projectID string, pg Page) ([]SecretInfo, string, error) {
-	limit, err := pg.limit()
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := pg.keys(1)
+	limit, after, err := pg.parse(1)
 	if err != nil {
 		return nil, "", err
 	}

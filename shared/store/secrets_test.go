@@ -14,6 +14,21 @@ import (
 	"github.com/forgeci/forgeci/shared/store"
 )
 
+// kmsStore is a store whose project secrets are sealed through a fake KMS
+// (which the test may take down), with that keyring.
+func kmsStore(t *testing.T) (*store.Store, *fakekms.KMS, secretbox.Keyring) {
+	t.Helper()
+	kms, keyID := fakekms.New(t)
+	kms.SetEnv(t)
+	keys, err := secretbox.NewKMSKeyring(context.Background(), keyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pgtest.NewStore(t, store.Limits{})
+	s.SetKeyring(keys)
+	return s, kms, keys
+}
+
 // secretSpec is a job that names DEPLOY_TOKEN both ways, and a secret
 // that does not exist.
 func secretSpec() domain.JobSpec {
@@ -31,14 +46,7 @@ func secretSpec() domain.JobSpec {
 // back, gets it as a new generation.
 func TestSecretsThroughKMS(t *testing.T) {
 	ctx := context.Background()
-	kms, keyID := fakekms.New(t)
-	kms.SetEnv(t)
-	keys, err := secretbox.NewKMSKeyring(ctx, keyID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := pgtest.NewStore(t, store.Limits{})
-	s.SetKeyring(keys)
+	s, kms, keys := kmsStore(t)
 	p := pgtest.Project(t, s, "p")
 	q := pgtest.Project(t, s, "q")
 	root := pgtest.Admin(t, s, "root")

@@ -134,11 +134,7 @@ type UserInfo struct {
 
 // ListUsers returns a page of the users, by name.
 func (s *Store) ListUsers(ctx context.Context, pg Page) ([]UserInfo, string, error) {
-	limit, err := pg.limit()
-	if err != nil {
-		return nil, "", err
-	}
-	after, err := pg.keys(1)
+	limit, after, err := pg.parse(1)
 	if err != nil {
 		return nil, "", err
 	}
