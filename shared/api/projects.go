@@ -191,12 +191,7 @@ func (s *Server) setSettings(w http.ResponseWriter, r *http.Request, u store.Use
 	if err := s.Store.SetSettings(r.Context(), u, p.ID, req); err != nil {
 		return err
 	}
-	st, err := s.Store.ProjectStorage(r.Context(), u, p.ID)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
+	return s.getStorage(w, r, u) // the project as it now stands
 }
 
 // gcPlan says what the garbage collector would remove now (a dry run; the

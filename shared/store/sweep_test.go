@@ -14,8 +14,14 @@ import (
 
 func newRunner(t *testing.T, s *store.Store, labels ...string) store.Runner {
 	t.Helper()
+	return scopedRunner(t, s, store.Scope{Untrusted: true}, labels...)
+}
+
+// scopedRunner registers a runner with a token of the given scope.
+func scopedRunner(t *testing.T, s *store.Store, scope store.Scope, labels ...string) store.Runner {
+	t.Helper()
 	ctx := context.Background()
-	reg, _, err := s.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
+	reg, _, err := s.CreateRegistrationToken(ctx, time.Minute, "", scope)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,21 +282,7 @@ func TestRunnerScope(t *testing.T) {
 	s := pgtest.NewStore(t, store.Limits{})
 	pgtest.Project(t, s, "a")
 	pgtest.Project(t, s, "b")
-	scoped := func(scope store.Scope) store.Runner {
-		reg, _, err := s.CreateRegistrationToken(ctx, time.Minute, "", scope)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, token, err := s.RegisterRunner(ctx, reg, "r", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := s.AuthenticateRunner(ctx, token)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	scoped := func(scope store.Scope) store.Runner { return scopedRunner(t, s, scope) }
 	if _, _, err := s.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Projects: []string{"nope"}}); err == nil {
 		t.Fatal("a token scoped to a project that does not exist")
 	}
