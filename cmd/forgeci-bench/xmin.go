@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -141,7 +142,7 @@ func pinnedRun(ctx context.Context, admin, kind string) (clean, mean, last float
 					fail(fmt.Errorf("claim: %v (claimed %v)", err, c != nil))
 					return
 				}
-				if _, err := st.Complete(wctx, runnerID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0); err != nil {
+				if _, err := st.Complete(wctx, runnerID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
 					fail(err)
 					return
 				}

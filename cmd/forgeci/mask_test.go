@@ -85,7 +85,7 @@ func TestCLIMaskedLog(t *testing.T) {
 	if _, err := st.AppendLog(ctx, runner.ID, l.JobID, l, int64(len(first)), []byte(secret[6:]+"\nbye\n")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Complete(ctx, runner.ID, l.JobID, l, store.OutcomePassed, 0); err != nil {
+	if _, err := st.Complete(ctx, runner.ID, l.JobID, l, domain.OutcomePassed, 0); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -57,7 +57,7 @@ func (e *env) leasedBuild(a runnerCreds) domain.Claim {
 	if err := e.store.CommitArtifact(ctx, a.ID, up.Job.ID, up.Lease, "dist", dist, distSize); err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.store.Complete(ctx, a.ID, up.Job.ID, up.Lease, store.OutcomePassed, 0); err != nil {
+	if _, err := e.store.Complete(ctx, a.ID, up.Job.ID, up.Lease, domain.OutcomePassed, 0); err != nil {
 		e.t.Fatal(err)
 	}
 	c := e.claim(a)

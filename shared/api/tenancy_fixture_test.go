@@ -63,7 +63,7 @@ func newTenancy(t *testing.T) *tenancy {
 	f.done = e.createRun("finished")
 	c := e.claim(f.runner)
 	f.doneJob = c.Lease.JobID
-	if _, err := e.store.Complete(ctx, f.runner.ID, c.Lease.JobID, c.Lease, store.OutcomeFailed, 1); err != nil {
+	if _, err := e.store.Complete(ctx, f.runner.ID, c.Lease.JobID, c.Lease, domain.OutcomeFailed, 1); err != nil {
 		t.Fatal(err)
 	}
 	f.live = e.createRun("queued")

@@ -37,6 +37,16 @@ const (
 	ReasonCanceled     = "canceled"
 )
 
+// Outcome is what a runner reports when an attempt ends.
+type Outcome string
+
+// Outcomes a runner may report.
+const (
+	OutcomePassed   Outcome = "passed"
+	OutcomeFailed   Outcome = "failed"
+	OutcomeCanceled Outcome = "canceled"
+)
+
 // JobTerminal reports whether a job in state s will never change again.
 func JobTerminal(s string) bool {
 	switch s {

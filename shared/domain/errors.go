@@ -32,13 +32,54 @@ type Error struct {
 	Message string
 	// NextOffset is set with EOffsetMismatch: the current end of the log.
 	NextOffset *int64
+	// Details locate each problem when the message sums up several (an
+	// invalid pipeline file).
+	Details []Detail
+	// Status is the HTTP status the error came with, when a client decoded
+	// it from an answer (protocol.DecodeError); 0 on the server.
+	Status int
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+// Detail is one located problem: file:line:column, the path of the key
+// (jobs.build.steps[0].run) and what is wrong there.
+type Detail struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Column  int    `json:"column"`
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func (d Detail) String() string {
+	return fmt.Sprintf("%s:%d:%d: %s: %s", d.File, d.Line, d.Column, d.Path, d.Message)
+}
+
+// Error is the code and message, then each detail on its own line.
+func (e *Error) Error() string {
+	s := e.Code + ": " + e.Message
+	for _, d := range e.Details {
+		s += "\n  " + d.String()
+	}
+	return s
+}
 
 // Errorf returns an *Error with the given code and formatted message.
 func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Is reports whether err is an *Error with one of codes.
+func Is(err error, codes ...string) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	for _, c := range codes {
+		if e.Code == c {
+			return true
+		}
+	}
+	return false
 }
 
 // ErrorCode returns the code of err, or EInternal when err is not an *Error.

@@ -58,7 +58,7 @@ func TestAdvanceRunDiamond(t *testing.T) {
 	if len(claims) != 2 || claims["a"] == nil || claims["b"] == nil {
 		t.Fatalf("claimed %v, want a and b", claims)
 	}
-	complete(t, s, r, claims["a"], store.OutcomeFailed)
+	complete(t, s, r, claims["a"], domain.OutcomeFailed)
 	want := map[string]string{"a": "FAILED", "b": "RUNNING", "c": "SKIPPED", "d": "SKIPPED", "e": "SKIPPED", "f": "SKIPPED", "g": "PENDING"}
 	if got := states(t, s, run.ID); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after a failed: %v, want %v", got, want)
@@ -66,12 +66,12 @@ func TestAdvanceRunDiamond(t *testing.T) {
 	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunRunning || got.FinishedAt != nil {
 		t.Fatalf("run while b runs: %s %v", got.State, got.FinishedAt)
 	}
-	complete(t, s, r, claims["b"], store.OutcomePassed)
+	complete(t, s, r, claims["b"], domain.OutcomePassed)
 	g := claimAll(t, s, r)["g"]
 	if g == nil {
 		t.Fatalf("g was not queued after b passed: %v", states(t, s, run.ID))
 	}
-	complete(t, s, r, g, store.OutcomePassed)
+	complete(t, s, r, g, domain.OutcomePassed)
 	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunFailed || got.FinishedAt == nil {
 		t.Fatalf("run at the end: %s %v", got.State, got.FinishedAt)
 	}
@@ -100,7 +100,7 @@ func TestAdvanceRunConcurrentNeeds(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := s.Complete(ctx, r.ID, claims[name].Lease.JobID, claims[name].Lease, store.OutcomePassed, 0); err != nil {
+				if _, err := s.Complete(ctx, r.ID, claims[name].Lease.JobID, claims[name].Lease, domain.OutcomePassed, 0); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -114,8 +114,8 @@ func TestAdvanceRunConcurrentNeeds(t *testing.T) {
 			t.Fatalf("round %d: the run row was rewritten although its state stayed RUNNING", i)
 		}
 		c := claimAll(t, s, r)["c"]
-		complete(t, s, r, c, store.OutcomePassed)
-		complete(t, s, r, claims["other"], store.OutcomePassed)
+		complete(t, s, r, c, domain.OutcomePassed)
+		complete(t, s, r, claims["other"], domain.OutcomePassed)
 		if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunPassed {
 			t.Fatalf("round %d: run %s", i, got.State)
 		}
@@ -153,7 +153,7 @@ func TestCancelRacesCompletion(t *testing.T) {
 		var wg sync.WaitGroup
 		var completeErr, cancelErr error
 		wg.Go(func() {
-			_, completeErr = s.Complete(ctx, r.ID, claims["a"].Lease.JobID, claims["a"].Lease, store.OutcomePassed, 0)
+			_, completeErr = s.Complete(ctx, r.ID, claims["a"].Lease.JobID, claims["a"].Lease, domain.OutcomePassed, 0)
 		})
 		wg.Go(func() { _, _, cancelErr = s.Cancel(ctx, admin, run.ID, "") })
 		wg.Wait()

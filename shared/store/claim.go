@@ -11,10 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
-// MaxClaimWait bounds long-polling (DESIGN.md: wait_seconds 0-20).
-const MaxClaimWait = 20 * time.Second
 
 // claimSQL leases the oldest queued job whose labels the runner covers, in
 // one statement: SKIP LOCKED lets concurrent claimers pass each other, the
@@ -61,26 +60,9 @@ SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spe
        END
 FROM claimed c JOIN runs r ON r.id = c.run_id`
 
-// Claim is a granted lease as the store returns it. It marshals to the
-// claim response of DESIGN.md (domain.Claim is its decoded form).
-type Claim struct {
-	Lease domain.Lease `json:"lease"`
-	// Job is the job object (a domain.ClaimedJob), stored whole at run
-	// creation and passed through without decoding.
-	Job    json.RawMessage `json:"job"`
-	Source domain.Source   `json:"source"`
-	// LeaseTTLSeconds tells the runner how often to heartbeat (a third of
-	// it) and when to give up on its own, measured on its monotonic clock,
-	// so that a runner whose wall clock is wrong still behaves.
-	LeaseTTLSeconds int `json:"lease_ttl_seconds"`
-	// Secrets are the secrets the job lists by name (secrets: [...]), for
-	// its environment; absent for an untrusted run.
-	Secrets map[string]string `json:"secrets,omitempty"`
-	// Mask holds every secret value this claim carries, in Secrets or
-	// substituted into the job for ${{ secrets.NAME }}: the runner
-	// redacts them from the log.
-	Mask []string `json:"mask,omitempty"`
-}
+// Claim is a granted lease as the store returns it: the job object is the
+// one stored at run creation, passed through without decoding.
+type Claim = protocol.ClaimOf[json.RawMessage]
 
 // Claim leases one job for runner whose labels cover the job's labels. If
 // labels is not empty it narrows the runner's registered labels (it may not
@@ -92,8 +74,8 @@ func (s *Store) Claim(ctx context.Context, runner Runner, labels []string, wait 
 	if err != nil {
 		return nil, err
 	}
-	if wait < 0 || wait > MaxClaimWait {
-		return nil, domain.Errorf(domain.EInvalid, "wait_seconds must be between 0 and %d", int(MaxClaimWait.Seconds()))
+	if wait < 0 || wait > protocol.MaxClaimWait {
+		return nil, domain.Errorf(domain.EInvalid, "wait_seconds must be between 0 and %d", int(protocol.MaxClaimWait.Seconds()))
 	}
 	deadline := time.Now().Add(wait)
 	delay := 50 * time.Millisecond

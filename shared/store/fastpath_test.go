@@ -164,7 +164,7 @@ func TestAppendRacesCompletion(t *testing.T) {
 			}()
 		}
 		time.Sleep(time.Duration(round%5) * time.Millisecond)
-		if _, err := s.Complete(ctx, r.ID, l.JobID, l, store.OutcomePassed, 0); err != nil {
+		if _, err := s.Complete(ctx, r.ID, l.JobID, l, domain.OutcomePassed, 0); err != nil {
 			t.Fatal(err)
 		}
 		wg.Wait()

@@ -94,7 +94,7 @@ func (e *gcEnv) job(name string, artifact, cache []byte) string {
 			e.t.Fatal(err)
 		}
 	}
-	if _, err := e.s.Complete(ctx, e.runner.ID, l.JobID, l, store.OutcomePassed, 0); err != nil {
+	if _, err := e.s.Complete(ctx, e.runner.ID, l.JobID, l, domain.OutcomePassed, 0); err != nil {
 		e.t.Fatal(err)
 	}
 	return run.ID
@@ -277,7 +277,7 @@ func TestGCRacesCommits(t *testing.T) {
 		default:
 			t.Fatalf("round %d: commit: %v", i, err)
 		}
-		if _, err := e.s.Complete(ctx, e.runner.ID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0); err != nil {
+		if _, err := e.s.Complete(ctx, e.runner.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -343,7 +343,7 @@ func TestLogCompaction(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM log_chunks`); n != 3000 {
 		t.Fatalf("%d chunks while running", n)
 	}
-	if _, err := e.s.Complete(ctx, e.runner.ID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0); err != nil {
+	if _, err := e.s.Complete(ctx, e.runner.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
 		t.Fatal(err)
 	}
 	res, err := e.s.CollectGarbage(ctx, store.GCOptions{})

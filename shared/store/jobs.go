@@ -203,13 +203,6 @@ func readLog(ctx context.Context, q pgx.Tx, jobID string, generation int, offset
 	return out, rows.Err()
 }
 
-// Outcomes a runner may report.
-const (
-	OutcomePassed   = "passed"
-	OutcomeFailed   = "failed"
-	OutcomeCanceled = "canceled"
-)
-
 // Completion is what Complete did.
 type Completion struct {
 	// State is the outcome recorded for this attempt: PASSED, FAILED or CANCELED.
@@ -222,24 +215,24 @@ type Completion struct {
 // Complete ends the current attempt with the runner's outcome. A failure
 // re-queues the job when its retry policy allows; otherwise the job becomes
 // terminal and the run moves on.
-func (s *Store) Complete(ctx context.Context, runnerID, jobID string, l domain.Lease, outcome string, exitCode int) (Completion, error) {
+func (s *Store) Complete(ctx context.Context, runnerID, jobID string, l domain.Lease, outcome domain.Outcome, exitCode int) (Completion, error) {
 	return s.CompleteWithReason(ctx, runnerID, jobID, l, outcome, exitCode, "")
 }
 
 // CompleteWithReason is Complete with the runner's reason for a failure
 // (such as "timeout"); empty means "exit_code N". The reason is masked
 // with the job's secrets before it is stored (see maskReason).
-func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, l domain.Lease, outcome string, exitCode int, why string) (Completion, error) {
+func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, l domain.Lease, outcome domain.Outcome, exitCode int, why string) (Completion, error) {
 	var c Completion
 	if len(why) > 200 {
 		return c, domain.Errorf(domain.EInvalid, "field reason is at most 200 characters")
 	}
 	switch outcome {
-	case OutcomePassed:
+	case domain.OutcomePassed:
 		c.State = domain.JobPassed
-	case OutcomeFailed:
+	case domain.OutcomeFailed:
 		c.State = domain.JobFailed
-	case OutcomeCanceled:
+	case domain.OutcomeCanceled:
 		c.State = domain.JobCanceled
 	default:
 		return c, domain.Errorf(domain.EInvalid, `field outcome must be "passed", "failed" or "canceled"`)

@@ -52,7 +52,7 @@ func TestLogsShownMasked(t *testing.T) {
 	if _, err := s.AppendLog(ctx, r.ID, l.JobID, l, int64(len(first)), []byte(second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CompleteWithReason(ctx, r.ID, l.JobID, l, store.OutcomeFailed, 1, "deploy said "+secret); err != nil {
+	if _, err := s.CompleteWithReason(ctx, r.ID, l.JobID, l, domain.OutcomeFailed, 1, "deploy said "+secret); err != nil {
 		t.Fatal(err)
 	}
 	raw := first + second
@@ -116,7 +116,7 @@ func testKMSDown(t *testing.T, s *store.Store, kms *fakekms.KMS, keys secretbox.
 	if w, err := cold.ReadLogAs(ctx, root, u.Lease.RunID, u.Lease.JobID, 0, 0, 1<<20); err != nil || string(w.Data) != "guess "+secret+"\n" {
 		t.Fatalf("untrusted job's log with KMS down: %q %v", w.Data, err)
 	}
-	if _, err := cold.CompleteWithReason(ctx, r.ID, u.Lease.JobID, u.Lease, store.OutcomeFailed, 1, "why "+secret); err != nil {
+	if _, err := cold.CompleteWithReason(ctx, r.ID, u.Lease.JobID, u.Lease, domain.OutcomeFailed, 1, "why "+secret); err != nil {
 		t.Fatal(err)
 	}
 	var reason string
@@ -143,7 +143,7 @@ func testReasonWithheld(t *testing.T, cold *store.Store, r store.Runner, root st
 	if _, err := cold.Pool().Exec(ctx, `UPDATE jobs SET secret_names = '{DEPLOY_TOKEN}' WHERE id = $1`, c.Lease.JobID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cold.CompleteWithReason(ctx, r.ID, c.Lease.JobID, c.Lease, store.OutcomeFailed, 1, "why "+secret); err != nil {
+	if _, err := cold.CompleteWithReason(ctx, r.ID, c.Lease.JobID, c.Lease, domain.OutcomeFailed, 1, "why "+secret); err != nil {
 		t.Fatal(err)
 	}
 	var reason string

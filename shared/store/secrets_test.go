@@ -95,7 +95,7 @@ func TestSecretsThroughKMS(t *testing.T) {
 	if bytes.Contains(stored, []byte("deploy-value")) {
 		t.Fatal("a secret was stored in the job spec")
 	}
-	if _, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0); err != nil {
+	if _, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
 		t.Fatal(err)
 	}
 	if c, err = s.Claim(ctx, r, nil, 0); err != nil || c == nil || len(c.Secrets)+len(c.Mask) != 0 {

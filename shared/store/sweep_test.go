@@ -154,7 +154,7 @@ func TestSweepConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func(c *store.Claim) {
 			defer wg.Done()
-			_, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0)
+			_, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0)
 			if err == nil {
 				mu.Lock()
 				completed++
@@ -207,7 +207,7 @@ func TestRunOrchestration(t *testing.T) {
 		wg.Add(1)
 		go func(c *store.Claim) {
 			defer wg.Done()
-			if _, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, store.OutcomePassed, 0); err != nil {
+			if _, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
 				t.Error(err)
 			}
 		}(c)
@@ -217,7 +217,7 @@ func TestRunOrchestration(t *testing.T) {
 		t.Fatalf("c is %s after both needs passed", got)
 	}
 	c3, _ := s.Claim(ctx, r, nil, 0)
-	if _, err := s.Complete(ctx, r.ID, c3.Lease.JobID, c3.Lease, store.OutcomeFailed, 2); err != nil {
+	if _, err := s.Complete(ctx, r.ID, c3.Lease.JobID, c3.Lease, domain.OutcomeFailed, 2); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunFailed {
@@ -237,7 +237,7 @@ func TestRetryFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c1, _ := s.Claim(ctx, r, nil, 0)
-	res, err := s.Complete(ctx, r.ID, c1.Lease.JobID, c1.Lease, store.OutcomeFailed, 1)
+	res, err := s.Complete(ctx, r.ID, c1.Lease.JobID, c1.Lease, domain.OutcomeFailed, 1)
 	if err != nil || res.State != domain.JobFailed || res.JobState != domain.JobQueued {
 		t.Fatalf("first failure: %+v %v", res, err)
 	}
@@ -248,7 +248,7 @@ func TestRetryFailed(t *testing.T) {
 	if _, _, err := s.Heartbeat(ctx, r.ID, c1.Lease.JobID, c1.Lease); domain.ErrorCode(err) != domain.ELeaseMismatch {
 		t.Fatalf("generation 1 heartbeat after retry: %v", err)
 	}
-	res, err = s.Complete(ctx, r.ID, c2.Lease.JobID, c2.Lease, store.OutcomeFailed, 1)
+	res, err = s.Complete(ctx, r.ID, c2.Lease.JobID, c2.Lease, domain.OutcomeFailed, 1)
 	if err != nil || res.JobState != domain.JobFailed {
 		t.Fatalf("second failure: %+v %v", res, err)
 	}
