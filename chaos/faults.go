@@ -14,6 +14,7 @@ import (
 
 	"github.com/forgeci/forgeci/chaos/faultproxy"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // faultLoop injects the harness's own faults until ctx is done.
@@ -216,7 +217,7 @@ func (h *Harness) logRequest(ex faultproxy.Exchange) {
 		_ = json.Unmarshal(ex.Response, &e)
 		op.Code = e.Error.Code
 	case ex.Status == http.StatusOK && route == "claim":
-		var c domain.Claim
+		var c protocol.Claim
 		if json.Unmarshal(ex.Response, &c) == nil {
 			l := c.Lease
 			l.ExpiresAt = nil

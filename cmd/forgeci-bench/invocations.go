@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/api"
-	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -105,7 +105,7 @@ func benchInvocations(ctx context.Context, admin string, rounds int) ([]row, err
 						}
 						continue
 					}
-					var c domain.Claim
+					var c protocol.Claim
 					if err := json.Unmarshal(body, &c); err != nil {
 						fail(err)
 						return

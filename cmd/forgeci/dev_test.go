@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/snapshot"
 )
 
@@ -167,7 +167,7 @@ func testSubmitImmutable(t *testing.T, bin string, vals map[string]string, runne
 		}
 		return resp.StatusCode
 	}
-	var claim domain.Claim
+	var claim protocol.Claim
 	if s := post("/v1/runner/claim", map[string]any{"wait_seconds": 5}, &claim); s != 200 || claim.Job.ID != run.Jobs[0].ID {
 		t.Fatalf("claim: %d %+v", s, claim)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -40,7 +41,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e))
 
 // explain adds what to do about an API error.
 func explain(err error) error {
-	var ae *apiError
+	var ae *domain.Error
 	if errors.As(err, &ae) {
 		switch ae.Status {
 		case 401:

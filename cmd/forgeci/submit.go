@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/snapshot"
 )
 
@@ -23,15 +24,6 @@ type apiClient struct {
 	server, token string
 	http          *http.Client
 }
-
-// apiError is an error answer of the API.
-type apiError struct {
-	Status  int
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
 
 func (c *apiClient) do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
@@ -60,13 +52,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, in, out any) er
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
-			return &apiError{Status: resp.StatusCode, Code: "http", Message: strings.TrimSpace(string(raw))}
-		}
-		return &apiError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+		return protocol.DecodeError(resp.StatusCode, raw)
 	}
 	if out != nil && len(raw) > 0 {
 		return json.Unmarshal(raw, out)
@@ -229,13 +215,7 @@ func (c *apiClient) log(ctx context.Context, runID, jobID string, gen int, offse
 		return nil, 0, fmt.Errorf("read log: %w", err)
 	}
 	if resp.StatusCode != 200 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-			return nil, 0, fmt.Errorf("read log: HTTP %d", resp.StatusCode)
-		}
-		return nil, 0, &apiError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+		return nil, 0, protocol.DecodeError(resp.StatusCode, data)
 	}
 	// The text is masked: its length is not that of the stored bytes it
 	// covers, so the server says where they end.

@@ -3,12 +3,10 @@ package agent
 import (
 	"bytes"
 	"context"
-	"errors"
 	"sync"
 	"time"
 
 	"github.com/forgeci/forgeci/runner/client"
-	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/mask"
 )
 
@@ -24,8 +22,7 @@ import (
 // output shows it is not one, or Close. Batches are cut from masked bytes
 // and kept until acknowledged, so a resend repeats them exactly.
 type logAppender struct {
-	c     *client.Client
-	lease domain.Lease
+	lease *client.Lease
 
 	mu      sync.Mutex
 	mask    *mask.Stream // writes into pending
@@ -34,7 +31,6 @@ type logAppender struct {
 	done    chan struct{}
 	closed  bool
 	offset  int64
-	lost    func() // called once when the lease is gone
 	failed  error
 	every   time.Duration // how often queued output is sent
 }
@@ -44,8 +40,8 @@ const (
 	flushEvery = 200 * time.Millisecond
 )
 
-func newLogAppender(c *client.Client, l domain.Lease, redact []string, lost func()) *logAppender {
-	a := &logAppender{c: c, lease: l, wake: make(chan struct{}, 1), done: make(chan struct{}), lost: lost, every: flushEvery}
+func newLogAppender(h *client.Lease, redact []string) *logAppender {
+	a := &logAppender{lease: h, wake: make(chan struct{}, 1), done: make(chan struct{}), every: flushEvery}
 	// Values under mask.MinLen bytes are left out by mask.New.
 	a.mask = mask.New(redact).NewStream(&a.pending)
 	return a
@@ -106,33 +102,32 @@ func (a *logAppender) loop() {
 				break
 			}
 			if err := a.send(batch); err != nil {
-				a.failed = err
-				if client.LostLease(err) {
-					a.lost()
-				}
+				a.failed = err // a lost lease has ended the job already
 				return
 			}
 		}
 	}
 }
 
-// send appends one batch at the current offset, retrying until it lands.
+// send appends one batch at the current offset, retrying until it lands
+// or the lease ends: the log outlives the job's cancel or timeout (its
+// last lines say why), not its lease.
 func (a *logAppender) send(batch []byte) error {
-	ctx := context.Background()
-	delay := 250 * time.Millisecond
+	ctx := a.lease.Context()
+	b := client.Backoff{Base: 250 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
-		next, err := a.c.AppendLog(ctx, a.lease, a.offset, batch)
+		next, err := a.lease.AppendLog(ctx, a.offset, batch)
 		if err == nil {
 			a.offset = next
 			return nil
 		}
 		// A resend after a lost answer is accepted by the server as a
 		// no-op, so only network errors and 5xx are worth another try.
-		var e *client.Error
-		if client.LostLease(err) || (errors.As(err, &e) && e.Status < 500) || attempt > 20 {
+		if !client.Retryable(err) || attempt > 20 {
 			return err
 		}
-		time.Sleep(delay)
-		delay = min(delay*2, 5*time.Second)
+		if b.Wait(ctx) != nil {
+			return err
+		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/mask"
 	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -61,7 +62,7 @@ func (f *faulty) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // logSetup serves the real API (through wrap, when given) over a fresh
 // database and claims one job: it returns the store, a client and the
 // claim.
-func logSetup(t *testing.T, wrap func(http.Handler) http.Handler) (*store.Store, *client.Client, *domain.Claim) {
+func logSetup(t *testing.T, wrap func(http.Handler) http.Handler) (*store.Store, *client.Client, *protocol.Claim) {
 	t.Helper()
 	ctx := context.Background()
 	st := pgtest.NewStore(t, store.Limits{})
@@ -91,7 +92,7 @@ func logSetup(t *testing.T, wrap func(http.Handler) http.Handler) (*store.Store,
 }
 
 // storedLog is the whole stored log of the claim's attempt.
-func storedLog(t *testing.T, st *store.Store, c *domain.Claim) []byte {
+func storedLog(t *testing.T, st *store.Store, c *protocol.Claim) []byte {
 	t.Helper()
 	got, _, err := st.ReadLog(context.Background(), c.Lease.RunID, c.Lease.JobID, 0, 0, 8<<20)
 	if err != nil {
@@ -119,8 +120,8 @@ func TestLogOrderUnderNetworkFaults(t *testing.T) {
 	var f *faulty
 	st, c, claim := logSetup(t, func(h http.Handler) http.Handler { f = &faulty{next: h}; return f })
 	secrets := []string{"hunter2-password", "line-one-of-it\nline-two-of-it"}
-	lost := false
-	app := newLogAppender(c, claim.Lease, secrets, func() { lost = true })
+	h := c.Hold(claim.Lease)
+	app := newLogAppender(h, secrets)
 	app.every = 2 * time.Millisecond // many small batches, so many faults
 	go app.loop()
 	var want bytes.Buffer
@@ -139,7 +140,7 @@ func TestLogOrderUnderNetworkFaults(t *testing.T) {
 		}
 	}
 	closeAppender(t, app)
-	if lost {
+	if h.Lost() {
 		t.Fatal("lease lost")
 	}
 	got := storedLog(t, st, claim)
@@ -164,7 +165,7 @@ func TestSecretAcrossFlushes(t *testing.T) {
 	st, c, claim := logSetup(t, nil)
 	key := "-----BEGIN KEY-----\r\nMIIBVwIBADANBgkqhkiG9w0B\r\n-----END KEY-----"
 	secret := "s3cr3t/value+with&query"
-	app := newLogAppender(c, claim.Lease, []string{secret, key}, func() {})
+	app := newLogAppender(c.Hold(claim.Lease), []string{secret, key})
 	go app.loop()
 
 	_, _ = app.Write([]byte("before " + secret[:9]))
@@ -209,14 +210,14 @@ func TestSecretAcrossFlushes(t *testing.T) {
 // TestRedaction: the runner token and secret-looking env values never
 // reach the log; the step environment does not carry the runner's own.
 func TestRedaction(t *testing.T) {
-	a := newLogAppender(nil, domain.Lease{}, []string{"frt_supersecrettoken", "hunter2-password", "abc"}, func() {})
+	a := newLogAppender(nil, []string{"frt_supersecrettoken", "hunter2-password", "abc"})
 	_, _ = a.Write([]byte("token=frt_supersecrettoken pw=hunter2-password abc ok"))
 	got := a.pending.String()
 	if strings.Contains(got, "supersecret") || strings.Contains(got, "hunter2") || !strings.Contains(got, "abc ok") {
 		t.Fatalf("scrubbed: %q", got)
 	}
 	t.Setenv("FORGECI_RUNNER_SECRET", "leak")
-	j := &job{claim: &domain.Claim{Job: domain.ClaimedJob{Name: "j", JobSpec: domain.JobSpec{Env: map[string]string{"A": "1"}}}}, ws: "/w"}
+	j := &job{claim: &protocol.Claim{Job: domain.ClaimedJob{Name: "j", JobSpec: domain.JobSpec{Env: map[string]string{"A": "1"}}}}, ws: "/w"}
 	env := strings.Join(j.env(domain.Step{Env: map[string]string{"B": "2"}}), "\n")
 	if strings.Contains(env, "leak") || !strings.Contains(env, "A=1") || !strings.Contains(env, "B=2") || !strings.Contains(env, "CI=true") {
 		t.Fatalf("step env:\n%s", env)

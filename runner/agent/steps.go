@@ -45,8 +45,6 @@ func (j *job) runStep(st domain.Step) int {
 	case <-ctx.Done():
 		if j.ctx.Err() == nil {
 			fmt.Fprintf(j.logs, "\n==> step timed out after %ds\n", st.TimeoutSeconds)
-		} else if errors.Is(j.ctx.Err(), context.DeadlineExceeded) {
-			j.stop("timeout")
 		}
 		pgid := cmd.Process.Pid
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)

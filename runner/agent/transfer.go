@@ -12,6 +12,7 @@ import (
 
 	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/snapshot"
 )
 
@@ -19,11 +20,8 @@ import (
 // and artifacts in; artifacts and caches out.
 
 func (j *job) fetchSource() error {
-	src, err := j.a.cfg.Client.Source(j.ctx, j.claim.Lease)
+	src, err := j.lease.Source(j.ctx)
 	if err != nil {
-		if client.LostLease(err) {
-			j.stop("lease lost")
-		}
 		return err
 	}
 	if src.BlobDigest != j.claim.Source.BlobDigest || src.ManifestDigest != j.claim.Source.ManifestDigest {
@@ -98,7 +96,7 @@ func merge(src, dst string) error {
 
 func (j *job) restoreCache() error {
 	cs := j.claim.Job.Cache
-	hit, err := j.a.cfg.Client.RestoreCache(j.ctx, j.claim.Lease, append([]string{cs.Key}, cs.RestoreKeys...))
+	hit, err := j.lease.RestoreCache(j.ctx, append([]string{cs.Key}, cs.RestoreKeys...))
 	if err != nil || hit == nil {
 		if err == nil {
 			fmt.Fprintf(j.logs, "==> no cache for %s\n", cs.Key)
@@ -161,7 +159,7 @@ func (j *job) pack(paths []string) (string, *snapshot.Result, error) {
 	return f.Name(), res, nil
 }
 
-func (j *job) upload(u client.Upload, blob string, size int64) error {
+func (j *job) upload(u protocol.UploadResponse, blob string, size int64) error {
 	if u.Exists || u.KeyExists {
 		return nil
 	}
@@ -196,18 +194,15 @@ const transferAttempts = 5
 // transfer runs one S3 transfer with retries and backoff while the job
 // goes on; a digest mismatch is final.
 func (j *job) transfer(op func() error) error {
-	delay := 250 * time.Millisecond
+	b := client.Backoff{Base: 250 * time.Millisecond, Max: 4 * time.Second}
 	for attempt := 1; ; attempt++ {
 		err := op()
 		if err == nil || attempt == transferAttempts || errors.Is(err, snapshot.ErrDigestMismatch) || j.ctx.Err() != nil {
 			return err
 		}
-		select {
-		case <-j.ctx.Done():
+		if b.Wait(j.ctx) != nil {
 			return err
-		case <-time.After(delay):
 		}
-		delay = min(delay*2, 4*time.Second)
 	}
 }
 
@@ -217,13 +212,12 @@ func (j *job) uploadArtifact(art domain.ArtifactSpec) error {
 		return err
 	}
 	defer os.Remove(blob)
-	l := j.claim.Lease
-	u, err := j.a.cfg.Client.StartArtifact(j.ctx, l, art.Name, res.BlobDigest, res.Size)
+	u, err := j.lease.StartArtifact(j.ctx, art.Name, res.BlobDigest, res.Size)
 	if err == nil {
 		err = j.upload(u, blob, res.Size)
 	}
 	if err == nil {
-		err = j.a.cfg.Client.CommitArtifact(j.ctx, l, art.Name, res.BlobDigest, res.Size)
+		err = j.lease.CommitArtifact(j.ctx, art.Name, res.BlobDigest, res.Size)
 	}
 	return err
 }
@@ -248,8 +242,7 @@ func (j *job) saveCache() error {
 		return err
 	}
 	defer os.Remove(blob)
-	l := j.claim.Lease
-	u, err := j.a.cfg.Client.StartCache(j.ctx, l, cs.Key, res.BlobDigest, res.Size)
+	u, err := j.lease.StartCache(j.ctx, cs.Key, res.BlobDigest, res.Size)
 	if err != nil {
 		return err
 	}
@@ -260,7 +253,7 @@ func (j *job) saveCache() error {
 	if err := j.upload(u, blob, res.Size); err != nil {
 		return err
 	}
-	if err := j.a.cfg.Client.CommitCache(j.ctx, l, cs.Key, res.BlobDigest, res.Size); err != nil {
+	if err := j.lease.CommitCache(j.ctx, cs.Key, res.BlobDigest, res.Size); err != nil {
 		return err
 	}
 	fmt.Fprintf(j.logs, "==> cache saved as %s\n", cs.Key)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // TestTransfersRetry: a presigned download or upload whose connection is
@@ -58,7 +59,7 @@ func TestTransfersRetry(t *testing.T) {
 	}
 	file := dir + "/up"
 	_ = os.WriteFile(file, blob, 0o644)
-	if err := j.upload(client.Upload{URL: srv.URL + "/blob", Method: http.MethodPut}, file, int64(len(blob))); err != nil {
+	if err := j.upload(protocol.UploadResponse{URL: srv.URL + "/blob", Method: http.MethodPut}, file, int64(len(blob))); err != nil {
 		t.Fatalf("upload through two dropped connections: %v", err)
 	}
 	before := gets.Load()
@@ -83,7 +84,7 @@ func TestRemoveWorkspaceKeepsTheNextAttempt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clean := func(l domain.Lease) { _ = (&job{a: a, claim: &domain.Claim{Lease: l}}).cleanUp(a.cfg.Log) }
+	clean := func(l domain.Lease) { _ = (&job{a: a, claim: &protocol.Claim{Lease: l}}).cleanUp(a.cfg.Log) }
 	clean(first)
 	if _, err := os.Stat(filepath.Join(a.cfg.WorkDir, "run", "job", "lease-2")); err != nil {
 		t.Fatalf("the next attempt's workspace went with the first: %v", err)

@@ -1,7 +1,9 @@
 // Package client is the runner's side of the ForgeCI runner protocol
-// (DESIGN.md). It speaks HTTP only. Network errors and 5xx answers are
-// retried with backoff and jitter; a 409 is never retried: it means the
-// runner no longer owns the job.
+// (docs/runner-protocol.md), in the types of package protocol. It speaks
+// HTTP only. Network errors and 5xx answers are retried with backoff and
+// jitter; an answer that says the job is no longer ours is never retried.
+// Job-scoped calls go through a Lease (lease.go), which ends the job's
+// context the moment any call learns the lease is gone.
 package client
 
 import (
@@ -11,12 +13,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // Client talks to one control plane as one runner.
@@ -28,55 +30,50 @@ type Client struct {
 	Retries int
 }
 
-// Error is an error answer.
-type Error struct {
-	Status     int
-	Code       string
-	Message    string
-	NextOffset *int64
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
-
-// LostLease reports whether err means the job is no longer ours (409) or
-// the runner is no longer allowed (401): stop and report nothing further.
-func LostLease(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && (e.Status == http.StatusConflict || e.Status == http.StatusUnauthorized)
-}
-
 // New returns a client with sensible timeouts.
 func New(server, token string) *Client {
 	return &Client{Server: strings.TrimRight(server, "/"), Token: token,
 		HTTP: &http.Client{Timeout: 60 * time.Second}, Retries: 6}
 }
 
+// LostLease reports whether err means the job is no longer ours (a 409:
+// the lease is not current, expired, or the job ended) or the runner is
+// no longer allowed (401): stop and report nothing further.
+func LostLease(err error) bool {
+	var e *domain.Error
+	if !errors.As(err, &e) || e.Status == 0 {
+		return false
+	}
+	return e.Status == http.StatusConflict || domain.Is(err, domain.ELeaseMismatch, domain.ELeaseExpired,
+		domain.EJobFinished, domain.EUnauthorized)
+}
+
+// Retryable reports whether another try may succeed: the request did not
+// reach the server or the server could not answer it (5xx, 429).
+func Retryable(err error) bool {
+	var e *domain.Error
+	if !errors.As(err, &e) || e.Status == 0 {
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	}
+	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
+}
+
 // post sends a JSON body and decodes a JSON answer; status 204 leaves out
-// untouched and returns (204, nil).
+// untouched and returns (204, nil). Error answers are *domain.Error.
 func (c *Client) post(ctx context.Context, path string, in, out any) (int, error) {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return 0, err
 	}
-	delay := 200 * time.Millisecond
+	b := Backoff{Base: 200 * time.Millisecond, Max: 10 * time.Second}
 	for attempt := 0; ; attempt++ {
 		status, err := c.once(ctx, path, body, out)
-		if err == nil {
-			return status, nil
-		}
-		var e *Error
-		retryable := !errors.As(err, &e) || e.Status >= 500
-		if !retryable || attempt >= c.Retries || ctx.Err() != nil {
+		if err == nil || !Retryable(err) || attempt >= c.Retries {
 			return status, err
 		}
-		// Full jitter, so that runners cut off together do not return together.
-		sleep := time.Duration(rand.Int64N(int64(delay))) + delay/2
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(sleep):
+		if b.Wait(ctx) != nil {
+			return status, err
 		}
-		delay = min(delay*2, 10*time.Second)
 	}
 }
 
@@ -99,12 +96,7 @@ func (c *Client) once(ctx context.Context, path string, body []byte, out any) (i
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode >= 300 {
-		var eb struct {
-			Error      struct{ Code, Message string }
-			NextOffset *int64 `json:"next_offset"`
-		}
-		_ = json.Unmarshal(raw, &eb)
-		return resp.StatusCode, &Error{Status: resp.StatusCode, Code: eb.Error.Code, Message: eb.Error.Message, NextOffset: eb.NextOffset}
+		return resp.StatusCode, protocol.DecodeError(resp.StatusCode, raw)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent && len(raw) > 0 {
 		if err := json.Unmarshal(raw, out); err != nil {
@@ -116,136 +108,24 @@ func (c *Client) once(ctx context.Context, path string, body []byte, out any) (i
 
 // Register exchanges a registration token for a runner ID and token.
 func (c *Client) Register(ctx context.Context, registrationToken, name string, labels []string) (id, token string, err error) {
-	var out struct {
-		RunnerID string `json:"runner_id"`
-		Token    string `json:"token"`
-	}
-	_, err = c.post(ctx, "/v1/runners/register", map[string]any{"registration_token": registrationToken, "name": name, "labels": labels}, &out)
+	var out protocol.RegisterResponse
+	_, err = c.post(ctx, protocol.PathRegister, protocol.RegisterRequest{RegistrationToken: registrationToken, Name: name, Labels: labels}, &out)
 	return out.RunnerID, out.Token, err
 }
 
 // Claim long-polls for a job; nil when none came within wait.
-func (c *Client) Claim(ctx context.Context, labels []string, wait time.Duration) (*domain.Claim, error) {
-	var out domain.Claim
-	status, err := c.post(ctx, "/v1/runner/claim", map[string]any{"labels": labels, "wait_seconds": int(wait.Seconds())}, &out)
+func (c *Client) Claim(ctx context.Context, labels []string, wait time.Duration) (*protocol.Claim, error) {
+	var out protocol.Claim
+	status, err := c.post(ctx, protocol.PathClaim, protocol.ClaimRequest{Labels: labels, WaitSeconds: int(wait.Seconds())}, &out)
 	if err != nil || status == http.StatusNoContent {
 		return nil, err
 	}
 	return &out, nil
 }
 
-func jobPath(l domain.Lease, route string) string { return "/v1/runner/jobs/" + l.JobID + "/" + route }
-
-func withLease(l domain.Lease, extra map[string]any) map[string]any {
-	m := map[string]any{"lease": leaseOnly(l)}
-	for k, v := range extra {
-		m[k] = v
-	}
-	return m
-}
-
-func leaseOnly(l domain.Lease) domain.Lease {
-	l.ExpiresAt = nil
-	return l
-}
-
-// Heartbeat extends the lease.
-func (c *Client) Heartbeat(ctx context.Context, l domain.Lease) (cancel bool, err error) {
-	var out struct {
-		CancelRequested bool `json:"cancel_requested"`
-	}
-	_, err = c.post(ctx, jobPath(l, "heartbeat"), withLease(l, nil), &out)
-	return out.CancelRequested, err
-}
-
-// Blob is where to download a blob.
-type Blob struct {
-	URL            string `json:"url"`
-	Digest         string `json:"digest"`
-	BlobDigest     string `json:"blob_digest"`
-	ManifestDigest string `json:"manifest_digest"`
-	Size           int64  `json:"size"`
-	Key            string `json:"key"`
-}
-
-// Source returns the presigned source URL.
-func (c *Client) Source(ctx context.Context, l domain.Lease) (Blob, error) {
-	var b Blob
-	_, err := c.post(ctx, jobPath(l, "source"), withLease(l, nil), &b)
-	return b, err
-}
-
-// AppendLog appends data at offset and returns the new end. A 416 comes
-// back as *Error with NextOffset.
-func (c *Client) AppendLog(ctx context.Context, l domain.Lease, offset int64, data []byte) (int64, error) {
-	var out struct {
-		NextOffset int64 `json:"next_offset"`
-	}
-	_, err := c.post(ctx, jobPath(l, "logs"), withLease(l, map[string]any{"offset": offset, "data": data}), &out)
-	return out.NextOffset, err
-}
-
-// Upload is where to PUT a blob, unless it exists.
-type Upload struct {
-	Exists    bool              `json:"exists"`
-	KeyExists bool              `json:"key_exists"`
-	URL       string            `json:"upload_url"`
-	Method    string            `json:"upload_method"`
-	Headers   map[string]string `json:"upload_headers"`
-}
-
-// StartArtifact asks where to upload an artifact blob.
-func (c *Client) StartArtifact(ctx context.Context, l domain.Lease, name, digest string, size int64) (Upload, error) {
-	var u Upload
-	_, err := c.post(ctx, jobPath(l, "artifacts"), withLease(l, map[string]any{"name": name, "digest": digest, "size": size}), &u)
-	return u, err
-}
-
-// CommitArtifact registers an uploaded artifact.
-func (c *Client) CommitArtifact(ctx context.Context, l domain.Lease, name, digest string, size int64) error {
-	_, err := c.post(ctx, jobPath(l, "artifacts/commit"), withLease(l, map[string]any{"name": name, "digest": digest, "size": size}), nil)
-	return err
-}
-
-// FetchArtifact returns where to download an artifact of a needed job.
-func (c *Client) FetchArtifact(ctx context.Context, l domain.Lease, job, name string) (Blob, error) {
-	var b Blob
-	_, err := c.post(ctx, jobPath(l, "artifacts/fetch"), withLease(l, map[string]any{"job": job, "name": name}), &b)
-	return b, err
-}
-
-// RestoreCache returns the first matching cache entry, or nil.
-func (c *Client) RestoreCache(ctx context.Context, l domain.Lease, keys []string) (*Blob, error) {
-	var b Blob
-	status, err := c.post(ctx, jobPath(l, "cache/restore"), withLease(l, map[string]any{"keys": keys}), &b)
-	if err != nil || status == http.StatusNoContent {
-		return nil, err
-	}
-	return &b, nil
-}
-
-// StartCache asks where to upload a cache blob.
-func (c *Client) StartCache(ctx context.Context, l domain.Lease, key, digest string, size int64) (Upload, error) {
-	var u Upload
-	_, err := c.post(ctx, jobPath(l, "cache/save"), withLease(l, map[string]any{"key": key, "digest": digest, "size": size}), &u)
-	return u, err
-}
-
-// CommitCache stages an uploaded cache entry (published if the job passes).
-func (c *Client) CommitCache(ctx context.Context, l domain.Lease, key, digest string, size int64) error {
-	_, err := c.post(ctx, jobPath(l, "cache/commit"), withLease(l, map[string]any{"key": key, "digest": digest, "size": size}), nil)
-	return err
-}
-
-// Complete reports the outcome; reason (optional) says why a job failed.
-func (c *Client) Complete(ctx context.Context, l domain.Lease, outcome string, exitCode int, reason string) error {
-	_, err := c.post(ctx, jobPath(l, "complete"), withLease(l, map[string]any{"outcome": outcome, "exit_code": exitCode, "reason": reason}), nil)
-	return err
-}
-
 // Put uploads size bytes from r to a presigned URL. 412 means the blob
 // exists already, which for a content-addressed blob is success.
-func (c *Client) Put(ctx context.Context, u Upload, r io.Reader, size int64) error {
+func (c *Client) Put(ctx context.Context, u protocol.UploadResponse, r io.Reader, size int64) error {
 	req, err := http.NewRequestWithContext(ctx, u.Method, u.URL, r)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -101,7 +102,7 @@ func (f *tenancy) putSource(projectID string, trusted bool) {
 }
 
 // claimJob claims until it gets a job of run runID.
-func (f *tenancy) claimJob(r runnerCreds, runID string) domain.Claim {
+func (f *tenancy) claimJob(r runnerCreds, runID string) protocol.Claim {
 	f.t.Helper()
 	for range 20 {
 		c := f.claim(r)
@@ -110,7 +111,7 @@ func (f *tenancy) claimJob(r runnerCreds, runID string) domain.Claim {
 		}
 	}
 	f.t.Fatalf("no job of run %s was claimed", runID)
-	return domain.Claim{}
+	return protocol.Claim{}
 }
 
 // TestAttackForkPoisonsMainCache: caches were scoped by project only, so a
@@ -122,7 +123,7 @@ func (f *tenancy) claimJob(r runnerCreds, runID string) domain.Claim {
 func TestAttackForkPoisonsMainCache(t *testing.T) {
 	e := setup(t)
 	r := e.registerRunner("box")
-	run := func(nr store.NewRun) domain.Claim {
+	run := func(nr store.NewRun) protocol.Claim {
 		t.Helper()
 		nr.Project, nr.Jobs = "acme/app", []store.NewJob{{Name: "j"}}
 		created, err := e.store.CreateRun(context.Background(), nr)
@@ -176,7 +177,7 @@ func TestAttackForkPoisonsMainCache(t *testing.T) {
 	}
 }
 
-func (e *env) saveCache(r runnerCreds, c domain.Claim, key string, data []byte) {
+func (e *env) saveCache(r runnerCreds, c protocol.Claim, key string, data []byte) {
 	e.t.Helper()
 	d, n := digestOf(data), int64(len(data))
 	s, body := e.post(jobPath(c, "cache/save"), r.Token, leaseBody(c.Lease, map[string]any{"key": key, "digest": d, "size": n}))
@@ -191,11 +192,11 @@ func (e *env) saveCache(r runnerCreds, c domain.Claim, key string, data []byte) 
 	}
 }
 
-func (e *env) restore(r runnerCreds, c domain.Claim, keys ...string) (int, []byte) {
+func (e *env) restore(r runnerCreds, c protocol.Claim, keys ...string) (int, []byte) {
 	return e.post(jobPath(c, "cache/restore"), r.Token, leaseBody(c.Lease, map[string]any{"keys": keys}))
 }
 
-func (e *env) complete(r runnerCreds, c domain.Claim, outcome string) {
+func (e *env) complete(r runnerCreds, c protocol.Claim, outcome string) {
 	e.t.Helper()
 	if s, body := e.post(jobPath(c, "complete"), r.Token, leaseBody(c.Lease, map[string]any{"outcome": outcome})); s != 200 {
 		e.t.Fatalf("complete: %d %s", s, body)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/cas"
-	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -130,7 +130,7 @@ func TestArtifactFlow(t *testing.T) {
 func TestCacheFlow(t *testing.T) {
 	e := setup(t)
 	a := e.registerRunner("a")
-	save := func(c domain.Claim, key string, data []byte) {
+	save := func(c protocol.Claim, key string, data []byte) {
 		t.Helper()
 		d, n := digestOf(data), int64(len(data))
 		s, body := e.post(jobPath(c, "cache/save"), a.Token, leaseBody(c.Lease, map[string]any{"key": key, "digest": d, "size": n}))
@@ -144,7 +144,7 @@ func TestCacheFlow(t *testing.T) {
 			t.Fatalf("cache commit: %d %s", s, body)
 		}
 	}
-	restore := func(c domain.Claim, keys ...string) (int, []byte) {
+	restore := func(c protocol.Claim, keys ...string) (int, []byte) {
 		return e.post(jobPath(c, "cache/restore"), a.Token, leaseBody(c.Lease, map[string]any{"keys": keys}))
 	}
 	e.createRun("fails")

@@ -12,55 +12,20 @@ import (
 	"net/http"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
-
-// statusOf is the one table from error codes to HTTP statuses.
-var statusOf = map[string]int{
-	domain.EInvalid:        http.StatusBadRequest,
-	domain.EUnauthorized:   http.StatusUnauthorized,
-	domain.EForbidden:      http.StatusForbidden,
-	domain.ENotFound:       http.StatusNotFound,
-	domain.ELeaseMismatch:  http.StatusConflict,
-	domain.ELeaseExpired:   http.StatusConflict,
-	domain.EJobFinished:    http.StatusConflict,
-	domain.EConflict:       http.StatusConflict,
-	domain.ETooLarge:       http.StatusRequestEntityTooLarge,
-	domain.EOffsetMismatch: http.StatusRequestedRangeNotSatisfiable,
-	domain.ENotImplemented: http.StatusNotImplemented,
-	domain.EUnavailable:    http.StatusServiceUnavailable,
-	domain.EInternal:       http.StatusInternalServerError,
-}
-
-// StatusOf returns the HTTP status for an error code.
-func StatusOf(code string) int {
-	if s, ok := statusOf[code]; ok {
-		return s
-	}
-	return http.StatusInternalServerError
-}
-
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	NextOffset *int64 `json:"next_offset,omitempty"`
-}
 
 // writeError writes every error response. Errors that are not *domain.Error
 // are internal: the client hears only "internal error" and a request ID, the
 // details go to the log under that ID.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	var body errorBody
 	var de *domain.Error
-	if errors.As(err, &de) {
-		body.Error.Code, body.Error.Message, body.NextOffset = de.Code, de.Message, de.NextOffset
-	} else {
+	if !errors.As(err, &de) {
 		id := requestID(r)
 		log.Error("internal error", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
-		body.Error.Code, body.Error.Message = domain.EInternal, "internal error (request "+id+")"
+		de = domain.Errorf(domain.EInternal, "internal error (request %s)", id)
 	}
-	writeJSON(w, StatusOf(body.Error.Code), body)
+	writeJSON(w, protocol.StatusOf(de.Code), protocol.Body(de))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -41,7 +42,7 @@ func jobRoutes(e *env) []routeCase {
 
 // leasedBuild makes a run whose job "build" needs "up" (passed, with an
 // artifact "dist") and returns runner a's claim of "build".
-func (e *env) leasedBuild(a runnerCreds) domain.Claim {
+func (e *env) leasedBuild(a runnerCreds) protocol.Claim {
 	e.t.Helper()
 	ctx := context.Background()
 	src, srcSize := e.putBlob([]byte("source snapshot stand-in"))
@@ -76,50 +77,50 @@ func TestFencingMatrix(t *testing.T) {
 		status int
 		code   string
 		// prepare breaks one element; it returns the token and lease to use.
-		prepare func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease)
+		prepare func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease)
 	}{
-		{"wrong runner token", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"wrong runner token", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			return b.Token, c.Lease // B's valid token, A's tuple
 		}},
-		{"unknown token", 401, domain.EUnauthorized, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"unknown token", 401, domain.EUnauthorized, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			return "frt_" + strings.Repeat("x", 43), c.Lease
 		}},
-		{"wrong lease id", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"wrong lease id", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			l := c.Lease
 			l.LeaseID = uuid.NewString()
 			return a.Token, l
 		}},
-		{"wrong generation", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"wrong generation", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			l := c.Lease
 			l.Generation = 2
 			return a.Token, l
 		}},
-		{"wrong run id", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"wrong run id", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			l := c.Lease
 			l.RunID = uuid.NewString()
 			return a.Token, l
 		}},
-		{"lease runner is not token runner", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"lease runner is not token runner", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			l := c.Lease
 			l.RunnerID = b.ID
 			return b.Token, l // B claims to be the lease holder
 		}},
-		{"expired lease", 409, domain.ELeaseExpired, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"expired lease", 409, domain.ELeaseExpired, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			e.exec(`UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, c.Job.ID)
 			return a.Token, c.Lease
 		}},
-		{"job already terminal", 409, domain.EJobFinished, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"job already terminal", 409, domain.EJobFinished, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			if s, body := e.post("/v1/runner/jobs/"+c.Job.ID+"/complete", a.Token,
 				leaseBody(c.Lease, map[string]any{"outcome": "failed", "exit_code": 1})); s != 200 {
 				t.Fatalf("complete: %d %s", s, body)
 			}
 			return a.Token, c.Lease
 		}},
-		{"revoked runner", 401, domain.EUnauthorized, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"revoked runner", 401, domain.EUnauthorized, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			e.exec(`UPDATE runners SET revoked_at = now() WHERE id = $1`, a.ID)
 			return a.Token, c.Lease
 		}},
-		{"path job is not lease job", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c domain.Claim) (string, domain.Lease) {
+		{"path job is not lease job", 409, domain.ELeaseMismatch, func(e *env, a, b runnerCreds, c protocol.Claim) (string, domain.Lease) {
 			l := c.Lease
 			l.JobID = uuid.NewString()
 			return a.Token, l

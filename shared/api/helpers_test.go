@@ -22,6 +22,7 @@ import (
 	"github.com/forgeci/forgeci/shared/cas/castest"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -88,13 +89,13 @@ func (e *env) createRun(jobs ...string) store.Run {
 	return run
 }
 
-func (e *env) claim(r runnerCreds) domain.Claim {
+func (e *env) claim(r runnerCreds) protocol.Claim {
 	e.t.Helper()
 	status, body := e.post("/v1/runner/claim", r.Token, map[string]any{"wait_seconds": 0})
 	if status != http.StatusOK {
 		e.t.Fatalf("claim: %d %s", status, body)
 	}
-	var c domain.Claim
+	var c protocol.Claim
 	if err := json.Unmarshal(body, &c); err != nil {
 		e.t.Fatal(err)
 	}

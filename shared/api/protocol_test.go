@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
-func jobPath(c domain.Claim, route string) string {
+func jobPath(c protocol.Claim, route string) string {
 	return "/v1/runner/jobs/" + c.Job.ID + "/" + route
 }
 
@@ -391,10 +392,10 @@ func TestClaimLongPoll(t *testing.T) {
 	if d := time.Since(start); d < 900*time.Millisecond {
 		t.Fatalf("claim returned after %v, before its wait", d)
 	}
-	got := make(chan domain.Claim, 1)
+	got := make(chan protocol.Claim, 1)
 	go func() {
 		s, body := e.post("/v1/runner/claim", a.Token, map[string]any{"wait_seconds": 10})
-		var c domain.Claim
+		var c protocol.Claim
 		if s == 200 {
 			_ = json.Unmarshal(body, &c)
 		}

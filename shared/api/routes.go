@@ -9,6 +9,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -40,29 +41,29 @@ type route struct {
 // serves. template.yaml must list exactly these; a test holds them together.
 var functions = map[string][]route{
 	"register": {
-		{Route{"POST", "/v1/runners/register"}, func(s *Server) http.HandlerFunc { return s.handle(s.register) }},
+		{Route{"POST", protocol.PathRegister}, func(s *Server) http.HandlerFunc { return s.handle(s.register) }},
 	},
 	"claim": {
-		{Route{"POST", "/v1/runner/claim"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.claim) }},
+		{Route{"POST", protocol.PathClaim}, func(s *Server) http.HandlerFunc { return s.asRunner(s.claim) }},
 	},
 	"heartbeat": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/heartbeat"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.heartbeat) }},
+		{jobRoute(protocol.RouteHeartbeat), leasedRoute(maxBody, http.StatusOK, (*Server).heartbeat)},
 	},
 	"source": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/source"}, runnerRoute((*Server).source)},
+		{jobRoute(protocol.RouteSource), leasedRoute(maxBody, http.StatusOK, (*Server).source)},
 	},
 	"logs": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/logs"}, runnerRoute((*Server).logs)},
+		{jobRoute(protocol.RouteLogs), leasedRoute(maxLogBody, http.StatusOK, (*Server).logs)},
 	},
 	"artifacts": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts"}, runnerRoute((*Server).artifactUpload)},
-		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts/commit"}, runnerRoute((*Server).artifactCommit)},
-		{Route{"POST", "/v1/runner/jobs/{job_id}/artifacts/fetch"}, runnerRoute((*Server).artifactFetch)},
+		{jobRoute(protocol.RouteArtifacts), leasedRoute(maxBody, http.StatusOK, (*Server).artifactUpload)},
+		{jobRoute(protocol.RouteArtifactCommit), leasedRoute(maxBody, http.StatusCreated, (*Server).artifactCommit)},
+		{jobRoute(protocol.RouteArtifactFetch), leasedRoute(maxBody, http.StatusOK, (*Server).artifactFetch)},
 	},
 	"cache": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/restore"}, runnerRoute((*Server).cacheRestore)},
-		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/save"}, runnerRoute((*Server).cacheSave)},
-		{Route{"POST", "/v1/runner/jobs/{job_id}/cache/commit"}, runnerRoute((*Server).cacheCommit)},
+		{jobRoute(protocol.RouteCacheRestore), leasedRoute(maxBody, http.StatusOK, (*Server).cacheRestore)},
+		{jobRoute(protocol.RouteCacheSave), leasedRoute(maxBody, http.StatusOK, (*Server).cacheSave)},
+		{jobRoute(protocol.RouteCacheCommit), leasedRoute(maxBody, http.StatusCreated, (*Server).cacheCommit)},
 	},
 	// The user API: what the CLI and dashboard use. anyUser routes are
 	// authorised by the store against the project of what they touch.
@@ -108,7 +109,7 @@ var functions = map[string][]route{
 		{Route{"POST", "/v1/webhooks/github"}, func(s *Server) http.HandlerFunc { return s.handle(s.githubWebhook) }},
 	},
 	"complete": {
-		{Route{"POST", "/v1/runner/jobs/{job_id}/complete"}, func(s *Server) http.HandlerFunc { return s.asRunner(s.complete) }},
+		{jobRoute(protocol.RouteComplete), leasedRoute(maxBody, http.StatusOK, (*Server).complete)},
 	},
 }
 
@@ -140,11 +141,8 @@ func userRoute(admin bool, h func(s *Server, w http.ResponseWriter, r *http.Requ
 	}
 }
 
-func runnerRoute(h func(s *Server, w http.ResponseWriter, r *http.Request, runner store.Runner) error) func(s *Server) http.HandlerFunc {
-	return func(s *Server) http.HandlerFunc {
-		return s.asRunner(func(w http.ResponseWriter, r *http.Request, runner store.Runner) error { return h(s, w, r, runner) })
-	}
-}
+// jobRoute is the route of a job-scoped runner request.
+func jobRoute(name string) Route { return Route{"POST", protocol.JobPattern(name)} }
 
 // Functions returns the names of the HTTP functions, sorted.
 func Functions() []string {

@@ -16,6 +16,7 @@ import (
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pipeline"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/snapshot"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -78,7 +79,7 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request, u store.Us
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	if err := validBlob(req.Digest, req.Size); err != nil {
+	if err := protocol.ValidBlob(req.Digest, req.Size); err != nil {
 		return err
 	}
 	if *req.Size > MaxSourceBytes {
@@ -88,7 +89,12 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request, u store.Us
 	if err != nil {
 		return err
 	}
-	return s.uploadAnswer(w, r, store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: req.Digest}, *req.Size)
+	answer, err := s.uploadAnswer(r.Context(), store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: req.Digest}, *req.Size)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, answer)
+	return nil
 }
 
 type createRunRequest struct {
@@ -126,13 +132,13 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	case req.GitRef != nil:
 		return domain.Errorf(domain.EInvalid, "field git_ref is set by the server (only GitHub states a run's ref); leave it out")
 	}
-	if err := validBlob(req.Source.BlobDigest, &req.Source.Size); err != nil {
+	if err := protocol.ValidBlob(req.Source.BlobDigest, &req.Source.Size); err != nil {
 		return err
 	}
 	if req.Source.Size > MaxSourceBytes {
 		return domain.Errorf(domain.EInvalid, "field source.size must be at most %d", int64(MaxSourceBytes))
 	}
-	if !digestRE.MatchString(req.Source.ManifestDigest) {
+	if !protocol.ValidDigest(req.Source.ManifestDigest) {
 		return domain.Errorf(domain.EInvalid, "field source.manifest_digest must be sha256:<64 lowercase hex digits>")
 	}
 	if req.GitSHA != "" && !gitSHARE.MatchString(req.GitSHA) {
@@ -205,7 +211,7 @@ func (s *Server) verifySource(ctx context.Context, ref store.BlobRef, src domain
 	}
 	pl, err := pipeline.Parse(pipeline.FileName, content)
 	if err != nil {
-		return nil, domain.Errorf(domain.EInvalid, "%s is not valid:\n%v", pipeline.FileName, err)
+		return nil, pipeline.AsError(err)
 	}
 	return pl, nil
 }

@@ -152,20 +152,6 @@ type Source struct {
 	Size           int64  `json:"size"`
 }
 
-// Claim is a successful claim: the lease, what to run, and on what source.
-type Claim struct {
-	Lease           Lease      `json:"lease"`
-	Job             ClaimedJob `json:"job"`
-	Source          Source     `json:"source"`
-	LeaseTTLSeconds int        `json:"lease_ttl_seconds"`
-	// Secrets join the job's environment; the runner redacts their values
-	// from the log.
-	Secrets map[string]string `json:"secrets,omitempty"`
-	// Mask lists every secret value in this claim (also those substituted
-	// for ${{ secrets.NAME }}), for the runner to redact.
-	Mask []string `json:"mask,omitempty"`
-}
-
 // SecretRefRE matches ${{ secrets.NAME }}, the one expression a job spec
 // keeps until claim time.
 var SecretRefRE = regexp.MustCompile(`\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)

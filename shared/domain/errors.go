@@ -54,9 +54,13 @@ func (d Detail) String() string {
 	return fmt.Sprintf("%s:%d:%d: %s: %s", d.File, d.Line, d.Column, d.Path, d.Message)
 }
 
-// Error is the code and message, then each detail on its own line.
+// Error is the code and message (with the HTTP status when the error was
+// decoded from an answer), then each detail on its own line.
 func (e *Error) Error() string {
 	s := e.Code + ": " + e.Message
+	if e.Status != 0 {
+		s = fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code)
+	}
 	for _, d := range e.Details {
 		s += "\n  " + d.String()
 	}

@@ -28,6 +28,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -115,6 +116,32 @@ func (es Errors) Error() string {
 		b.WriteString(e.Error())
 	}
 	return b.String()
+}
+
+// Invalid is es as data: an invalid_request error whose message names the
+// file and counts the problems, and whose details locate each.
+func (es Errors) Invalid() *domain.Error {
+	file := FileName
+	details := make([]domain.Detail, len(es))
+	for i, e := range es {
+		details[i] = domain.Detail{File: e.File, Line: e.Line, Column: e.Column, Path: e.Path, Message: e.Msg}
+		file = e.File
+	}
+	what := "1 problem"
+	if len(es) != 1 {
+		what = fmt.Sprintf("%d problems", len(es))
+	}
+	return &domain.Error{Code: domain.EInvalid, Message: fmt.Sprintf("%s is not valid: %s", file, what), Details: details}
+}
+
+// AsError returns err as a domain error: Errors become Invalid; anything
+// else is returned unchanged.
+func AsError(err error) error {
+	var es Errors
+	if errors.As(err, &es) {
+		return es.Invalid()
+	}
+	return err
 }
 
 var (

@@ -170,7 +170,7 @@ func (r *LogsRequest) Validate() error {
 		return domain.Errorf(domain.EInvalid, "field offset is required")
 	}
 	if *r.Offset < 0 {
-		return domain.Errorf(domain.EInvalid, "field offset must not be negative")
+		return domain.Errorf(domain.EInvalid, "field offset must be from 0 to the log limit")
 	}
 	return nil
 }
@@ -216,7 +216,11 @@ type CompleteResponse struct {
 
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
-func validBlob(digest string, size *int64) error {
+// ValidDigest reports whether d is sha256:<64 lowercase hex digits>.
+func ValidDigest(d string) bool { return digestRE.MatchString(d) }
+
+// ValidBlob checks a digest (sha256:<64 hex>) and a size from 0 to MaxBlobBytes.
+func ValidBlob(digest string, size *int64) error {
 	if !digestRE.MatchString(digest) {
 		return domain.Errorf(domain.EInvalid, "field digest must be sha256:<64 lowercase hex digits>")
 	}
@@ -239,7 +243,7 @@ func (r *ArtifactRequest) Validate() error {
 	if r.Name == "" {
 		return domain.Errorf(domain.EInvalid, "field name is required")
 	}
-	return validBlob(r.Digest, r.Size)
+	return ValidBlob(r.Digest, r.Size)
 }
 
 // UploadResponse says the blob is held already, or where to PUT it.
@@ -320,7 +324,7 @@ func (r *CacheRequest) Validate() error {
 	if r.Key == "" || len(r.Key) > 512 {
 		return domain.Errorf(domain.EInvalid, "field key must be 1 to 512 characters")
 	}
-	return validBlob(r.Digest, r.Size)
+	return ValidBlob(r.Digest, r.Size)
 }
 
 // CacheCommitResponse is the staged entry.

@@ -25,6 +25,7 @@ import (
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/cas/castest"
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/scm"
 	"github.com/forgeci/forgeci/shared/scm/fakegithub"
@@ -269,10 +270,10 @@ func (e *env) finishJobs(failing ...string) {
 		}
 		var job struct{ Name string }
 		_ = json.Unmarshal(c.Job, &job)
-		code, outcome := 0, "passed"
+		code, outcome := 0, domain.OutcomePassed
 		for _, f := range failing {
 			if f == job.Name {
-				code, outcome = 1, "failed"
+				code, outcome = 1, domain.OutcomeFailed
 			}
 		}
 		if _, err := e.store.Complete(ctx, runner.ID, c.Lease.JobID, c.Lease, outcome, code); err != nil {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/api"
-	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 	_ "github.com/forgeci/forgeci/shared/ui" // the dashboard's routes
@@ -48,7 +48,7 @@ func TestSecretsMaskedWhereShown(t *testing.T) {
 	defer srv.Close()
 	viewer := e.reader("viewer")
 	runnerToken := e.runnerToken()
-	claim := call[domain.Claim](t, srv.URL+"/v1/runner/claim", runnerToken, map[string]any{"wait_seconds": 0})
+	claim := call[protocol.Claim](t, srv.URL+"/v1/runner/claim", runnerToken, map[string]any{"wait_seconds": 0})
 	if claim.Secrets["DEPLOY_TOKEN"] != maskSecret {
 		t.Fatalf("claim secrets %v", claim.Secrets)
 	}

@@ -61,7 +61,7 @@ func (w *Worker) snapshotCommit(ctx context.Context, gh *github.Client, owner, r
 	}
 	pl, err := pipeline.Parse(pipeline.FileName, content)
 	if err != nil {
-		return nil, domain.Errorf(domain.EInvalid, "%s is not valid:\n%v", pipeline.FileName, err)
+		return nil, pipeline.AsError(err)
 	}
 	t, err := snapshot.DirTree(tree)
 	if err != nil {

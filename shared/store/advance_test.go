@@ -31,7 +31,7 @@ func claimAll(t *testing.T, s *store.Store, r store.Runner) map[string]*store.Cl
 	}
 }
 
-func complete(t *testing.T, s *store.Store, r store.Runner, c *store.Claim, outcome string) {
+func complete(t *testing.T, s *store.Store, r store.Runner, c *store.Claim, outcome domain.Outcome) {
 	t.Helper()
 	if _, err := s.Complete(context.Background(), r.ID, c.Lease.JobID, c.Lease, outcome, 0); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -65,7 +66,9 @@ type page struct {
 	Title string
 	User  store.User
 	Error string
-	Next  string // where the login page returns to
+	// Details locate each problem of an invalid pipeline file.
+	Details []domain.Detail
+	Next    string // where the login page returns to
 }
 
 func (u *UI) render(w http.ResponseWriter, status int, name string, data any) {
@@ -130,23 +133,19 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && o.Host == r.Host
 }
 
-var statuses = map[string]int{domain.EUnauthorized: 401, domain.EForbidden: 403, domain.ENotFound: 404,
-	domain.EInvalid: 400, domain.EConflict: 409, domain.EUnavailable: 503}
-
+// fail shows an error page with the status the API would answer (one
+// table, in package protocol); an error that is not a *domain.Error is
+// internal and its text goes to the log only.
 func (u *UI) fail(w http.ResponseWriter, user store.User, err error) {
-	status, ok := statuses[domain.ErrorCode(err)]
-	msg := err.Error()
 	var de *domain.Error
-	if errors.As(err, &de) {
-		msg = de.Message
-	}
-	if !ok {
-		status, msg = http.StatusInternalServerError, "something went wrong; the error is in the function's log"
+	if !errors.As(err, &de) || de.Code == domain.EInternal {
 		if u.Log != nil {
 			u.Log.Error("ui", "err", err)
 		}
+		de = domain.Errorf(domain.EInternal, "something went wrong; the error is in the function's log")
 	}
-	u.render(w, status, "error", page{Title: http.StatusText(status), User: user, Error: msg})
+	status := protocol.StatusOf(de.Code)
+	u.render(w, status, "error", page{Title: http.StatusText(status), User: user, Error: de.Message, Details: de.Details})
 }
 
 // LoginForm shows the login page.

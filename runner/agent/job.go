@@ -1,0 +1,271 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forgeci/forgeci/runner/client"
+	"github.com/forgeci/forgeci/runner/isolate"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
+)
+
+// Why a job stops before its steps end: the cause of its context. Lease
+// loss is client.ErrLeaseLost, set by whichever call learns it.
+var (
+	ErrCanceled       = errors.New("canceled")
+	ErrTimedOut       = errors.New("timed out")
+	ErrRunnerStopping = errors.New("runner stopping")
+)
+
+// job is one job being run.
+type job struct {
+	a     *Agent
+	claim *protocol.Claim
+	lease *client.Lease
+	box   *isolate.Box
+	ws    string
+	// outputs counts the steps' output pipes still being copied.
+	outputs sync.WaitGroup
+	logs    *logAppender
+	// ctx is the steps' and transfers' context: done when the lease ends,
+	// the job times out, or it is stopped; context.Cause says which.
+	ctx  context.Context
+	stop context.CancelCauseFunc
+}
+
+// stopped is why the job was stopped, or nil while it runs.
+func (j *job) stopped() error {
+	if j.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(j.ctx)
+}
+
+// newJob holds the claim's lease and gives the job its context: it ends
+// with the lease, at the job's timeout, or by stop.
+func (a *Agent) newJob(c *protocol.Claim) (*job, func()) {
+	h := a.cfg.Client.Hold(c.Lease)
+	timed, cancelTimeout := context.WithTimeoutCause(h.Context(), time.Duration(c.Job.TimeoutSeconds)*time.Second, ErrTimedOut)
+	ctx, stop := context.WithCancelCause(timed)
+	j := &job{a: a, claim: c, lease: h, ctx: ctx, stop: stop}
+	j.logs = newLogAppender(h, redactions(a.cfg.Client.Token, c))
+	a.mu.Lock()
+	a.running[c.Lease.JobID] = h
+	a.mu.Unlock()
+	return j, func() {
+		stop(nil)
+		cancelTimeout()
+		a.mu.Lock()
+		delete(a.running, c.Lease.JobID)
+		a.mu.Unlock()
+	}
+}
+
+// redactions are the values masked in the log: the runner's token, the
+// claim's secrets and the values substituted for ${{ secrets.NAME }}, and
+// env values whose names look secret.
+func redactions(token string, c *protocol.Claim) []string {
+	redact := []string{token}
+	for _, v := range c.Secrets {
+		redact = append(redact, v)
+	}
+	redact = append(redact, c.Mask...)
+	for k, v := range c.Job.Env {
+		if looksSecret(k) {
+			redact = append(redact, v)
+		}
+	}
+	return redact
+}
+
+func (a *Agent) runJob(c *protocol.Claim, slot int) (slotOK bool) {
+	l := c.Lease
+	log := a.cfg.Log.With("job", c.Job.Name, "job_id", l.JobID, "generation", l.Generation)
+	log.Info("claimed")
+	j, done := a.newJob(c)
+	defer done()
+	go j.logs.loop()
+	hbDone := make(chan struct{})
+	go j.heartbeat(hbDone)
+
+	outcome, exitCode := j.execute(slot)
+	j.endProcesses(log)
+	close(hbDone)
+	defer func() { slotOK = j.cleanUp(log) }()
+	j.report(log, outcome, exitCode)
+	return slotOK // set by cleanUp, deferred
+}
+
+// report flushes the log and reports the outcome, unless the lease ended
+// (lost, or abandoned by a stopping runner): then nothing more is said.
+func (j *job) report(log *slog.Logger, outcome domain.Outcome, exitCode int) {
+	cause := j.stopped()
+	if j.lease.Ended() {
+		log.Warn("job stopped without reporting", "reason", context.Cause(j.lease.Context()))
+		return
+	}
+	why := ""
+	switch {
+	case errors.Is(cause, ErrCanceled):
+		outcome = domain.OutcomeCanceled
+		fmt.Fprintf(j.logs, "\n==> job canceled\n")
+	case errors.Is(cause, ErrTimedOut):
+		outcome, why = domain.OutcomeFailed, "timeout"
+		fmt.Fprintf(j.logs, "\n==> job timed out after %d minutes\n", j.claim.Job.TimeoutSeconds/60)
+	}
+	if hit := j.limitHit(); outcome == domain.OutcomeFailed && hit != "" {
+		why = hit
+		fmt.Fprintf(j.logs, "==> %s\n", hit)
+	}
+	// The report outlives the job's cancel or timeout, not its lease.
+	ctx, cancel := context.WithTimeout(j.lease.Context(), 30*time.Second)
+	defer cancel()
+	if err := j.logs.Close(ctx); err != nil && j.lease.Lost() {
+		log.Warn("lease lost while flushing logs")
+		return
+	}
+	if err := j.lease.Complete(ctx, outcome, exitCode, why); err != nil {
+		log.Warn("complete failed", "err", err)
+		return
+	}
+	log.Info("completed", "outcome", outcome, "exit_code", exitCode)
+}
+
+// endProcesses kills whatever the job's steps left running and waits
+// (briefly: a runner without cgroups cannot kill what escaped its process
+// groups) for their last output to reach the log.
+func (j *job) endProcesses(log *slog.Logger) {
+	if j.box != nil {
+		if err := j.box.Kill(); err != nil {
+			log.Error("the job's processes could not be killed", "err", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		j.outputs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+}
+
+func (j *job) limitHit() string {
+	if j.box == nil {
+		return ""
+	}
+	return j.box.LimitHit()
+}
+
+// heartbeat extends the lease every third of its TTL. It stops the job on
+// cancel_requested; a 409 ends the lease (the client does that); and when
+// no heartbeat has succeeded for a whole TTL (measured on the monotonic
+// clock) it gives the lease up as lost, because by then the control plane
+// may have given the job to someone else.
+func (j *job) heartbeat(done <-chan struct{}) {
+	ttl := time.Duration(j.claim.LeaseTTLSeconds) * time.Second
+	if ttl <= 0 {
+		ttl = 60 * time.Second
+	}
+	lastOK := time.Now()
+	t := time.NewTicker(ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-j.ctx.Done():
+			return
+		case <-t.C:
+		}
+		hctx, cancel := context.WithTimeout(j.lease.Context(), ttl/3)
+		cancelRequested, err := j.lease.Heartbeat(hctx)
+		cancel()
+		switch {
+		case err == nil:
+			lastOK = time.Now()
+			if cancelRequested {
+				j.stop(ErrCanceled)
+			}
+		case time.Since(lastOK) >= ttl:
+			j.lease.Lose(fmt.Errorf("no heartbeat succeeded for %s: %w", ttl, err))
+		}
+	}
+}
+
+// execute prepares the workspace and runs the steps; it returns the
+// outcome to report and the exit code of the last step run.
+func (j *job) execute(slot int) (domain.Outcome, int) {
+	c := j.claim
+	fail := func(format string, args ...any) (domain.Outcome, int) {
+		fmt.Fprintf(j.logs, "==> "+format+"\n", args...)
+		return domain.OutcomeFailed, -1
+	}
+	if err := j.prepare(slot); err != nil {
+		if j.stopped() != nil {
+			return domain.OutcomeFailed, -1
+		}
+		return fail("%v", err)
+	}
+	exit := 0
+	for i, st := range c.Job.Steps {
+		if j.stopped() != nil {
+			return domain.OutcomeFailed, exit
+		}
+		fmt.Fprintf(j.logs, "==> step %d/%d: %s\n", i+1, len(c.Job.Steps), st.Name)
+		exit = j.runStep(st)
+		if j.stopped() != nil {
+			return domain.OutcomeFailed, exit
+		}
+		if exit != 0 {
+			fmt.Fprintf(j.logs, "==> step %q failed with exit code %d\n", st.Name, exit)
+			return domain.OutcomeFailed, exit
+		}
+	}
+	return j.publish(exit)
+}
+
+// publish uploads the artifacts and saves the cache of a job whose steps
+// passed.
+func (j *job) publish(exit int) (domain.Outcome, int) {
+	c := j.claim
+	// Nothing the steps started may still be changing the workspace while
+	// the runner reads it for artifacts and caches.
+	if err := j.box.Kill(); err != nil {
+		fmt.Fprintf(j.logs, "==> the job's processes could not be stopped: %v\n", err)
+		return domain.OutcomeFailed, -1
+	}
+	for _, art := range c.Job.Artifacts {
+		if err := j.uploadArtifact(art); err != nil {
+			if j.stopped() == nil {
+				fmt.Fprintf(j.logs, "==> artifact %s could not be uploaded: %v\n", art.Name, err)
+				return domain.OutcomeFailed, -1
+			}
+			return domain.OutcomeFailed, exit
+		}
+		fmt.Fprintf(j.logs, "==> artifact %s uploaded\n", art.Name)
+	}
+	if c.Job.Cache != nil {
+		if err := j.saveCache(); err != nil && j.stopped() == nil {
+			fmt.Fprintf(j.logs, "==> cache not saved: %v\n", err)
+		}
+	}
+	return domain.OutcomePassed, 0
+}
+
+func looksSecret(name string) bool {
+	n := strings.ToUpper(name)
+	for _, w := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
