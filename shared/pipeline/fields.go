@@ -293,30 +293,25 @@ func (p *parseState) strategy(n ast.Node, path string) ([]map[string]string, []s
 	return combos, keys
 }
 
-func (p *parseState) checkCycles(raws []*rawJob, byName map[string]*rawJob) {
-	state := map[string]int{}
-	var visit func(j *rawJob, stack []string) bool
-	visit = func(j *rawJob, stack []string) bool {
-		switch state[j.name] {
-		case 1:
-			p.errorf(j.needsNode, j.path+".needs", "needs form a cycle: %s", strings.Join(append(stack, j.name), " -> "))
-			return false
-		case 2:
-			return true
-		}
-		state[j.name] = 1
-		for _, n := range j.needs {
-			if up := byName[n]; up != nil && up != j && !visit(up, append(stack, j.name)) {
-				state[j.name] = 2
-				return false
+// checkCycles reports, at the needs of the job that closes it, each cycle
+// domain.NeedCycles finds. A job that needs itself is reported as such
+// already, so its own name is left out of its needs here.
+func (p *parseState) checkCycles(raws []*rawJob) {
+	names := make([]string, len(raws))
+	for i, j := range raws {
+		names[i] = j.name
+	}
+	needs := func(i int) []string {
+		var out []string
+		for _, n := range raws[i].needs {
+			if n != raws[i].name {
+				out = append(out, n)
 			}
 		}
-		state[j.name] = 2
-		return true
+		return out
 	}
-	for _, j := range raws {
-		if state[j.name] == 0 {
-			visit(j, nil)
-		}
+	for _, c := range domain.NeedCycles(names, needs) {
+		j := raws[c.Job]
+		p.errorf(j.needsNode, j.path+".needs", "needs form a cycle: %s", strings.Join(c.Path, " -> "))
 	}
 }

@@ -74,16 +74,10 @@ const (
 	maxEnvValueSize = 32 << 10
 )
 
-// Job is one job after matrix expansion.
-type Job struct {
-	Name           string
-	Needs          []string
-	Labels         []string
-	TimeoutSeconds int
-	RetryLeaseLost int
-	RetryFailed    int
-	Spec           domain.JobSpec
-}
+// Job is one job after matrix expansion: a run's job as the store takes
+// it (store.NewJob is the same type), so a parsed pipeline's jobs are the
+// rows of a new run as they are.
+type Job = domain.PlannedJob
 
 // Pipeline is a parsed pipeline file.
 type Pipeline struct {
@@ -302,7 +296,7 @@ func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
 			}
 		}
 	}
-	p.checkCycles(raws, byName)
+	p.checkCycles(raws)
 	// download: only from needed jobs, naming artifacts they declare.
 	for _, j := range raws {
 		for i, d := range j.download {

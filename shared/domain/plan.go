@@ -1,0 +1,72 @@
+package domain
+
+import "slices"
+
+// PlannedJob is one job of a run as its pipeline plans it (after matrix
+// expansion): what the parser produces (pipeline.Job) and what the store
+// takes to create a run (store.NewJob) are this one type, so a parsed
+// pipeline becomes a run's rows with no copy and neither package imports
+// the other.
+type PlannedJob struct {
+	Name           string
+	Needs          []string
+	Labels         []string
+	TimeoutSeconds int
+	RetryLeaseLost int
+	RetryFailed    int
+	Spec           JobSpec
+}
+
+// NeedCycle is a walk along needs that comes back to a job: Path runs from
+// where the walk started to the job met a second time, which is last (a ->
+// b -> a); Job is the index of that job.
+type NeedCycle struct {
+	Job  int
+	Path []string
+}
+
+// NeedCycles is THE check that jobs' needs form no cycle (the parser and
+// the store both ask it). names[i] is job i's name and needs(i) the names
+// it needs; a need naming no job is passed over (each caller reports
+// those its own way). It walks depth first from each job in order not
+// reached before, and returns the first cycle each such walk meets; none
+// when the needs are acyclic.
+func NeedCycles(names []string, needs func(i int) []string) []NeedCycle {
+	index := make(map[string]int, len(names))
+	for i, n := range names {
+		index[n] = i
+	}
+	const (
+		unseen = iota
+		visiting
+		done
+	)
+	mark := make([]int, len(names))
+	var found []NeedCycle
+	var visit func(i int, path []string) bool
+	visit = func(i int, path []string) bool {
+		switch mark[i] {
+		case visiting:
+			found = append(found, NeedCycle{Job: i, Path: append(slices.Clone(path), names[i])})
+			return false
+		case done:
+			return true
+		}
+		mark[i] = visiting
+		ok := true
+		for _, n := range needs(i) {
+			if up, known := index[n]; known && !visit(up, append(path, names[i])) {
+				ok = false
+				break
+			}
+		}
+		mark[i] = done
+		return ok
+	}
+	for i := range names {
+		if mark[i] == unseen {
+			visit(i, nil)
+		}
+	}
+	return found
+}
