@@ -250,7 +250,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if err != nil {
 		return nil, "", sha, err
 	}
-	nr.Source, nr.Jobs = src.Source, store.JobsOf(src.Pipeline)
+	nr.Source, nr.Jobs = src.Source, src.Pipeline.Jobs
 	nr.Checks = &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha}
 	created, err := w.Store.CompleteDeliveryWithRun(ctx, d, nr)
 	if err != nil {

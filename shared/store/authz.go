@@ -14,7 +14,18 @@ import (
 // from their current relation to the project of the thing touched. The rank
 // is defined once, by the SQL function project_rank (migration 00005):
 // reads put it in their WHERE clause, changes call authorize in their own
-// transaction.
+// transaction. A read's condition "user $N may read the project of column
+// col" is written in its statement as project_rank($N, col) >= 1 (RankRead).
+
+// globalAdminSQL reads, holding the row, whether active user $1 is a
+// global admin.
+const globalAdminSQL = `SELECT role = 'admin' FROM users WHERE id = $1 AND disabled_at IS NULL FOR SHARE`
+
+// membershipSQL reads, holding the row, user $2's membership of project $1.
+const membershipSQL = `SELECT role, secrets FROM project_members WHERE project_id = $1 AND user_id = $2 FOR SHARE`
+
+// runProjectSQL is the project of run $1.
+const runProjectSQL = `SELECT project_id FROM runs WHERE id = $1`
 
 // Ranks on a project, weakest first (project_rank's values).
 const (
@@ -36,12 +47,6 @@ type Access struct {
 	Secrets bool
 }
 
-// canRead is the WHERE condition "user $N may read the project of column
-// col", for queries that filter what a user sees.
-func canRead(userParam, col string) string {
-	return `project_rank(` + userParam + `, ` + col + `) >= 1`
-}
-
 // authorize reads the user's access to a project inside tx and holds it:
 // the membership row (or, for a global admin, the user row) is locked FOR
 // SHARE until tx ends, so a removal or demotion made meanwhile waits for
@@ -51,8 +56,7 @@ func canRead(userParam, col string) string {
 func authorize(ctx context.Context, tx pgx.Tx, u User, projectID string, need int, what string) (Access, error) {
 	var a Access
 	var globalAdmin bool
-	err := tx.QueryRow(ctx, `SELECT role = 'admin' FROM users WHERE id = $1 AND disabled_at IS NULL FOR SHARE`,
-		u.ID).Scan(&globalAdmin)
+	err := tx.QueryRow(ctx, globalAdminSQL, u.ID).Scan(&globalAdmin)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, domain.Errorf(domain.EUnauthorized, "user is disabled")
 	}
@@ -60,9 +64,7 @@ func authorize(ctx context.Context, tx pgx.Tx, u User, projectID string, need in
 		return a, fmt.Errorf("authorize: %w", err)
 	}
 	var role string
-	err = tx.QueryRow(ctx, `
-		SELECT role, secrets FROM project_members WHERE project_id = $1 AND user_id = $2 FOR SHARE`,
-		projectID, u.ID).Scan(&role, &a.Secrets)
+	err = tx.QueryRow(ctx, membershipSQL, projectID, u.ID).Scan(&role, &a.Secrets)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return a, fmt.Errorf("authorize: %w", err)
 	}
@@ -79,10 +81,26 @@ func authorize(ctx context.Context, tx pgx.Tx, u User, projectID string, need in
 	return a, nil
 }
 
+// requireGlobalAdmin checks, holding the user row, that u is a global admin.
+func requireGlobalAdmin(ctx context.Context, tx pgx.Tx, u User) error {
+	var admin bool
+	err := tx.QueryRow(ctx, globalAdminSQL, u.ID).Scan(&admin)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Errorf(domain.EUnauthorized, "user is disabled")
+	}
+	if err != nil {
+		return fmt.Errorf("check admin: %w", err)
+	}
+	if !admin {
+		return domain.Errorf(domain.EForbidden, "only global admins may do this")
+	}
+	return nil
+}
+
 // runProject returns the project of a run, locking nothing.
 func runProject(ctx context.Context, tx pgx.Tx, runID string) (string, error) {
 	var projectID string
-	err := tx.QueryRow(ctx, `SELECT project_id FROM runs WHERE id = $1`, runID).Scan(&projectID)
+	err := tx.QueryRow(ctx, runProjectSQL, runID).Scan(&projectID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", domain.Errorf(domain.ENotFound, "run %s not found", runID)
 	}

@@ -24,6 +24,40 @@ import (
 // upload again) or happens wholly before it (and the row then references
 // the object, which the collector will not delete).
 
+// touchBlobSQL marks blob ($1, $2, $3) used, if held, and returns it.
+const touchBlobSQL = `
+UPDATE blobs SET touched_at = now() WHERE project_id = $1 AND trusted = $2 AND digest = $3
+RETURNING size, s3_key`
+
+// lockKeySQL takes the transaction's advisory lock on object key $1 (see
+// above); tryLockKeySQL tries to, for the collector.
+const lockKeySQL = `SELECT pg_advisory_xact_lock(7419, hashtext($1))`
+
+const tryLockKeySQL = `SELECT pg_try_advisory_xact_lock(7419, hashtext($1))`
+
+// registerBlobSQL records blob ($1, $2, $3) of $4 bytes at key $5, or
+// touches the row held already; it returns the stored size and whether
+// the row is new (xmax = 0: no conflicting row was updated).
+const registerBlobSQL = `
+INSERT INTO blobs (project_id, trusted, digest, size, s3_key) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (project_id, trusted, digest) DO UPDATE SET touched_at = now()
+RETURNING size, xmax = 0`
+
+// uploadDoneSQL forgets the upload of key $1: it was committed.
+const uploadDoneSQL = `DELETE FROM uploads WHERE s3_key = $1`
+
+// storageUsedSQL is project $1's name, storage quota and the bytes its
+// blobs hold.
+const storageUsedSQL = `
+SELECT p.name, p.storage_quota_bytes, coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id), 0)
+FROM projects p WHERE p.id = $1`
+
+// startUploadSQL records that an upload URL for key $1 of project $2 is
+// handed out (again: its age restarts).
+const startUploadSQL = `
+INSERT INTO uploads (s3_key, project_id) VALUES ($1, $2)
+ON CONFLICT (s3_key) DO UPDATE SET created_at = now()`
+
 // Objects is what the store asks of the CAS: whether a key holds a blob,
 // and to delete unreferenced ones. *cas.Store is one.
 type Objects interface {
@@ -57,9 +91,7 @@ type Blob struct {
 // told "exists" to commit it.
 func (s *Store) HeldBlob(ctx context.Context, b BlobRef) (Blob, bool, error) {
 	out := Blob{Digest: b.Digest}
-	err := s.pool.QueryRow(ctx, `
-		UPDATE blobs SET touched_at = now() WHERE project_id = $1 AND trusted = $2 AND digest = $3
-		RETURNING size, s3_key`, b.ProjectID, b.Trusted, b.Digest).Scan(&out.Size, &out.Key)
+	err := s.pool.QueryRow(ctx, touchBlobSQL, b.ProjectID, b.Trusted, b.Digest).Scan(&out.Size, &out.Key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return out, false, nil
 	}
@@ -71,7 +103,7 @@ func (s *Store) HeldBlob(ctx context.Context, b BlobRef) (Blob, bool, error) {
 
 // lockKey takes the transaction's advisory lock on an object key.
 func lockKey(ctx context.Context, tx pgx.Tx, key string) error {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7419, hashtext($1))`, key); err != nil {
+	if _, err := tx.Exec(ctx, lockKeySQL, key); err != nil {
 		return fmt.Errorf("lock %s: %w", key, err)
 	}
 	return nil
@@ -87,17 +119,14 @@ func (s *Store) registerBlob(ctx context.Context, tx pgx.Tx, b BlobRef, size int
 	}
 	var stored int64
 	var inserted bool
-	err := tx.QueryRow(ctx, `
-		INSERT INTO blobs (project_id, trusted, digest, size, s3_key) VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (project_id, trusted, digest) DO UPDATE SET touched_at = now()
-		RETURNING size, xmax = 0`, b.ProjectID, b.Trusted, b.Digest, size, b.Key()).Scan(&stored, &inserted)
+	err := tx.QueryRow(ctx, registerBlobSQL, b.ProjectID, b.Trusted, b.Digest, size, b.Key()).Scan(&stored, &inserted)
 	if err != nil {
 		return fmt.Errorf("register blob: %w", err)
 	}
 	if stored != size {
 		return domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", b.Digest, stored, size)
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM uploads WHERE s3_key = $1`, b.Key()); err != nil {
+	if _, err := tx.Exec(ctx, uploadDoneSQL, b.Key()); err != nil {
 		return fmt.Errorf("upload done: %w", err)
 	}
 	if !inserted {
@@ -129,9 +158,7 @@ func (s *Store) RegisterBlob(ctx context.Context, b BlobRef, size int64) error {
 func overQuota(ctx context.Context, tx pgx.Tx, projectID string, more int64) error {
 	var used, quota int64
 	var name string
-	if err := tx.QueryRow(ctx, `
-		SELECT p.name, p.storage_quota_bytes, coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id), 0)
-		FROM projects p WHERE p.id = $1`, projectID).Scan(&name, &quota, &used); err != nil {
+	if err := tx.QueryRow(ctx, storageUsedSQL, projectID).Scan(&name, &quota, &used); err != nil {
 		return fmt.Errorf("storage quota: %w", err)
 	}
 	if used+more > quota {
@@ -149,9 +176,7 @@ func (s *Store) StartUpload(ctx context.Context, b BlobRef, size int64) error {
 		if err := overQuota(ctx, tx, b.ProjectID, size); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `
-			INSERT INTO uploads (s3_key, project_id) VALUES ($1, $2)
-			ON CONFLICT (s3_key) DO UPDATE SET created_at = now()`, b.Key(), b.ProjectID)
+		_, err := tx.Exec(ctx, startUploadSQL, b.Key(), b.ProjectID)
 		return err
 	})
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/forgeci/forgeci/shared/protocol"
 )
 
-
 // claimSQL leases the oldest queued job whose labels the runner covers, in
 // one statement: SKIP LOCKED lets concurrent claimers pass each other, the
 // generation goes up by one, the lease ID is fresh and random, the expiry
@@ -59,6 +58,22 @@ SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spe
             FROM project_secrets s WHERE s.project_id = r.project_id AND s.name = ANY (c.secret_names))
        END
 FROM claimed c JOIN runs r ON r.id = c.run_id`
+
+// abortUndeliveredSQL records the attempt of job $1 whose claim was never
+// delivered as ABORTED with reason $2 (see releaseUndelivered).
+const abortUndeliveredSQL = `
+INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at, ended_at, outcome, reason, log_size)
+SELECT id, generation, runner_id, lease_id, started_at, now(), 'ABORTED', $2, 0 FROM jobs WHERE id = $1`
+
+// requeueUndeliveredSQL puts job $1 back in the queue; the next claim's
+// generation fences the undelivered lease.
+const requeueUndeliveredSQL = `UPDATE jobs SET state = 'QUEUED', queued_at = now() WHERE id = $1`
+
+// touchRunnerSQL records that idle runner $1 polled, at most every ten
+// seconds, so that idle polling writes little.
+const touchRunnerSQL = `
+UPDATE runners SET last_seen_at = now()
+WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < now() - interval '10 seconds')`
 
 // Claim is a granted lease as the store returns it: the job object is the
 // one stored at run creation, passed through without decoding.
@@ -126,9 +141,9 @@ func effectiveLabels(runner Runner, requested []string) ([]string, error) {
 
 func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string) (*Claim, error) {
 	key := hintKey(labels, runner.Scope)
-	at, id, full := s.hints.start(key, time.Now())
+	at, id, full := s.hints.start(key, s.now())
 	c, err := s.claimAfter(ctx, runner, labels, key, at, id)
-	if err != nil || c != nil || full || !s.hints.fullScanDue(key, time.Now()) {
+	if err != nil || c != nil || full || !s.hints.fullScanDue(key, s.now()) {
 		return c, err
 	}
 	// Nothing after the hint: look behind it too.
@@ -231,13 +246,10 @@ func (s *Store) releaseUndelivered(ctx context.Context, l domain.Lease, cause er
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at, ended_at, outcome, reason, log_size)
-			SELECT id, generation, runner_id, lease_id, started_at, now(), 'ABORTED', $2, 0 FROM jobs WHERE id = $1`,
-			job.ID, "claim not delivered: "+truncate(cause.Error(), 150)); err != nil {
+		if _, err := tx.Exec(ctx, abortUndeliveredSQL, job.ID, "claim not delivered: "+truncate(cause.Error(), 150)); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `UPDATE jobs SET state = 'QUEUED', queued_at = now() WHERE id = $1`, job.ID)
+		_, err = tx.Exec(ctx, requeueUndeliveredSQL, job.ID)
 		return err
 	})
 	s.signalQueued()
@@ -252,7 +264,5 @@ func truncate(s string, n int) string {
 
 func (s *Store) touchRunner(ctx context.Context, runnerID string) {
 	// Best effort: last_seen_at is for humans; a failure must not fail the claim.
-	_, _ = s.pool.Exec(ctx, `
-		UPDATE runners SET last_seen_at = now()
-		WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < now() - interval '10 seconds')`, runnerID)
+	_, _ = s.pool.Exec(ctx, touchRunnerSQL, runnerID)
 }

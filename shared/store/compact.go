@@ -15,15 +15,37 @@ import (
 // with writes. A reader's query sees the chunks before or after a merge,
 // never half of it (one statement, one snapshot).
 
+// uncompactedSQL locks up to $1 ended attempts whose logs are not
+// compacted yet, oldest first.
+const uncompactedSQL = `
+SELECT job_id, generation FROM job_attempts WHERE NOT log_compacted
+ORDER BY ended_at LIMIT $1 FOR UPDATE SKIP LOCKED`
+
+const markCompactedSQL = `UPDATE job_attempts SET log_compacted = true WHERE job_id = $1 AND generation = $2`
+
+// chunkSpansSQL lists where each chunk of job $1's log of generation $2
+// starts and how long it is.
+const chunkSpansSQL = `
+SELECT start_offset, length(data) FROM log_chunks WHERE job_id = $1 AND generation = $2 ORDER BY start_offset`
+
+// mergeChunksSQL replaces the chunks of job $1's log of generation $2
+// that start from $3 to $4 by one chunk at $3, in one statement (readers
+// see all of them or the merged one).
+const mergeChunksSQL = `
+WITH gone AS (
+    DELETE FROM log_chunks WHERE job_id = $1 AND generation = $2 AND start_offset BETWEEN $3 AND $4
+    RETURNING start_offset, data
+)
+INSERT INTO log_chunks (job_id, generation, start_offset, data)
+SELECT $1, $2, $3, string_agg(data, ''::bytea ORDER BY start_offset) FROM gone`
+
 const compactChunk = 256 << 10
 
 // compactLogs compacts the logs of up to n ended attempts.
 func (s *Store) compactLogs(ctx context.Context, n int) (int, error) {
 	var k int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT job_id, generation FROM job_attempts WHERE NOT log_compacted
-			ORDER BY ended_at LIMIT $1 FOR UPDATE SKIP LOCKED`, n)
+		rows, err := tx.Query(ctx, uncompactedSQL, n)
 		if err != nil {
 			return err
 		}
@@ -42,8 +64,7 @@ func (s *Store) compactLogs(ctx context.Context, n int) (int, error) {
 			if err := compactAttempt(ctx, tx, a.job, a.generation); err != nil {
 				return fmt.Errorf("compact log of %s/%d: %w", a.job, a.generation, err)
 			}
-			if _, err := tx.Exec(ctx, `UPDATE job_attempts SET log_compacted = true WHERE job_id = $1 AND generation = $2`,
-				a.job, a.generation); err != nil {
+			if _, err := tx.Exec(ctx, markCompactedSQL, a.job, a.generation); err != nil {
 				return err
 			}
 		}
@@ -57,9 +78,7 @@ func (s *Store) compactLogs(ctx context.Context, n int) (int, error) {
 // most compactChunk bytes at a time (so memory stays bounded), each window
 // replaced by one chunk at its start.
 func compactAttempt(ctx context.Context, tx pgx.Tx, jobID string, generation int) error {
-	rows, err := tx.Query(ctx, `
-		SELECT start_offset, length(data) FROM log_chunks WHERE job_id = $1 AND generation = $2 ORDER BY start_offset`,
-		jobID, generation)
+	rows, err := tx.Query(ctx, chunkSpansSQL, jobID, generation)
 	if err != nil {
 		return err
 	}
@@ -83,14 +102,7 @@ func compactAttempt(ctx context.Context, tx pgx.Tx, jobID string, generation int
 			continue
 		}
 		from, to := chunks[i].start, chunks[j-1].start
-		if _, err := tx.Exec(ctx, `
-			WITH gone AS (
-			    DELETE FROM log_chunks WHERE job_id = $1 AND generation = $2 AND start_offset BETWEEN $3 AND $4
-			    RETURNING start_offset, data
-			)
-			INSERT INTO log_chunks (job_id, generation, start_offset, data)
-			SELECT $1, $2, $3, string_agg(data, ''::bytea ORDER BY start_offset) FROM gone`,
-			jobID, generation, from, to); err != nil {
+		if _, err := tx.Exec(ctx, mergeChunksSQL, jobID, generation, from, to); err != nil {
 			return err
 		}
 		i = j

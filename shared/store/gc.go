@@ -19,6 +19,99 @@ import (
 // batches, each its own short transaction, so a scheduled invocation can
 // stop at any point and the next one carries on.
 
+// unreferencedSQL is the condition "nothing references blob b".
+const unreferencedSQL = `
+	NOT EXISTS (SELECT 1 FROM runs r WHERE r.project_id = b.project_id AND r.trusted = b.trusted AND r.source_digest = b.digest)
+	AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE (a.project_id, a.trusted, a.digest) = (b.project_id, b.trusted, b.digest))
+	AND NOT EXISTS (SELECT 1 FROM caches c WHERE (c.project_id, c.trusted, c.digest) = (b.project_id, b.trusted, b.digest))
+	AND NOT EXISTS (SELECT 1 FROM pending_caches p WHERE (p.project_id, p.trusted, p.digest) = (b.project_id, b.trusted, b.digest))`
+
+// expireRunsSQL locks up to $1 finished runs past their project's
+// retention, oldest first.
+const expireRunsSQL = `
+SELECT r.id FROM runs r JOIN projects p ON p.id = r.project_id
+WHERE r.finished_at < now() - make_interval(days => p.retention_days)
+ORDER BY r.finished_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED`
+
+// deleteRunAttemptsSQL deletes the attempts of runs $1 (they have no
+// foreign key to cascade from).
+const deleteRunAttemptsSQL = `DELETE FROM job_attempts a USING jobs j WHERE j.id = a.job_id AND j.run_id = ANY ($1)`
+
+// deleteRunsSQL deletes runs $1 with their jobs and, by cascade, their
+// logs, artifacts, pending caches and check runs.
+const deleteRunsSQL = `DELETE FROM runs WHERE id = ANY ($1)`
+
+// expireDeliveriesSQL deletes up to $1 deliveries finished more than $2
+// seconds ago.
+const expireDeliveriesSQL = `
+DELETE FROM scm_deliveries WHERE guid IN (
+    SELECT guid FROM scm_deliveries WHERE finished_at < now() - make_interval(secs => $2)
+    ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
+// dropPendingCachesSQL deletes up to $1 staged cache saves of attempts
+// that ended.
+const dropPendingCachesSQL = `
+DELETE FROM pending_caches WHERE (job_id, generation, key) IN (
+    SELECT p.job_id, p.generation, p.key FROM pending_caches p JOIN jobs j ON j.id = p.job_id
+    WHERE j.generation <> p.generation OR j.state NOT IN ('QUEUED', 'RUNNING')
+    LIMIT $1)`
+
+// evictIdleCachesSQL deletes up to $1 cache entries not restored for $2
+// seconds.
+const evictIdleCachesSQL = `
+DELETE FROM caches WHERE ctid IN (
+    SELECT ctid FROM caches WHERE last_used_at < now() - make_interval(secs => $2) LIMIT $1)`
+
+// evictOverQuotaSQL deletes up to $1 cache entries past their project's
+// cache quota, counting the most recently restored first.
+const evictOverQuotaSQL = `
+DELETE FROM caches WHERE ctid IN (
+    SELECT ranked.ctid FROM (
+        SELECT c.ctid, p.cache_quota_bytes AS quota,
+               sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.last_used_at DESC, c.key) AS kept
+        FROM caches c JOIN projects p ON p.id = c.project_id) ranked
+    WHERE ranked.kept > ranked.quota LIMIT $1)`
+
+// staleUploadsSQL locks up to $1 uploads handed out more than $2 seconds
+// ago.
+const staleUploadsSQL = `
+SELECT u.s3_key FROM uploads u WHERE u.created_at < now() - make_interval(secs => $2)
+ORDER BY u.created_at LIMIT $1 FOR UPDATE SKIP LOCKED`
+
+// keyHeldSQL asks whether a blob row references object key $1.
+const keyHeldSQL = `SELECT EXISTS (SELECT 1 FROM blobs WHERE s3_key = $1)`
+
+const forgetUploadsSQL = `DELETE FROM uploads WHERE s3_key = ANY ($1)`
+
+// markBlobsSQL is the collector's mark: the keys of up to $1 blobs nothing
+// references and nobody touched within $2 seconds.
+const markBlobsSQL = `
+SELECT coalesce(array_agg(b.s3_key), '{}') FROM (
+    SELECT b.s3_key FROM blobs b
+    WHERE b.touched_at < now() - make_interval(secs => $2) AND ` + unreferencedSQL + `
+    ORDER BY b.touched_at LIMIT $1) b`
+
+// lockBlobsSQL is the sweep: of the marked keys $1, those whose lock it
+// takes (pg_try_advisory_xact_lock, as tryLockKeySQL) and whose blobs are
+// still unreferenced and untouched within $2 seconds, rows locked; shared
+// says another (project, tier) holds the same object (a key from before
+// keys were namespaced).
+const lockBlobsSQL = `
+WITH locked AS (
+    SELECT k FROM unnest($1::text[]) k WHERE pg_try_advisory_xact_lock(7419, hashtext(k))
+)
+SELECT b.project_id, b.trusted, b.digest, b.s3_key, b.size,
+       EXISTS (SELECT 1 FROM blobs b2 WHERE b2.s3_key = b.s3_key
+               AND (b2.project_id, b2.trusted) <> (b.project_id, b.trusted))
+FROM blobs b WHERE b.s3_key IN (SELECT k FROM locked)
+  AND b.touched_at < now() - make_interval(secs => $2) AND ` + unreferencedSQL + `
+FOR UPDATE OF b SKIP LOCKED`
+
+// deleteBlobsSQL deletes the blobs ($1, $2, $3)[i].
+const deleteBlobsSQL = `
+DELETE FROM blobs b USING unnest($1::text[], $2::bool[], $3::text[]) AS g(p, t, d)
+WHERE (b.project_id, b.trusted, b.digest) = (g.p, g.t, g.d)`
+
 // GCOptions bound and tune one collection.
 type GCOptions struct {
 	Batch  int           // rows per transaction (default 200)
@@ -120,10 +213,7 @@ func (s *Store) CollectGarbage(ctx context.Context, o GCOptions) (GCResult, erro
 func (s *Store) expireRuns(ctx context.Context, n int) (int, error) {
 	var k int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT r.id FROM runs r JOIN projects p ON p.id = r.project_id
-			WHERE r.finished_at < now() - make_interval(days => p.retention_days)
-			ORDER BY r.finished_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED`, n)
+		rows, err := tx.Query(ctx, expireRunsSQL, n)
 		if err != nil {
 			return err
 		}
@@ -131,10 +221,10 @@ func (s *Store) expireRuns(ctx context.Context, n int) (int, error) {
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM job_attempts a USING jobs j WHERE j.id = a.job_id AND j.run_id = ANY ($1)`, ids); err != nil {
+		if _, err := tx.Exec(ctx, deleteRunAttemptsSQL, ids); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM runs WHERE id = ANY ($1)`, ids)
+		tag, err := tx.Exec(ctx, deleteRunsSQL, ids)
 		k = int(tag.RowsAffected())
 		return err
 	})
@@ -142,41 +232,26 @@ func (s *Store) expireRuns(ctx context.Context, n int) (int, error) {
 }
 
 func (s *Store) expireDeliveries(ctx context.Context, n int, ttl time.Duration) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM scm_deliveries WHERE guid IN (
-		    SELECT guid FROM scm_deliveries WHERE finished_at < now() - make_interval(secs => $2)
-		    ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED)`, n, ttl.Seconds())
+	tag, err := s.pool.Exec(ctx, expireDeliveriesSQL, n, ttl.Seconds())
 	return int(tag.RowsAffected()), err
 }
 
 // dropPendingCaches drops the staged cache saves of attempts that ended
 // (promoted or not, they are done with).
 func (s *Store) dropPendingCaches(ctx context.Context, n int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM pending_caches WHERE (job_id, generation, key) IN (
-		    SELECT p.job_id, p.generation, p.key FROM pending_caches p JOIN jobs j ON j.id = p.job_id
-		    WHERE j.generation <> p.generation OR j.state NOT IN ('QUEUED', 'RUNNING')
-		    LIMIT $1)`, n)
+	tag, err := s.pool.Exec(ctx, dropPendingCachesSQL, n)
 	return int(tag.RowsAffected()), err
 }
 
 func (s *Store) evictIdleCaches(ctx context.Context, n int, idle time.Duration) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM caches WHERE ctid IN (
-		    SELECT ctid FROM caches WHERE last_used_at < now() - make_interval(secs => $2) LIMIT $1)`, n, idle.Seconds())
+	tag, err := s.pool.Exec(ctx, evictIdleCachesSQL, n, idle.Seconds())
 	return int(tag.RowsAffected()), err
 }
 
 // evictOverQuota removes, in each project over its cache quota, the least
 // recently restored entries until the rest fit.
 func (s *Store) evictOverQuota(ctx context.Context, n int) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM caches WHERE ctid IN (
-		    SELECT ranked.ctid FROM (
-		        SELECT c.ctid, p.cache_quota_bytes AS quota,
-		               sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.last_used_at DESC, c.key) AS kept
-		        FROM caches c JOIN projects p ON p.id = c.project_id) ranked
-		    WHERE ranked.kept > ranked.quota LIMIT $1)`, n)
+	tag, err := s.pool.Exec(ctx, evictOverQuotaSQL, n)
 	return int(tag.RowsAffected()), err
 }
 
@@ -186,9 +261,7 @@ func (s *Store) evictOverQuota(ctx context.Context, n int) (int, error) {
 func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int, error) {
 	var k int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			SELECT u.s3_key FROM uploads u WHERE u.created_at < now() - make_interval(secs => $2)
-			ORDER BY u.created_at LIMIT $1 FOR UPDATE SKIP LOCKED`, n, ttl.Seconds())
+		rows, err := tx.Query(ctx, staleUploadsSQL, n, ttl.Seconds())
 		if err != nil {
 			return err
 		}
@@ -206,7 +279,7 @@ func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int,
 				continue
 			}
 			var held bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM blobs WHERE s3_key = $1)`, key).Scan(&held); err != nil {
+			if err := tx.QueryRow(ctx, keyHeldSQL, key).Scan(&held); err != nil {
 				return err
 			}
 			if !held {
@@ -217,7 +290,7 @@ func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int,
 		if err := s.deleteObjects(ctx, orphans); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM uploads WHERE s3_key = ANY ($1)`, done)
+		tag, err := tx.Exec(ctx, forgetUploadsSQL, done)
 		k = int(tag.RowsAffected())
 		return err
 	})
@@ -226,7 +299,7 @@ func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int,
 
 func tryLockKey(ctx context.Context, tx pgx.Tx, key string) (bool, error) {
 	var ok bool
-	err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(7419, hashtext($1))`, key).Scan(&ok)
+	err := tx.QueryRow(ctx, tryLockKeySQL, key).Scan(&ok)
 	return ok, err
 }
 
@@ -236,13 +309,6 @@ func (s *Store) deleteObjects(ctx context.Context, keys []string) error {
 	}
 	return s.objects.Delete(ctx, keys)
 }
-
-// unreferencedSQL is the condition "nothing references blob b".
-const unreferencedSQL = `
-	NOT EXISTS (SELECT 1 FROM runs r WHERE r.project_id = b.project_id AND r.trusted = b.trusted AND r.source_digest = b.digest)
-	AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE (a.project_id, a.trusted, a.digest) = (b.project_id, b.trusted, b.digest))
-	AND NOT EXISTS (SELECT 1 FROM caches c WHERE (c.project_id, c.trusted, c.digest) = (b.project_id, b.trusted, b.digest))
-	AND NOT EXISTS (SELECT 1 FROM pending_caches p WHERE (p.project_id, p.trusted, p.digest) = (b.project_id, b.trusted, b.digest))`
 
 // dropBlobs removes blobs nothing references and nobody touched within
 // grace. The mark is the first query; the sweep takes, for the whole batch
@@ -256,11 +322,7 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 	var deleteErr error
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var keys []string
-		if err := tx.QueryRow(ctx, `
-			SELECT coalesce(array_agg(b.s3_key), '{}') FROM (
-			    SELECT b.s3_key FROM blobs b
-			    WHERE b.touched_at < now() - make_interval(secs => $2) AND `+unreferencedSQL+`
-			    ORDER BY b.touched_at LIMIT $1) b`, n, grace.Seconds()).Scan(&keys); err != nil {
+		if err := tx.QueryRow(ctx, markBlobsSQL, n, grace.Seconds()).Scan(&keys); err != nil {
 			return err
 		}
 		if len(keys) == 0 {
@@ -268,16 +330,7 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 		}
 		// Locked and still unreferenced: the batch. shared: a key from
 		// before namespacing that another (project, tier) still holds.
-		rows, err := tx.Query(ctx, `
-			WITH locked AS (
-			    SELECT k FROM unnest($1::text[]) k WHERE pg_try_advisory_xact_lock(7419, hashtext(k))
-			)
-			SELECT b.project_id, b.trusted, b.digest, b.s3_key, b.size,
-			       EXISTS (SELECT 1 FROM blobs b2 WHERE b2.s3_key = b.s3_key
-			               AND (b2.project_id, b2.trusted) <> (b.project_id, b.trusted))
-			FROM blobs b WHERE b.s3_key IN (SELECT k FROM locked)
-			  AND b.touched_at < now() - make_interval(secs => $2) AND `+unreferencedSQL+`
-			FOR UPDATE OF b SKIP LOCKED`, keys, grace.Seconds())
+		rows, err := tx.Query(ctx, lockBlobsSQL, keys, grace.Seconds())
 		if err != nil {
 			return err
 		}
@@ -312,9 +365,7 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 			projects, tiers, digests = append(projects, c.ref.ProjectID), append(tiers, c.ref.Trusted), append(digests, c.ref.Digest)
 			freed += c.size
 		}
-		tag, err := tx.Exec(ctx, `
-			DELETE FROM blobs b USING unnest($1::text[], $2::bool[], $3::text[]) AS g(p, t, d)
-			WHERE (b.project_id, b.trusted, b.digest) = (g.p, g.t, g.d)`, projects, tiers, digests)
+		tag, err := tx.Exec(ctx, deleteBlobsSQL, projects, tiers, digests)
 		k = int(tag.RowsAffected())
 		return err
 	})

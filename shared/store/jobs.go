@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,15 +11,83 @@ import (
 	"github.com/forgeci/forgeci/shared/domain"
 )
 
+// Jobs and their leases: the heartbeat and the end of an attempt here;
+// the lease check in lease.go, claims in claim.go, logs in logs.go, the
+// sweeper in sweep.go.
+
 // heartbeatSQL is the heartbeat's fast path: the whole lease check and the
 // extension in one statement (the UPDATE holds the row until commit). It
 // also refreshes the displayed log size from the log itself.
-var heartbeatSQL = `
+const heartbeatSQL = `
 UPDATE jobs j SET lease_expires_at = now() + make_interval(secs => $6),
-       log_size = ` + logEndSQL("j.id", "j.generation") + `
+       log_size = ` + logEndSQL + `
 FROM runs r
 WHERE ` + leaseMatchSQL + ` AND r.id = j.run_id
 RETURNING j.lease_expires_at, j.cancel_requested OR r.cancel_requested`
+
+// extendLeaseSQL is the heartbeat's slow path, under withLease's row lock.
+const extendLeaseSQL = `
+UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $2)
+WHERE id = $1 RETURNING lease_expires_at`
+
+// recordAttemptSQL writes the attempt row of job $1's generation $2 as its
+// lease ends: the lease's record, with the log's exact end.
+const recordAttemptSQL = `
+INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at, ended_at,
+                          outcome, reason, exit_code, log_size)
+SELECT j.id, j.generation, j.runner_id, j.lease_id, j.started_at, now(), $3, nullif($4, ''), $5, ` + logEndSQL + `
+FROM jobs j WHERE j.id = $1 AND j.generation = $2`
+
+// retryDueSQL asks whether job $1's retry policy allows another attempt
+// after one more loss of kind $2 (FAILED or ABORTED), the attempt just
+// recorded counting as the first try.
+const retryDueSQL = `
+SELECT CASE
+         WHEN $2 = 'FAILED'  THEN j.retry_failed
+         WHEN $2 = 'ABORTED' THEN j.retry_lease_lost
+         ELSE 0
+       END > (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = $2) - 1
+   AND NOT j.cancel_requested AND NOT r.cancel_requested
+FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`
+
+// requeueJobSQL puts a job whose attempt ended back in the queue; the lease
+// columns stay as they were (see finishAttempt).
+const requeueJobSQL = `
+UPDATE jobs SET state = 'QUEUED', queued_at = now(), reason = nullif($2, ''), exit_code = $3,
+       log_size = (SELECT log_size FROM job_attempts WHERE job_id = $1 AND generation = jobs.generation)
+WHERE id = $1`
+
+// finishJobSQL makes a job terminal with its last attempt's outcome.
+const finishJobSQL = `
+UPDATE jobs SET state = $2, finished_at = now(), reason = nullif($3, ''), exit_code = $4,
+       log_size = (SELECT log_size FROM job_attempts WHERE job_id = $1 AND generation = jobs.generation)
+WHERE id = $1`
+
+// runJobsSQL lists the jobs of run $1 in creation order.
+const runJobsSQL = `
+SELECT id, name, state, needs, generation, coalesce(runner_id, ''), coalesce(reason, ''), exit_code,
+       log_size, started_at, finished_at
+FROM jobs WHERE run_id = $1 ORDER BY created_at, id`
+
+// getJobSQL reads job $1 of run $2 if user $3 may read its project.
+const getJobSQL = `
+SELECT j.id, j.run_id, j.name, j.state, j.needs, j.labels, j.generation, coalesce(j.runner_id, ''),
+       coalesce(j.reason, ''), j.exit_code, j.log_size, j.started_at, j.finished_at
+FROM jobs j JOIN runs r ON r.id = j.run_id
+WHERE j.id = $1 AND j.run_id = $2 AND project_rank($3, r.project_id) >= 1`
+
+// jobAttemptsSQL lists job $1's ended attempts and its current lease, if
+// any, as one list by generation.
+const jobAttemptsSQL = `
+SELECT a.generation, a.runner_id, coalesce(r.name, ''), a.started_at, a.ended_at, a.outcome,
+       coalesce(a.reason, ''), a.exit_code, a.log_size
+FROM job_attempts a LEFT JOIN runners r ON r.id = a.runner_id
+WHERE a.job_id = $1
+UNION ALL
+SELECT j.generation, j.runner_id, coalesce(r.name, ''), j.started_at, NULL, 'RUNNING', '', NULL, j.log_size
+FROM jobs j LEFT JOIN runners r ON r.id = j.runner_id
+WHERE j.id = $1 AND j.state = 'RUNNING'
+ORDER BY 1`
 
 // Heartbeat extends a current lease by the lease TTL from the database's
 // now() and reports whether cancellation was requested.
@@ -41,166 +108,9 @@ func (s *Store) Heartbeat(ctx context.Context, runnerID, jobID string, l domain.
 	// path is correct either way).
 	err = s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
 		cancel = job.CancelRequested
-		return tx.QueryRow(ctx, `
-			UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $2)
-			WHERE id = $1 RETURNING lease_expires_at`,
-			job.ID, s.limits.LeaseTTL.Seconds()).Scan(&expires)
+		return tx.QueryRow(ctx, extendLeaseSQL, job.ID, s.limits.LeaseTTL.Seconds()).Scan(&expires)
 	})
 	return expires, cancel, err
-}
-
-// CheckLease runs the lease check alone and returns the locked job as it was.
-// Routes that only read (source) use it; it writes nothing.
-func (s *Store) CheckLease(ctx context.Context, runnerID, jobID string, l domain.Lease) (*LeasedJob, error) {
-	var out *LeasedJob
-	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		out = job
-		return nil
-	})
-	return out, err
-}
-
-// MaxLogChunk is the most bytes one log append may carry.
-const MaxLogChunk = 1 << 20
-
-// AppendLog appends data at offset to the current attempt's log.
-//
-// Per DESIGN.md: an append must start at the current end; resending a range
-// that is already stored, byte for byte, is accepted as a no-op so that a
-// runner may retry after a lost response; anything else is EOffsetMismatch
-// carrying the current end. It returns the log's end after the call.
-func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.Lease, offset int64, data []byte) (next int64, err error) {
-	if offset < 0 {
-		return 0, domain.Errorf(domain.EInvalid, "field offset must not be negative")
-	}
-	if len(data) > MaxLogChunk {
-		return 0, domain.Errorf(domain.ETooLarge, "a log append may carry at most %d bytes, got %d", MaxLogChunk, len(data))
-	}
-	if err := checkTuple(runnerID, jobID, l); err != nil {
-		return 0, err
-	}
-	// The fast path: the common append, at the end, in one statement.
-	if len(data) > 0 {
-		tag, err := s.pool.Exec(ctx, appendLogSQL, l.JobID, l.RunID, l.RunnerID, l.LeaseID, l.Generation,
-			offset, data, int64(len(data)))
-		switch {
-		case err == nil && tag.RowsAffected() == 1:
-			return offset + int64(len(data)), nil
-		case err != nil && !isUniqueViolation(err):
-			// A unique violation is a concurrent append at the same
-			// offset, classified below; anything else is a real failure.
-			return 0, fmt.Errorf("append log: %w", err)
-		}
-	}
-	err = s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		// The row is locked FOR UPDATE, so no append is in flight.
-		var end int64
-		if err := tx.QueryRow(ctx, `SELECT `+logEndSQL("$1", "$2"), job.ID, job.Generation).Scan(&end); err != nil {
-			return fmt.Errorf("log end: %w", err)
-		}
-		n := int64(len(data))
-		switch {
-		case offset == end:
-			if n == 0 {
-				next = end
-				return nil
-			}
-			if end+n > s.limits.MaxLogBytes {
-				return domain.Errorf(domain.ETooLarge, "job log would exceed the limit of %d bytes", s.limits.MaxLogBytes)
-			}
-			others, err := s.otherLogs(ctx, tx, job)
-			if err != nil {
-				return err
-			}
-			if others+end+n > s.limits.MaxRunLogBytes {
-				return domain.Errorf(domain.ETooLarge, "the run's logs would exceed the run limit of %d bytes", s.limits.MaxRunLogBytes)
-			}
-			// A new budget for the fast path: a share of what the run has left.
-			grant := min(logGrant, (s.limits.MaxRunLogBytes-others-end-n)/4)
-			if _, err := tx.Exec(ctx, `UPDATE jobs SET log_limit = $2 WHERE id = $1`, job.ID,
-				min(s.limits.MaxLogBytes, end+n+grant)); err != nil {
-				return fmt.Errorf("log budget: %w", err)
-			}
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO log_chunks (job_id, generation, start_offset, data) VALUES ($1, $2, $3, $4)`,
-				job.ID, job.Generation, end, data); err != nil {
-				return fmt.Errorf("insert log chunk: %w", err)
-			}
-			next = end + n
-			return nil
-		case offset+n <= end:
-			stored, err := readLog(ctx, tx, job.ID, job.Generation, offset, n)
-			if err != nil {
-				return err
-			}
-			if bytes.Equal(stored, data) {
-				next = end // an identical resend: nothing to do
-				return nil
-			}
-		}
-		return &domain.Error{Code: domain.EOffsetMismatch, NextOffset: &end,
-			Message: fmt.Sprintf("offset %d with %d bytes does not append at the log's end %d nor repeat stored bytes", offset, n, end)}
-	})
-	return next, err
-}
-
-// logGrant is the most log a job may append on the fast path before the
-// slow path looks at its run again (see appendLogSQL).
-const logGrant = 4 << 20
-
-// otherLogs is the size of the logs of the other jobs of the locked job's
-// run: their current attempts' logs as they stand (ended ones exact).
-func (s *Store) otherLogs(ctx context.Context, tx pgx.Tx, job *LeasedJob) (int64, error) {
-	var others int64
-	err := tx.QueryRow(ctx, `
-		SELECT coalesce(sum(CASE WHEN o.state = 'RUNNING' THEN `+logEndSQL("o.id", "o.generation")+` ELSE o.log_size END), 0)
-		FROM jobs o WHERE o.run_id = $1 AND o.id <> $2`, job.RunID, job.ID).Scan(&others)
-	if err != nil {
-		return 0, fmt.Errorf("run log size: %w", err)
-	}
-	return others, nil
-}
-
-// appendLogSQL is the log append's fast path: the whole lease check under
-// FOR KEY SHARE of the job row (held until commit; see withLease), and the
-// chunk inserted only if it starts at the attempt's current end and stays
-// within the job's log budget (jobs.log_limit: at most logGrant past where
-// the slow path last checked the attempt's and the run's limits exactly,
-// granting each job a quarter of what the run had left, so that jobs of a
-// run logging at once can pass the run's limit by little). Two appends racing at one offset cannot both land: the
-// second hits the primary key (job, generation, start_offset). It matches
-// nothing, and the slow path takes over (with exact limits), for every
-// other case.
-var appendLogSQL = `
-INSERT INTO log_chunks (job_id, generation, start_offset, data)
-SELECT j.id, j.generation, $6, $7 FROM jobs j
-WHERE ` + leaseMatchSQL + `
-  AND ` + logEndSQL("j.id", "j.generation") + ` = $6 AND $6 + $8::bigint <= j.log_limit
-FOR KEY SHARE OF j`
-
-// readLog returns the bytes [offset, offset+n) of one attempt's log.
-func readLog(ctx context.Context, q pgx.Tx, jobID string, generation int, offset, n int64) ([]byte, error) {
-	rows, err := q.Query(ctx, `
-		SELECT start_offset, data FROM log_chunks
-		WHERE job_id = $1 AND generation = $2
-		  AND start_offset < $3::bigint + $4::bigint AND start_offset + length(data) > $3::bigint
-		ORDER BY start_offset`, jobID, generation, offset, n)
-	if err != nil {
-		return nil, fmt.Errorf("read log: %w", err)
-	}
-	defer rows.Close()
-	out := make([]byte, 0, n)
-	for rows.Next() {
-		var start int64
-		var data []byte
-		if err := rows.Scan(&start, &data); err != nil {
-			return nil, fmt.Errorf("read log: %w", err)
-		}
-		lo := max(offset-start, 0)
-		hi := min(offset+n-start, int64(len(data)))
-		out = append(out, data[lo:hi]...)
-	}
-	return out, rows.Err()
 }
 
 // Completion is what Complete did.
@@ -274,33 +184,18 @@ func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, 
 // and advances the run. It returns the job's new state.
 func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generation int, outcome, reason string, exitCode *int) (string, error) {
 	// The attempt row is the lease's record, written as the lease ends.
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO job_attempts (job_id, generation, runner_id, lease_id, started_at, ended_at,
-		                          outcome, reason, exit_code, log_size)
-		SELECT id, generation, runner_id, lease_id, started_at, now(), $3, nullif($4, ''), $5, `+logEndSQL("$1", "$2")+`
-		FROM jobs WHERE id = $1 AND generation = $2`,
-		jobID, generation, outcome, reason, exitCode); err != nil {
+	if _, err := tx.Exec(ctx, recordAttemptSQL, jobID, generation, outcome, reason, exitCode); err != nil {
 		return "", fmt.Errorf("record attempt: %w", err)
 	}
 	var retry bool
-	if err := tx.QueryRow(ctx, `
-		SELECT CASE
-		         WHEN $2 = 'FAILED'  THEN j.retry_failed
-		         WHEN $2 = 'ABORTED' THEN j.retry_lease_lost
-		         ELSE 0
-		       END > (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = $2) - 1
-		   AND NOT j.cancel_requested AND NOT r.cancel_requested
-		FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`, jobID, outcome).Scan(&retry); err != nil {
+	if err := tx.QueryRow(ctx, retryDueSQL, jobID, outcome).Scan(&retry); err != nil {
 		return "", fmt.Errorf("retry policy: %w", err)
 	}
 	if retry {
 		// The lease columns stay as they were: the old owner's tuple still
 		// names this job but the job is not RUNNING, and the next claim
 		// moves the generation on, so every call of the old lease is fenced.
-		if _, err := tx.Exec(ctx, `
-			UPDATE jobs SET state = 'QUEUED', queued_at = now(), reason = nullif($2, ''), exit_code = $3,
-			       log_size = (SELECT log_size FROM job_attempts WHERE job_id = $1 AND generation = jobs.generation)
-			WHERE id = $1`, jobID, reason, exitCode); err != nil {
+		if _, err := tx.Exec(ctx, requeueJobSQL, jobID, reason, exitCode); err != nil {
 			return "", fmt.Errorf("requeue job: %w", err)
 		}
 		return domain.JobQueued, nil
@@ -310,14 +205,86 @@ func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generati
 			return "", err
 		}
 	}
-	if _, err := tx.Exec(ctx, `
-		UPDATE jobs SET state = $2, finished_at = now(), reason = nullif($3, ''), exit_code = $4,
-		       log_size = (SELECT log_size FROM job_attempts WHERE job_id = $1 AND generation = jobs.generation)
-		WHERE id = $1`, jobID, outcome, reason, exitCode); err != nil {
+	if _, err := tx.Exec(ctx, finishJobSQL, jobID, outcome, reason, exitCode); err != nil {
 		return "", fmt.Errorf("finish job: %w", err)
 	}
 	if err := advanceRun(ctx, tx, runID); err != nil {
 		return "", err
 	}
 	return outcome, nil
+}
+
+// JobInfo is a job as users see it.
+type JobInfo struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	State      string     `json:"state"`
+	Needs      []string   `json:"needs"`
+	Generation int        `json:"generation"`
+	RunnerID   string     `json:"runner_id,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	LogSize    int64      `json:"log_size"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// RunJobs returns the jobs of a run in creation order.
+func (s *Store) RunJobs(ctx context.Context, runID string) ([]JobInfo, error) {
+	rows, err := s.pool.Query(ctx, runJobsSQL, runID)
+	if err != nil {
+		return nil, fmt.Errorf("run jobs: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobInfo, error) {
+		var j JobInfo
+		err := row.Scan(&j.ID, &j.Name, &j.State, &j.Needs, &j.Generation, &j.RunnerID, &j.Reason, &j.ExitCode,
+			&j.LogSize, &j.StartedAt, &j.FinishedAt)
+		return j, err
+	})
+}
+
+// Attempt is one lease of a job: ended ones from job_attempts, the current
+// one from the job row.
+type Attempt struct {
+	Generation int        `json:"generation"`
+	RunnerID   string     `json:"runner_id"`
+	RunnerName string     `json:"runner_name"`
+	StartedAt  time.Time  `json:"started_at"`
+	EndedAt    *time.Time `json:"ended_at,omitempty"`
+	Outcome    string     `json:"outcome"` // RUNNING for the current lease
+	Reason     string     `json:"reason,omitempty"`
+	ExitCode   *int       `json:"exit_code,omitempty"`
+	LogSize    int64      `json:"log_size"`
+}
+
+// JobDetail is a job with its attempts.
+type JobDetail struct {
+	JobInfo
+	RunID    string    `json:"run_id"`
+	Labels   []string  `json:"labels"`
+	Attempts []Attempt `json:"attempts"`
+}
+
+// GetJob returns a job of a run u may read, and its attempts, oldest first.
+func (s *Store) GetJob(ctx context.Context, u User, runID, jobID string) (JobDetail, error) {
+	var d JobDetail
+	err := s.pool.QueryRow(ctx, getJobSQL, jobID, runID, u.ID).Scan(&d.ID, &d.RunID, &d.Name, &d.State, &d.Needs,
+		&d.Labels, &d.Generation, &d.RunnerID, &d.Reason, &d.ExitCode, &d.LogSize, &d.StartedAt, &d.FinishedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
+	}
+	if err != nil {
+		return d, fmt.Errorf("get job: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, jobAttemptsSQL, jobID)
+	if err != nil {
+		return d, fmt.Errorf("job attempts: %w", err)
+	}
+	d.Attempts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		err := row.Scan(&a.Generation, &a.RunnerID, &a.RunnerName, &a.StartedAt, &a.EndedAt, &a.Outcome,
+			&a.Reason, &a.ExitCode, &a.LogSize)
+		return a, err
+	})
+	return d, err
 }

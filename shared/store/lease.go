@@ -56,6 +56,17 @@ func (s *Store) withLease(ctx context.Context, runnerID, pathJobID string, l dom
 	})
 }
 
+// CheckLease runs the lease check alone and returns the locked job as it was.
+// Routes that only read (source) use it; it writes nothing.
+func (s *Store) CheckLease(ctx context.Context, runnerID, jobID string, l domain.Lease) (*LeasedJob, error) {
+	var out *LeasedJob
+	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		out = job
+		return nil
+	})
+	return out, err
+}
+
 // checkTuple is the part of the lease check that needs no database: the
 // tuple is well formed, names the job in the path and the token's runner.
 func checkTuple(runnerID, pathJobID string, l domain.Lease) error {
@@ -88,15 +99,29 @@ const leaseMatchSQL = `j.id = $1
     AND (j.run_id, j.runner_id, j.lease_id::text, j.generation, j.state) IS NOT DISTINCT FROM ($2, $3, $4, $5::int, 'RUNNING')
     AND j.lease_expires_at > now()`
 
-// logEndSQL is the end of one attempt's log: log chunks are contiguous and
-// append-only, so it is the end of the last chunk (one backward step of
-// the primary key). jobs.log_size is a copy for display, refreshed by
-// heartbeats and set exactly when the attempt ends.
-func logEndSQL(job, generation string) string {
-	return `coalesce((SELECT c.start_offset + length(c.data) FROM log_chunks c
-	    WHERE c.job_id = ` + job + ` AND c.generation = ` + generation + `
+// logEndSQL is the end of the current attempt's log for the job row j (its
+// generation j.generation): log chunks are contiguous and append-only, so it
+// is the end of the last chunk (one backward step of the primary key).
+// jobs.log_size is a copy for display, refreshed by heartbeats and set
+// exactly when the attempt ends. Like leaseMatchSQL it is a fragment,
+// joined to the statements that use it at compile time.
+const logEndSQL = `coalesce((SELECT c.start_offset + length(c.data) FROM log_chunks c
+	    WHERE c.job_id = j.id AND c.generation = j.generation
 	    ORDER BY c.start_offset DESC LIMIT 1), 0)`
-}
+
+// lockLeaseSQL locks job $1 and reads what lockLease classifies, with
+// runner $2's row (absent or revoked: the lease is refused).
+const lockLeaseSQL = `
+SELECT j.id, j.run_id, r.project_id, r.trusted, j.name, j.generation, j.needs, j.spec,
+       j.cancel_requested OR r.cancel_requested,
+       j.state, j.runner_id, j.lease_id::text,
+       coalesce(j.lease_expires_at <= now(), true),
+       coalesce(ru.revoked_at IS NOT NULL, true), ru.id IS NOT NULL
+FROM jobs j
+JOIN runs r ON r.id = j.run_id
+LEFT JOIN runners ru ON ru.id = $2
+WHERE j.id = $1
+FOR UPDATE OF j`
 
 // lockLease locks the job row and classifies the tuple. The order of checks
 // decides which code a stale runner hears; any of them means "stop".
@@ -107,18 +132,7 @@ func lockLease(ctx context.Context, tx pgx.Tx, l domain.Lease) (*LeasedJob, erro
 		curRunner, curLease        *string
 		expired, revoked, runnerOK bool
 	)
-	err := tx.QueryRow(ctx, `
-		SELECT j.id, j.run_id, r.project_id, r.trusted, j.name, j.generation, j.needs, j.spec,
-		       j.cancel_requested OR r.cancel_requested,
-		       j.state, j.runner_id, j.lease_id::text,
-		       coalesce(j.lease_expires_at <= now(), true),
-		       coalesce(ru.revoked_at IS NOT NULL, true), ru.id IS NOT NULL
-		FROM jobs j
-		JOIN runs r ON r.id = j.run_id
-		LEFT JOIN runners ru ON ru.id = $2
-		WHERE j.id = $1
-		FOR UPDATE OF j`,
-		l.JobID, l.RunnerID).Scan(
+	err := tx.QueryRow(ctx, lockLeaseSQL, l.JobID, l.RunnerID).Scan(
 		&job.ID, &job.RunID, &job.ProjectID, &job.Trusted, &job.Name, &job.Generation, &job.Needs, &job.Spec,
 		&job.CancelRequested, &state, &curRunner, &curLease, &expired, &revoked, &runnerOK)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,184 @@ import (
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/mask"
 )
+
+// Logs: appended by runners under their lease (the fast path one
+// statement), read by people masked.
+
+// appendLogSQL is the log append's fast path: the whole lease check under
+// FOR KEY SHARE of the job row (held until commit; see withLease), and the
+// chunk inserted only if it starts at the attempt's current end and stays
+// within the job's log budget (jobs.log_limit: at most logGrant past where
+// the slow path last checked the attempt's and the run's limits exactly,
+// granting each job a quarter of what the run had left, so that jobs of a
+// run logging at once can pass the run's limit by little). Two appends
+// racing at one offset cannot both land: the second hits the primary key (job, generation, start_offset). It matches
+// nothing, and the slow path takes over (with exact limits), for every
+// other case.
+const appendLogSQL = `
+INSERT INTO log_chunks (job_id, generation, start_offset, data)
+SELECT j.id, j.generation, $6, $7 FROM jobs j
+WHERE ` + leaseMatchSQL + `
+  AND ` + logEndSQL + ` = $6 AND $6 + $8::bigint <= j.log_limit
+FOR KEY SHARE OF j`
+
+// logEndOfJobSQL is the end of job $1's log of generation $2 (the slow
+// path's, under the row's lock).
+const logEndOfJobSQL = `SELECT ` + logEndSQL + ` FROM jobs j WHERE j.id = $1 AND j.generation = $2`
+
+// setLogLimitSQL sets job $1's log budget for the fast path.
+const setLogLimitSQL = `UPDATE jobs SET log_limit = $2 WHERE id = $1`
+
+const insertLogChunkSQL = `INSERT INTO log_chunks (job_id, generation, start_offset, data) VALUES ($1, $2, $3, $4)`
+
+// otherLogsSQL is the size of the logs of run $1's jobs other than $2:
+// running attempts' logs as they stand, ended ones exact.
+const otherLogsSQL = `
+SELECT coalesce(sum(CASE WHEN j.state = 'RUNNING' THEN ` + logEndSQL + ` ELSE j.log_size END), 0)
+FROM jobs j WHERE j.run_id = $1 AND j.id <> $2`
+
+// readLogSQL reads the chunks of job $1's log of generation $2 that
+// overlap the bytes [$3, $3+$4).
+const readLogSQL = `
+SELECT start_offset, data FROM log_chunks
+WHERE job_id = $1 AND generation = $2
+  AND start_offset < $3::bigint + $4::bigint AND start_offset + length(data) > $3::bigint
+ORDER BY start_offset`
+
+// logJobSQL looks up job $1 of run $2 for a log read; with $3, only if
+// user $4 may read its project.
+const logJobSQL = `
+SELECT j.generation, j.state, j.project_id, j.trusted, j.secret_names FROM jobs j JOIN runs r ON r.id = j.run_id
+WHERE j.id = $1 AND j.run_id = $2 AND (NOT $3 OR project_rank($4, r.project_id) >= 1)`
+
+// jobSecretsSQL reads project $1's secrets named in $2, sealed or (legacy) plain.
+const jobSecretsSQL = `SELECT name, sealed, value FROM project_secrets WHERE project_id = $1 AND name = ANY ($2)`
+
+// jobMaskSQL is what masking job $1's text needs: its project, tier and secret names.
+const jobMaskSQL = `SELECT project_id, trusted, secret_names FROM jobs WHERE id = $1`
+
+// MaxLogChunk is the most bytes one log append may carry.
+const MaxLogChunk = 1 << 20
+
+// AppendLog appends data at offset to the current attempt's log.
+//
+// Per DESIGN.md: an append must start at the current end; resending a range
+// that is already stored, byte for byte, is accepted as a no-op so that a
+// runner may retry after a lost response; anything else is EOffsetMismatch
+// carrying the current end. It returns the log's end after the call.
+func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.Lease, offset int64, data []byte) (next int64, err error) {
+	if offset < 0 {
+		return 0, domain.Errorf(domain.EInvalid, "field offset must not be negative")
+	}
+	if len(data) > MaxLogChunk {
+		return 0, domain.Errorf(domain.ETooLarge, "a log append may carry at most %d bytes, got %d", MaxLogChunk, len(data))
+	}
+	if err := checkTuple(runnerID, jobID, l); err != nil {
+		return 0, err
+	}
+	// The fast path: the common append, at the end, in one statement.
+	if len(data) > 0 {
+		tag, err := s.pool.Exec(ctx, appendLogSQL, l.JobID, l.RunID, l.RunnerID, l.LeaseID, l.Generation,
+			offset, data, int64(len(data)))
+		switch {
+		case err == nil && tag.RowsAffected() == 1:
+			return offset + int64(len(data)), nil
+		case err != nil && !isUniqueViolation(err):
+			// A unique violation is a concurrent append at the same
+			// offset, classified below; anything else is a real failure.
+			return 0, fmt.Errorf("append log: %w", err)
+		}
+	}
+	err = s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		var err error
+		next, err = s.appendLocked(ctx, tx, job, offset, data)
+		return err
+	})
+	return next, err
+}
+
+// appendLocked is AppendLog's slow path, under the job row's lock (FOR
+// UPDATE, so no append is in flight): the exact limits, a new budget for
+// the fast path, an identical resend accepted, anything else refused with
+// the log's end.
+func (s *Store) appendLocked(ctx context.Context, tx pgx.Tx, job *LeasedJob, offset int64, data []byte) (int64, error) {
+	var end int64
+	if err := tx.QueryRow(ctx, logEndOfJobSQL, job.ID, job.Generation).Scan(&end); err != nil {
+		return 0, fmt.Errorf("log end: %w", err)
+	}
+	n := int64(len(data))
+	switch {
+	case offset == end:
+		if n == 0 {
+			return end, nil
+		}
+		if end+n > s.limits.MaxLogBytes {
+			return 0, domain.Errorf(domain.ETooLarge, "job log would exceed the limit of %d bytes", s.limits.MaxLogBytes)
+		}
+		others, err := s.otherLogs(ctx, tx, job)
+		if err != nil {
+			return 0, err
+		}
+		if others+end+n > s.limits.MaxRunLogBytes {
+			return 0, domain.Errorf(domain.ETooLarge, "the run's logs would exceed the run limit of %d bytes", s.limits.MaxRunLogBytes)
+		}
+		// A new budget for the fast path: a share of what the run has left.
+		grant := min(logGrant, (s.limits.MaxRunLogBytes-others-end-n)/4)
+		if _, err := tx.Exec(ctx, setLogLimitSQL, job.ID, min(s.limits.MaxLogBytes, end+n+grant)); err != nil {
+			return 0, fmt.Errorf("log budget: %w", err)
+		}
+		if _, err := tx.Exec(ctx, insertLogChunkSQL, job.ID, job.Generation, end, data); err != nil {
+			return 0, fmt.Errorf("insert log chunk: %w", err)
+		}
+		return end + n, nil
+	case offset+n <= end:
+		stored, err := readLog(ctx, tx, job.ID, job.Generation, offset, n)
+		if err != nil {
+			return 0, err
+		}
+		if bytes.Equal(stored, data) {
+			return end, nil // an identical resend: nothing to do
+		}
+	}
+	return 0, &domain.Error{Code: domain.EOffsetMismatch, NextOffset: &end,
+		Message: fmt.Sprintf("offset %d with %d bytes does not append at the log's end %d nor repeat stored bytes", offset, n, end)}
+}
+
+// logGrant is the most log a job may append on the fast path before the
+// slow path looks at its run again (see appendLogSQL).
+const logGrant = 4 << 20
+
+// otherLogs is the size of the logs of the other jobs of the locked job's
+// run: their current attempts' logs as they stand (ended ones exact).
+func (s *Store) otherLogs(ctx context.Context, tx pgx.Tx, job *LeasedJob) (int64, error) {
+	var others int64
+	err := tx.QueryRow(ctx, otherLogsSQL, job.RunID, job.ID).Scan(&others)
+	if err != nil {
+		return 0, fmt.Errorf("run log size: %w", err)
+	}
+	return others, nil
+}
+
+// readLog returns the bytes [offset, offset+n) of one attempt's log.
+func readLog(ctx context.Context, q pgx.Tx, jobID string, generation int, offset, n int64) ([]byte, error) {
+	rows, err := q.Query(ctx, readLogSQL, jobID, generation, offset, n)
+	if err != nil {
+		return nil, fmt.Errorf("read log: %w", err)
+	}
+	defer rows.Close()
+	out := make([]byte, 0, n)
+	for rows.Next() {
+		var start int64
+		var data []byte
+		if err := rows.Scan(&start, &data); err != nil {
+			return nil, fmt.Errorf("read log: %w", err)
+		}
+		lo := max(offset-start, 0)
+		hi := min(offset+n-start, int64(len(data)))
+		out = append(out, data[lo:hi]...)
+	}
+	return out, rows.Err()
+}
 
 // Logs are stored exactly as the runner sent them; what people are shown
 // is masked again here, with the secrets the job was given, so that a
@@ -93,10 +272,7 @@ func (s *Store) logJob(ctx context.Context, u *User, runID, jobID string, genera
 	if u != nil {
 		uid = u.ID
 	}
-	err := s.pool.QueryRow(ctx, `
-		SELECT j.generation, j.state, j.project_id, j.trusted, j.secret_names FROM jobs j JOIN runs r ON r.id = j.run_id
-		WHERE j.id = $1 AND j.run_id = $2 AND (NOT $3 OR `+canRead("$4", "r.project_id")+`)`,
-		jobID, runID, u != nil, uid).Scan(&j.current, &j.state, &j.projectID, &j.trusted, &j.secretNames)
+	err := s.pool.QueryRow(ctx, logJobSQL, jobID, runID, u != nil, uid).Scan(&j.current, &j.state, &j.projectID, &j.trusted, &j.secretNames)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return j, domain.Errorf(domain.ENotFound, "job %s not found in run %s", jobID, runID)
 	}
@@ -135,8 +311,7 @@ func (s *Store) logMask(ctx context.Context, projectID string, trusted bool, nam
 	if !trusted || len(names) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT name, sealed, value FROM project_secrets WHERE project_id = $1 AND name = ANY ($2)`, projectID, names)
+	rows, err := s.pool.Query(ctx, jobSecretsSQL, projectID, names)
 	if err != nil {
 		return nil, fmt.Errorf("job secrets: %w", err)
 	}
@@ -148,7 +323,7 @@ func (s *Store) logMask(ctx context.Context, projectID string, trusted bool, nam
 		return nil, err
 	}
 	var wrapped []byte
-	err = s.pool.QueryRow(ctx, `SELECT wrapped_key FROM project_keys WHERE project_id = $1`, projectID).Scan(&wrapped)
+	err = s.pool.QueryRow(ctx, projectKeySQL, projectID).Scan(&wrapped)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("project data key: %w", err)
 	}
@@ -171,8 +346,7 @@ func (s *Store) maskReason(ctx context.Context, jobID, why string) string {
 		return ""
 	}
 	var j logJob
-	err := s.pool.QueryRow(ctx, `SELECT project_id, trusted, secret_names FROM jobs WHERE id = $1`, jobID).
-		Scan(&j.projectID, &j.trusted, &j.secretNames)
+	err := s.pool.QueryRow(ctx, jobMaskSQL, jobID).Scan(&j.projectID, &j.trusted, &j.secretNames)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return why // no such job: the lease check refuses the call
 	}

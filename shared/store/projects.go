@@ -18,6 +18,59 @@ import (
 // repository belongs to one, and people act in a project through their
 // membership. Projects are only ever created explicitly.
 
+// insertProjectSQL makes a project; its name is unique.
+const insertProjectSQL = `INSERT INTO projects (id, name, default_branch) VALUES ($1, $2, $3) RETURNING created_at`
+
+// projectColumns and projectFrom are what scanProject reads, for user $1:
+// the project, its last run, and the user's rank and secrets permission
+// in it (fragments of the statements below, joined at compile time).
+const projectColumns = `p.id, p.name, p.default_branch, p.next_run_number, coalesce(l.state, ''), l.created_at, p.created_at,
+	project_rank($1, p.id), u.role = 'admin' OR coalesce(m.secrets, false)`
+
+const projectFrom = `projects p
+	JOIN users u ON u.id = $1
+	LEFT JOIN project_members m ON m.project_id = p.id AND m.user_id = $1
+	LEFT JOIN LATERAL (SELECT state, created_at FROM runs r WHERE r.project_id = p.id
+	                   ORDER BY r.number DESC LIMIT 1) l ON true`
+
+// listProjectsSQL is a page of the projects user $1 may read, by name,
+// after $2, at most $3.
+const listProjectsSQL = `SELECT ` + projectColumns + ` FROM ` + projectFrom + `
+WHERE project_rank($1, p.id) >= 1 AND p.name > $2
+ORDER BY p.name LIMIT $3`
+
+// getProjectSQL is project $2 (an ID, or else a name) if user $1 may read it.
+const getProjectSQL = `SELECT ` + projectColumns + ` FROM ` + projectFrom + `
+WHERE (p.id = $2 OR p.name = $2) AND project_rank($1, p.id) >= 1
+ORDER BY p.id = $2 DESC LIMIT 1`
+
+const projectIDSQL = `SELECT id FROM projects WHERE name = $1`
+
+// membersSQL is a page of project $1's members by name, after $2, at most $3.
+const membersSQL = `
+SELECT m.user_id, u.name, m.role, m.secrets, m.created_at
+FROM project_members m JOIN users u ON u.id = m.user_id
+WHERE m.project_id = $1 AND u.name > $2 ORDER BY u.name LIMIT $3`
+
+// activeUserSQL finds an active user by ID, or else by name.
+const activeUserSQL = `
+SELECT id, name FROM users WHERE (id = $1 OR name = $1) AND disabled_at IS NULL
+ORDER BY id = $1 DESC LIMIT 1`
+
+const setMemberSQL = `
+INSERT INTO project_members (project_id, user_id, role, secrets) VALUES ($1, $2, $3, $4)
+ON CONFLICT (project_id, user_id) DO UPDATE SET role = $3, secrets = $4
+RETURNING created_at`
+
+const removeMemberSQL = `DELETE FROM project_members WHERE project_id = $1 AND user_id = $2`
+
+// setSettingsSQL changes the settings given (not NULL) of project $1.
+const setSettingsSQL = `
+UPDATE projects SET retention_days = coalesce($2, retention_days),
+       cache_quota_bytes = coalesce($3, cache_quota_bytes),
+       storage_quota_bytes = coalesce($4, storage_quota_bytes)
+WHERE id = $1`
+
 // Project is a project as a user sees it.
 type Project struct {
 	ID            string     `json:"id"`
@@ -91,9 +144,7 @@ func createProjectTx(ctx context.Context, tx pgx.Tx, name, defaultBranch string)
 	}
 	p := Project{ID: uuid.Must(uuid.NewV7()).String(), Name: name, DefaultBranch: defaultBranch,
 		Role: RoleAdmin, Secrets: true}
-	err := tx.QueryRow(ctx, `
-		INSERT INTO projects (id, name, default_branch) VALUES ($1, $2, $3) RETURNING created_at`,
-		p.ID, name, defaultBranch).Scan(&p.CreatedAt)
+	err := tx.QueryRow(ctx, insertProjectSQL, p.ID, name, defaultBranch).Scan(&p.CreatedAt)
 	if isUniqueViolation(err) {
 		return Project{}, domain.Errorf(domain.EConflict, "a project named %q exists", name)
 	}
@@ -102,31 +153,6 @@ func createProjectTx(ctx context.Context, tx pgx.Tx, name, defaultBranch string)
 	}
 	return p, nil
 }
-
-// requireGlobalAdmin checks, holding the user row, that u is a global admin.
-func requireGlobalAdmin(ctx context.Context, tx pgx.Tx, u User) error {
-	var admin bool
-	err := tx.QueryRow(ctx, `SELECT role = 'admin' FROM users WHERE id = $1 AND disabled_at IS NULL FOR SHARE`, u.ID).Scan(&admin)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Errorf(domain.EUnauthorized, "user is disabled")
-	}
-	if err != nil {
-		return fmt.Errorf("check admin: %w", err)
-	}
-	if !admin {
-		return domain.Errorf(domain.EForbidden, "only global admins may do this")
-	}
-	return nil
-}
-
-const projectColumns = `p.id, p.name, p.default_branch, p.next_run_number, coalesce(l.state, ''), l.created_at, p.created_at,
-	project_rank($1, p.id), u.role = 'admin' OR coalesce(m.secrets, false)`
-
-const projectFrom = `projects p
-	JOIN users u ON u.id = $1
-	LEFT JOIN project_members m ON m.project_id = p.id AND m.user_id = $1
-	LEFT JOIN LATERAL (SELECT state, created_at FROM runs r WHERE r.project_id = p.id
-	                   ORDER BY r.number DESC LIMIT 1) l ON true`
 
 func scanProject(row pgx.Row) (Project, error) {
 	var p Project
@@ -142,9 +168,7 @@ func (s *Store) ListProjects(ctx context.Context, u User, pg Page) ([]Project, s
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+projectColumns+` FROM `+projectFrom+`
-		WHERE `+canRead("$1", "p.id")+` AND p.name > $2
-		ORDER BY p.name LIMIT $3`, u.ID, after[0], limit+1)
+	rows, err := s.pool.Query(ctx, listProjectsSQL, u.ID, after[0], limit+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("list projects: %w", err)
 	}
@@ -158,9 +182,7 @@ func (s *Store) ListProjects(ctx context.Context, u User, pg Page) ([]Project, s
 
 // GetProject returns a project u may read, by ID or by name.
 func (s *Store) GetProject(ctx context.Context, u User, idOrName string) (Project, error) {
-	p, err := scanProject(s.pool.QueryRow(ctx, `SELECT `+projectColumns+` FROM `+projectFrom+`
-		WHERE (p.id = $2 OR p.name = $2) AND `+canRead("$1", "p.id")+`
-		ORDER BY p.id = $2 DESC LIMIT 1`, u.ID, idOrName))
+	p, err := scanProject(s.pool.QueryRow(ctx, getProjectSQL, u.ID, idOrName))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, domain.Errorf(domain.ENotFound, "project %s not found", idOrName)
 	}
@@ -170,7 +192,7 @@ func (s *Store) GetProject(ctx context.Context, u User, idOrName string) (Projec
 // ProjectID returns the ID of the project with this name (operator tools).
 func (s *Store) ProjectID(ctx context.Context, name string) (string, error) {
 	var id string
-	err := s.pool.QueryRow(ctx, `SELECT id FROM projects WHERE name = $1`, name).Scan(&id)
+	err := s.pool.QueryRow(ctx, projectIDSQL, name).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", domain.Errorf(domain.ENotFound, "project %q does not exist: create it first (forgeci project create %s)", name, name)
 	}
@@ -198,10 +220,7 @@ func (s *Store) Members(ctx context.Context, u User, projectID string, pg Page) 
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `
-			SELECT m.user_id, u.name, m.role, m.secrets, m.created_at
-			FROM project_members m JOIN users u ON u.id = m.user_id
-			WHERE m.project_id = $1 AND u.name > $2 ORDER BY u.name LIMIT $3`, projectID, after[0], limit+1)
+		rows, err := tx.Query(ctx, membersSQL, projectID, after[0], limit+1)
 		if err != nil {
 			return fmt.Errorf("members: %w", err)
 		}
@@ -235,18 +254,14 @@ func (s *Store) SetMember(ctx context.Context, u User, projectID, user, role str
 		if secrets && !a.Secrets {
 			return domain.Errorf(domain.EForbidden, "only a member who holds the secrets permission may grant it")
 		}
-		err = tx.QueryRow(ctx, `SELECT id, name FROM users WHERE (id = $1 OR name = $1) AND disabled_at IS NULL
-			ORDER BY id = $1 DESC LIMIT 1`, user).Scan(&m.UserID, &m.UserName)
+		err = tx.QueryRow(ctx, activeUserSQL, user).Scan(&m.UserID, &m.UserName)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.EInvalid, "no active user %q", user)
 		}
 		if err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `
-			INSERT INTO project_members (project_id, user_id, role, secrets) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (project_id, user_id) DO UPDATE SET role = $3, secrets = $4
-			RETURNING created_at`, projectID, m.UserID, role, secrets).Scan(&m.CreatedAt)
+		return tx.QueryRow(ctx, setMemberSQL, projectID, m.UserID, role, secrets).Scan(&m.CreatedAt)
 	})
 	return m, err
 }
@@ -257,7 +272,7 @@ func (s *Store) RemoveMember(ctx context.Context, u User, projectID, userID stri
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM project_members WHERE project_id = $1 AND user_id = $2`, projectID, userID)
+		tag, err := tx.Exec(ctx, removeMemberSQL, projectID, userID)
 		if err != nil {
 			return fmt.Errorf("remove member: %w", err)
 		}
@@ -296,11 +311,7 @@ func (s *Store) SetSettings(ctx context.Context, u User, projectID string, st Se
 				return domain.Errorf(domain.EForbidden, "only global admins set a project's storage quota")
 			}
 		}
-		_, err := tx.Exec(ctx, `
-			UPDATE projects SET retention_days = coalesce($2, retention_days),
-			       cache_quota_bytes = coalesce($3, cache_quota_bytes),
-			       storage_quota_bytes = coalesce($4, storage_quota_bytes)
-			WHERE id = $1`, projectID, st.RetentionDays, st.CacheQuotaBytes, st.StorageQuotaBytes)
+		_, err := tx.Exec(ctx, setSettingsSQL, projectID, st.RetentionDays, st.CacheQuotaBytes, st.StorageQuotaBytes)
 		return err
 	})
 }

@@ -24,6 +24,46 @@ const (
 	registrationTokenPrefix = "frg_"
 )
 
+// projectByIDOrNameSQL finds project $1 by ID, or else by name.
+const projectByIDOrNameSQL = `SELECT id FROM projects WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC LIMIT 1`
+
+// insertRegistrationSQL stores a registration token's hash, valid for $4
+// seconds by the database clock, with the scope it hands on.
+const insertRegistrationSQL = `
+INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted)
+VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6)
+RETURNING expires_at`
+
+// useRegistrationSQL locks the unused, unexpired registration token with
+// hash $1 and reads its scope.
+const useRegistrationSQL = `
+SELECT projects, untrusted FROM registration_tokens
+WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now() FOR UPDATE`
+
+const insertRunnerSQL = `INSERT INTO runners (id, name, token_hash, labels, projects, untrusted) VALUES ($1, $2, $3, $4, $5, $6)`
+
+const registrationUsedSQL = `UPDATE registration_tokens SET used_at = now(), used_by_runner = $2 WHERE token_hash = $1`
+
+// authenticateRunnerSQL finds the runner whose token has hash $1.
+const authenticateRunnerSQL = `
+SELECT id, name, labels, projects, untrusted, token_hash, revoked_at IS NOT NULL FROM runners WHERE token_hash = $1`
+
+const revokeRunnerSQL = `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`
+
+// endRunnerLeasesSQL ends runner $1's leases: their expiry is set in the
+// past, after their rows are taken FOR UPDATE (see RevokeRunner).
+const endRunnerLeasesSQL = `
+UPDATE jobs SET lease_expires_at = 'epoch'
+WHERE id IN (SELECT id FROM jobs WHERE runner_id = $1 AND state = 'RUNNING' FOR UPDATE)`
+
+// listRunnersSQL is a page of the runners, newest first, before the
+// cursor ($1, $2; empty for the first page), at most $3.
+const listRunnersSQL = `
+SELECT r.id, r.name, r.labels, coalesce((SELECT array_agg(p.name ORDER BY p.name) FROM projects p WHERE p.id = ANY (r.projects)), '{}'),
+       r.untrusted, r.created_at, r.last_seen_at, r.revoked_at FROM runners r
+WHERE $1 = '' OR (r.created_at, r.id) < ($1::timestamptz, $2)
+ORDER BY r.created_at DESC, r.id DESC LIMIT $3`
+
 // Runner is an authenticated runner.
 type Runner struct {
 	ID     string
@@ -104,7 +144,7 @@ func (s *Store) CreateRegistrationToken(ctx context.Context, ttl time.Duration, 
 		ids := []string{}
 		for _, p := range scope.Projects {
 			var id string
-			err := tx.QueryRow(ctx, `SELECT id FROM projects WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC LIMIT 1`, p).Scan(&id)
+			err := tx.QueryRow(ctx, projectByIDOrNameSQL, p).Scan(&id)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return domain.Errorf(domain.EInvalid, "project %q does not exist", p)
 			}
@@ -113,11 +153,8 @@ func (s *Store) CreateRegistrationToken(ctx context.Context, ttl time.Duration, 
 			}
 			ids = append(ids, id)
 		}
-		return tx.QueryRow(ctx, `
-			INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted)
-			VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6)
-			RETURNING expires_at`,
-			uuid.Must(uuid.NewV7()).String(), hashSecret(tok), description, ttl.Seconds(), ids, scope.Untrusted).Scan(&expires)
+		return tx.QueryRow(ctx, insertRegistrationSQL, uuid.Must(uuid.NewV7()).String(), hashSecret(tok), description,
+			ttl.Seconds(), ids, scope.Untrusted).Scan(&expires)
 	})
 	if err != nil {
 		return "", time.Time{}, err
@@ -147,22 +184,17 @@ func (s *Store) RegisterRunner(ctx context.Context, registrationToken, name stri
 		// The token's use and the runner commit together or not at all;
 		// the runner takes the token's scope.
 		var scope Scope
-		err := tx.QueryRow(ctx, `
-			SELECT projects, untrusted FROM registration_tokens
-			WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now() FOR UPDATE`,
-			hashSecret(registrationToken)).Scan(&scope.Projects, &scope.Untrusted)
+		err := tx.QueryRow(ctx, useRegistrationSQL, hashSecret(registrationToken)).Scan(&scope.Projects, &scope.Untrusted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.EUnauthorized, "registration token is unknown, used or expired")
 		}
 		if err != nil {
 			return fmt.Errorf("use registration token: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO runners (id, name, token_hash, labels, projects, untrusted) VALUES ($1, $2, $3, $4, $5, $6)`,
-			runnerID, name, hashSecret(token), labels, scope.Projects, scope.Untrusted); err != nil {
+		if _, err := tx.Exec(ctx, insertRunnerSQL, runnerID, name, hashSecret(token), labels, scope.Projects, scope.Untrusted); err != nil {
 			return fmt.Errorf("insert runner: %w", err)
 		}
-		_, err = tx.Exec(ctx, `UPDATE registration_tokens SET used_at = now(), used_by_runner = $2 WHERE token_hash = $1`,
-			hashSecret(registrationToken), runnerID)
+		_, err = tx.Exec(ctx, registrationUsedSQL, hashSecret(registrationToken), runnerID)
 		return err
 	})
 	if err != nil {
@@ -183,9 +215,7 @@ func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, e
 	var r Runner
 	var got []byte
 	var revoked bool
-	err := s.pool.QueryRow(ctx, `
-		SELECT id, name, labels, projects, untrusted, token_hash, revoked_at IS NOT NULL FROM runners WHERE token_hash = $1`,
-		want).Scan(&r.ID, &r.Name, &r.Labels, &r.Projects, &r.Untrusted, &got, &revoked)
+	err := s.pool.QueryRow(ctx, authenticateRunnerSQL, want).Scan(&r.ID, &r.Name, &r.Labels, &r.Projects, &r.Untrusted, &got, &revoked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Runner{}, unauthorized
 	}
@@ -207,16 +237,14 @@ func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, e
 // That is why the fast paths' lease check need not read the runner's row.
 func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`, runnerID)
+		tag, err := tx.Exec(ctx, revokeRunnerSQL, runnerID)
 		if err != nil {
 			return fmt.Errorf("revoke runner: %w", err)
 		}
 		if tag.RowsAffected() == 0 {
 			return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)
 		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE jobs SET lease_expires_at = 'epoch'
-			WHERE id IN (SELECT id FROM jobs WHERE runner_id = $1 AND state = 'RUNNING' FOR UPDATE)`, runnerID); err != nil {
+		if _, err := tx.Exec(ctx, endRunnerLeasesSQL, runnerID); err != nil {
 			return fmt.Errorf("end the revoked runner's leases: %w", err)
 		}
 		return nil
@@ -229,11 +257,7 @@ func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string,
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT r.id, r.name, r.labels, coalesce((SELECT array_agg(p.name ORDER BY p.name) FROM projects p WHERE p.id = ANY (r.projects)), '{}'),
-		       r.untrusted, r.created_at, r.last_seen_at, r.revoked_at FROM runners r
-		WHERE $1 = '' OR (r.created_at, r.id) < ($1::timestamptz, $2)
-		ORDER BY r.created_at DESC, r.id DESC LIMIT $3`, after[0], after[1], limit+1)
+	rows, err := s.pool.Query(ctx, listRunnersSQL, after[0], after[1], limit+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("list runners: %w", err)
 	}

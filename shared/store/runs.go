@@ -11,29 +11,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/pipeline"
 )
 
-// NewJob is a job of a run being created.
-type NewJob struct {
-	Name           string
-	Needs          []string
-	Labels         []string
-	Spec           domain.JobSpec
-	TimeoutSeconds int
-	RetryLeaseLost int
-	RetryFailed    int
-}
+// Runs: creating one (and its jobs), retrying one, and reading them here;
+// what moves a run on (its state machine, cancel, approval) in
+// runs_advance.go; the statements of both in runs_sql.go.
 
-// JobsOf turns a parsed pipeline into the jobs of a new run.
-func JobsOf(p *pipeline.Pipeline) []NewJob {
-	jobs := make([]NewJob, 0, len(p.Jobs))
-	for _, j := range p.Jobs {
-		jobs = append(jobs, NewJob{Name: j.Name, Needs: j.Needs, Labels: j.Labels, Spec: j.Spec,
-			TimeoutSeconds: j.TimeoutSeconds, RetryLeaseLost: j.RetryLeaseLost, RetryFailed: j.RetryFailed})
-	}
-	return jobs
-}
+// NewJob is a job of a run being created: the type a parsed pipeline's
+// jobs already are (pipeline.Job), so a caller passes them as they are.
+type NewJob = domain.PlannedJob
 
 // NewRun is a run being created. The pipeline has been parsed and validated
 // by the caller; the store re-checks what it relies on (names, needs, DAG).
@@ -138,7 +124,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		return Run{}, err
 	}
 	var projectID string
-	err := tx.QueryRow(ctx, `SELECT id FROM projects WHERE name = $1`, nr.Project).Scan(&projectID)
+	err := tx.QueryRow(ctx, projectIDSQL, nr.Project).Scan(&projectID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, domain.Errorf(domain.ENotFound, "project %s not found", nr.Project)
 	}
@@ -160,14 +146,12 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
 		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest, SourceSize: nr.Source.Size,
 		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone}
-	if err := tx.QueryRow(ctx, `UPDATE projects SET next_run_number = next_run_number + 1 WHERE id = $1
-		RETURNING next_run_number`, projectID).Scan(&run.Number); err != nil {
+	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
 	if nr.Untrusted {
 		var approved bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approved_actors WHERE project_id = $1 AND actor = $2)`,
-			projectID, nr.Actor).Scan(&approved); err != nil {
+		if err := tx.QueryRow(ctx, actorApprovedSQL, projectID, nr.Actor).Scan(&approved); err != nil {
 			return Run{}, fmt.Errorf("approved actors: %w", err)
 		}
 		if !approved {
@@ -188,7 +172,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := advanceRun(ctx, tx, run.ID); err != nil {
 		return Run{}, err
 	}
-	err = tx.QueryRow(ctx, `SELECT state, created_at FROM runs WHERE id = $1`, run.ID).Scan(&run.State, &run.CreatedAt)
+	err = tx.QueryRow(ctx, runStateSQL, run.ID).Scan(&run.State, &run.CreatedAt)
 	return run, err
 }
 
@@ -214,13 +198,87 @@ func runBy(ctx context.Context, tx pgx.Tx, nr *NewRun, projectID string) error {
 	return nil
 }
 
+// Retry creates a new run from a finished run: all its jobs, or only jobID,
+// on the same source snapshot, in the same trust tier and cache scope (a
+// retry of a fork's run stays untrusted, and waits for approval as the
+// first did). The old run is left as it was. u needs the write role, and
+// to retry a trusted run (which gets secrets again) the project's secrets
+// permission, as starting a trusted run would.
+func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, error) {
+	var run Run
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		_, a, err := authorizeRun(ctx, tx, u, runID, RankWrite)
+		if err != nil {
+			return err
+		}
+		nr, err := retryOf(ctx, tx, runID, jobID, u.Name)
+		if err != nil {
+			return err
+		}
+		if !nr.Untrusted && !a.Secrets {
+			return domain.Errorf(domain.EForbidden, "run %s is trusted (it gets the project's secrets): retrying it needs the secrets permission", runID)
+		}
+		run, err = s.createRunTx(ctx, tx, nr)
+		return err
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	s.signalQueued()
+	return run, nil
+}
+
+// retryOf is the NewRun that repeats a finished run (or one job of it).
+func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, error) {
+	old, err := scanRun(tx.QueryRow(ctx, getRunSQL, runID))
+	if err != nil {
+		return NewRun{}, fmt.Errorf("retry: %w", err)
+	}
+	if !IsTerminalRun(old.State) {
+		return NewRun{}, domain.Errorf(domain.EConflict, "run %s is %s; retry it once it has finished (or cancel it)", runID, old.State)
+	}
+	rows, err := tx.Query(ctx, retryJobsSQL, runID, jobID)
+	if err != nil {
+		return NewRun{}, err
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NewJob, error) {
+		var j NewJob
+		var spec []byte
+		if err := row.Scan(&j.Name, &j.Needs, &j.Labels, &spec, &j.TimeoutSeconds, &j.RetryLeaseLost, &j.RetryFailed); err != nil {
+			return j, err
+		}
+		var cj domain.ClaimedJob
+		if err := json.Unmarshal(spec, &cj); err != nil {
+			return j, fmt.Errorf("job %s spec: %w", j.Name, err)
+		}
+		j.Spec = cj.JobSpec
+		return j, nil
+	})
+	if err != nil {
+		return NewRun{}, err
+	}
+	if len(jobs) == 0 {
+		return NewRun{}, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
+	}
+	nr := NewRun{Project: old.Project, GitSHA: old.GitSHA, GitRef: old.GitRef, GitDirty: old.GitDirty,
+		Source:    domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize},
+		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor,
+		Trigger: fmt.Sprintf("retry of #%d by %s", old.Number, who), Jobs: jobs}
+	if jobID != "" {
+		j := jobs[0]
+		if len(j.Needs) > 0 {
+			// Alone, it would run without the jobs it needs passing first
+			// (a deploy without its tests).
+			return NewRun{}, domain.Errorf(domain.EInvalid, "job %s needs %v; retry the whole run instead", j.Name, j.Needs)
+		}
+		nr.Jobs = []NewJob{j}
+		nr.Trigger = fmt.Sprintf("retry of #%d %s by %s", old.Number, j.Name, who)
+	}
+	return nr, nil
+}
+
 func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
-		                  source_digest, manifest_digest, source_size, trusted, scope, base_ref, actor, approval)
-		VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11,
-		        $12, nullif($13, ''), $14, $15)`,
-		run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
+	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval)
 	if err != nil {
@@ -248,18 +306,12 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		if err != nil {
 			return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
 		}
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost,
-			                  retry_failed, secret_names, reason, project_id, trusted)
-			VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-			id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
+		if _, err := tx.Exec(ctx, insertJobSQL, id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
 			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted); err != nil {
 			return fmt.Errorf("insert job %s: %w", j.Name, err)
 		}
 		if nr.Checks != nil {
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO check_runs (job_id, repository_id, head_sha, name) VALUES ($1, $2, $3, $4)`,
-				id, nr.Checks.RepositoryID, nr.Checks.HeadSHA, j.Name); err != nil {
+			if _, err := tx.Exec(ctx, insertJobCheckSQL, id, nr.Checks.RepositoryID, nr.Checks.HeadSHA, j.Name); err != nil {
 				return fmt.Errorf("check run of job %s: %w", j.Name, err)
 			}
 		}
@@ -291,6 +343,7 @@ func validateJobs(jobs []NewJob) error {
 		return domain.Errorf(domain.EInvalid, "a run may have at most 1000 jobs")
 	}
 	byName := map[string]NewJob{}
+	names := make([]string, 0, len(jobs))
 	for _, j := range jobs {
 		if j.Name == "" {
 			return domain.Errorf(domain.EInvalid, "every job needs a name")
@@ -302,117 +355,20 @@ func validateJobs(jobs []NewJob) error {
 			return err
 		}
 		byName[j.Name] = j
-	}
-	const (
-		unseen = iota
-		visiting
-		done
-	)
-	mark := map[string]int{}
-	var visit func(name string, path []string) error
-	visit = func(name string, path []string) error {
-		switch mark[name] {
-		case visiting:
-			return domain.Errorf(domain.EInvalid, "jobs form a cycle: %v", append(path, name))
-		case done:
-			return nil
-		}
-		mark[name] = visiting
-		for _, n := range byName[name].Needs {
-			if _, ok := byName[n]; !ok {
-				return domain.Errorf(domain.EInvalid, "job %q needs unknown job %q", name, n)
-			}
-			if err := visit(n, append(path, name)); err != nil {
-				return err
-			}
-		}
-		mark[name] = done
-		return nil
+		names = append(names, j.Name)
 	}
 	for _, j := range jobs {
-		if err := visit(j.Name, nil); err != nil {
-			return err
+		for _, n := range j.Needs {
+			if _, ok := byName[n]; !ok {
+				return domain.Errorf(domain.EInvalid, "job %q needs unknown job %q", j.Name, n)
+			}
 		}
 	}
-	return nil
-}
-
-// lockRunSQL takes the run row's lock (see advanceRun for the order).
-const lockRunSQL = `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`
-
-// advanceRun moves a run forward after any job transition, inside the
-// caller's transaction: dependants of jobs that did not pass become SKIPPED
-// (transitively), pending jobs whose needs all passed become QUEUED (unless
-// the run waits for approval), and the run's state is derived from its jobs.
-//
-// It locks the run row first, so that two jobs of one run finishing at the
-// same time take turns here; under READ COMMITTED the second then sees the
-// first's committed state and no dependant is left PENDING forever. Lock
-// order: the queued or running job row(s) a transition is about, then the
-// run row, then (here) the pending rows it queues or skips, which only a
-// holder of the run's lock writes.
-//
-// The four statements go as one pipelined batch: the run row stays locked
-// from the first to the commit, and every job of the run that finishes
-// waits for it, so the lock is held for one round trip instead of four.
-// The run row is written only when its state or times change: most
-// completions change nothing there, and a write would leave one more row
-// version behind for every completion (which an old snapshot keeps alive).
-func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
-	b := &pgx.Batch{}
-	b.Queue(lockRunSQL, runID)
-	b.Queue(`
-		WITH RECURSIVE doomed (id, name) AS (
-		    SELECT d.id, d.name FROM jobs d
-		    WHERE d.run_id = $1 AND d.state = 'PENDING'
-		      AND EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
-		                  AND n.state IN ('FAILED', 'CANCELED', 'ABORTED', 'SKIPPED'))
-		  UNION
-		    SELECT d.id, d.name FROM jobs d JOIN doomed x ON x.name = ANY (d.needs)
-		    WHERE d.run_id = $1 AND d.state = 'PENDING'
-		)
-		UPDATE jobs SET state = 'SKIPPED', reason = 'need_not_passed', finished_at = now()
-		WHERE id IN (SELECT id FROM doomed) AND state = 'PENDING'`, runID)
-	b.Queue(`
-		UPDATE jobs d SET state = 'QUEUED', queued_at = now()
-		WHERE d.run_id = $1 AND d.state = 'PENDING'
-		  AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
-		                  AND n.state <> 'PASSED')
-		  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND r.approval = 'pending')`, runID)
-	b.Queue(`
-		WITH c AS (
-		    SELECT count(*) FILTER (WHERE state IN ('PENDING', 'QUEUED', 'RUNNING')) AS open,
-		           count(*) FILTER (WHERE state = 'RUNNING' OR started_at IS NOT NULL) AS started,
-		           count(*) FILTER (WHERE state = 'FAILED') AS failed,
-		           count(*) FILTER (WHERE state = 'ABORTED') AS aborted,
-		           count(*) FILTER (WHERE state = 'CANCELED') AS canceled
-		    FROM jobs WHERE run_id = $1
-		), n AS (
-		    SELECT CASE
-		               WHEN c.open > 0 AND c.started > 0 THEN 'RUNNING'
-		               WHEN c.open > 0 THEN 'PENDING'
-		               WHEN c.failed > 0 THEN 'FAILED'
-		               WHEN c.aborted > 0 THEN 'ABORTED'
-		               WHEN c.canceled > 0 THEN 'CANCELED'
-		               ELSE 'PASSED' END AS state,
-		           CASE WHEN c.started > 0 THEN coalesce(r.started_at, now()) ELSE r.started_at END AS started_at,
-		           CASE WHEN c.open = 0 THEN coalesce(r.finished_at, now()) END AS finished_at
-		    FROM c, runs r WHERE r.id = $1
-		)
-		UPDATE runs r SET state = n.state, started_at = n.started_at, finished_at = n.finished_at
-		FROM n
-		WHERE r.id = $1 AND (r.state, r.started_at, r.finished_at) IS DISTINCT FROM (n.state, n.started_at, n.finished_at)`, runID)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("advance run %s: %w", runID, err)
+	if cycles := domain.NeedCycles(names, func(i int) []string { return jobs[i].Needs }); len(cycles) > 0 {
+		return domain.Errorf(domain.EInvalid, "jobs form a cycle: %v", cycles[0].Path)
 	}
 	return nil
 }
-
-// runColumns are the columns scanRun reads, from runs r joined to projects p.
-const runColumns = `r.id, r.project_id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''),
-	coalesce(r.git_ref, ''), r.git_dirty, coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''),
-	coalesce(r.source_size, 0), r.trusted, r.scope, coalesce(r.base_ref, ''), r.actor, r.approval,
-	coalesce(r.approval_by, ''), r.approval_at, r.created_at, r.started_at, r.finished_at`
 
 func scanRun(row pgx.Row) (Run, error) {
 	var r Run
@@ -424,8 +380,7 @@ func scanRun(row pgx.Row) (Run, error) {
 
 // GetRun returns a run by ID (operator tools and tests; people use GetRunAs).
 func (s *Store) GetRun(ctx context.Context, runID string) (Run, error) {
-	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+`
-		FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`, runID))
+	r, err := scanRun(s.pool.QueryRow(ctx, getRunSQL, runID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, domain.Errorf(domain.ENotFound, "run %s not found", runID)
 	}
@@ -437,9 +392,7 @@ func (s *Store) GetRun(ctx context.Context, runID string) (Run, error) {
 
 // GetRunAs returns a run u may read; any other is ENotFound.
 func (s *Store) GetRunAs(ctx context.Context, u User, runID string) (Run, error) {
-	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+`
-		FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1 AND `+canRead("$2", "r.project_id"),
-		runID, u.ID))
+	r, err := scanRun(s.pool.QueryRow(ctx, getRunAsSQL, runID, u.ID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Run{}, domain.Errorf(domain.ENotFound, "run %s not found", runID)
 	}
@@ -449,34 +402,44 @@ func (s *Store) GetRunAs(ctx context.Context, u User, runID string) (Run, error)
 	return r, nil
 }
 
-// JobInfo is a job as users see it.
-type JobInfo struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name"`
-	State      string     `json:"state"`
-	Needs      []string   `json:"needs"`
-	Generation int        `json:"generation"`
-	RunnerID   string     `json:"runner_id,omitempty"`
-	Reason     string     `json:"reason,omitempty"`
-	ExitCode   *int       `json:"exit_code,omitempty"`
-	LogSize    int64      `json:"log_size"`
-	StartedAt  *time.Time `json:"started_at,omitempty"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
+// RunFilter selects runs, newest first.
+type RunFilter struct {
+	Project string // a name or ID; "" for every project the user may read
+	Page
 }
 
-// RunJobs returns the jobs of a run in creation order.
-func (s *Store) RunJobs(ctx context.Context, runID string) ([]JobInfo, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT id, name, state, needs, generation, coalesce(runner_id, ''), coalesce(reason, ''), exit_code,
-		       log_size, started_at, finished_at
-		FROM jobs WHERE run_id = $1 ORDER BY created_at, id`, runID)
+// ListRuns returns a page of the runs u may read, newest first. A project
+// named in the filter that u cannot read is ENotFound, as if it did not
+// exist. The cursor is the last run's ID (the "before" of the old API).
+func (s *Store) ListRuns(ctx context.Context, u User, f RunFilter) ([]Run, string, error) {
+	limit, err := f.limit()
 	if err != nil {
-		return nil, fmt.Errorf("run jobs: %w", err)
+		return nil, "", err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobInfo, error) {
-		var j JobInfo
-		err := row.Scan(&j.ID, &j.Name, &j.State, &j.Needs, &j.Generation, &j.RunnerID, &j.Reason, &j.ExitCode,
-			&j.LogSize, &j.StartedAt, &j.FinishedAt)
-		return j, err
-	})
+	if f.Project != "" {
+		if _, err := s.GetProject(ctx, u, f.Project); err != nil {
+			return nil, "", err
+		}
+	}
+	rows, err := s.pool.Query(ctx, listRunsSQL, f.Project, f.Cursor, limit+1, u.ID)
+	if err != nil {
+		return nil, "", fmt.Errorf("list runs: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, "", err
+	}
+	if len(runs) <= limit {
+		return runs, "", nil
+	}
+	return runs[:limit], runs[limit-1].ID, nil
+}
+
+// IsTerminalRun reports whether a run state is final.
+func IsTerminalRun(state string) bool {
+	switch state {
+	case "PASSED", "FAILED", "CANCELED", "ABORTED":
+		return true
+	}
+	return false
 }

@@ -19,6 +19,33 @@ import (
 // in the dev stack). No API returns a value; a claim carries only the
 // secrets its job names, and only for a trusted run.
 
+// sealSecretSQL stores sealed secret $2 of project $1, replacing its value
+// (a legacy plain value too).
+const sealSecretSQL = `
+INSERT INTO project_secrets (project_id, name, sealed) VALUES ($1, $2, $3)
+ON CONFLICT (project_id, name) DO UPDATE SET sealed = $3, value = NULL, updated_at = now()`
+
+// projectKeySQL is project $1's wrapped data key.
+const projectKeySQL = `SELECT wrapped_key FROM project_keys WHERE project_id = $1`
+
+// insertProjectKeySQL stores project $1's new data key, unless a
+// concurrent first use stored one first: either way it returns the key
+// that is stored.
+const insertProjectKeySQL = `
+INSERT INTO project_keys (project_id, wrapped_key, master_key) VALUES ($1, $2, $3)
+ON CONFLICT (project_id) DO UPDATE SET project_id = EXCLUDED.project_id
+RETURNING wrapped_key`
+
+// listSecretsSQL is a page of project $1's secret names, after $2, at most $3.
+const listSecretsSQL = `
+SELECT name, updated_at FROM project_secrets WHERE project_id = $1 AND name > $2
+ORDER BY name LIMIT $3`
+
+const deleteSecretSQL = `DELETE FROM project_secrets WHERE project_id = $1 AND name = $2`
+
+// legacySecretsSQL locks the secrets still stored in plain text.
+const legacySecretsSQL = `SELECT project_id, name, value FROM project_secrets WHERE value IS NOT NULL FOR UPDATE`
+
 // MinSecretBytes is the shortest secret value accepted: shorter ones
 // cannot be told apart from ordinary log text to mask them.
 const MinSecretBytes = mask.MinLen
@@ -83,10 +110,7 @@ func (s *Store) sealSecret(ctx context.Context, tx pgx.Tx, projectID, name, valu
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `
-		INSERT INTO project_secrets (project_id, name, sealed) VALUES ($1, $2, $3)
-		ON CONFLICT (project_id, name) DO UPDATE SET sealed = $3, value = NULL, updated_at = now()`,
-		projectID, name, sealed)
+	_, err = tx.Exec(ctx, sealSecretSQL, projectID, name, sealed)
 	if err != nil {
 		return fmt.Errorf("store secret: %w", err)
 	}
@@ -98,16 +122,13 @@ func (s *Store) sealSecret(ctx context.Context, tx pgx.Tx, projectID, name, valu
 // first's.
 func (s *Store) projectKey(ctx context.Context, tx pgx.Tx, projectID string) ([]byte, error) {
 	var wrapped []byte
-	err := tx.QueryRow(ctx, `SELECT wrapped_key FROM project_keys WHERE project_id = $1`, projectID).Scan(&wrapped)
+	err := tx.QueryRow(ctx, projectKeySQL, projectID).Scan(&wrapped)
 	if errors.Is(err, pgx.ErrNoRows) {
 		plain, w, err := s.keyring.GenerateDataKey(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("make project data key: %w", err)
 		}
-		if err := tx.QueryRow(ctx, `
-			INSERT INTO project_keys (project_id, wrapped_key, master_key) VALUES ($1, $2, $3)
-			ON CONFLICT (project_id) DO UPDATE SET project_id = EXCLUDED.project_id
-			RETURNING wrapped_key`, projectID, w, s.keyring.ID()).Scan(&wrapped); err != nil {
+		if err := tx.QueryRow(ctx, insertProjectKeySQL, projectID, w, s.keyring.ID()).Scan(&wrapped); err != nil {
 			return nil, fmt.Errorf("store project data key: %w", err)
 		}
 		if string(wrapped) == string(w) {
@@ -131,8 +152,7 @@ func (s *Store) ListSecrets(ctx context.Context, u User, projectID string, pg Pa
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT name, updated_at FROM project_secrets WHERE project_id = $1 AND name > $2
-			ORDER BY name LIMIT $3`, projectID, after[0], limit+1)
+		rows, err := tx.Query(ctx, listSecretsSQL, projectID, after[0], limit+1)
 		if err != nil {
 			return err
 		}
@@ -155,7 +175,7 @@ func (s *Store) DeleteSecret(ctx context.Context, u User, projectID, name string
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM project_secrets WHERE project_id = $1 AND name = $2`, projectID, name)
+		tag, err := tx.Exec(ctx, deleteSecretSQL, projectID, name)
 		if err != nil {
 			return err
 		}
@@ -171,7 +191,7 @@ func (s *Store) DeleteSecret(ctx context.Context, u User, projectID, name string
 func (s *Store) SealLegacySecrets(ctx context.Context) (int, error) {
 	var n int
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT project_id, name, value FROM project_secrets WHERE value IS NOT NULL FOR UPDATE`)
+		rows, err := tx.Query(ctx, legacySecretsSQL)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,20 @@
 // transitions are conditional statements here, and lease time is always the
 // database's now(), never the caller's clock.
 //
+// One file, or a few named after it, per aggregate: users.go (users and
+// their tokens); projects.go and authz.go (projects, members, access);
+// runs.go, runs_advance.go and runs_sql.go (runs: creation, retry,
+// cancel, approval, the run's state machine); jobs.go, lease.go,
+// claim.go, claimhint.go, logs.go, compact.go and sweep.go (jobs and
+// their leases: claim, heartbeat, log append, completion, expiry);
+// artifacts.go, blobs.go, gc.go and gcplan.go (artifacts, caches, blobs,
+// uploads and the collector); repositories.go, deliveries.go and
+// checks.go (GitHub); secrets.go; runners.go. Every statement is a named
+// constant near the top of the file that runs it (the runs' in
+// runs_sql.go). Fragments shared by several statements (leaseMatchSQL,
+// logEndSQL, runColumns, projectColumns, unreferencedSQL) are joined to
+// them at compile time, never at run time.
+//
 // Public methods own their transaction; lowercase helpers take a pgx.Tx.
 // Methods return *domain.Error for anything a client may be told; every other
 // error is internal.
@@ -64,6 +78,11 @@ type Store struct {
 	// objects is the CAS, for checking bytes at registration and deleting
 	// what the collector frees (nil: not configured).
 	objects Objects
+
+	// now is the process's clock, for what the store decides in Go: when
+	// a claim scans the queue from its head (claimhint.go). Leases and
+	// every other expiry are decided by the database's now().
+	now func() time.Time
 }
 
 // New wraps an open pool.
@@ -80,8 +99,13 @@ func New(pool *pgxpool.Pool, limits Limits) *Store {
 	if limits.MaxRunArtifactBytes <= 0 {
 		limits.MaxRunArtifactBytes = DefaultMaxRunArtifactBytes
 	}
-	return &Store{pool: pool, limits: limits, queuedCh: make(chan struct{})}
+	return &Store{pool: pool, limits: limits, queuedCh: make(chan struct{}), now: time.Now}
 }
+
+// SetClock replaces the process clock the store reads (tests; see the now
+// field). Lease expiry does not read it: tests move a lease's expiry in
+// the database instead.
+func (s *Store) SetClock(now func() time.Time) { s.now = now }
 
 func (s *Store) queued() <-chan struct{} {
 	s.mu.Lock()

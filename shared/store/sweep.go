@@ -10,6 +10,15 @@ import (
 	"github.com/forgeci/forgeci/shared/domain"
 )
 
+// expiredLeaseSQL locks one job whose lease expired by the database
+// clock (oldest expiry first), skipping jobs another transaction holds.
+const expiredLeaseSQL = `
+SELECT id, run_id, generation FROM jobs
+WHERE state = 'RUNNING' AND lease_expires_at <= now()
+ORDER BY lease_expires_at
+LIMIT 1
+FOR UPDATE SKIP LOCKED`
+
 // SweepResult counts what one sweep did.
 type SweepResult struct {
 	Aborted  int // jobs made ABORTED with reason lease_expired
@@ -32,12 +41,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
 			var jobID, runID string
 			var generation int
-			err := tx.QueryRow(ctx, `
-				SELECT id, run_id, generation FROM jobs
-				WHERE state = 'RUNNING' AND lease_expires_at <= now()
-				ORDER BY lease_expires_at
-				LIMIT 1
-				FOR UPDATE SKIP LOCKED`).Scan(&jobID, &runID, &generation)
+			err := tx.QueryRow(ctx, expiredLeaseSQL).Scan(&jobID, &runID, &generation)
 			if err != nil {
 				return err
 			}

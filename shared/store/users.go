@@ -6,12 +6,41 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
 )
+
+// Users and their API tokens: who people are and how they authenticate.
+// What they may do in a project is in authz.go.
+
+const insertUserSQL = `INSERT INTO users (id, name, role) VALUES ($1, $2, $3)`
+
+const insertFirstTokenSQL = `INSERT INTO user_tokens (id, user_id, token_hash, description) VALUES ($1, $2, $3, 'first token')`
+
+// authenticateUserSQL finds the active token with hash $1 of an active user.
+const authenticateUserSQL = `
+SELECT u.id, u.name, u.role, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
+WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL`
+
+// listUsersSQL is a page of the users by name, after $1, at most $2, with
+// how many active tokens each has.
+const listUsersSQL = `
+SELECT u.id, u.name, u.role, u.created_at, u.disabled_at,
+       (SELECT count(*) FROM user_tokens t WHERE t.user_id = u.id AND t.revoked_at IS NULL)
+FROM users u WHERE u.name > $1 ORDER BY u.name LIMIT $2`
+
+// insertTokenSQL gives user $2 token $1 only if the user is active.
+const insertTokenSQL = `
+INSERT INTO user_tokens (id, user_id, token_hash, description)
+SELECT $1, id, $3, $4 FROM users WHERE id = $2 AND disabled_at IS NULL`
+
+const disableUserSQL = `UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1`
+
+const revokeUserTokensSQL = `UPDATE user_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE user_id = $1`
 
 const userTokenPrefix = "fru_"
 
@@ -52,14 +81,13 @@ func (s *Store) CreateUser(ctx context.Context, name, role string) (User, string
 	u := User{ID: uuid.Must(uuid.NewV7()).String(), Name: name, Role: role}
 	token := newSecret(userTokenPrefix)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO users (id, name, role) VALUES ($1, $2, $3)`, u.ID, u.Name, u.Role); err != nil {
+		if _, err := tx.Exec(ctx, insertUserSQL, u.ID, u.Name, u.Role); err != nil {
 			if isUniqueViolation(err) {
 				return domain.Errorf(domain.EConflict, "a user named %q exists", name)
 			}
 			return fmt.Errorf("insert user: %w", err)
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO user_tokens (id, user_id, token_hash, description) VALUES ($1, $2, $3, 'first token')`,
-			uuid.Must(uuid.NewV7()).String(), u.ID, hashSecret(token))
+		_, err := tx.Exec(ctx, insertFirstTokenSQL, uuid.Must(uuid.NewV7()).String(), u.ID, hashSecret(token))
 		return err
 	})
 	if err != nil {
@@ -77,9 +105,7 @@ func (s *Store) AuthenticateUser(ctx context.Context, token string) (User, error
 	want := hashSecret(token)
 	var u User
 	var got []byte
-	err := s.pool.QueryRow(ctx, `
-		SELECT u.id, u.name, u.role, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
-		WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL`, want).Scan(&u.ID, &u.Name, &u.Role, &got)
+	err := s.pool.QueryRow(ctx, authenticateUserSQL, want).Scan(&u.ID, &u.Name, &u.Role, &got)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && subtle.ConstantTimeCompare(got, want) != 1) {
 		return User{}, unauthorized
 	}
@@ -87,4 +113,66 @@ func (s *Store) AuthenticateUser(ctx context.Context, token string) (User, error
 		return User{}, fmt.Errorf("authenticate user: %w", err)
 	}
 	return u, nil
+}
+
+// UserInfo is a user as admins see it.
+type UserInfo struct {
+	User
+	CreatedAt  time.Time  `json:"created_at"`
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+	Tokens     int        `json:"active_tokens"`
+}
+
+// ListUsers returns a page of the users, by name.
+func (s *Store) ListUsers(ctx context.Context, pg Page) ([]UserInfo, string, error) {
+	limit, after, err := pg.parse(1)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := s.pool.Query(ctx, listUsersSQL, after[0], limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list users: %w", err)
+	}
+	us, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (UserInfo, error) {
+		var u UserInfo
+		err := row.Scan(&u.ID, &u.Name, &u.Role, &u.CreatedAt, &u.DisabledAt, &u.Tokens)
+		return u, err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	us, next := trim(us, limit, func(u UserInfo) []string { return []string{u.Name} })
+	return us, next, nil
+}
+
+// CreateUserToken gives a user another API token, returned once.
+func (s *Store) CreateUserToken(ctx context.Context, userID, description string) (id, token string, err error) {
+	description = strings.TrimSpace(description)
+	if len(description) > 200 {
+		return "", "", domain.Errorf(domain.EInvalid, "description is at most 200 characters")
+	}
+	id, token = uuid.Must(uuid.NewV7()).String(), newSecret(userTokenPrefix)
+	tag, err := s.pool.Exec(ctx, insertTokenSQL, id, userID, hashSecret(token), description)
+	if err != nil {
+		return "", "", fmt.Errorf("create token: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return "", "", domain.Errorf(domain.ENotFound, "no active user %s", userID)
+	}
+	return id, token, nil
+}
+
+// DisableUser disables a user and revokes every token of theirs.
+func (s *Store) DisableUser(ctx context.Context, userID string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, disableUserSQL, userID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.ENotFound, "user %s not found", userID)
+		}
+		_, err = tx.Exec(ctx, revokeUserTokensSQL, userID)
+		return err
+	})
 }

@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// GitHub check runs: an outbox of rows, one per job of a run from GitHub
+// (and one per delivery that made no run), leased by the reconciler that
+// pushes each job's state to GitHub. A job's change bumps its row's
+// version (a trigger, migrations); a push records the version it showed.
+
+// claimChecksSQL leases up to $1 check runs whose job changed since they
+// were last pushed, for $2 seconds, with what each should show.
+const claimChecksSQL = `
+WITH due AS (
+    SELECT id FROM check_runs
+    WHERE version > pushed_version AND next_attempt_at <= now()
+      AND (lease_expires_at IS NULL OR lease_expires_at < now())
+    ORDER BY next_attempt_at LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), leased AS (
+    UPDATE check_runs c SET lease_id = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => $2)
+    FROM due WHERE c.id = due.id
+    RETURNING c.*
+)
+SELECT l.id, coalesce(l.job_id, ''), coalesce(l.job_id, 'delivery:' || l.delivery_guid), coalesce(l.summary, ''),
+       l.lease_id::text, l.version, coalesce(l.github_id, 0), l.create_attempted, l.attempts,
+       r.full_name, r.installation_id, l.head_sha, l.name,
+       coalesce(j.run_id, ''), coalesce(ru.number, 0), p.name, coalesce(j.state, 'FAILED'),
+       coalesce(j.reason, ''), j.exit_code, coalesce(j.generation, 0), j.started_at, j.finished_at,
+       coalesce(ru.approval, 'none'), coalesce(ru.approval_by, ''), ru.approval_at
+FROM leased l
+JOIN scm_repositories r ON r.github_id = l.repository_id
+LEFT JOIN jobs j ON j.id = l.job_id
+LEFT JOIN runs ru ON ru.id = j.run_id
+JOIN projects p ON p.id = r.project_id`
+
+// The updates of a leased check run: $1 its ID, $2 its lease.
+
+// checkCreateAttemptedSQL is committed before a create is sent.
+const checkCreateAttemptedSQL = `UPDATE check_runs SET create_attempted = true WHERE id = $1 AND lease_id = $2`
+
+// checkPushedSQL records that GitHub shows version $3 (check run $4) and
+// releases the lease.
+const checkPushedSQL = `
+UPDATE check_runs SET pushed_version = greatest(pushed_version, $3), github_id = $4,
+       attempts = 0, last_error = NULL, lease_id = NULL, lease_expires_at = NULL
+WHERE id = $1 AND lease_id = $2`
+
+// checkFailedSQL records a failed push (error $4; the check run's ID $3 if
+// learnt), due again after $5 seconds, and releases the lease.
+const checkFailedSQL = `
+UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), attempts = attempts + 1,
+       last_error = $4, next_attempt_at = now() + make_interval(secs => $5), lease_id = NULL, lease_expires_at = NULL
+WHERE id = $1 AND lease_id = $2`
+
+// checksOfRunSQL lists the check runs of run $1's jobs.
+const checksOfRunSQL = `
+SELECT c.job_id, c.name, coalesce(c.github_id, 0), c.version, c.pushed_version, coalesce(c.last_error, '')
+FROM check_runs c JOIN jobs j ON j.id = c.job_id WHERE j.run_id = $1 ORDER BY c.name`
+
+// CheckWork is a check run due to be pushed to GitHub, with the job state it
+// should show.
+type CheckWork struct {
+	ID int64
+	// JobID is the job shown; empty for a delivery's notice, whose
+	// failing summary is Notice.
+	JobID           string
+	ExternalID      string // the job ID, or "delivery:<guid>"
+	Notice          string
+	LeaseID         string
+	Version         int64
+	GitHubID        int64 // 0 when not yet known
+	CreateAttempted bool
+	Attempts        int
+	RepoFullName    string
+	InstallationID  int64
+	HeadSHA         string
+	Name            string
+	// The job as it is now: the desired state.
+	RunID      string
+	RunNumber  int64
+	Project    string
+	JobState   string
+	Reason     string
+	ExitCode   *int
+	Generation int
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	// The run's approval: approved or rejected by whom and when, for a
+	// run from a first-time contributor.
+	Approval   string
+	ApprovalBy string
+	ApprovalAt *time.Time
+}
+
+// ClaimChecks leases up to limit check runs whose job changed since they
+// were last pushed. The version is read under the lease: a job change during
+// the push bumps it again, and the row stays due.
+func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) ([]CheckWork, error) {
+	rows, err := s.pool.Query(ctx, claimChecksSQL, limit, ttl.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim checks: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (CheckWork, error) {
+		var w CheckWork
+		err := row.Scan(&w.ID, &w.JobID, &w.ExternalID, &w.Notice, &w.LeaseID, &w.Version, &w.GitHubID, &w.CreateAttempted,
+			&w.Attempts, &w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
+			&w.RunID, &w.RunNumber, &w.Project, &w.JobState, &w.Reason, &w.ExitCode, &w.Generation,
+			&w.StartedAt, &w.FinishedAt, &w.Approval, &w.ApprovalBy, &w.ApprovalAt)
+		return w, err
+	})
+}
+
+// ErrCheckLeaseLost means another reconciler holds the check run now.
+var ErrCheckLeaseLost = domain.Errorf(domain.EConflict, "check run lease lost")
+
+// checkUpdate runs one of the statements above on w's row, $1 and $2
+// being its ID and lease.
+func (s *Store) checkUpdate(ctx context.Context, w CheckWork, sql string, args ...any) error {
+	tag, err := s.pool.Exec(ctx, sql, append([]any{w.ID, w.LeaseID}, args...)...)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrCheckLeaseLost
+	}
+	return nil
+}
+
+// MarkCheckCreateAttempted is committed before a create is sent to GitHub,
+// so that if the response is lost the next attempt looks the check run up.
+func (s *Store) MarkCheckCreateAttempted(ctx context.Context, w CheckWork) error {
+	return s.checkUpdate(ctx, w, checkCreateAttemptedSQL)
+}
+
+// CheckPushed records that GitHub shows version of the job (and the check
+// run's ID), and releases the lease.
+func (s *Store) CheckPushed(ctx context.Context, w CheckWork, githubID int64) error {
+	return s.checkUpdate(ctx, w, checkPushedSQL, w.Version, githubID)
+}
+
+// CheckFailed records a failed push; the row is due again after backoff.
+// The ID, if learnt before the failure, is kept.
+func (s *Store) CheckFailed(ctx context.Context, w CheckWork, githubID int64, cause error, backoff time.Duration) error {
+	return s.checkUpdate(ctx, w, checkFailedSQL, githubID, cause.Error(), backoff.Seconds())
+}
+
+// CheckStatus is a check run's outbox row, for tests and admins.
+type CheckStatus struct {
+	JobID         string
+	Name          string
+	GitHubID      int64
+	Version       int64
+	PushedVersion int64
+	LastError     string
+}
+
+// ChecksOfRun returns the outbox rows of a run's jobs.
+func (s *Store) ChecksOfRun(ctx context.Context, runID string) ([]CheckStatus, error) {
+	rows, err := s.pool.Query(ctx, checksOfRunSQL, runID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (CheckStatus, error) {
+		var c CheckStatus
+		err := row.Scan(&c.JobID, &c.Name, &c.GitHubID, &c.Version, &c.PushedVersion, &c.LastError)
+		return c, err
+	})
+}

@@ -1,0 +1,154 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// What moves a run on: advanceRun after every job transition, and what
+// people do to runs: cancel, approve, reject (retry is in runs.go, beside
+// run creation). Each checks the caller's rank in the run's project in its
+// own transaction (authorizeRun).
+
+// Cancel cancels a run, or one job of it when jobID is not empty: jobs not
+// yet running become CANCELED at once (their dependants SKIPPED); running
+// jobs get cancel_requested, which their runner hears on its next heartbeat
+// and answers by stopping the steps and completing "canceled". Finished
+// jobs are left alone. It returns how many jobs were canceled and asked.
+// u needs the write role in the run's project.
+func (s *Store) Cancel(ctx context.Context, u User, runID, jobID string) (canceled, asked int, err error) {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, _, err := authorizeRun(ctx, tx, u, runID, RankWrite); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, cancelTargetsExistSQL, runID, jobID).Scan(&exists); err != nil {
+			return fmt.Errorf("find jobs: %w", err)
+		}
+		if !exists {
+			return domain.Errorf(domain.ENotFound, "no such run or job")
+		}
+		// The lock order of every other transition: a queued or running
+		// job's row before its run's (claims, heartbeats, completions,
+		// expiry), and pending rows only under the run's lock (advanceRun
+		// queues and skips them). Taking a pending row before a running
+		// one would close a cycle with a completion that holds the running
+		// row and the run and is about to queue that pending job.
+		if _, err := tx.Exec(ctx, lockCancelTargetsSQL, runID, jobID); err != nil {
+			return fmt.Errorf("lock jobs: %w", err)
+		}
+		if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		tag, err := tx.Exec(ctx, cancelWaitingSQL, runID, jobID)
+		if err != nil {
+			return fmt.Errorf("cancel jobs: %w", err)
+		}
+		canceled = int(tag.RowsAffected())
+		tag, err = tx.Exec(ctx, askCancelSQL, runID, jobID)
+		if err != nil {
+			return fmt.Errorf("request cancel: %w", err)
+		}
+		asked = int(tag.RowsAffected())
+		if jobID == "" {
+			if _, err := tx.Exec(ctx, cancelRunSQL, runID); err != nil {
+				return fmt.Errorf("cancel run: %w", err)
+			}
+		}
+		return advanceRun(ctx, tx, runID)
+	})
+	return canceled, asked, err
+}
+
+// Approve lets a run that waits for approval start, and remembers its actor
+// in the project, so that their later untrusted runs start at once. u needs
+// the write role and must not be the run's actor.
+func (s *Store) Approve(ctx context.Context, u User, runID string) (Run, error) {
+	run, err := s.decide(ctx, u, runID, ApprovalApproved)
+	if err == nil {
+		s.signalQueued()
+	}
+	return run, err
+}
+
+// Reject ends a run that waits for approval: its jobs become CANCELED with
+// the reason "rejected by <user>".
+func (s *Store) Reject(ctx context.Context, u User, runID string) (Run, error) {
+	return s.decide(ctx, u, runID, ApprovalRejected)
+}
+
+func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run, error) {
+	var run Run
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		projectID, _, err := authorizeRun(ctx, tx, u, runID, RankWrite)
+		if err != nil {
+			return err
+		}
+		var approval, actor, state string
+		if err := tx.QueryRow(ctx, lockApprovalSQL, runID).Scan(&approval, &actor, &state); err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		switch {
+		case approval != ApprovalPending:
+			return domain.Errorf(domain.EConflict, "run %s does not wait for approval (approval: %s)", runID, approval)
+		case IsTerminalRun(state):
+			return domain.Errorf(domain.EConflict, "run %s is already %s", runID, state)
+		case actor == "user:"+u.ID:
+			return domain.Errorf(domain.EForbidden, "a run cannot be approved or rejected by the member it is for")
+		}
+		if _, err := tx.Exec(ctx, recordDecisionSQL, runID, decision, u.Name); err != nil {
+			return fmt.Errorf("record decision: %w", err)
+		}
+		if decision == ApprovalApproved {
+			if _, err := tx.Exec(ctx, approveActorSQL, projectID, actor, u.Name, runID); err != nil {
+				return fmt.Errorf("approve actor: %w", err)
+			}
+			_, err = tx.Exec(ctx, releaseApprovedSQL, runID, ReasonWaitingApproval)
+		} else {
+			_, err = tx.Exec(ctx, cancelRejectedSQL, runID, u.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("release jobs: %w", err)
+		}
+		if err := advanceRun(ctx, tx, runID); err != nil {
+			return err
+		}
+		run, err = scanRun(tx.QueryRow(ctx, getRunSQL, runID))
+		return err
+	})
+	return run, err
+}
+
+// advanceRun moves a run forward after any job transition, inside the
+// caller's transaction: dependants of jobs that did not pass become SKIPPED
+// (transitively), pending jobs whose needs all passed become QUEUED (unless
+// the run waits for approval), and the run's state is derived from its jobs.
+//
+// It locks the run row first, so that two jobs of one run finishing at the
+// same time take turns here; under READ COMMITTED the second then sees the
+// first's committed state and no dependant is left PENDING forever. Lock
+// order: the queued or running job row(s) a transition is about, then the
+// run row, then (here) the pending rows it queues or skips, which only a
+// holder of the run's lock writes.
+//
+// The four statements go as one pipelined batch: the run row stays locked
+// from the first to the commit, and every job of the run that finishes
+// waits for it, so the lock is held for one round trip instead of four.
+// The run row is written only when its state or times change: most
+// completions change nothing there, and a write would leave one more row
+// version behind for every completion (which an old snapshot keeps alive).
+func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
+	b := &pgx.Batch{}
+	b.Queue(lockRunSQL, runID)
+	b.Queue(skipDoomedSQL, runID)
+	b.Queue(queueReadySQL, runID)
+	b.Queue(deriveRunStateSQL, runID)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("advance run %s: %w", runID, err)
+	}
+	return nil
+}

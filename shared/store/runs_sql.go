@@ -1,0 +1,163 @@
+package store
+
+// The statements of the runs aggregate (runs.go and runs_advance.go).
+
+// numberRunSQL takes project $1's next run number (and holds the project
+// row until the run commits, so numbers follow commit order per project).
+const numberRunSQL = `UPDATE projects SET next_run_number = next_run_number + 1 WHERE id = $1 RETURNING next_run_number`
+
+// actorApprovedSQL asks whether actor $2 was approved in project $1 once.
+const actorApprovedSQL = `SELECT EXISTS (SELECT 1 FROM approved_actors WHERE project_id = $1 AND actor = $2)`
+
+const insertRunSQL = `
+INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
+                  source_digest, manifest_digest, source_size, trusted, scope, base_ref, actor, approval)
+VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11,
+        $12, nullif($13, ''), $14, $15)`
+
+// insertJobSQL inserts a job PENDING: advanceRun queues it when its needs
+// have passed. project_id and trusted are copies of its run's, for the
+// claim's scan.
+const insertJobSQL = `
+INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost,
+                  retry_failed, secret_names, reason, project_id, trusted)
+VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+
+// insertJobCheckSQL is the check-run outbox row mirroring a new job.
+const insertJobCheckSQL = `INSERT INTO check_runs (job_id, repository_id, head_sha, name) VALUES ($1, $2, $3, $4)`
+
+// runStateSQL reads what the database set on a new run.
+const runStateSQL = `SELECT state, created_at FROM runs WHERE id = $1`
+
+// runColumns are the columns scanRun reads, from runs r joined to projects
+// p (a fragment of the statements below, joined at compile time).
+const runColumns = `r.id, r.project_id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''),
+	coalesce(r.git_ref, ''), r.git_dirty, coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''),
+	coalesce(r.source_size, 0), r.trusted, r.scope, coalesce(r.base_ref, ''), r.actor, r.approval,
+	coalesce(r.approval_by, ''), r.approval_at, r.created_at, r.started_at, r.finished_at`
+
+const getRunSQL = `SELECT ` + runColumns + `
+FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`
+
+// getRunAsSQL is getRunSQL for user $2: a run they cannot read is not found.
+const getRunAsSQL = `SELECT ` + runColumns + `
+FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1 AND project_rank($2, r.project_id) >= 1`
+
+// listRunsSQL is a page of the runs user $4 may read, newest first: of
+// project $1 (a name or an ID; empty for all), before run $2 (the
+// cursor; empty for the first page), at most $3.
+const listRunsSQL = `
+SELECT ` + runColumns + `
+FROM runs r JOIN projects p ON p.id = r.project_id
+WHERE ($1 = '' OR p.name = $1 OR p.id = $1)
+  AND ($2 = '' OR (r.created_at, r.id) < (SELECT b.created_at, b.id FROM runs b
+                                           WHERE b.id = $2 AND project_rank($4, b.project_id) >= 1))
+  AND project_rank($4, r.project_id) >= 1
+ORDER BY r.created_at DESC, r.id DESC LIMIT $3`
+
+// retryJobsSQL reads the jobs of run $1 (or only job $2) as a retry
+// creates them again.
+const retryJobsSQL = `
+SELECT name, needs, labels, spec, timeout_seconds, retry_lease_lost, retry_failed
+FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) ORDER BY created_at, id`
+
+// Moving a run on (runs_advance.go).
+
+// lockRunSQL takes the run row's lock (see advanceRun for the order).
+const lockRunSQL = `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`
+
+// skipDoomedSQL makes SKIPPED, transitively, the pending jobs of run $1
+// that need a job which did not pass.
+const skipDoomedSQL = `
+WITH RECURSIVE doomed (id, name) AS (
+    SELECT d.id, d.name FROM jobs d
+    WHERE d.run_id = $1 AND d.state = 'PENDING'
+      AND EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
+                  AND n.state IN ('FAILED', 'CANCELED', 'ABORTED', 'SKIPPED'))
+  UNION
+    SELECT d.id, d.name FROM jobs d JOIN doomed x ON x.name = ANY (d.needs)
+    WHERE d.run_id = $1 AND d.state = 'PENDING'
+)
+UPDATE jobs SET state = 'SKIPPED', reason = 'need_not_passed', finished_at = now()
+WHERE id IN (SELECT id FROM doomed) AND state = 'PENDING'`
+
+// queueReadySQL queues the pending jobs of run $1 whose needs all passed,
+// unless the run waits for approval.
+const queueReadySQL = `
+UPDATE jobs d SET state = 'QUEUED', queued_at = now()
+WHERE d.run_id = $1 AND d.state = 'PENDING'
+  AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
+                  AND n.state <> 'PASSED')
+  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND r.approval = 'pending')`
+
+// deriveRunStateSQL derives run $1's state and times from its jobs, and
+// writes the run row only when they change.
+const deriveRunStateSQL = `
+WITH c AS (
+    SELECT count(*) FILTER (WHERE state IN ('PENDING', 'QUEUED', 'RUNNING')) AS open,
+           count(*) FILTER (WHERE state = 'RUNNING' OR started_at IS NOT NULL) AS started,
+           count(*) FILTER (WHERE state = 'FAILED') AS failed,
+           count(*) FILTER (WHERE state = 'ABORTED') AS aborted,
+           count(*) FILTER (WHERE state = 'CANCELED') AS canceled
+    FROM jobs WHERE run_id = $1
+), n AS (
+    SELECT CASE
+               WHEN c.open > 0 AND c.started > 0 THEN 'RUNNING'
+               WHEN c.open > 0 THEN 'PENDING'
+               WHEN c.failed > 0 THEN 'FAILED'
+               WHEN c.aborted > 0 THEN 'ABORTED'
+               WHEN c.canceled > 0 THEN 'CANCELED'
+               ELSE 'PASSED' END AS state,
+           CASE WHEN c.started > 0 THEN coalesce(r.started_at, now()) ELSE r.started_at END AS started_at,
+           CASE WHEN c.open = 0 THEN coalesce(r.finished_at, now()) END AS finished_at
+    FROM c, runs r WHERE r.id = $1
+)
+UPDATE runs r SET state = n.state, started_at = n.started_at, finished_at = n.finished_at
+FROM n
+WHERE r.id = $1 AND (r.state, r.started_at, r.finished_at) IS DISTINCT FROM (n.state, n.started_at, n.finished_at)`
+
+// cancelTargetsExistSQL asks whether run $1 has jobs (or job $2, when not
+// empty).
+const cancelTargetsExistSQL = `SELECT EXISTS (SELECT 1 FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2))`
+
+// lockCancelTargetsSQL locks the queued and running jobs a cancel
+// touches, in ID order (see Cancel for the lock order).
+const lockCancelTargetsSQL = `
+SELECT id FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('QUEUED', 'RUNNING')
+ORDER BY id FOR UPDATE`
+
+// cancelWaitingSQL cancels the jobs of run $1 (or job $2) not yet running.
+const cancelWaitingSQL = `
+UPDATE jobs SET state = 'CANCELED', reason = 'canceled', finished_at = now()
+WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('PENDING', 'QUEUED')`
+
+// askCancelSQL asks the runners of the running jobs of run $1 (or job $2)
+// to stop: they hear it on their next heartbeat.
+const askCancelSQL = `
+UPDATE jobs SET cancel_requested = true
+WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state = 'RUNNING'`
+
+// cancelRunSQL marks run $1 canceled as a whole: no retry policy re-queues
+// its jobs, and its running jobs hear it on their heartbeats.
+const cancelRunSQL = `UPDATE runs SET cancel_requested = true WHERE id = $1`
+
+// lockApprovalSQL locks run $1 and reads what an approval decision checks.
+const lockApprovalSQL = `SELECT approval, actor, state FROM runs WHERE id = $1 FOR UPDATE`
+
+const recordDecisionSQL = `UPDATE runs SET approval = $2, approval_by = $3, approval_at = now() WHERE id = $1`
+
+// approveActorSQL remembers actor $2 as approved in project $1 (by $3, at
+// run $4): their later untrusted runs start at once.
+const approveActorSQL = `
+INSERT INTO approved_actors (project_id, actor, approved_by, run_id) VALUES ($1, $2, $3, $4)
+ON CONFLICT (project_id, actor) DO NOTHING`
+
+// releaseApprovedSQL clears the waiting reason ($2) of run $1's pending
+// jobs; advanceRun then queues those ready.
+const releaseApprovedSQL = `UPDATE jobs SET reason = NULL WHERE run_id = $1 AND state = 'PENDING' AND reason = $2`
+
+// cancelRejectedSQL cancels the pending jobs of rejected run $1, saying
+// by whom ($2).
+const cancelRejectedSQL = `
+UPDATE jobs SET state = 'CANCELED', reason = 'rejected by ' || $2, finished_at = now()
+WHERE run_id = $1 AND state = 'PENDING'`
