@@ -24,8 +24,6 @@ import (
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,12 +32,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/forgeci/forgeci/chaos/faultproxy"
-	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/localstack"
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -103,15 +100,14 @@ type Harness struct {
 	rngMu   sync.Mutex
 	faultOn atomic.Bool
 
+	stack   *localstack.Stack
 	cluster *pglocal.Cluster
 	dbURL   string
-	pool    *pgxpool.Pool
 	st      *store.Store
 	blobs   *cas.Store
 	bucket  string
 
 	cpURL, userToken string
-	cpSrv            *http.Server
 	runnerProxy      *faultproxy.Proxy
 	s3Proxy          *faultproxy.Proxy
 	sources          map[string]domain.Source
@@ -245,66 +241,44 @@ func (h *Harness) setup(ctx context.Context) error {
 		opts.Env = []string{"LD_PRELOAD=" + lib, "FAKETIME=" + h.cfg.DBClock, "DONT_FAKE_MONOTONIC=1", "FAKETIME_DONT_RESET=1"}
 	}
 	h.progress("starting PostgreSQL")
-	if h.cluster, err = pglocal.Start(ctx, opts); err != nil {
-		return err
-	}
-	h.dbURL = h.cluster.DatabaseURL("forgeci")
-	admin, err := pgx.Connect(ctx, h.cluster.URL)
-	if err != nil {
-		return err
-	}
-	_, err = admin.Exec(ctx, `CREATE DATABASE forgeci`)
-	admin.Close(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := store.Migrate(ctx, h.dbURL, nil); err != nil {
-		return err
-	}
-	if err := h.withAdmin(ctx, func(c *pgx.Conn) error {
-		_, err := c.Exec(ctx, auditSQL)
-		return err
-	}); err != nil {
-		return fmt.Errorf("install the audit triggers: %w", err)
-	}
-	if h.pool, err = store.OpenPool(ctx, h.dbURL, store.PoolOptions{MaxConns: 40}); err != nil {
-		return err
-	}
-	h.st = store.New(h.pool, store.Limits{LeaseTTL: h.cfg.LeaseTTL})
-
-	// S3, behind its proxy: presigned URLs name the proxy, so runners'
+	// S3 behind its proxy: presigned URLs name the proxy, so runners'
 	// downloads and uploads pass through it.
-	if h.s3Proxy, err = faultproxy.Start(h.cfg.S3.Endpoint); err != nil {
-		return err
-	}
-	h.s3Proxy.Decide = h.decide(true)
-	h.s3Proxy.Done = h.logS3
 	s3 := h.cfg.S3
-	s3.Endpoint = h.s3Proxy.URL()
 	s3.Bucket = "chaos-" + randomHex(6)
-	h.bucket = s3.Bucket
 	s3.PresignExpiry = 10 * time.Minute
-	if h.blobs, err = cas.New(ctx, s3); err != nil {
-		return err
-	}
-	if err := h.blobs.EnsureBucket(ctx); err != nil {
-		return err
-	}
-
-	// The control plane: every handler, as forgeci dev mounts them.
+	h.bucket = s3.Bucket
 	cpLog, err := os.Create(filepath.Join(dir, "control-plane.log"))
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	h.stack, err = localstack.Start(ctx, localstack.Options{PG: opts, Log: pgLog, Database: "forgeci", S3: s3,
+		Limits: store.Limits{LeaseTTL: h.cfg.LeaseTTL},
+		Prepare: func(ctx context.Context, url string) error {
+			h.dbURL = url
+			if err := h.withAdmin(ctx, func(c *pgx.Conn) error {
+				_, err := c.Exec(ctx, auditSQL)
+				return err
+			}); err != nil {
+				return fmt.Errorf("install the audit triggers: %w", err)
+			}
+			return nil
+		},
+		WrapS3: func(endpoint string) (string, error) {
+			p, err := faultproxy.Start(endpoint)
+			if err != nil {
+				return "", err
+			}
+			h.s3Proxy, p.Decide, p.Done = p, h.decide(true), h.logS3
+			return p.URL(), nil
+		}})
 	if err != nil {
 		return err
 	}
-	h.cpURL = "http://" + ln.Addr().String()
-	h.st.SetObjects(h.blobs)
-	h.cpSrv = &http.Server{Handler: (&api.Server{Store: h.st, CAS: h.blobs,
-		Log: slog.New(slog.NewTextHandler(cpLog, nil))}).Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = h.cpSrv.Serve(ln) }()
+	h.cluster, h.st, h.blobs = h.stack.Cluster, h.stack.Store, h.stack.CAS
+	// The control plane: every handler, as forgeci dev mounts them.
+	if h.cpURL, err = h.stack.Serve("127.0.0.1:0", h.stack.Server(slog.New(slog.NewTextHandler(cpLog, nil)))); err != nil {
+		return err
+	}
 	if h.runnerProxy, err = faultproxy.Start(h.cpURL); err != nil {
 		return err
 	}
@@ -352,17 +326,11 @@ func (h *Harness) teardown() {
 	if h.runnerProxy != nil {
 		h.runnerProxy.Close()
 	}
-	if h.cpSrv != nil {
-		_ = h.cpSrv.Close()
+	if h.stack != nil {
+		h.stack.Close()
 	}
 	if h.s3Proxy != nil {
 		h.s3Proxy.Close()
-	}
-	if h.pool != nil {
-		h.pool.Close()
-	}
-	if h.cluster != nil {
-		h.cluster.Stop()
 	}
 	_ = h.ops.close()
 }

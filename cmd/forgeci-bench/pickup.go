@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"sort"
 	"time"
 
 	"github.com/forgeci/forgeci/runner/client"
-	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -23,16 +20,16 @@ func benchPickup(ctx context.Context, admin string, rounds int) ([]row, error) {
 		return nil, err
 	}
 	defer drop()
-	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 8})
+	stack, err := benchStack(ctx, url, "bench-pickup", 8)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
-	st := store.New(pool, store.Limits{})
+	defer stack.Close()
+	st, pool := stack.Store, stack.Pool
 	if _, err := st.CreateProject(ctx, "bench", "main"); err != nil {
 		return nil, err
 	}
-	srv := httptest.NewServer((&api.Server{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+	srv := httptest.NewServer(stack.Server(nil).Handler())
 	defer srv.Close()
 	reg, _, err := st.CreateRegistrationToken(ctx, time.Minute, "bench", store.Scope{Untrusted: true})
 	if err != nil {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/forgeci/forgeci/runner/agent"
 	"github.com/forgeci/forgeci/runner/client"
-	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/localstack"
 	"github.com/forgeci/forgeci/shared/snapshot"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -33,22 +33,13 @@ func benchPipeline(ctx context.Context, admin string, rounds int) ([]row, error)
 		return nil, err
 	}
 	defer drop()
-	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 16})
+	stack, err := benchStack(ctx, url, "bench-pipeline", 16)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
-	st := store.New(pool, store.Limits{})
-	blobs, err := cas.New(ctx, cas.Config{Bucket: "bench-pipeline", Endpoint: os.Getenv("FORGECI_TEST_S3_ENDPOINT"),
-		AccessKey: os.Getenv("FORGECI_TEST_S3_ACCESS_KEY"), SecretKey: os.Getenv("FORGECI_TEST_S3_SECRET_KEY"), Region: os.Getenv("FORGECI_TEST_S3_REGION")})
-	if err != nil {
-		return nil, err
-	}
-	if err := blobs.EnsureBucket(ctx); err != nil {
-		return nil, err
-	}
-	st.SetObjects(blobs)
-	srv := httptest.NewServer((&api.Server{Store: st, CAS: blobs, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler())
+	defer stack.Close()
+	st, blobs := stack.Store, stack.CAS
+	srv := httptest.NewServer(stack.Server(nil).Handler())
 	defer srv.Close()
 
 	dir, err := os.MkdirTemp("", "forgeci-bench-pipeline-")
@@ -147,4 +138,12 @@ func benchPipeline(ctx context.Context, admin string, rounds int) ([]row, error)
 	}
 	return []row{{name: "20-job pipeline of true, 4 runners", figure: median(ours) * 1000, baseline: median(theirs) * 1000,
 		unit: "ms", baselineName: "the steps run by bash directly", goal: 0}}, nil
+}
+
+// benchStack is the local stack over the database at url and the test S3
+// server that forgeci services started.
+func benchStack(ctx context.Context, url, bucket string, conns int32) (*localstack.Stack, error) {
+	return localstack.Start(ctx, localstack.Options{DatabaseURL: url, MaxConns: conns, S3: cas.Config{Bucket: bucket,
+		Endpoint: os.Getenv("FORGECI_TEST_S3_ENDPOINT"), AccessKey: os.Getenv("FORGECI_TEST_S3_ACCESS_KEY"),
+		SecretKey: os.Getenv("FORGECI_TEST_S3_SECRET_KEY"), Region: os.Getenv("FORGECI_TEST_S3_REGION")}})
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/api"
-	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/localstack"
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/scm"
@@ -41,89 +40,41 @@ func devCommand(ctx context.Context, o devOptions) error {
 		return err
 	}
 	defer pgLog.Close()
-	fmt.Fprintln(os.Stderr, "forgeci dev: starting PostgreSQL (log:", pgLog.Name()+")")
-	cluster, err := pglocal.Start(ctx, pglocal.Options{Dir: *dir, Log: pgLog})
+	fmt.Fprintln(os.Stderr, "forgeci dev: starting PostgreSQL and S3 (log:", pgLog.Name()+")")
+	stack, err := localstack.Start(ctx, localstack.Options{Dir: *dir, Log: pgLog, Limits: store.Limits{LeaseTTL: *leaseTTL}})
 	if err != nil {
 		return err
 	}
-	defer cluster.Stop()
-	if _, err := store.Migrate(ctx, cluster.URL, nil); err != nil {
-		return err
-	}
-	pool, err := store.OpenPool(ctx, cluster.URL, store.PoolOptions{MaxConns: 40})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	st := store.New(pool, store.Limits{LeaseTTL: *leaseTTL})
+	defer stack.Close()
+	st := stack.Store
 	keys, dropKeys, err := devKeyring(*dir)
 	if err != nil {
 		return err
 	}
 	defer dropKeys()
 	st.SetKeyring(keys)
-
-	s3dir := ""
-	if *dir != "" {
-		s3dir = filepath.Join(*dir, "s3")
-	}
-	s3, err := s3local.Start(ctx, s3dir, pgLog)
-	if err != nil {
-		return err
-	}
-	defer s3.Stop()
-	blobs, err := cas.New(ctx, cas.Config{Bucket: "forgeci", Endpoint: s3.Endpoint, AccessKey: s3.AccessKey,
-		SecretKey: s3.SecretKey, Region: s3.Region})
-	if err != nil {
-		return err
-	}
-	if err := blobs.EnsureBucket(ctx); err != nil {
-		return err
-	}
 	_, adminToken, err := st.CreateUser(ctx, "admin", store.RoleAdmin)
 	if err != nil {
 		return err
 	}
-
-	ln, err := net.Listen("tcp", *addr)
+	apiServer := stack.Server(log)
+	apiServer.WebhookSecret = []byte(os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET"))
+	if err := startSCMWorker(ctx, stack, apiServer, log); err != nil {
+		return err
+	}
+	url, err := stack.Serve(*addr, apiServer)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *addr, err)
+		return err
 	}
-	st.SetObjects(blobs)
-	apiServer := &api.Server{Store: st, CAS: blobs, Log: log, WebhookSecret: []byte(os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET"))}
-	// With a GitHub App configured, the scm worker runs here too, woken by
-	// each new delivery as the webhook function kicks it in AWS.
-	if os.Getenv("FORGECI_GITHUB_APP_ID") != "" {
-		app, err := scm.AppFromEnv(os.Getenv("FORGECI_GITHUB_PRIVATE_KEY"))
-		if err != nil {
-			return err
-		}
-		wake := make(chan struct{}, 1)
-		apiServer.OnDelivery = func(context.Context) {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-		w := &scm.Worker{Store: st, CAS: blobs, App: app, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}
-		go w.Loop(ctx, 5*time.Second, wake)
-	}
-	srv := &http.Server{Handler: apiServer.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("serve", "err", err)
-		}
-	}()
 	go sweepLoop(ctx, st, *sweepEvery, log)
 
 	token, expires, err := st.CreateRegistrationToken(ctx, 24*time.Hour, "forgeci dev", store.Scope{Untrusted: true})
 	if err != nil {
 		return err
 	}
-	url := "http://" + ln.Addr().String()
 	if *infoFile != "" {
 		info := fmt.Sprintf("FORGECI_URL=%s\nFORGECI_DATABASE_URL=%s\nFORGECI_REGISTRATION_TOKEN=%s\nFORGECI_TOKEN=%s\n",
-			url, cluster.URL, token, adminToken)
+			url, stack.DatabaseURL, token, adminToken)
 		if err := writeFileAtomic(*infoFile, []byte(info)); err != nil {
 			return err
 		}
@@ -143,13 +94,32 @@ or by hand:
 Press Ctrl-C to stop; the database is thrown away.
 Submit this checkout:
   FORGECI_URL=%s FORGECI_TOKEN=%s forgeci submit --dir .
-`, url, redactPassword(cluster.URL), s3.Endpoint, *sweepEvery, *leaseTTL, adminToken, expires.Format(time.RFC3339), url, token, url, token, url, adminToken)
+`, url, redactPassword(stack.DatabaseURL), stack.S3.Endpoint, *sweepEvery, *leaseTTL, adminToken, expires.Format(time.RFC3339), url, token, url, token, url, adminToken)
 
 	<-ctx.Done()
 	fmt.Fprintln(os.Stderr, "forgeci dev: stopping")
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// startSCMWorker runs the scm worker here when a GitHub App is configured,
+// woken by each new delivery as the webhook function kicks it in AWS.
+func startSCMWorker(ctx context.Context, stack *localstack.Stack, apiServer *api.Server, log *slog.Logger) error {
+	if os.Getenv("FORGECI_GITHUB_APP_ID") == "" {
+		return nil
+	}
+	app, err := scm.AppFromEnv(os.Getenv("FORGECI_GITHUB_PRIVATE_KEY"))
+	if err != nil {
+		return err
+	}
+	wake := make(chan struct{}, 1)
+	apiServer.OnDelivery = func(context.Context) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	w := &scm.Worker{Store: stack.Store, CAS: stack.CAS, App: app, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}
+	go w.Loop(ctx, 5*time.Second, wake)
 	return nil
 }
 
