@@ -282,6 +282,18 @@ func (e *env) finishJobs(failing ...string) {
 	}
 }
 
+// expireDeliveryLease ends delivery guid's lease as its expiry passing
+// would. A delivery's lease is decided by the database's now() alone, so
+// an expiry set in the past proves what waiting for it would, at once.
+func (e *env) expireDeliveryLease(guid string) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `
+		UPDATE scm_deliveries SET lease_expires_at = now() - interval '1 second'
+		WHERE guid = $1 AND lease_id IS NOT NULL`, guid); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // reconcile runs passes until the outbox is empty (or fails the test).
 func (e *env) reconcile() {
 	e.t.Helper()

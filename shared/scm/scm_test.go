@@ -242,7 +242,7 @@ func TestStaleWorkerIsFenced(t *testing.T) {
 	if res := e.runOnce(); res.Runs != 0 {
 		t.Fatalf("a leased delivery was processed: %+v", res)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	e.expireDeliveryLease("guid-stale")
 	if res := e.runOnce(); res.Runs != 1 {
 		t.Fatalf("expired delivery lease was not reclaimed: %+v", res)
 	}
