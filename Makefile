@@ -23,13 +23,11 @@ bin/forgeci-runner-linux-%: FORCE   ## the runner for another machine: -amd64 or
 demo: deps bin/forgeci bin/forgeci-runner   ## the main job: local ForgeCI + runner + example pipeline to PASSED
 	scripts/demo.sh
 
-lint:                ## vet, gofmt and go.mod drift
+lint: deps           ## vet, staticcheck, gofmt and go.mod drift
 	$(GO) vet ./...
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" staticcheck ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
-	@cp go.mod .go.mod.bak; cp go.sum .go.sum.bak; $(GO) mod tidy; \
-	  if ! cmp -s go.mod .go.mod.bak || ! cmp -s go.sum .go.sum.bak; then \
-	    mv .go.mod.bak go.mod; mv .go.sum.bak go.sum; echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi; \
-	  rm -f .go.mod.bak .go.sum.bak
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
 test: deps lint bin/forgeci   ## the whole suite against real PostgreSQL
 	bin/forgeci services -- $(GO) test -race -count=1 -timeout 15m ./...

@@ -90,3 +90,10 @@ if ! command -v aws-lambda-rie >/dev/null 2>&1 && [ ! -x "$gobin/aws-lambda-rie"
   echo "deps: installing aws-lambda-rie (go install)" >&2
   GOFLAGS=-buildvcs=false go install "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$RIE_VERSION"
 fi
+
+# staticcheck: make lint runs it beside go vet.
+STATICCHECK_VERSION=v0.8.2
+if ! command -v staticcheck >/dev/null 2>&1 && [ ! -x "$gobin/staticcheck" ]; then
+  echo "deps: installing staticcheck $STATICCHECK_VERSION (go install)" >&2
+  GOFLAGS=-buildvcs=false go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi

@@ -6,7 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,9 +18,13 @@ import (
 // extraction, manifest recomputed from disk) beside `zstd -d | tar x`.
 // Figures are MB/s of file content.
 func benchSnapshot(ctx context.Context, _ string, rounds int) ([]row, error) {
-	tree := filepath.Join(runtime.GOROOT(), "src")
-	if v := os.Getenv("FORGECI_BENCH_TREE"); v != "" {
-		tree = v
+	tree := os.Getenv("FORGECI_BENCH_TREE")
+	if tree == "" {
+		goroot, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			return nil, fmt.Errorf("go env GOROOT: %w", err)
+		}
+		tree = filepath.Join(strings.TrimSpace(string(goroot)), "src")
 	}
 	for _, tool := range []string{"tar", "zstd"} {
 		if _, err := exec.LookPath(tool); err != nil {

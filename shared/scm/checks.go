@@ -114,7 +114,7 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 				Summary: github.String("ForgeCI did not run this commit.\n\n```\n" + cw.Notice + "\n```")}}
 	}
 	v := checkView{status: "queued"}
-	title := cw.JobState
+	var title string
 	switch cw.JobState {
 	case domain.JobRunning:
 		v.status = "in_progress"

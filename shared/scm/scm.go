@@ -235,7 +235,6 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		default:
 			return nil, "pull request " + e.GetAction(), "", nil
 		}
-		sha = e.GetPullRequest().GetHead().GetSHA()
 		if sha, err = w.pullRequestRun(ctx, gh, repo, owner, name, e.GetPullRequest().GetNumber(), &nr); err != nil {
 			return nil, "", sha, err
 		}
