@@ -1,0 +1,35 @@
+package pipeline_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/pipeline"
+)
+
+// TestReadmeExample: the pipeline the README shows a newcomer parses.
+func TestReadmeExample(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(raw), "A pipeline is `.forgeci.yml`")
+	if !ok {
+		t.Fatal("README.md has no example pipeline")
+	}
+	var yml strings.Builder
+	for _, line := range strings.Split(rest, "\n")[2:] {
+		if !strings.HasPrefix(line, "    ") {
+			break
+		}
+		yml.WriteString(strings.TrimPrefix(line, "    ") + "\n")
+	}
+	p, err := pipeline.Parse(pipeline.FileName, []byte(yml.String()))
+	if err != nil {
+		t.Fatalf("the README's example does not parse:\n%s\n%v", yml.String(), err)
+	}
+	if len(p.Jobs) != 2 {
+		t.Fatalf("the README's example has %d jobs, want 2", len(p.Jobs))
+	}
+}
