@@ -101,14 +101,10 @@ func submitCmd(g *global) *cobra.Command {
 		Long: "Snapshot a checkout (in git: what git tracks), upload it with a progress bar and start a run.\n" +
 			"With --follow, stream the jobs' logs and exit 0 only if the run PASSED.",
 		Args: cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
 			o.JSON = g.json
-			return submitCommand(c.Context(), cl, o)
-		},
+			return submitCommand(ctx, cl, o)
+		}),
 	}
 	f := c.Flags()
 	f.StringVar(&o.Dir, "dir", ".", "the checkout or directory to submit")
@@ -126,13 +122,9 @@ func runsCmd(g *global) *cobra.Command {
 		Use:   "runs [RUN_ID]",
 		Short: "List runs, newest first, or show one run and its jobs",
 		Args:  cobra.MaximumNArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
 			if len(args) == 1 {
-				return showRun(c.Context(), cl, args[0], g.json)
+				return showRun(ctx, cl, args[0], g.json)
 			}
 			var out struct {
 				Runs []store.Run `json:"runs"`
@@ -141,24 +133,18 @@ func runsCmd(g *global) *cobra.Command {
 			if project != "" {
 				q.Set("project", project)
 			}
-			if err := cl.do(c.Context(), "GET", "/v1/runs?"+q.Encode(), nil, &out); err != nil {
+			if err := cl.do(ctx, "GET", "/v1/runs?"+q.Encode(), nil, &out); err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(out.Runs)
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tSTATE\tTRIGGER\tCOMMIT\tCREATED\tID")
-			for _, r := range out.Runs {
+			return printTable(g, out.Runs, "RUN\tSTATE\tTRIGGER\tCOMMIT\tCREATED\tID", func(r store.Run) []any {
 				sha := r.GitSHA
 				if len(sha) > 10 {
 					sha = sha[:10]
 				}
-				fmt.Fprintf(tw, "%s #%d\t%s\t%s\t%s\t%s\t%s\n", r.Project, r.Number, r.State, r.Trigger, sha,
-					r.CreatedAt.Local().Format("2006-01-02 15:04"), r.ID)
-			}
-			return tw.Flush()
-		},
+				return []any{fmt.Sprintf("%s #%d", r.Project, r.Number), r.State, r.Trigger, sha,
+					r.CreatedAt.Local().Format("2006-01-02 15:04"), r.ID}
+			})
+		}),
 	}
 	c.Flags().StringVarP(&project, "project", "p", "", "only this project's runs")
 	c.Flags().IntVarP(&limit, "limit", "n", 20, "how many (at most 200)")
@@ -223,12 +209,7 @@ func logsCmd(g *global) *cobra.Command {
 		Use:   "logs RUN_ID [JOB]",
 		Short: "Print a job's log (every job's, prefixed, without JOB); -f follows until the run ends",
 		Args:  cobra.RangeArgs(1, 2),
-		RunE: func(c *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			ctx := c.Context()
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
 			if len(args) == 1 {
 				if !follow {
 					return errors.New("name a job, or use -f to follow every job of the run")
@@ -248,7 +229,7 @@ func logsCmd(g *global) *cobra.Command {
 				return err
 			}
 			return printLog(ctx, cl, args[0], jobID, generation, follow, os.Stdout)
-		},
+		}),
 	}
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the log grows, until the job ends")
 	c.Flags().IntVar(&generation, "generation", 0, "the attempt to print (default: the current one)")
@@ -294,17 +275,13 @@ func cancelCmd(g *global) *cobra.Command {
 		Use:   "cancel RUN_ID [JOB]",
 		Short: "Cancel a run, or one of its jobs",
 		Args:  cobra.RangeArgs(1, 2),
-		RunE: func(c *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			path, err := runOrJobPath(c.Context(), cl, args)
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			path, err := runOrJobPath(ctx, cl, args)
 			if err != nil {
 				return err
 			}
 			var out map[string]int
-			if err := cl.do(c.Context(), "POST", path+"/cancel", map[string]any{}, &out); err != nil {
+			if err := cl.do(ctx, "POST", path+"/cancel", map[string]any{}, &out); err != nil {
 				return err
 			}
 			if g.json {
@@ -312,7 +289,7 @@ func cancelCmd(g *global) *cobra.Command {
 			}
 			fmt.Printf("canceled %d queued job(s); asked %d running job(s) to stop\n", out["canceled"], out["cancel_requested"])
 			return nil
-		},
+		}),
 	}
 }
 
@@ -321,17 +298,13 @@ func retryCmd(g *global) *cobra.Command {
 		Use:   "retry RUN_ID [JOB]",
 		Short: "Start a new run of a finished run, or of one of its jobs, on the same source",
 		Args:  cobra.RangeArgs(1, 2),
-		RunE: func(c *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			path, err := runOrJobPath(c.Context(), cl, args)
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			path, err := runOrJobPath(ctx, cl, args)
 			if err != nil {
 				return err
 			}
 			var v runDetail
-			if err := cl.do(c.Context(), "POST", path+"/retry", map[string]any{}, &v); err != nil {
+			if err := cl.do(ctx, "POST", path+"/retry", map[string]any{}, &v); err != nil {
 				return err
 			}
 			if g.json {
@@ -339,7 +312,7 @@ func retryCmd(g *global) *cobra.Command {
 			}
 			fmt.Printf("run %s #%d %s: %s\n", v.Project, v.Number, v.ID, v.State)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -352,21 +325,12 @@ func runnerCmd(g *global) *cobra.Command {
 		Use:   "list",
 		Short: "List runners",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			cl, err := g.client()
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+			runners, err := listAll[store.RunnerInfo](ctx, cl, "/v1/runners", "runners", nil)
 			if err != nil {
 				return err
 			}
-			runners, err := listAll[store.RunnerInfo](c.Context(), cl, "/v1/runners", "runners", nil)
-			if err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(runners)
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tLABELS\tPROJECTS\tUNTRUSTED\tLAST SEEN\tSTATUS\tID")
-			for _, r := range runners {
+			return printTable(g, runners, "NAME\tLABELS\tPROJECTS\tUNTRUSTED\tLAST SEEN\tSTATUS\tID", func(r store.RunnerInfo) []any {
 				seen, status := "never", "active"
 				if r.LastSeenAt != nil {
 					seen = r.LastSeenAt.Local().Format("2006-01-02 15:04:05")
@@ -378,26 +342,21 @@ func runnerCmd(g *global) *cobra.Command {
 				if scope == "" {
 					scope = "all"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\n", r.Name, strings.Join(r.Labels, ","), scope, r.Untrusted, seen, status, r.ID)
-			}
-			return tw.Flush()
-		},
+				return []any{r.Name, strings.Join(r.Labels, ","), scope, r.Untrusted, seen, status, r.ID}
+			})
+		}),
 	}
 	revoke := &cobra.Command{
 		Use:   "revoke RUNNER_ID",
 		Short: "Revoke a runner: its token and leases stop working at once (admin)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(c *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			if err := cl.do(c.Context(), "POST", "/v1/runners/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, nil); err != nil {
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+			if err := cl.do(ctx, "POST", "/v1/runners/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, nil); err != nil {
 				return err
 			}
 			fmt.Printf("runner %s revoked; its running jobs end ABORTED when their leases expire\n", args[0])
 			return nil
-		},
+		}),
 	}
 	c.AddCommand(token, list, revoke)
 	return c
@@ -413,16 +372,12 @@ func tokenCreateCmd(g *global) *cobra.Command {
 		Use:   "create",
 		Short: "Make a one-time registration token for `forgeci-runner register` (admin)",
 		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
+		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
 			var out struct {
 				Token   string    `json:"registration_token"`
 				Expires time.Time `json:"expires_at"`
 			}
-			if err := cl.do(c.Context(), "POST", "/v1/registration-tokens", map[string]any{"ttl_seconds": int(ttl.Seconds()),
+			if err := cl.do(ctx, "POST", "/v1/registration-tokens", map[string]any{"ttl_seconds": int(ttl.Seconds()),
 				"description": description, "projects": projects, "untrusted": untrusted}, &out); err != nil {
 				return err
 			}
@@ -432,7 +387,7 @@ func tokenCreateCmd(g *global) *cobra.Command {
 			fmt.Printf("%s\nvalid once, until %s:\n  forgeci-runner register --server %s --registration-token %s --name NAME --labels linux\n",
 				out.Token, out.Expires.Local().Format(time.RFC3339), cl.server, out.Token)
 			return nil
-		},
+		}),
 	}
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token may be used (1m to 168h)")
 	create.Flags().StringSliceVar(&projects, "project", nil, "a project the runner serves (repeat; none: every project)")

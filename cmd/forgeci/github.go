@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -107,20 +106,14 @@ func deliveriesCommand(ctx context.Context, g *global, sub string, args []string
 		if err := cl.do(ctx, "GET", "/v1/deliveries?"+q.Encode(), nil, &out); err != nil {
 			return err
 		}
-		if g.json {
-			return printJSON(out.Deliveries)
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "RECEIVED\tGUID\tEVENT\tSTATE\tATTEMPTS\tRUN\tERROR / NOTE")
-		for _, d := range out.Deliveries {
+		return printTable(g, out.Deliveries, "RECEIVED\tGUID\tEVENT\tSTATE\tATTEMPTS\tRUN\tERROR / NOTE", func(d store.Delivery) []any {
 			why := d.LastError
 			if d.State != store.DeliveryFailed && d.State != store.DeliveryPending {
 				why = d.Note
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ReceivedAt.Local().Format("2006-01-02 15:04:05"), d.GUID, d.Event,
-				d.State, d.Attempts, d.RunID, strings.ReplaceAll(why, "\n", " "))
-		}
-		return tw.Flush()
+			return []any{d.ReceivedAt.Local().Format("2006-01-02 15:04:05"), d.GUID, d.Event,
+				d.State, d.Attempts, d.RunID, strings.ReplaceAll(why, "\n", " ")}
+		})
 	}
 	return fmt.Errorf("unknown deliveries command %q (list, retry)", sub)
 }

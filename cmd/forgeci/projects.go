@@ -43,6 +43,27 @@ func withClient(g *global, fn func(ctx context.Context, cl *apiClient, args []st
 	}
 }
 
+// printTable prints items as JSON with --json, else as a table under
+// header (tab-separated), a row of row's values each.
+func printTable[T any](g *global, items []T, header string, row func(T) []any) error {
+	if g.json {
+		return printJSON(items)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, it := range items {
+		vals := row(it)
+		for i, v := range vals {
+			if i > 0 {
+				fmt.Fprint(tw, "\t")
+			}
+			fmt.Fprint(tw, v)
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
 func projectCmd(g *global) *cobra.Command {
 	c := &cobra.Command{Use: "project", Short: "Projects: create, list, show; members and their roles"}
 	var branch string
@@ -68,15 +89,9 @@ func projectCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(projects)
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PROJECT\tROLE\tSECRETS\tRUNS\tLAST\tID")
-			for _, p := range projects {
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\t%s\n", p.Name, p.Role, p.Secrets, p.Runs, p.LastState, p.ID)
-			}
-			return tw.Flush()
+			return printTable(g, projects, "PROJECT\tROLE\tSECRETS\tRUNS\tLAST\tID", func(p store.Project) []any {
+				return []any{p.Name, p.Role, p.Secrets, p.Runs, p.LastState, p.ID}
+			})
 		}),
 	}
 	c.AddCommand(create, list, membersCmd(g), memberCmd(g))
@@ -96,15 +111,9 @@ func membersCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if g.json {
-				return printJSON(members)
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "USER\tROLE\tSECRETS\tID")
-			for _, m := range members {
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.UserName, m.Role, m.Secrets, m.UserID)
-			}
-			return tw.Flush()
+			return printTable(g, members, "USER\tROLE\tSECRETS\tID", func(m store.Member) []any {
+				return []any{m.UserName, m.Role, m.Secrets, m.UserID}
+			})
 		}),
 	}
 }

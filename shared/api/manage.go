@@ -35,21 +35,34 @@ func firstOf(vals ...string) string {
 }
 
 // writePage writes one page of a list: {"<name>": [...], "next_cursor"}.
-func writePage[T any](w http.ResponseWriter, name string, items []T, next string) {
-	writeJSON(w, http.StatusOK, map[string]any{name: nonNilSlice(items), "next_cursor": next})
-}
-
-func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, u store.User) error {
+// writeList answers one page of a list (?limit=, ?cursor=) under name.
+func writeList[T any](w http.ResponseWriter, r *http.Request, name string, list func(store.Page) ([]T, string, error)) error {
 	pg, err := pageOf(r)
 	if err != nil {
 		return err
 	}
-	runs, next, err := s.Store.ListRuns(r.Context(), u, store.RunFilter{Project: r.URL.Query().Get("project"), Page: pg})
+	items, next, err := list(pg)
 	if err != nil {
 		return err
 	}
-	writePage(w, "runs", runs, next)
+	writeJSON(w, http.StatusOK, map[string]any{name: nonNilSlice(items), "next_cursor": next})
 	return nil
+}
+
+// writeRun answers with a run and its jobs, as the caller may see them.
+func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, u store.User, runID string, status int) error {
+	view, err := s.runView(r.Context(), u, runID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, view)
+	return nil
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, u store.User) error {
+	return writeList(w, r, "runs", func(pg store.Page) ([]store.Run, string, error) {
+		return s.Store.ListRuns(r.Context(), u, store.RunFilter{Project: r.URL.Query().Get("project"), Page: pg})
+	})
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request, u store.User) error {
@@ -67,12 +80,7 @@ func (s *Server) retry(w http.ResponseWriter, r *http.Request, u store.User) err
 	if err != nil {
 		return err
 	}
-	view, err := s.runView(r.Context(), u, run.ID)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, view)
-	return nil
+	return s.writeRun(w, r, u, run.ID, http.StatusCreated)
 }
 
 // approve and reject decide on a run from a first-time contributor.
@@ -90,25 +98,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, u store.User,
 	if err != nil {
 		return err
 	}
-	view, err := s.runView(r.Context(), u, run.ID)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, view)
-	return nil
+	return s.writeRun(w, r, u, run.ID, http.StatusOK)
 }
 
 func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	pg, err := pageOf(r)
-	if err != nil {
-		return err
-	}
-	rs, next, err := s.Store.ListRunners(r.Context(), pg)
-	if err != nil {
-		return err
-	}
-	writePage(w, "runners", rs, next)
-	return nil
+	return writeList(w, r, "runners", func(pg store.Page) ([]store.RunnerInfo, string, error) {
+		return s.Store.ListRunners(r.Context(), pg)
+	})
 }
 
 func (s *Server) revokeRunner(w http.ResponseWriter, r *http.Request, _ store.User) error {
@@ -149,16 +145,9 @@ func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request,
 }
 
 func (s *Server) listUsers(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	pg, err := pageOf(r)
-	if err != nil {
-		return err
-	}
-	us, next, err := s.Store.ListUsers(r.Context(), pg)
-	if err != nil {
-		return err
-	}
-	writePage(w, "users", us, next)
-	return nil
+	return writeList(w, r, "users", func(pg store.Page) ([]store.UserInfo, string, error) {
+		return s.Store.ListUsers(r.Context(), pg)
+	})
 }
 
 type createUserRequest struct {
@@ -221,16 +210,9 @@ func (s *Server) whoami(w http.ResponseWriter, _ *http.Request, u store.User) er
 }
 
 func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request, u store.User) error {
-	pg, err := pageOf(r)
-	if err != nil {
-		return err
-	}
-	ds, next, err := s.Store.Deliveries(r.Context(), u, strings.ToUpper(r.URL.Query().Get("state")), pg)
-	if err != nil {
-		return err
-	}
-	writePage(w, "deliveries", ds, next)
-	return nil
+	return writeList(w, r, "deliveries", func(pg store.Page) ([]store.Delivery, string, error) {
+		return s.Store.Deliveries(r.Context(), u, strings.ToUpper(r.URL.Query().Get("state")), pg)
+	})
 }
 
 func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request, u store.User) error {

@@ -12,16 +12,9 @@ import (
 // through); the store authorises each call against the caller's membership.
 
 func (s *Server) listProjects(w http.ResponseWriter, r *http.Request, u store.User) error {
-	pg, err := pageOf(r)
-	if err != nil {
-		return err
-	}
-	ps, next, err := s.Store.ListProjects(r.Context(), u, pg)
-	if err != nil {
-		return err
-	}
-	writePage(w, "projects", ps, next)
-	return nil
+	return writeList(w, r, "projects", func(pg store.Page) ([]store.Project, string, error) {
+		return s.Store.ListProjects(r.Context(), u, pg)
+	})
 }
 
 type createProjectRequest struct {
@@ -61,16 +54,9 @@ func (s *Server) listMembers(w http.ResponseWriter, r *http.Request, u store.Use
 	if err != nil {
 		return err
 	}
-	pg, err := pageOf(r)
-	if err != nil {
-		return err
-	}
-	ms, next, err := s.Store.Members(r.Context(), u, p.ID, pg)
-	if err != nil {
-		return err
-	}
-	writePage(w, "members", ms, next)
-	return nil
+	return writeList(w, r, "members", func(pg store.Page) ([]store.Member, string, error) {
+		return s.Store.Members(r.Context(), u, p.ID, pg)
+	})
 }
 
 type memberRequest struct {
@@ -117,16 +103,9 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, u store.Use
 	if err != nil {
 		return err
 	}
-	pg, err := pageOf(r)
-	if err != nil {
-		return err
-	}
-	ss, next, err := s.Store.ListSecrets(r.Context(), u, p.ID, pg)
-	if err != nil {
-		return err
-	}
-	writePage(w, "secrets", ss, next)
-	return nil
+	return writeList(w, r, "secrets", func(pg store.Page) ([]store.SecretInfo, string, error) {
+		return s.Store.ListSecrets(r.Context(), u, p.ID, pg)
+	})
 }
 
 type secretRequest struct {

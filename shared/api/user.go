@@ -158,12 +158,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	if err != nil {
 		return err
 	}
-	view, err := s.runView(r.Context(), u, run.ID)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, view)
-	return nil
+	return s.writeRun(w, r, u, run.ID, http.StatusCreated)
 }
 
 // verifySource reads the uploaded blob once, hashing it while Inspect
@@ -229,12 +224,7 @@ func (s *Server) runView(ctx context.Context, u store.User, runID string) (RunVi
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request, u store.User) error {
-	view, err := s.runView(r.Context(), u, r.PathValue("run_id"))
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, view)
-	return nil
+	return s.writeRun(w, r, u, r.PathValue("run_id"), http.StatusOK)
 }
 
 // getLog returns the log from the stored offset ?offset= (default 0) of
