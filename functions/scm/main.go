@@ -22,10 +22,7 @@ func main() {
 		app, err = scm.AppFromEnv(key)
 		w.App = app
 	}
-	if err != nil {
-		srv.Log.Error("cold start failed", "part", "github", "err", err)
-		os.Exit(1)
-	}
+	lambdaapp.MustNot(srv.Log, "github", err)
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
 		res, err := w.RunOnce(ctx)
 		srv.Log.Info("scm pass", "runs", res.Runs, "ignored", res.Ignored, "failed", res.Failed,

@@ -23,10 +23,7 @@ func main() {
 		srv.WebhookSecret = []byte(secret)
 	}
 	kick, kerr := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
-	if err = errors.Join(err, kerr); err != nil {
-		srv.Log.Error("cold start failed", "part", "secret or lambda client", "err", err)
-		os.Exit(1)
-	}
+	lambdaapp.MustNot(srv.Log, "secret or lambda client", errors.Join(err, kerr))
 	srv.OnDelivery = kick
 	lambdaapp.StartHTTP(srv.Handler("webhook"))
 }

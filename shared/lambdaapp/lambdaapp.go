@@ -118,6 +118,15 @@ func StartScheduled(fn func(ctx context.Context) error) {
 	lambda.Start(func(ctx context.Context) error { return fn(ctx) })
 }
 
+// MustNot ends a cold start that failed in part what: err goes to the log
+// and the process exits, so Lambda reports the init error. A nil err does
+// nothing.
+func MustNot(log *slog.Logger, what string, err error) {
+	if err != nil {
+		fail(log, what, err)
+	}
+}
+
 func fail(log *slog.Logger, what string, err error) {
 	if log == nil {
 		log = slog.Default()
