@@ -21,75 +21,54 @@ func (p *parseState) steps(n ast.Node, path string) []domain.Step {
 	if len(seq) > MaxSteps {
 		p.errorf(n, path, "at most %d steps are allowed", MaxSteps)
 	}
-	var out []domain.Step
-	for i, sn := range seq {
-		sp := fmt.Sprintf("%s[%d]", path, i)
-		kvs, ok := p.mapping(sn, sp)
-		if !ok {
-			continue
-		}
-		var st domain.Step
-		hasRun := false
-		for _, kv := range kvs {
-			key := keyOf(kv)
-			switch key {
-			case "name":
-				st.Name, _ = p.str(kv.Value, sp+".name")
-			case "run":
-				st.Run, hasRun = p.str(kv.Value, sp+".run")
-				if hasRun && strings.TrimSpace(st.Run) == "" {
-					p.errorf(kv.Value, sp+".run", "run must not be empty")
-				}
-			case "env":
-				st.Env = p.env(kv.Value, sp+".env")
-			case "timeout-minutes":
-				if v, ok := p.integer(kv.Value, sp+".timeout-minutes"); ok {
-					if v < 1 || v > MaxTimeoutMins {
-						p.errorf(kv.Value, sp+".timeout-minutes", "must be between 1 and %d", MaxTimeoutMins)
-					}
-					st.TimeoutSeconds = v * 60
-				}
-			case "uses":
-				p.errorf(kv.Key, sp+".uses", "uses (actions) is not supported: write the shell commands in run")
-			default:
-				p.errorf(kv.Key, sp+"."+key, "unknown key %q (expected name, run, env or timeout-minutes)", key)
+	return eachMapping(p, seq, path, p.step)
+}
+
+func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) domain.Step {
+	var st domain.Step
+	hasRun := false
+	for _, kv := range kvs {
+		key := keyOf(kv)
+		switch key {
+		case "name":
+			st.Name, _ = p.str(kv.Value, sp+".name")
+		case "run":
+			st.Run, hasRun = p.str(kv.Value, sp+".run")
+			if hasRun && strings.TrimSpace(st.Run) == "" {
+				p.errorf(kv.Value, sp+".run", "run must not be empty")
 			}
+		case "env":
+			st.Env = p.env(kv.Value, sp+".env")
+		case "timeout-minutes":
+			if v, ok := p.integer(kv.Value, sp+".timeout-minutes"); ok {
+				if v < 1 || v > MaxTimeoutMins {
+					p.errorf(kv.Value, sp+".timeout-minutes", "must be between 1 and %d", MaxTimeoutMins)
+				}
+				st.TimeoutSeconds = v * 60
+			}
+		case "uses":
+			p.errorf(kv.Key, sp+".uses", "uses (actions) is not supported: write the shell commands in run")
+		default:
+			p.errorf(kv.Key, sp+"."+key, "unknown key %q (expected name, run, env or timeout-minutes)", key)
 		}
-		if !hasRun {
-			p.errorf(sn, sp+".run", "run is required")
-		}
-		if st.Name == "" {
-			st.Name = firstLine(strings.TrimSpace(st.Run))
-		}
-		out = append(out, st)
 	}
-	return out
+	if !hasRun {
+		p.errorf(sn, sp+".run", "run is required")
+	}
+	if st.Name == "" {
+		st.Name = firstLine(strings.TrimSpace(st.Run))
+	}
+	return st
 }
 
 func (p *parseState) artifacts(n ast.Node, path string) []domain.ArtifactSpec {
-	seq, ok := p.sequence(n, path)
-	if !ok {
-		return nil
-	}
-	var out []domain.ArtifactSpec
 	seen := map[string]bool{}
-	for i, an := range seq {
-		ap := fmt.Sprintf("%s[%d]", path, i)
-		kvs, ok := p.mapping(an, ap)
-		if !ok {
-			continue
-		}
+	return mappingList(p, n, path, func(an ast.Node, ap string, kvs []*ast.MappingValueNode) domain.ArtifactSpec {
 		var a domain.ArtifactSpec
-		for _, kv := range kvs {
-			switch key := keyOf(kv); key {
-			case "name":
-				a.Name, _ = p.str(kv.Value, ap+".name")
-			case "paths":
-				a.Paths = p.relPaths(kv.Value, ap+".paths")
-			default:
-				p.errorf(kv.Key, ap+"."+key, "unknown key %q (expected name or paths)", key)
-			}
-		}
+		p.keys(kvs, ap, "name or paths", map[string]func(ast.Node, string){
+			"name":  func(v ast.Node, kp string) { a.Name, _ = p.str(v, kp) },
+			"paths": func(v ast.Node, kp string) { a.Paths = p.relPaths(v, kp) },
+		})
 		if !artifactNameRE.MatchString(a.Name) {
 			p.errorf(an, ap+".name", "artifact name %q must hold only letters, digits and . _ - (at most 128)", a.Name)
 		}
@@ -100,40 +79,61 @@ func (p *parseState) artifacts(n ast.Node, path string) []domain.ArtifactSpec {
 		if len(a.Paths) == 0 {
 			p.errorf(an, ap+".paths", "paths is required")
 		}
-		out = append(out, a)
-	}
-	return out
+		return a
+	})
 }
 
 func (p *parseState) downloads(n ast.Node, path string) []domain.NeedArtifact {
+	return mappingList(p, n, path, func(dn ast.Node, dp string, kvs []*ast.MappingValueNode) domain.NeedArtifact {
+		var d domain.NeedArtifact
+		p.keys(kvs, dp, "job or name", map[string]func(ast.Node, string){
+			"job":  func(v ast.Node, kp string) { d.Job, _ = p.str(v, kp) },
+			"name": func(v ast.Node, kp string) { d.Name, _ = p.str(v, kp) },
+		})
+		if d.Job == "" || d.Name == "" {
+			p.errorf(dn, dp, "job and name are required")
+		}
+		return d
+	})
+}
+
+// mappingList reads n as a list of mappings, each entry with read.
+func mappingList[T any](p *parseState, n ast.Node, path string, read func(n ast.Node, path string, kvs []*ast.MappingValueNode) T) []T {
 	seq, ok := p.sequence(n, path)
 	if !ok {
 		return nil
 	}
-	var out []domain.NeedArtifact
-	for i, dn := range seq {
-		dp := fmt.Sprintf("%s[%d]", path, i)
-		kvs, ok := p.mapping(dn, dp)
+	return eachMapping(p, seq, path, read)
+}
+
+// eachMapping reads each entry of a list of mappings with read, given the
+// entry's node, its path (list[i]) and its keys. An entry that is not a
+// mapping is reported by p.mapping and left out.
+func eachMapping[T any](p *parseState, seq []ast.Node, path string, read func(n ast.Node, path string, kvs []*ast.MappingValueNode) T) []T {
+	var out []T
+	for i, n := range seq {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		kvs, ok := p.mapping(n, ip)
 		if !ok {
 			continue
 		}
-		var d domain.NeedArtifact
-		for _, kv := range kvs {
-			switch key := keyOf(kv); key {
-			case "job":
-				d.Job, _ = p.str(kv.Value, dp+".job")
-			case "name":
-				d.Name, _ = p.str(kv.Value, dp+".name")
-			default:
-				p.errorf(kv.Key, dp+"."+key, "unknown key %q (expected job or name)", key)
-			}
-		}
-		if d.Job == "" || d.Name == "" {
-			p.errorf(dn, dp, "job and name are required")
-		}
-		out = append(out, d)
+		out = append(out, read(n, ip, kvs))
 	}
 	return out
+}
+
+// keys hands each key's value and path to its reader in read, and reports
+// a key that has none as unknown, naming the expected ones.
+func (p *parseState) keys(kvs []*ast.MappingValueNode, path, expected string, read map[string]func(v ast.Node, path string)) {
+	for _, kv := range kvs {
+		key := keyOf(kv)
+		r, ok := read[key]
+		if !ok {
+			p.errorf(kv.Key, path+"."+key, "unknown key %q (expected %s)", key, expected)
+			continue
+		}
+		r(kv.Value, path+"."+key)
+	}
 }
 
 func (p *parseState) cache(n ast.Node, path string) *domain.CacheSpec {
@@ -142,18 +142,11 @@ func (p *parseState) cache(n ast.Node, path string) *domain.CacheSpec {
 		return nil
 	}
 	c := &domain.CacheSpec{}
-	for _, kv := range kvs {
-		switch key := keyOf(kv); key {
-		case "key":
-			c.Key, _ = p.str(kv.Value, path+".key")
-		case "restore-keys":
-			c.RestoreKeys = p.strList(kv.Value, path+".restore-keys")
-		case "paths":
-			c.Paths = p.relPaths(kv.Value, path+".paths")
-		default:
-			p.errorf(kv.Key, path+"."+key, "unknown key %q (expected key, restore-keys or paths)", key)
-		}
-	}
+	p.keys(kvs, path, "key, restore-keys or paths", map[string]func(ast.Node, string){
+		"key":          func(v ast.Node, kp string) { c.Key, _ = p.str(v, kp) },
+		"restore-keys": func(v ast.Node, kp string) { c.RestoreKeys = p.strList(v, kp) },
+		"paths":        func(v ast.Node, kp string) { c.Paths = p.relPaths(v, kp) },
+	})
 	if c.Key == "" || len(c.Key) > 512 {
 		p.errorf(n, path+".key", "key is required (at most 512 characters)")
 	}

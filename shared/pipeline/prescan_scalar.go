@@ -130,25 +130,35 @@ func (s *prescanner) quotedLineBreak() bool {
 	return s.i >= len(s.src) || !s.documentMarkerAhead()
 }
 
+// quotedBlank steps over what both quoted styles treat alike: a line
+// break, and a space or tab at the start of a continuation line. blank says
+// c was one of them; ok false means go-yaml refuses a tab there.
+func (s *prescanner) quotedBlank(c rune, lineStart *bool) (blank, ok bool) {
+	switch {
+	case c == '\n' || c == '\r':
+		*lineStart = true
+		return true, s.quotedLineBreak()
+	case *lineStart && (c == ' ' || c == '\t'):
+		if c == '\t' && s.lastDelim >= s.col {
+			return true, false
+		}
+		s.advance(1, 1)
+		return true, true
+	}
+	return false, true
+}
+
 func (s *prescanner) singleQuoted() bool {
 	lineStart := false
 	s.advance(1, 1)
 	for s.i < len(s.src) {
 		c, _ := utf8.DecodeRune(s.src[s.i:])
-		switch {
-		case c == '\n' || c == '\r':
-			lineStart = true
-			if !s.quotedLineBreak() {
-				s.lexError()
-				return false
-			}
+		if blank, ok := s.quotedBlank(c, &lineStart); !ok {
+			return s.quotedError(0)
+		} else if blank {
 			continue
-		case lineStart && c == ' ':
-		case lineStart && c == '\t':
-			if s.lastDelim >= s.col {
-				s.lexError()
-				return false
-			}
+		}
+		switch {
 		case c != '\'':
 			lineStart = false
 		case s.next(1) == '\'':
@@ -172,18 +182,12 @@ func (s *prescanner) doubleQuoted() bool {
 	s.advance(1, 1)
 	for s.i < len(s.src) {
 		c, _ := utf8.DecodeRune(s.src[s.i:])
-		switch {
-		case c == '\n' || c == '\r':
-			lineStart = true
-			if !s.quotedLineBreak() {
-				return s.quotedError(drift)
-			}
+		if blank, ok := s.quotedBlank(c, &lineStart); !ok {
+			return s.quotedError(drift)
+		} else if blank {
 			continue
-		case lineStart && c == ' ':
-		case lineStart && c == '\t':
-			if s.lastDelim >= s.col {
-				return s.quotedError(drift)
-			}
+		}
+		switch {
 		case c == '\\':
 			lineStart = false
 			switch s.escape() {
