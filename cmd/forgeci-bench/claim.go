@@ -25,22 +25,17 @@ const claimJobs = 20000
 // statement that also writes the attempt and moves the run) beside the raw
 // UPDATE, with 4 and 16 concurrent clients, on the same database.
 func benchClaim(ctx context.Context, admin string, rounds int) ([]row, error) {
-	url, drop, err := freshDatabase(ctx, admin, "bench_claim")
+	db, err := openDB(ctx, admin, "bench_claim", 32)
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 32})
+	defer db.Close()
+	pool := db.Pool
+	st := db.Store
+	runner, err := seedRunner(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
-	st := store.New(pool, store.Limits{})
-	runnerID, err := seedRunner(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	runner := store.Runner{ID: runnerID, Labels: []string{"linux"}}
 	var rows []row
 	for _, clients := range []int{4, 16} {
 		var fenced, raw []float64
@@ -57,7 +52,7 @@ func benchClaim(ctx context.Context, admin string, rounds int) ([]row, error) {
 						return c != nil, err
 					}
 					var id string
-					err := pool.QueryRow(ctx, rawClaimSQL, runnerID).Scan(&id)
+					err := pool.QueryRow(ctx, rawClaimSQL, runner.ID).Scan(&id)
 					if err != nil && err.Error() == "no rows in result set" {
 						return false, nil
 					}
@@ -119,11 +114,12 @@ func drain(clients int, op func() (bool, error)) (int, error) {
 	return total, firstErr
 }
 
-func seedRunner(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	id := "bench-runner"
+// seedRunner registers the runner every claiming benchmark claims as.
+func seedRunner(ctx context.Context, pool *pgxpool.Pool) (store.Runner, error) {
+	r := store.Runner{ID: "bench-runner", Labels: []string{"linux"}}
 	_, err := pool.Exec(ctx, `INSERT INTO runners (id, name, token_hash, labels)
-		VALUES ($1, 'bench', sha256('bench'::bytea), '{linux}')`, id)
-	return id, err
+		VALUES ($1, 'bench', sha256('bench'::bytea), '{linux}')`, r.ID)
+	return r, err
 }
 
 // seedQueued empties the job tables and queues n jobs in runs of 500.

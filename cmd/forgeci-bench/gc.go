@@ -64,16 +64,12 @@ func benchGC(ctx context.Context, admin string, _ int) ([]row, error) {
 // gcDatabase seeds a fresh database with gcBlobs old blobs, gcLivePercent
 // of them a run's source, and times sweep on it.
 func gcDatabase(ctx context.Context, admin, name string, sweep func(*store.Store, *pgxpool.Pool) error) (time.Duration, error) {
-	url, drop, err := freshDatabase(ctx, admin, name)
+	db, err := openDB(ctx, admin, name, 4)
 	if err != nil {
 		return 0, err
 	}
-	defer drop()
-	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 4})
-	if err != nil {
-		return 0, err
-	}
-	defer pool.Close()
+	defer db.Close()
+	pool := db.Pool
 	live := gcBlobs * gcLivePercent / 100
 	for _, q := range []string{
 		`INSERT INTO projects (id, name) VALUES ('p', 'bench')`,
@@ -138,16 +134,12 @@ func gcObjectsRate(ctx context.Context, admin string) (float64, float64, error) 
 	}
 	raw := float64(gcObjects) / time.Since(start).Seconds()
 
-	url, drop, err := freshDatabase(ctx, admin, "bench_gc_s3")
+	db, err := openDB(ctx, admin, "bench_gc_s3", 4)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer drop()
-	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 4})
-	if err != nil {
-		return 0, 0, err
-	}
-	defer pool.Close()
+	defer db.Close()
+	pool := db.Pool
 	keys, err := put("ours ")
 	if err != nil {
 		return 0, 0, err

@@ -35,17 +35,13 @@ const (
 // is one invocation with its own deadline. Any 5xx, transport error or
 // deadline is an error; the goal is a ratio >= 0.8 with none.
 func benchInvocations(ctx context.Context, admin string, rounds int) ([]row, error) {
-	url, drop, err := freshDatabase(ctx, admin, "bench_invocations")
+	db, err := openDB(ctx, admin, "bench_invocations", invocationPool)
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: invocationPool})
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	st := store.New(pool, store.Limits{})
+	defer db.Close()
+	pool := db.Pool
+	st := db.Store
 	h := (&api.Server{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}).Handler()
 	const most = 200
 	tokens := make([]string, most)

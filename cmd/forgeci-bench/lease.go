@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/store"
 )
 
 // The raw baselines: the one-row statement a queue without fencing would
@@ -34,22 +33,17 @@ const (
 // single-row UPDATE and INSERT, with leaseClients clients each on its own
 // RUNNING job, in alternating turns of leaseDuration.
 func benchLeaseWrites(ctx context.Context, admin string, rounds int) ([]row, error) {
-	url, drop, err := freshDatabase(ctx, admin, "bench_lease")
+	db, err := openDB(ctx, admin, "bench_lease", 32)
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 32})
+	defer db.Close()
+	pool := db.Pool
+	st := db.Store
+	runner, err := seedRunner(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
-	st := store.New(pool, store.Limits{})
-	runnerID, err := seedRunner(ctx, pool)
-	if err != nil {
-		return nil, err
-	}
-	runner := store.Runner{ID: runnerID, Labels: []string{"linux"}}
 	// Every round claims fresh jobs, so that no round inherits another's
 	// log sizes or row versions.
 	leases := func() ([]domain.Lease, error) {
@@ -71,7 +65,7 @@ func benchLeaseWrites(ctx context.Context, admin string, rounds int) ([]row, err
 
 	heartbeat := map[string]func(l domain.Lease, i int) error{
 		"fenced": func(l domain.Lease, _ int) error {
-			_, _, err := st.Heartbeat(ctx, runnerID, l.JobID, l)
+			_, _, err := st.Heartbeat(ctx, runner.ID, l.JobID, l)
 			return err
 		},
 		"raw": func(l domain.Lease, _ int) error {
@@ -81,7 +75,7 @@ func benchLeaseWrites(ctx context.Context, admin string, rounds int) ([]row, err
 	}
 	appendLog := map[string]func(l domain.Lease, i int) error{
 		"fenced": func(l domain.Lease, i int) error {
-			_, err := st.AppendLog(ctx, runnerID, l.JobID, l, int64(i)*logChunk, chunk)
+			_, err := st.AppendLog(ctx, runner.ID, l.JobID, l, int64(i)*logChunk, chunk)
 			return err
 		},
 		"raw": func(l domain.Lease, i int) error {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -131,6 +132,34 @@ func freshDatabase(ctx context.Context, admin, name string) (string, func(), err
 		_, _ = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
 		conn.Close(ctx)
 	}, nil
+}
+
+// benchDB is a fresh, migrated database of one benchmark, with a pool and
+// a store over it.
+type benchDB struct {
+	URL   string
+	Pool  *pgxpool.Pool
+	Store *store.Store
+	drop  func()
+}
+
+func openDB(ctx context.Context, admin, name string, conns int32) (*benchDB, error) {
+	url, drop, err := freshDatabase(ctx, admin, name)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: conns})
+	if err != nil {
+		drop()
+		return nil, err
+	}
+	return &benchDB{URL: url, Pool: pool, Store: store.New(pool, store.Limits{}), drop: drop}, nil
+}
+
+// Close closes the pool and drops the database.
+func (b *benchDB) Close() {
+	b.Pool.Close()
+	b.drop()
 }
 
 func median(xs []float64) float64 {

@@ -24,16 +24,11 @@ const (
 // same moment. Flat means within 1.5x: ratio >= 0.67.
 func benchClaimScale(ctx context.Context, admin string, _ int) ([]row, error) {
 	open := func(name string) (*pgxpool.Pool, func(), error) {
-		url, drop, err := freshDatabase(ctx, admin, name)
+		db, err := openDB(ctx, admin, name, 4)
 		if err != nil {
 			return nil, nil, err
 		}
-		pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 4})
-		if err != nil {
-			drop()
-			return nil, nil, err
-		}
-		return pool, func() { pool.Close(); drop() }, nil
+		return db.Pool, db.Close, nil
 	}
 	basePool, closeBase, err := open("bench_scale_base")
 	if err != nil {
@@ -55,9 +50,9 @@ func benchClaimScale(ctx context.Context, admin string, _ int) ([]row, error) {
 	}
 	base := store.New(basePool, store.Limits{})
 	big := store.New(bigPool, store.Limits{})
-	claim := func(st *store.Store, id string) (time.Duration, error) {
+	claim := func(st *store.Store, r store.Runner) (time.Duration, error) {
 		start := time.Now()
-		c, err := st.Claim(ctx, store.Runner{ID: id, Labels: []string{"linux"}}, nil, 0)
+		c, err := st.Claim(ctx, r, nil, 0)
 		if err == nil && c == nil {
 			err = fmt.Errorf("queue ran dry")
 		}

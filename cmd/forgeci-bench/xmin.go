@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/store"
 )
 
 const (
@@ -66,25 +65,20 @@ func benchPinnedXmin(ctx context.Context, admin string, _ int) ([]row, error) {
 }
 
 func pinnedRun(ctx context.Context, admin, kind string) (clean, mean, last float64, err error) {
-	url, drop, err := freshDatabase(ctx, admin, "bench_xmin")
+	db, err := openDB(ctx, admin, "bench_xmin", xminClients+4)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	defer drop()
-	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: xminClients + 4})
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer pool.Close()
-	st := store.New(pool, store.Limits{})
-	runnerID, err := seedRunner(ctx, pool)
+	defer db.Close()
+	pool := db.Pool
+	st := db.Store
+	runner, err := seedRunner(ctx, pool)
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	if err := seedQueuedRuns(ctx, pool, 50000, 10); err != nil {
 		return 0, 0, 0, err
 	}
-	runner := store.Runner{ID: runnerID, Labels: []string{"linux"}}
 
 	var claimed atomic.Int64
 	seeded := int64(50000)
@@ -126,7 +120,7 @@ func pinnedRun(ctx context.Context, admin, kind string) (clean, mean, last float
 			for wctx.Err() == nil {
 				if kind == "raw" {
 					var id string
-					if err := pool.QueryRow(wctx, rawClaimSQL, runnerID).Scan(&id); err != nil {
+					if err := pool.QueryRow(wctx, rawClaimSQL, runner.ID).Scan(&id); err != nil {
 						fail(err)
 						return
 					}
@@ -142,7 +136,7 @@ func pinnedRun(ctx context.Context, admin, kind string) (clean, mean, last float
 					fail(fmt.Errorf("claim: %v (claimed %v)", err, c != nil))
 					return
 				}
-				if _, err := st.Complete(wctx, runnerID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
+				if _, err := st.Complete(wctx, runner.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
 					fail(err)
 					return
 				}
@@ -171,7 +165,7 @@ func pinnedRun(ctx context.Context, admin, kind string) (clean, mean, last float
 		return 0, 0, 0, err
 	}
 	// The old snapshot: a REPEATABLE READ transaction that has read once.
-	holder, err := pgx.Connect(ctx, url)
+	holder, err := pgx.Connect(ctx, db.URL)
 	if err != nil {
 		return 0, 0, 0, err
 	}

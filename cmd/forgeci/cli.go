@@ -275,22 +275,30 @@ func cancelCmd(g *global) *cobra.Command {
 		Use:   "cancel RUN_ID [JOB]",
 		Short: "Cancel a run, or one of its jobs",
 		Args:  cobra.RangeArgs(1, 2),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			path, err := runOrJobPath(ctx, cl, args)
-			if err != nil {
-				return err
-			}
-			var out map[string]int
-			if err := cl.do(ctx, "POST", path+"/cancel", map[string]any{}, &out); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(out)
-			}
+		RunE: postToRun(g, "cancel", func(out map[string]int) {
 			fmt.Printf("canceled %d queued job(s); asked %d running job(s) to stop\n", out["canceled"], out["cancel_requested"])
-			return nil
 		}),
 	}
+}
+
+// postToRun posts verb to a run, or to one of its jobs (RUN_ID [JOB]),
+// and prints the answer with show, or as JSON.
+func postToRun[T any](g *global, verb string, show func(T)) func(*cobra.Command, []string) error {
+	return withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+		path, err := runOrJobPath(ctx, cl, args)
+		if err != nil {
+			return err
+		}
+		var out T
+		if err := cl.do(ctx, "POST", path+"/"+verb, map[string]any{}, &out); err != nil {
+			return err
+		}
+		if g.json {
+			return printJSON(out)
+		}
+		show(out)
+		return nil
+	})
 }
 
 func retryCmd(g *global) *cobra.Command {
@@ -298,20 +306,8 @@ func retryCmd(g *global) *cobra.Command {
 		Use:   "retry RUN_ID [JOB]",
 		Short: "Start a new run of a finished run, or of one of its jobs, on the same source",
 		Args:  cobra.RangeArgs(1, 2),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			path, err := runOrJobPath(ctx, cl, args)
-			if err != nil {
-				return err
-			}
-			var v runDetail
-			if err := cl.do(ctx, "POST", path+"/retry", map[string]any{}, &v); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(v)
-			}
+		RunE: postToRun(g, "retry", func(v runDetail) {
 			fmt.Printf("run %s #%d %s: %s\n", v.Project, v.Number, v.ID, v.State)
-			return nil
 		}),
 	}
 }

@@ -64,6 +64,25 @@ func printTable[T any](g *global, items []T, header string, row func(T) []any) e
 	return tw.Flush()
 }
 
+// inProject is withClient for a command about one project, named by its
+// first argument or, when flag is not nil, by that flag: fn gets the
+// project's API path.
+func inProject(g *global, flag *string, fn func(ctx context.Context, cl *apiClient, path string, args []string) error) func(*cobra.Command, []string) error {
+	return withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+		name := ""
+		if flag != nil {
+			name = *flag
+		} else if len(args) > 0 {
+			name = args[0]
+		}
+		path, err := projectPath(ctx, cl, name)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, cl, path, args)
+	})
+}
+
 func projectCmd(g *global) *cobra.Command {
 	c := &cobra.Command{Use: "project", Short: "Projects: create, list, show; members and their roles"}
 	var branch string
@@ -102,11 +121,7 @@ func projectCmd(g *global) *cobra.Command {
 func membersCmd(g *global) *cobra.Command {
 	return &cobra.Command{
 		Use: "members PROJECT", Short: "List a project's members (project admins)", Args: cobra.ExactArgs(1),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			path, err := projectPath(ctx, cl, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: inProject(g, nil, func(ctx context.Context, cl *apiClient, path string, args []string) error {
 			members, err := listAll[store.Member](ctx, cl, path+"/members", "members", nil)
 			if err != nil {
 				return err
@@ -124,11 +139,7 @@ func memberCmd(g *global) *cobra.Command {
 	var secrets bool
 	add := &cobra.Command{
 		Use: "add PROJECT USER", Short: "Add a user to a project, or change their role", Args: cobra.ExactArgs(2),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			path, err := projectPath(ctx, cl, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: inProject(g, nil, func(ctx context.Context, cl *apiClient, path string, args []string) error {
 			var m store.Member
 			if err := cl.do(ctx, "POST", path+"/members", map[string]any{"user": args[1], "role": role, "secrets": secrets}, &m); err != nil {
 				return err
@@ -143,11 +154,7 @@ func memberCmd(g *global) *cobra.Command {
 	_ = add.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{"read", "write", "admin"}, cobra.ShellCompDirectiveNoFileComp))
 	remove := &cobra.Command{
 		Use: "remove PROJECT USER_ID", Short: "Remove a member (their ID: forgeci project members)", Args: cobra.ExactArgs(2),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			path, err := projectPath(ctx, cl, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: inProject(g, nil, func(ctx context.Context, cl *apiClient, path string, args []string) error {
 			if err := cl.do(ctx, "POST", path+"/members/"+url.PathEscape(args[1])+"/remove", map[string]any{}, nil); err != nil {
 				return err
 			}
@@ -186,11 +193,7 @@ func secretCmd(g *global) *cobra.Command {
 	}
 	list := &cobra.Command{
 		Use: "list", Short: "List a project's secret names", Args: cobra.NoArgs,
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
-			path, err := projectPath(ctx, cl, project)
-			if err != nil {
-				return err
-			}
+		RunE: inProject(g, &project, func(ctx context.Context, cl *apiClient, path string, _ []string) error {
 			secrets, err := listAll[store.SecretInfo](ctx, cl, path+"/secrets", "secrets", nil)
 			if err != nil {
 				return err
@@ -206,11 +209,7 @@ func secretCmd(g *global) *cobra.Command {
 	}
 	del := &cobra.Command{
 		Use: "delete", Short: "Delete a project secret", Args: cobra.NoArgs,
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
-			path, err := projectPath(ctx, cl, project)
-			if err != nil {
-				return err
-			}
+		RunE: inProject(g, &project, func(ctx context.Context, cl *apiClient, path string, _ []string) error {
 			return cl.do(ctx, "POST", path+"/secrets/"+url.PathEscape(name)+"/delete", map[string]any{}, nil)
 		}),
 	}
@@ -277,11 +276,7 @@ func storageCmds(g *global) []*cobra.Command {
 	show := &cobra.Command{
 		Use: "storage PROJECT", Short: "What a project keeps: runs, log, artifact, cache and blob bytes, retention and quotas",
 		Args: cobra.ExactArgs(1),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			path, err := projectPath(ctx, cl, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: inProject(g, nil, func(ctx context.Context, cl *apiClient, path string, args []string) error {
 			var st store.Storage
 			if err := cl.do(ctx, "GET", path+"/storage", nil, &st); err != nil {
 				return err
@@ -294,11 +289,7 @@ func storageCmds(g *global) []*cobra.Command {
 	set := &cobra.Command{
 		Use: "set PROJECT", Short: "Set a project's retention (days) and quotas (bytes); the storage quota needs a global admin",
 		Args: cobra.ExactArgs(1),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			path, err := projectPath(ctx, cl, args[0])
-			if err != nil {
-				return err
-			}
+		RunE: inProject(g, nil, func(ctx context.Context, cl *apiClient, path string, args []string) error {
 			body := map[string]any{}
 			if retention != 0 {
 				body["retention_days"] = retention

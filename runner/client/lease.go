@@ -64,6 +64,13 @@ func (h *Lease) call(ctx context.Context, route string, in, out any) (int, error
 	return status, err
 }
 
+// answer posts one job-scoped request and decodes its answer.
+func answer[T any](ctx context.Context, h *Lease, route string, in any) (T, error) {
+	var out T
+	_, err := h.call(ctx, route, in, &out)
+	return out, err
+}
+
 // Heartbeat extends the lease; it reports whether a user asked to cancel.
 func (h *Lease) Heartbeat(ctx context.Context) (cancel bool, err error) {
 	var out protocol.HeartbeatResponse
@@ -73,9 +80,7 @@ func (h *Lease) Heartbeat(ctx context.Context) (cancel bool, err error) {
 
 // Source returns the presigned source URL and digests.
 func (h *Lease) Source(ctx context.Context) (protocol.SourceResponse, error) {
-	var out protocol.SourceResponse
-	_, err := h.call(ctx, protocol.RouteSource, protocol.SourceRequest{Leased: h.tuple}, &out)
-	return out, err
+	return answer[protocol.SourceResponse](ctx, h, protocol.RouteSource, protocol.SourceRequest{Leased: h.tuple})
 }
 
 // AppendLog appends data at offset and returns the new end. A 416 comes
@@ -88,22 +93,18 @@ func (h *Lease) AppendLog(ctx context.Context, offset int64, data []byte) (int64
 
 // StartArtifact asks where to upload an artifact blob.
 func (h *Lease) StartArtifact(ctx context.Context, name, digest string, size int64) (protocol.UploadResponse, error) {
-	var out protocol.UploadResponse
-	_, err := h.call(ctx, protocol.RouteArtifacts, protocol.ArtifactRequest{Leased: h.tuple, Name: name, Digest: digest, Size: &size}, &out)
-	return out, err
+	return answer[protocol.UploadResponse](ctx, h, protocol.RouteArtifacts, protocol.ArtifactRequest{Leased: h.tuple, Name: name, Blob: protocol.NewBlob(digest, size)})
 }
 
 // CommitArtifact registers an uploaded artifact.
 func (h *Lease) CommitArtifact(ctx context.Context, name, digest string, size int64) error {
-	_, err := h.call(ctx, protocol.RouteArtifactCommit, protocol.ArtifactRequest{Leased: h.tuple, Name: name, Digest: digest, Size: &size}, nil)
+	_, err := h.call(ctx, protocol.RouteArtifactCommit, protocol.ArtifactRequest{Leased: h.tuple, Name: name, Blob: protocol.NewBlob(digest, size)}, nil)
 	return err
 }
 
 // FetchArtifact returns where to download an artifact of a needed job.
 func (h *Lease) FetchArtifact(ctx context.Context, job, name string) (protocol.BlobResponse, error) {
-	var out protocol.BlobResponse
-	_, err := h.call(ctx, protocol.RouteArtifactFetch, protocol.FetchRequest{Leased: h.tuple, Job: job, Name: name}, &out)
-	return out, err
+	return answer[protocol.BlobResponse](ctx, h, protocol.RouteArtifactFetch, protocol.FetchRequest{Leased: h.tuple, Job: job, Name: name})
 }
 
 // RestoreCache returns the first matching cache entry, or nil.
@@ -118,14 +119,12 @@ func (h *Lease) RestoreCache(ctx context.Context, keys []string) (*protocol.Rest
 
 // StartCache asks where to upload a cache blob.
 func (h *Lease) StartCache(ctx context.Context, key, digest string, size int64) (protocol.UploadResponse, error) {
-	var out protocol.UploadResponse
-	_, err := h.call(ctx, protocol.RouteCacheSave, protocol.CacheRequest{Leased: h.tuple, Key: key, Digest: digest, Size: &size}, &out)
-	return out, err
+	return answer[protocol.UploadResponse](ctx, h, protocol.RouteCacheSave, protocol.CacheRequest{Leased: h.tuple, Key: key, Blob: protocol.NewBlob(digest, size)})
 }
 
 // CommitCache stages an uploaded cache entry (published if the job passes).
 func (h *Lease) CommitCache(ctx context.Context, key, digest string, size int64) error {
-	_, err := h.call(ctx, protocol.RouteCacheCommit, protocol.CacheRequest{Leased: h.tuple, Key: key, Digest: digest, Size: &size}, nil)
+	_, err := h.call(ctx, protocol.RouteCacheCommit, protocol.CacheRequest{Leased: h.tuple, Key: key, Blob: protocol.NewBlob(digest, size)}, nil)
 	return err
 }
 

@@ -202,7 +202,7 @@ func (s *Server) artifactCommit(ctx context.Context, l held, req *protocol.Artif
 	if err := s.Store.CommitArtifact(ctx, l.Runner.ID, l.JobID, l.Lease, req.Name, req.Digest, *req.Size); err != nil {
 		return nil, err
 	}
-	return &protocol.ArtifactCommitResponse{Name: req.Name, Digest: req.Digest, Size: *req.Size}, nil
+	return &protocol.ArtifactCommitResponse{Name: req.Name, Stored: protocol.Stored{Digest: req.Digest, Size: *req.Size}}, nil
 }
 
 func (s *Server) artifactFetch(ctx context.Context, l held, req *protocol.FetchRequest) (*protocol.BlobResponse, error) {
@@ -214,7 +214,7 @@ func (s *Server) artifactFetch(ctx context.Context, l held, req *protocol.FetchR
 	if err != nil {
 		return nil, err
 	}
-	return &protocol.BlobResponse{URL: url, Digest: b.Digest, Size: b.Size}, nil
+	return &protocol.BlobResponse{URL: url, Stored: protocol.Stored{Digest: b.Digest, Size: b.Size}}, nil
 }
 
 func (s *Server) cacheRestore(ctx context.Context, l held, req *protocol.RestoreRequest) (*protocol.RestoreResponse, error) {
@@ -227,7 +227,7 @@ func (s *Server) cacheRestore(ctx context.Context, l held, req *protocol.Restore
 		return nil, err
 	}
 	return &protocol.RestoreResponse{Key: hit.CacheKey, Scope: hit.Scope,
-		BlobResponse: protocol.BlobResponse{URL: url, Digest: hit.Blob.Digest, Size: hit.Blob.Size}}, nil
+		BlobResponse: protocol.BlobResponse{URL: url, Stored: protocol.Stored{Digest: hit.Blob.Digest, Size: hit.Blob.Size}}}, nil
 }
 
 func (s *Server) cacheSave(ctx context.Context, l held, req *protocol.CacheRequest) (*protocol.UploadResponse, error) {
@@ -250,5 +250,5 @@ func (s *Server) cacheCommit(ctx context.Context, l held, req *protocol.CacheReq
 	if err := s.Store.CommitCache(ctx, l.Runner.ID, l.JobID, l.Lease, req.Key, req.Digest, *req.Size); err != nil {
 		return nil, err
 	}
-	return &protocol.CacheCommitResponse{Key: req.Key, Digest: req.Digest, Size: *req.Size}, nil
+	return &protocol.CacheCommitResponse{Key: req.Key, Stored: protocol.Stored{Digest: req.Digest, Size: *req.Size}}, nil
 }

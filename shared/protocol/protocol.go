@@ -230,12 +230,26 @@ func ValidBlob(digest string, size *int64) error {
 	return nil
 }
 
+// Blob names a blob a job offers by its digest and size.
+type Blob struct {
+	Digest string `json:"digest"`
+	Size   *int64 `json:"size"`
+}
+
+// NewBlob is a Blob of a known size.
+func NewBlob(digest string, size int64) Blob { return Blob{Digest: digest, Size: &size} }
+
+// Stored is a blob as the server answers about it.
+type Stored struct {
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+}
+
 // ArtifactRequest starts or commits an artifact upload.
 type ArtifactRequest struct {
 	Leased
-	Name   string `json:"name"`
-	Digest string `json:"digest"`
-	Size   *int64 `json:"size"`
+	Name string `json:"name"`
+	Blob
 }
 
 // Validate checks the name and the blob.
@@ -258,9 +272,8 @@ type UploadResponse struct {
 
 // ArtifactCommitResponse is the registered artifact.
 type ArtifactCommitResponse struct {
-	Name   string `json:"name"`
-	Digest string `json:"digest"`
-	Size   int64  `json:"size"`
+	Name string `json:"name"`
+	Stored
 }
 
 // FetchRequest asks for an artifact of a job this one needs.
@@ -280,9 +293,8 @@ func (r *FetchRequest) Validate() error {
 
 // BlobResponse is where to download a blob and what it must be.
 type BlobResponse struct {
-	URL    string `json:"url"`
-	Digest string `json:"digest"`
-	Size   int64  `json:"size"`
+	URL string `json:"url"`
+	Stored
 }
 
 // RestoreRequest names cache keys, most specific first.
@@ -314,9 +326,8 @@ type RestoreResponse struct {
 // CacheRequest starts or commits a cache entry.
 type CacheRequest struct {
 	Leased
-	Key    string `json:"key"`
-	Digest string `json:"digest"`
-	Size   *int64 `json:"size"`
+	Key string `json:"key"`
+	Blob
 }
 
 // Validate checks the key and the blob.
@@ -329,7 +340,6 @@ func (r *CacheRequest) Validate() error {
 
 // CacheCommitResponse is the staged entry.
 type CacheCommitResponse struct {
-	Key    string `json:"key"`
-	Digest string `json:"digest"`
-	Size   int64  `json:"size"`
+	Key string `json:"key"`
+	Stored
 }
