@@ -106,6 +106,37 @@ type checkView struct {
 	output      *github.CheckRunOutput
 }
 
+// finishedChecks is the conclusion and title of a check run whose job
+// state ends it.
+var finishedChecks = map[string]struct{ conclusion, title string }{
+	domain.JobPassed:   {"success", "Passed"},
+	domain.JobFailed:   {"failure", "Failed"},
+	domain.JobCanceled: {"cancelled", "Canceled"},
+	// The runner lost its lease: the step may or may not have finished.
+	domain.JobAborted: {"failure", "Aborted: the runner stopped answering"},
+	domain.JobSkipped: {"skipped", "Skipped"},
+}
+
+// checkState is a job's check-run conclusion ("" while it is not finished)
+// and title.
+func checkState(cw store.CheckWork) (conclusion, title string) {
+	if cw.JobState == domain.JobFailed && (strings.Contains(cw.Reason, "timeout") || strings.Contains(cw.Reason, "timed out")) {
+		return "timed_out", "Timed out"
+	}
+	if f, ok := finishedChecks[cw.JobState]; ok {
+		return f.conclusion, f.title
+	}
+	switch {
+	case cw.JobState == domain.JobRunning:
+		return "", fmt.Sprintf("Running (attempt %d)", cw.Generation)
+	case cw.JobState == domain.JobPending && cw.Reason == store.ReasonWaitingApproval:
+		return "", "Waiting for approval"
+	case cw.JobState == domain.JobPending:
+		return "", "Pending"
+	}
+	return "", "Queued"
+}
+
 // describe maps a job's state to a check run's.
 func (w *Worker) describe(cw store.CheckWork) checkView {
 	if cw.JobID == "" {
@@ -114,38 +145,12 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 				Summary: github.String("ForgeCI did not run this commit.\n\n```\n" + cw.Notice + "\n```")}}
 	}
 	v := checkView{status: "queued"}
-	var title string
-	switch cw.JobState {
-	case domain.JobRunning:
+	if cw.JobState == domain.JobRunning {
 		v.status = "in_progress"
-		title = fmt.Sprintf("Running (attempt %d)", cw.Generation)
-	case domain.JobPassed:
-		v.conclusion = github.String("success")
-		title = "Passed"
-	case domain.JobFailed:
-		v.conclusion = github.String("failure")
-		title = "Failed"
-		if strings.Contains(cw.Reason, "timeout") || strings.Contains(cw.Reason, "timed out") {
-			v.conclusion = github.String("timed_out")
-			title = "Timed out"
-		}
-	case domain.JobCanceled:
-		v.conclusion = github.String("cancelled")
-		title = "Canceled"
-	case domain.JobAborted:
-		// The runner lost its lease: the step may or may not have finished.
-		v.conclusion = github.String("failure")
-		title = "Aborted: the runner stopped answering"
-	case domain.JobSkipped:
-		v.conclusion = github.String("skipped")
-		title = "Skipped"
-	case domain.JobPending:
-		title = "Pending"
-		if cw.Reason == store.ReasonWaitingApproval {
-			title = "Waiting for approval"
-		}
-	default:
-		title = "Queued"
+	}
+	conclusion, title := checkState(cw)
+	if conclusion != "" {
+		v.conclusion = github.String(conclusion)
 	}
 	if v.conclusion != nil {
 		v.status = "completed"
