@@ -85,7 +85,7 @@ func newTenancy(t *testing.T) *tenancy {
 	if err := e.store.SetSecret(ctx, global, e.project.ID, "DEPLOY_TOKEN", "a secret value"); err != nil {
 		t.Fatal(err)
 	}
-	f.source = f.uploadSource()
+	f.source = f.uploadSource("jobs:\n  a:\n    steps: [{run: 'true'}]\n")
 	return f
 }
 
@@ -106,11 +106,11 @@ func (f *tenancy) userID(name string) string {
 	return id
 }
 
-// uploadSource puts a real snapshot with a pipeline into both tiers of
-// acme/app (unregistered), as a trusted and an untrusted member would.
-func (f *tenancy) uploadSource() domain.Source {
+// uploadSource puts a real snapshot with the pipeline yml into both tiers
+// of acme/app (unregistered), as a trusted and an untrusted member would.
+func (f *tenancy) uploadSource(yml string) domain.Source {
 	dir := f.t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte("jobs:\n  a:\n    steps: [{run: 'true'}]\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte(yml), 0o644); err != nil {
 		f.t.Fatal(err)
 	}
 	tree, err := snapshot.DirTree(dir)
