@@ -118,19 +118,28 @@ func (s *Store) CommitArtifact(ctx context.Context, runnerID, jobID string, l do
 			return domain.Errorf(domain.ETooLarge, "the run's artifacts would total %d bytes, over the run limit of %d bytes",
 				total+size, s.limits.MaxRunArtifactBytes)
 		}
-		if err := s.registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
-			return err
-		}
-		var stored string
-		err := tx.QueryRow(ctx, commitArtifactSQL, job.ID, job.Generation, name, digest, size, job.ProjectID, job.Trusted).Scan(&stored)
-		if err != nil {
-			return fmt.Errorf("commit artifact: %w", err)
-		}
-		if stored != digest {
-			return domain.Errorf(domain.EConflict, "artifact %q was already committed with digest %s", name, stored)
-		}
-		return nil
+		return s.commitBlob(ctx, tx, job, "artifact", commitArtifactSQL, name, digest, size,
+			"artifact %q was already committed with digest %s")
 	})
+}
+
+// commitBlob registers a verified blob and records it under name for the
+// leased job's attempt with query, which answers the digest the name holds:
+// the same digest again is a no-op, another is EConflict (conflict's
+// format, given the name and the stored digest).
+func (s *Store) commitBlob(ctx context.Context, tx pgx.Tx, job *LeasedJob, kind, query, name, digest string, size int64, conflict string) error {
+	if err := s.registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
+		return err
+	}
+	var stored string
+	err := tx.QueryRow(ctx, query, job.ID, job.Generation, name, digest, size, job.ProjectID, job.Trusted).Scan(&stored)
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", kind, err)
+	}
+	if stored != digest {
+		return domain.Errorf(domain.EConflict, conflict, name, stored)
+	}
+	return nil
 }
 
 // FindArtifact returns an artifact of a job the leased job needs, from the
@@ -202,18 +211,8 @@ func likePrefix(s string) string {
 // where trusted runs read.
 func (s *Store) CommitCache(ctx context.Context, runnerID, jobID string, l domain.Lease, key, digest string, size int64) error {
 	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		if err := s.registerBlob(ctx, tx, BlobRef{job.ProjectID, job.Trusted, digest}, size); err != nil {
-			return err
-		}
-		var stored string
-		err := tx.QueryRow(ctx, commitCacheSQL, job.ID, job.Generation, key, digest, size, job.ProjectID, job.Trusted).Scan(&stored)
-		if err != nil {
-			return fmt.Errorf("commit cache: %w", err)
-		}
-		if stored != digest {
-			return domain.Errorf(domain.EConflict, "cache key %q was already saved with digest %s", key, stored)
-		}
-		return nil
+		return s.commitBlob(ctx, tx, job, "cache", commitCacheSQL, key, digest, size,
+			"cache key %q was already saved with digest %s")
 	})
 }
 

@@ -43,35 +43,25 @@ const compactChunk = 256 << 10
 
 // compactLogs compacts the logs of up to n ended attempts.
 func (s *Store) compactLogs(ctx context.Context, n int) (int, error) {
-	var k int
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, uncompactedSQL, n)
-		if err != nil {
-			return err
-		}
-		type attempt struct {
-			job        string
-			generation int
-		}
-		list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (attempt, error) {
-			var a attempt
-			return a, row.Scan(&a.job, &a.generation)
-		})
-		if err != nil {
-			return err
-		}
+	type attempt struct {
+		job        string
+		generation int
+	}
+	scan := func(row pgx.CollectableRow) (attempt, error) {
+		var a attempt
+		return a, row.Scan(&a.job, &a.generation)
+	}
+	return collectBatch(ctx, s, uncompactedSQL, []any{n}, scan, func(tx pgx.Tx, list []attempt) (int, error) {
 		for _, a := range list {
 			if err := compactAttempt(ctx, tx, a.job, a.generation); err != nil {
-				return fmt.Errorf("compact log of %s/%d: %w", a.job, a.generation, err)
+				return 0, fmt.Errorf("compact log of %s/%d: %w", a.job, a.generation, err)
 			}
 			if _, err := tx.Exec(ctx, markCompactedSQL, a.job, a.generation); err != nil {
-				return err
+				return 0, err
 			}
 		}
-		k = len(list)
-		return nil
+		return len(list), nil
 	})
-	return k, err
 }
 
 // compactAttempt merges one attempt's runs of small chunks, a window of at

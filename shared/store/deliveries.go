@@ -156,28 +156,23 @@ func finishDeliveryTx(ctx context.Context, tx pgx.Tx, d *Delivery, state, runID,
 // DONE in one transaction, under the delivery's lease: either both happen or
 // neither, so a reclaimed delivery can never make a second run.
 func (s *Store) CompleteDeliveryWithRun(ctx context.Context, d *Delivery, nr NewRun) (Run, error) {
-	var run Run
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.queueRun(ctx, func(tx pgx.Tx) (Run, error) {
 		// Lock the delivery first: a second worker's commit waits here and
 		// then finds the lease gone.
 		var state string
 		err := tx.QueryRow(ctx, lockDeliverySQL, d.GUID, d.LeaseID).Scan(&state)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && state != DeliveryPending) {
-			return ErrDeliveryLeaseLost
+			return Run{}, ErrDeliveryLeaseLost
 		}
 		if err != nil {
-			return err
+			return Run{}, err
 		}
-		if run, err = s.createRunTx(ctx, tx, nr); err != nil {
-			return err
+		run, err := s.createRunTx(ctx, tx, nr)
+		if err != nil {
+			return Run{}, err
 		}
-		return finishDeliveryTx(ctx, tx, d, DeliveryDone, run.ID, "")
+		return run, finishDeliveryTx(ctx, tx, d, DeliveryDone, run.ID, "")
 	})
-	if err != nil {
-		return Run{}, err
-	}
-	s.signalQueued()
-	return run, nil
 }
 
 // FailDeliveryWithNotice fails a delivery whose commit cannot make a run

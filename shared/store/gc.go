@@ -175,11 +175,11 @@ func (s *Store) CollectGarbage(ctx context.Context, o GCOptions) (GCResult, erro
 	deadline := time.Now().Add(o.Budget)
 	steps := []gcStep{
 		{"runs", &res.Runs, func(ctx context.Context, n int) (int, error) { return s.expireRuns(ctx, n) }},
-		{"deliveries", &res.Deliveries, func(ctx context.Context, n int) (int, error) { return s.expireDeliveries(ctx, n, o.DeliveryTTL) }},
-		{"pending caches", &res.PendingCaches, s.dropPendingCaches},
+		{"deliveries", &res.Deliveries, s.execStep(expireDeliveriesSQL, o.DeliveryTTL.Seconds())},
+		{"pending caches", &res.PendingCaches, s.execStep(dropPendingCachesSQL)},
 		{"logs", &res.LogsCompacted, s.compactLogs},
-		{"idle caches", &res.CachesIdle, func(ctx context.Context, n int) (int, error) { return s.evictIdleCaches(ctx, n, o.CacheIdle) }},
-		{"caches over quota", &res.CachesOverQuota, s.evictOverQuota},
+		{"idle caches", &res.CachesIdle, s.execStep(evictIdleCachesSQL, o.CacheIdle.Seconds())},
+		{"caches over quota", &res.CachesOverQuota, s.execStep(evictOverQuotaSQL)},
 		{"uploads", &res.Uploads, func(ctx context.Context, n int) (int, error) { return s.dropUploads(ctx, n, o.UploadTTL) }},
 		{"blobs", &res.Blobs, func(ctx context.Context, n int) (int, error) {
 			k, bytes, err := s.dropBlobs(ctx, n, o.BlobGrace)
@@ -211,76 +211,59 @@ func (s *Store) CollectGarbage(ctx context.Context, o GCOptions) (GCResult, erro
 // their jobs (and, by cascade, logs, artifacts, pending caches and check
 // runs) and their attempts, which have no foreign key.
 func (s *Store) expireRuns(ctx context.Context, n int) (int, error) {
-	var k int
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, expireRunsSQL, n)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(ids) == 0 {
-			return err
-		}
+	return collectBatch(ctx, s, expireRunsSQL, []any{n}, pgx.RowTo[string], func(tx pgx.Tx, ids []string) (int, error) {
 		if _, err := tx.Exec(ctx, deleteRunAttemptsSQL, ids); err != nil {
-			return err
+			return 0, err
 		}
 		tag, err := tx.Exec(ctx, deleteRunsSQL, ids)
-		k = int(tag.RowsAffected())
-		return err
+		return int(tag.RowsAffected()), err
 	})
-	return k, err
 }
 
-func (s *Store) expireDeliveries(ctx context.Context, n int, ttl time.Duration) (int, error) {
-	tag, err := s.pool.Exec(ctx, expireDeliveriesSQL, n, ttl.Seconds())
-	return int(tag.RowsAffected()), err
+// execStep is a collection step that is one statement: query takes the
+// batch size, then args, and removes what it changes.
+func (s *Store) execStep(query string, args ...any) func(ctx context.Context, n int) (int, error) {
+	return func(ctx context.Context, n int) (int, error) {
+		tag, err := s.pool.Exec(ctx, query, append([]any{n}, args...)...)
+		return int(tag.RowsAffected()), err
+	}
 }
 
-// dropPendingCaches drops the staged cache saves of attempts that ended
-// (promoted or not, they are done with).
-func (s *Store) dropPendingCaches(ctx context.Context, n int) (int, error) {
-	tag, err := s.pool.Exec(ctx, dropPendingCachesSQL, n)
-	return int(tag.RowsAffected()), err
-}
-
-func (s *Store) evictIdleCaches(ctx context.Context, n int, idle time.Duration) (int, error) {
-	tag, err := s.pool.Exec(ctx, evictIdleCachesSQL, n, idle.Seconds())
-	return int(tag.RowsAffected()), err
-}
-
-// evictOverQuota removes, in each project over its cache quota, the least
-// recently restored entries until the rest fit.
-func (s *Store) evictOverQuota(ctx context.Context, n int) (int, error) {
-	tag, err := s.pool.Exec(ctx, evictOverQuotaSQL, n)
-	return int(tag.RowsAffected()), err
+// collectBatch is a collection step in one transaction: query (given args)
+// picks a batch, its rows read by scan, and remove removes it, answering
+// how many it removed. An empty batch is left at that.
+func collectBatch[T any](ctx context.Context, s *Store, query string, args []any, scan pgx.RowToFunc[T],
+	remove func(tx pgx.Tx, batch []T) (int, error)) (int, error) {
+	return inTxValue(ctx, s, func(tx pgx.Tx) (int, error) {
+		rows, err := tx.Query(ctx, query, args...)
+		if err != nil {
+			return 0, err
+		}
+		batch, err := pgx.CollectRows(rows, scan)
+		if err != nil || len(batch) == 0 {
+			return 0, err
+		}
+		return remove(tx, batch)
+	})
 }
 
 // dropUploads removes the objects of uploads handed out more than ttl ago
 // and never committed, under each key's lock (see blobs.go), and forgets
 // the uploads that were committed.
 func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int, error) {
-	var k int
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, staleUploadsSQL, n, ttl.Seconds())
-		if err != nil {
-			return err
-		}
-		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(keys) == 0 {
-			return err
-		}
+	return collectBatch(ctx, s, staleUploadsSQL, []any{n, ttl.Seconds()}, pgx.RowTo[string], func(tx pgx.Tx, keys []string) (int, error) {
 		var orphans, done []string
 		for _, key := range keys {
 			locked, err := tryLockKey(ctx, tx, key)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if !locked {
 				continue
 			}
 			var held bool
 			if err := tx.QueryRow(ctx, keyHeldSQL, key).Scan(&held); err != nil {
-				return err
+				return 0, err
 			}
 			if !held {
 				orphans = append(orphans, key)
@@ -288,13 +271,11 @@ func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int,
 			done = append(done, key)
 		}
 		if err := s.deleteObjects(ctx, orphans); err != nil {
-			return err
+			return 0, err
 		}
 		tag, err := tx.Exec(ctx, forgetUploadsSQL, done)
-		k = int(tag.RowsAffected())
-		return err
+		return int(tag.RowsAffected()), err
 	})
-	return k, err
 }
 
 func tryLockKey(ctx context.Context, tx pgx.Tx, key string) (bool, error) {

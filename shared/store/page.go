@@ -1,8 +1,12 @@
 package store
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
 )
@@ -62,6 +66,32 @@ func (p Page) keys(n int) ([]string, error) {
 func cursorOf(parts ...string) string {
 	raw, _ := json.Marshal(parts)
 	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// adminPage reads a page of one of a project's lists that is ordered by a
+// single name: query takes the project, the name to start after and how
+// many rows. u must be an admin of the project.
+func adminPage[T any](ctx context.Context, s *Store, u User, projectID string, pg Page, what, query string,
+	scan func(pgx.CollectableRow) (T, error), name func(T) string) ([]T, string, error) {
+	limit, after, err := pg.parse(1)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := inTxValue(ctx, s, func(tx pgx.Tx) ([]T, error) {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return nil, err
+		}
+		rows, err := tx.Query(ctx, query, projectID, after[0], limit+1)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		return pgx.CollectRows(rows, scan)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trim(out, limit, func(v T) []string { return []string{name(v)} })
+	return out, next, nil
 }
 
 // trim keeps the first limit items of a query that asked for limit+1 and

@@ -211,31 +211,13 @@ type Member struct {
 // Members lists a page of a project's members by name; u must be an admin
 // of the project.
 func (s *Store) Members(ctx context.Context, u User, projectID string, pg Page) ([]Member, string, error) {
-	limit, after, err := pg.parse(1)
-	if err != nil {
-		return nil, "", err
-	}
-	var out []Member
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, membersSQL, projectID, after[0], limit+1)
-		if err != nil {
-			return fmt.Errorf("members: %w", err)
-		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Member, error) {
+	return adminPage(ctx, s, u, projectID, pg, "members", membersSQL,
+		func(row pgx.CollectableRow) (Member, error) {
 			var m Member
 			err := row.Scan(&m.UserID, &m.UserName, &m.Role, &m.Secrets, &m.CreatedAt)
 			return m, err
-		})
-		return err
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	out, next := trim(out, limit, func(m Member) []string { return []string{m.UserName} })
-	return out, next, nil
+		},
+		func(m Member) string { return m.UserName })
 }
 
 // SetMember adds a user (by name or ID) to a project or changes their role
@@ -268,16 +250,24 @@ func (s *Store) SetMember(ctx context.Context, u User, projectID, user, role str
 
 // RemoveMember removes a user from a project; u must be an admin of it.
 func (s *Store) RemoveMember(ctx context.Context, u User, projectID, userID string) error {
+	return s.adminDelete(ctx, u, projectID, "remove member", removeMemberSQL, userID,
+		domain.Errorf(domain.ENotFound, "user %s is not a member of this project", userID))
+}
+
+// adminDelete deletes one of a project's rows, by its key, as u, who must
+// be an admin of the project: query takes the project and the key, and a
+// key that matches no row is notFound.
+func (s *Store) adminDelete(ctx context.Context, u User, projectID, what, query, key string, notFound error) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, removeMemberSQL, projectID, userID)
+		tag, err := tx.Exec(ctx, query, projectID, key)
 		if err != nil {
-			return fmt.Errorf("remove member: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		if tag.RowsAffected() == 0 {
-			return domain.Errorf(domain.ENotFound, "user %s is not a member of this project", userID)
+			return notFound
 		}
 		return nil
 	})

@@ -46,7 +46,7 @@ const registrationUsedSQL = `UPDATE registration_tokens SET used_at = now(), use
 
 // authenticateRunnerSQL finds the runner whose token has hash $1.
 const authenticateRunnerSQL = `
-SELECT id, name, labels, projects, untrusted, token_hash, revoked_at IS NOT NULL FROM runners WHERE token_hash = $1`
+SELECT id, name, labels, projects, untrusted, revoked_at IS NOT NULL, token_hash FROM runners WHERE token_hash = $1`
 
 const revokeRunnerSQL = `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`
 
@@ -204,28 +204,39 @@ func (s *Store) RegisterRunner(ctx context.Context, registrationToken, name stri
 }
 
 // AuthenticateRunner maps a bearer token to its runner. Unknown or revoked
-// tokens are EUnauthorized. The lookup is by hash, so its timing depends on
-// the hash, not on the secret; the final compare is constant time anyway.
+// tokens are EUnauthorized.
 func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, error) {
-	unauthorized := domain.Errorf(domain.EUnauthorized, "runner token is missing, unknown or revoked")
-	if !strings.HasPrefix(token, runnerTokenPrefix) || len(token) > 200 {
-		return Runner{}, unauthorized
-	}
-	want := hashSecret(token)
 	var r Runner
-	var got []byte
 	var revoked bool
-	err := s.pool.QueryRow(ctx, authenticateRunnerSQL, want).Scan(&r.ID, &r.Name, &r.Labels, &r.Projects, &r.Untrusted, &got, &revoked)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Runner{}, unauthorized
-	}
+	found, err := s.lookupToken(ctx, token, runnerTokenPrefix, authenticateRunnerSQL, &r.ID, &r.Name, &r.Labels, &r.Projects, &r.Untrusted, &revoked)
 	if err != nil {
 		return Runner{}, fmt.Errorf("authenticate runner: %w", err)
 	}
-	if subtle.ConstantTimeCompare(got, want) != 1 || revoked {
-		return Runner{}, unauthorized
+	if !found || revoked {
+		return Runner{}, domain.Errorf(domain.EUnauthorized, "runner token is missing, unknown or revoked")
 	}
 	return r, nil
+}
+
+// lookupToken finds a bearer token by its hash: query's row scans into dest
+// and then the stored hash. found is false for a token without prefix, an
+// overlong one, an unknown one or one whose hash differs; the lookup is by
+// hash, so its timing depends on the hash, not on the secret, and the final
+// compare is constant time anyway.
+func (s *Store) lookupToken(ctx context.Context, token, prefix, query string, dest ...any) (found bool, err error) {
+	if !strings.HasPrefix(token, prefix) || len(token) > 200 {
+		return false, nil
+	}
+	want := hashSecret(token)
+	var got []byte
+	err = s.pool.QueryRow(ctx, query, want).Scan(append(dest, &got)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return subtle.ConstantTimeCompare(got, want) == 1, nil
 }
 
 // RevokeRunner revokes a runner: every later request with its token gets 401,

@@ -104,12 +104,15 @@ type Run struct {
 // CreateRun stores a run and its jobs as PENDING, then queues the jobs that
 // need nothing (unless the run waits for approval).
 func (s *Store) CreateRun(ctx context.Context, nr NewRun) (Run, error) {
-	var run Run
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		run, err = s.createRunTx(ctx, tx, nr)
-		return err
+	return s.queueRun(ctx, func(tx pgx.Tx) (Run, error) {
+		return s.createRunTx(ctx, tx, nr)
 	})
+}
+
+// queueRun runs fn, which makes a run, in a transaction and, once that
+// commits, wakes this process's waiting claims for the jobs it queued.
+func (s *Store) queueRun(ctx context.Context, fn func(tx pgx.Tx) (Run, error)) (Run, error) {
+	run, err := inTxValue(ctx, s, fn)
 	if err != nil {
 		return Run{}, err
 	}
@@ -205,27 +208,20 @@ func runBy(ctx context.Context, tx pgx.Tx, nr *NewRun, projectID string) error {
 // to retry a trusted run (which gets secrets again) the project's secrets
 // permission, as starting a trusted run would.
 func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, error) {
-	var run Run
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	return s.queueRun(ctx, func(tx pgx.Tx) (Run, error) {
 		_, a, err := authorizeRun(ctx, tx, u, runID, RankWrite)
 		if err != nil {
-			return err
+			return Run{}, err
 		}
 		nr, err := retryOf(ctx, tx, runID, jobID, u.Name)
 		if err != nil {
-			return err
+			return Run{}, err
 		}
 		if !nr.Untrusted && !a.Secrets {
-			return domain.Errorf(domain.EForbidden, "run %s is trusted (it gets the project's secrets): retrying it needs the secrets permission", runID)
+			return Run{}, domain.Errorf(domain.EForbidden, "run %s is trusted (it gets the project's secrets): retrying it needs the secrets permission", runID)
 		}
-		run, err = s.createRunTx(ctx, tx, nr)
-		return err
+		return s.createRunTx(ctx, tx, nr)
 	})
-	if err != nil {
-		return Run{}, err
-	}
-	s.signalQueued()
-	return run, nil
 }
 
 // retryOf is the NewRun that repeats a finished run (or one job of it).

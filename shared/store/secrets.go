@@ -143,47 +143,18 @@ func (s *Store) projectKey(ctx context.Context, tx pgx.Tx, projectID string) ([]
 // ListSecrets lists a page of a project's secret names; u must be an admin
 // of it.
 func (s *Store) ListSecrets(ctx context.Context, u User, projectID string, pg Page) ([]SecretInfo, string, error) {
-	limit, after, err := pg.parse(1)
-	if err != nil {
-		return nil, "", err
-	}
-	var out []SecretInfo
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
-			return err
-		}
-		rows, err := tx.Query(ctx, listSecretsSQL, projectID, after[0], limit+1)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (SecretInfo, error) {
+	return adminPage(ctx, s, u, projectID, pg, "secrets", listSecretsSQL,
+		func(row pgx.CollectableRow) (SecretInfo, error) {
 			var si SecretInfo
 			return si, row.Scan(&si.Name, &si.UpdatedAt)
-		})
-		return err
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	out, next := trim(out, limit, func(si SecretInfo) []string { return []string{si.Name} })
-	return out, next, nil
+		},
+		func(si SecretInfo) string { return si.Name })
 }
 
 // DeleteSecret removes a project secret; u must be an admin of the project.
 func (s *Store) DeleteSecret(ctx context.Context, u User, projectID, name string) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, deleteSecretSQL, projectID, name)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return domain.Errorf(domain.ENotFound, "secret %s not found", name)
-		}
-		return nil
-	})
+	return s.adminDelete(ctx, u, projectID, "delete secret", deleteSecretSQL, name,
+		domain.Errorf(domain.ENotFound, "secret %s not found", name))
 }
 
 // SealLegacySecrets seals the plain-text secrets an installation had before

@@ -194,6 +194,22 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return nil
 }
 
+// inTxValue is inTx for a transaction that answers a value: fn's value
+// once the transaction commits, else T's zero value and the error.
+func inTxValue[T any](ctx context.Context, s *Store, fn func(tx pgx.Tx) (T, error)) (T, error) {
+	var v T
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		v, err = fn(tx)
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
+}
+
 // isUniqueViolation reports whether err is a unique-constraint violation.
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/subtle"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -98,19 +96,13 @@ func (s *Store) CreateUser(ctx context.Context, name, role string) (User, string
 
 // AuthenticateUser maps an API token to its user.
 func (s *Store) AuthenticateUser(ctx context.Context, token string) (User, error) {
-	unauthorized := domain.Errorf(domain.EUnauthorized, "API token is missing, unknown or revoked")
-	if !strings.HasPrefix(token, userTokenPrefix) || len(token) > 200 {
-		return User{}, unauthorized
-	}
-	want := hashSecret(token)
 	var u User
-	var got []byte
-	err := s.pool.QueryRow(ctx, authenticateUserSQL, want).Scan(&u.ID, &u.Name, &u.Role, &got)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && subtle.ConstantTimeCompare(got, want) != 1) {
-		return User{}, unauthorized
-	}
+	found, err := s.lookupToken(ctx, token, userTokenPrefix, authenticateUserSQL, &u.ID, &u.Name, &u.Role)
 	if err != nil {
 		return User{}, fmt.Errorf("authenticate user: %w", err)
+	}
+	if !found {
+		return User{}, domain.Errorf(domain.EUnauthorized, "API token is missing, unknown or revoked")
 	}
 	return u, nil
 }
