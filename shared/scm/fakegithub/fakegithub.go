@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/forgeci/forgeci/shared/fakefault"
 )
 
 // CheckRun is a check run as the fake stores it.
@@ -64,8 +66,9 @@ type GitHub struct {
 	pulls     map[string]PullRequest // "owner/repo#number"
 	nextID    int64
 	calls     []Call
-	down      bool
-	drop      map[string]int // "METHOD /path-pattern" -> responses left to drop
+	// SetDown makes every API call answer 503; DropResponses takes a
+	// route such as "POST /repos/{owner}/{repo}/check-runs".
+	fakefault.Switches
 	// BeforeTarball, when set, runs before a tarball download is served
 	// (a test can block here, then kill the worker).
 	BeforeTarball func()
@@ -78,8 +81,7 @@ func New(t testing.TB) *GitHub {
 		t.Fatal(err)
 	}
 	g := &GitHub{AppID: 4242, Key: key, tarballs: map[string][]byte{}, downloads: map[string]string{},
-		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, nextID: 9000,
-		drop: map[string]int{}}
+		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, nextID: 9000}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.accessToken)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/tarball/{ref}", g.tarballLink)
@@ -99,22 +101,6 @@ func (g *GitHub) URL() string { return g.Server.URL + "/" }
 // PrivateKeyPEM is the App's private key, as GitHub hands it out.
 func (g *GitHub) PrivateKeyPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(g.Key)})
-}
-
-// SetDown makes every API call answer 503 (true) or work again (false).
-func (g *GitHub) SetDown(down bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.down = down
-}
-
-// DropResponses makes the next n requests matching route (for example
-// "POST /repos/{owner}/{repo}/check-runs") be applied, and their responses
-// then lost: the connection is closed before anything is written.
-func (g *GitHub) DropResponses(route string, n int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.drop[route] = n
 }
 
 // AddTarball serves data as the tarball of owner/repo at sha.
@@ -183,25 +169,16 @@ func (r *recorder) WriteHeader(code int) {
 func (g *GitHub) faults(next *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, pattern := next.Handler(r)
-		g.mu.Lock()
-		down := g.down && !strings.HasPrefix(r.URL.Path, "/_codeload/")
-		drop := g.drop[pattern] > 0
-		if drop {
-			g.drop[pattern]--
-		}
-		g.mu.Unlock()
+		down, drop := g.Next(pattern)
+		down = down && !strings.HasPrefix(r.URL.Path, "/_codeload/")
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		switch {
 		case down:
 			rec.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte(`{"message":"Service Unavailable"}`))
 		case drop:
-			// Apply the request, then lose the answer.
-			next.ServeHTTP(httptest.NewRecorder(), r)
+			fakefault.Drop(w, func(w http.ResponseWriter) { next.ServeHTTP(w, r) })
 			rec.status = 0
-			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-				conn.Close()
-			}
 		default:
 			next.ServeHTTP(rec, r)
 		}

@@ -29,6 +29,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/forgeci/forgeci/shared/fakefault"
 )
 
 // Region and Account make up the key ARNs the fake answers with.
@@ -51,14 +53,19 @@ type KMS struct {
 	keys   map[string][]byte // key ID -> the key's secret material
 	denied map[string]bool   // key ID -> callers are refused (AccessDeniedException)
 	calls  map[string]int    // operation -> requests received
-	drop   map[string]int    // operation -> responses left to drop
-	down   bool
+	// SetDown makes every request answer 500 KMSInternalException. That
+	// is what KMS answers when it fails on its side, and the SDK maps it
+	// to *types.KMSInternalException; the SDK's standard retryer retries
+	// it (every 500 is retryable), so a client sees the error only after
+	// its last attempt. DropResponses takes an operation (OpGenerateDataKey
+	// or OpDecrypt).
+	fakefault.Switches
 }
 
 // New starts a fake KMS holding one key, whose ID it returns; the server
 // stops with the test.
 func New(t testing.TB) (*KMS, string) {
-	f := &KMS{keys: map[string][]byte{}, denied: map[string]bool{}, calls: map[string]int{}, drop: map[string]int{}}
+	f := &KMS{keys: map[string][]byte{}, denied: map[string]bool{}, calls: map[string]int{}}
 	f.Server = httptest.NewServer(http.HandlerFunc(f.handle))
 	t.Cleanup(f.Server.Close)
 	return f, f.AddKey()
@@ -102,26 +109,6 @@ func (f *KMS) Deny(id string, deny bool) {
 	f.denied[id] = deny
 }
 
-// SetDown makes every request answer 500 KMSInternalException (true), or
-// work again (false). That is what KMS answers when it fails on its side,
-// and the SDK maps it to *types.KMSInternalException; the SDK's standard
-// retryer retries it (every 500 is retryable), so a client sees the error
-// only after its last attempt.
-func (f *KMS) SetDown(down bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.down = down
-}
-
-// DropResponses makes the next n requests of op (OpGenerateDataKey or
-// OpDecrypt) be applied, and their responses then lost: the connection is
-// closed before anything is written.
-func (f *KMS) DropResponses(op string, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.drop[op] = n
-}
-
 // Calls counts the requests of op received so far, whether answered,
 // failed by SetDown or dropped. SDK retries count separately.
 func (f *KMS) Calls(op string) int {
@@ -135,21 +122,13 @@ func (f *KMS) handle(w http.ResponseWriter, r *http.Request) {
 	op, _ := strings.CutPrefix(r.Header.Get("X-Amz-Target"), "TrentService.")
 	f.mu.Lock()
 	f.calls[op]++
-	down := f.down
-	drop := f.drop[op] > 0
-	if drop {
-		f.drop[op]--
-	}
 	f.mu.Unlock()
+	down, drop := f.Next(op)
 	switch {
 	case down:
 		writeError(w, http.StatusInternalServerError, "KMSInternalException", "The request was rejected because an internal exception occurred. The request can be retried.")
 	case drop:
-		// Apply the request, then lose the answer.
-		f.serve(httptest.NewRecorder(), r, op)
-		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-			conn.Close()
-		}
+		fakefault.Drop(w, func(w http.ResponseWriter) { f.serve(w, r, op) })
 	default:
 		f.serve(w, r, op)
 	}
@@ -198,9 +177,8 @@ type generateDataKeyRequest struct {
 }
 
 func (f *KMS) generateDataKey(w http.ResponseWriter, body []byte) {
-	var req generateDataKeyRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "SerializationException", "cannot parse request body")
+	req, ok := decode[generateDataKeyRequest](w, body)
+	if !ok {
 		return
 	}
 	size, msg := checkGenerateDataKey(req)
@@ -253,9 +231,8 @@ type decryptRequest struct {
 }
 
 func (f *KMS) decrypt(w http.ResponseWriter, body []byte) {
-	var req decryptRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "SerializationException", "cannot parse request body")
+	req, ok := decode[decryptRequest](w, body)
+	if !ok {
 		return
 	}
 	if req.KeyId != "" {
@@ -287,6 +264,17 @@ func (f *KMS) decrypt(w http.ResponseWriter, body []byte) {
 		return
 	}
 	writeJSON(w, map[string]any{"Plaintext": plain, "KeyId": f.ARN(id), "EncryptionAlgorithm": "SYMMETRIC_DEFAULT"})
+}
+
+// decode parses a request body; when it cannot, it answers
+// SerializationException itself and returns !ok.
+func decode[T any](w http.ResponseWriter, body []byte) (T, bool) {
+	var req T
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "SerializationException", "cannot parse request body")
+		return req, false
+	}
+	return req, true
 }
 
 // resolve turns a key ID or key ARN into a known key ID.
