@@ -195,12 +195,8 @@ func TestCacheConcurrent(t *testing.T) {
 // TestCacheOverKMS is the point of the cache: repeated unwraps of one
 // project key reach KMS once.
 func TestCacheOverKMS(t *testing.T) {
-	ctx := context.Background()
 	k, fake, _ := setupKMS(t)
-	plain, wrapped, err := k.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain, wrapped := newDataKey(t, k)
 	c := NewCache(k, time.Minute)
 	for range 10 {
 		mustDecrypt(t, c, wrapped, plain)

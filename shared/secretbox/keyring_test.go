@@ -29,24 +29,8 @@ func TestFileKeyringRoundTrip(t *testing.T) {
 	if !regexp.MustCompile(`^file:[0-9a-f]{16}$`).MatchString(k.ID()) {
 		t.Fatalf("ID = %q", k.ID())
 	}
-	plain, wrapped, err := k.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(plain) != KeySize || bytes.Contains(wrapped, plain) {
-		t.Fatalf("data key is %d bytes, or visible in its wrapped form", len(plain))
-	}
-	got, err := k.Decrypt(ctx, wrapped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, plain) {
-		t.Fatal("Decrypt returned another key")
-	}
-	plain2, _, err := k.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain, wrapped := checkRoundTrip(t, k)
+	plain2, _ := newDataKey(t, k)
 	if bytes.Equal(plain, plain2) {
 		t.Fatal("two data keys are equal")
 	}
@@ -80,10 +64,7 @@ func TestFileKeyringCreatedPrivateAndReused(t *testing.T) {
 		t.Fatalf("key file is not 64 hex characters and a newline (%d bytes)", len(raw))
 	}
 
-	_, wrapped, err := k1.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, wrapped := newDataKey(t, k1)
 	for _, create := range []bool{false, true} {
 		k2, err := NewFileKeyring(path, create)
 		if err != nil {

@@ -32,20 +32,7 @@ func TestKMSKeyringRoundTrip(t *testing.T) {
 	if k.ID() != keyID {
 		t.Fatalf("ID = %s, want %s", k.ID(), keyID)
 	}
-	plain, wrapped, err := k.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(plain) != KeySize || bytes.Contains(wrapped, plain) {
-		t.Fatalf("data key is %d bytes, or visible in its wrapped form", len(plain))
-	}
-	got, err := k.Decrypt(ctx, wrapped)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, plain) {
-		t.Fatal("Decrypt returned another key")
-	}
+	plain, wrapped := checkRoundTrip(t, k)
 	// The key's ARN names the same key.
 	byARN, err := NewKMSKeyring(ctx, fake.ARN(keyID))
 	if err != nil {
@@ -62,10 +49,7 @@ func TestKMSKeyringRoundTrip(t *testing.T) {
 func TestKMSKeyringRefusesOtherKeys(t *testing.T) {
 	ctx := context.Background()
 	k, fake, _ := setupKMS(t)
-	_, wrapped, err := k.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, wrapped := newDataKey(t, k)
 
 	other, err := NewKMSKeyring(ctx, fake.AddKey())
 	if err != nil {
@@ -92,10 +76,7 @@ func TestKMSKeyringRefusesOtherKeys(t *testing.T) {
 func TestKMSKeyringRefusesTamperedKeys(t *testing.T) {
 	ctx := context.Background()
 	k, _, _ := setupKMS(t)
-	_, wrapped, err := k.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, wrapped := newDataKey(t, k)
 	var invalid *types.InvalidCiphertextException
 	for i := range wrapped {
 		bad := bytes.Clone(wrapped)
@@ -114,10 +95,7 @@ func TestKMSKeyringRefusesTamperedKeys(t *testing.T) {
 func TestKMSEncryptionContext(t *testing.T) {
 	ctx := context.Background()
 	k, _, _ := setupKMS(t)
-	_, wrapped, err := k.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, wrapped := newDataKey(t, k)
 	for _, encCtx := range []map[string]string{nil, {"purpose": "something-else"}, {"purpose": "forgeci-project-secrets", "x": "y"}} {
 		_, err := k.client.Decrypt(ctx, &kms.DecryptInput{KeyId: aws.String(k.keyID), CiphertextBlob: wrapped, EncryptionContext: encCtx})
 		var invalid *types.InvalidCiphertextException
@@ -149,10 +127,7 @@ func TestKMSAccessDeniedIsNotRetried(t *testing.T) {
 func TestKMSDroppedResponses(t *testing.T) {
 	ctx := context.Background()
 	k, fake, _ := setupKMS(t)
-	plain, wrapped, err := k.GenerateDataKey(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain, wrapped := newDataKey(t, k)
 
 	fake.DropResponses(fakekms.OpDecrypt, 1)
 	got, err := k.Decrypt(ctx, wrapped)

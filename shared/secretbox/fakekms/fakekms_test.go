@@ -25,28 +25,11 @@ func TestRefusesUnsignedRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodPost, fake.URL()+"/", strings.NewReader(body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("X-Amz-Target", tt.target)
-			req.Header.Set("Content-Type", tt.contentType)
-			if tt.auth != "" {
-				req.Header.Set("Authorization", tt.auth)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var got struct {
+			status, got := call[struct {
 				Type string `json:"__type"`
-			}
-			if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != http.StatusBadRequest || got.Type != tt.wantType {
-				t.Fatalf("answer %d %s, want 400 %s", resp.StatusCode, got.Type, tt.wantType)
+			}](t, fake, tt.target, tt.contentType, tt.auth, body)
+			if status != http.StatusBadRequest || got.Type != tt.wantType {
+				t.Fatalf("answer %d %s, want 400 %s", status, got.Type, tt.wantType)
 			}
 		})
 	}
@@ -76,33 +59,43 @@ func TestGenerateDataKeyValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodPost, fake.URL()+"/", strings.NewReader(tt.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("X-Amz-Target", "TrentService.GenerateDataKey")
-			req.Header.Set("Content-Type", "application/x-amz-json-1.1")
-			req.Header.Set("Authorization", sigV4)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var got struct {
+			status, got := call[struct {
 				Type           string `json:"__type"`
 				Plaintext      []byte
 				CiphertextBlob []byte
 				KeyId          string
-			}
-			if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != tt.status || got.Type != tt.wantType {
-				t.Fatalf("answer %d %q, want %d %q", resp.StatusCode, got.Type, tt.status, tt.wantType)
+			}](t, fake, "TrentService.GenerateDataKey", "application/x-amz-json-1.1", sigV4, tt.body)
+			if status != tt.status || got.Type != tt.wantType {
+				t.Fatalf("answer %d %q, want %d %q", status, got.Type, tt.status, tt.wantType)
 			}
 			if tt.status == 200 && (len(got.Plaintext) == 0 || len(got.CiphertextBlob) == 0 || got.KeyId != fake.ARN(keyID)) {
 				t.Fatalf("incomplete answer: %d-byte key, %d-byte blob, key %s", len(got.Plaintext), len(got.CiphertextBlob), got.KeyId)
 			}
 		})
 	}
+}
+
+// call posts body to the fake as operation target (the X-Amz-Target
+// header), with contentType and auth (no Authorization when empty), and
+// decodes the answer into a T.
+func call[T any](t *testing.T, fake *KMS, target, contentType, auth, body string) (status int, got T) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, fake.URL()+"/", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Amz-Target", target)
+	req.Header.Set("Content-Type", contentType)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, got
 }
