@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
@@ -53,4 +54,31 @@ func GoTool(envVar, name, hint string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found: %s or set %s", name, hint, envVar)
+}
+
+// Stop asks a server to end with sig, waits up to grace for it to exit,
+// and then kills it. done carries the server's cmd.Wait result; a nil cmd
+// or one never started is left alone.
+func Stop(cmd *exec.Cmd, done <-chan error, sig os.Signal, grace time.Duration) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// DataDir is a server's data directory: dir, made with perm if missing, or
+// when dir is empty a new temporary one (pattern as for os.MkdirTemp), which
+// temp reports so that the server's Stop removes it.
+func DataDir(dir, pattern string, perm os.FileMode) (path string, temp bool, err error) {
+	if dir == "" {
+		path, err = os.MkdirTemp("", pattern)
+		return path, true, err
+	}
+	return dir, false, os.MkdirAll(dir, perm)
 }

@@ -86,14 +86,8 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: opts.Dir, done: make(chan error, 1)}
-	if c.dir == "" {
-		if c.dir, err = os.MkdirTemp("", "forgeci-pg-"); err != nil {
-			return nil, err
-		}
-		c.temp = true
-	}
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	c := &Cluster{done: make(chan error, 1)}
+	if c.dir, c.temp, err = localnet.DataDir(opts.Dir, "forgeci-pg-", 0o755); err != nil {
 		return nil, err
 	}
 	cred, err := serverCredential()
@@ -199,15 +193,7 @@ func (c *Cluster) DatabaseURL(db string) string {
 
 // Stop shuts the server down (fast shutdown) and removes a temporary directory.
 func (c *Cluster) Stop() {
-	if c.cmd != nil && c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	}
+	localnet.Stop(c.cmd, c.done, syscall.SIGINT, 30*time.Second)
 	if c.temp {
 		_ = os.RemoveAll(c.dir)
 	}

@@ -42,14 +42,8 @@ func Start(ctx context.Context, dir string, log *os.File) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, Region: "us-east-1", AccessKey: "forgeci" + localnet.RandomHex(6), SecretKey: localnet.RandomHex(20), done: make(chan error, 1)}
-	if s.dir == "" {
-		if s.dir, err = os.MkdirTemp("", "forgeci-s3-"); err != nil {
-			return nil, err
-		}
-		s.temp = true
-	}
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+	s := &Server{Region: "us-east-1", AccessKey: "forgeci" + localnet.RandomHex(6), SecretKey: localnet.RandomHex(20), done: make(chan error, 1)}
+	if s.dir, s.temp, err = localnet.DataDir(dir, "forgeci-s3-", 0o700); err != nil {
 		return nil, err
 	}
 	port, err := localnet.FreePort()
@@ -90,15 +84,7 @@ func Start(ctx context.Context, dir string, log *os.File) (*Server, error) {
 
 // Stop ends the server and removes a temporary directory.
 func (s *Server) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(10 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.done
-		}
-	}
+	localnet.Stop(s.cmd, s.done, syscall.SIGTERM, 10*time.Second)
 	if s.temp {
 		_ = os.RemoveAll(s.dir)
 	}
