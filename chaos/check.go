@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -51,357 +50,124 @@ const margin = int64(5 * time.Millisecond)
 //     contiguous, all of it for a passed attempt, and each artifact holds
 //     its own attempt's stamp; a dependant saw its need's passing attempt.
 func Check(ops []Op, d *Dump) *Report {
-	r := &Report{JobStates: map[string]int{}, AttemptOutcomes: map[string]int{}, Faults: map[string]int{},
-		ProxyFaults: map[string]map[string]int{}, StaleByRoute: map[string]int{}, LeaseLosses: map[string]int{},
-		ServerErrors: map[string]int{}}
-	bad := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
-	db := func(t int64) int64 { return t + d.ClockOffset }
-	r.ClockOffset = time.Duration(d.ClockOffset)
-
-	jobs := map[string]DumpJob{}
-	for _, j := range d.Jobs {
-		jobs[j.ID] = j
-		r.JobStates[j.State]++
-	}
-	r.Runs, r.Jobs, r.Attempts = len(d.Runs), len(d.Jobs), len(d.Attempts)
-	attempts := map[attemptKey]DumpAttempt{}
-	for _, a := range d.Attempts {
-		attempts[attemptKey{a.JobID, a.Generation}] = a
-		r.AttemptOutcomes[a.Outcome]++
-	}
-	logs := map[attemptKey]DumpLog{}
-	for _, l := range d.Logs {
-		logs[attemptKey{l.JobID, l.Generation}] = l
-	}
-
-	// The audit: grants, ends, expiries, transitions; and its own verdicts.
-	grants := map[attemptKey]grant{}
-	ends := map[attemptKey]int64{}
-	type expiry struct{ at, until int64 }
-	expiries := map[attemptKey][]expiry{}
-	terminalEntries := map[string]int{}
-	lastFromRunning := map[string]bool{}
-	for _, a := range d.Audit {
-		k := attemptKey{a.JobID, a.Generation}
-		if !a.OK {
-			bad("database: %s write for %s was not under the current unexpired lease (%s; job %s)", a.Kind, k, a.Detail, a.NewState)
-		}
-		if a.Kind != "job" {
-			continue
-		}
-		if a.Detail == "claim" {
-			if _, dup := grants[k]; dup {
-				bad("%s was granted twice", k)
-			}
-			grants[k] = grant{lease: a.LeaseID, runner: a.RunnerID, at: a.At}
-		}
-		if a.NewState == "RUNNING" {
-			expiries[k] = append(expiries[k], expiry{a.At, a.Expires})
-		}
-		if a.OldState == "RUNNING" && a.NewState != "RUNNING" {
-			if _, ok := ends[k]; !ok {
-				ends[k] = a.At
-			}
-		}
-		if terminal[a.NewState] && !terminal[a.OldState] {
-			terminalEntries[a.JobID]++
-			lastFromRunning[a.JobID] = a.OldState == "RUNNING"
-		}
-	}
-	expiresAt := func(k attemptKey, t int64) int64 { // the lease's expiry as of t (0: not granted by then)
-		var e int64
-		for _, x := range expiries[k] {
-			if x.at <= t {
-				e = x.until
-			}
-		}
-		return e
-	}
-
-	// 1. Exactly one terminal state.
-	for _, j := range d.Jobs {
-		switch {
-		case !terminal[j.State]:
-			bad("job %s (%s of run %s) is still %s at the end", j.ID, j.Name, j.RunID, j.State)
-		case terminalEntries[j.ID] != 1:
-			bad("job %s (%s) entered a terminal state %d times", j.ID, j.Name, terminalEntries[j.ID])
-		case lastFromRunning[j.ID]:
-			if a, ok := attempts[attemptKey{j.ID, j.Generation}]; !ok || a.Outcome != j.State {
-				bad("job %s (%s) is %s but its last attempt (generation %d) records %q", j.ID, j.Name, j.State, j.Generation, a.Outcome)
-			}
-		}
-	}
-
-	// The operation log.
-	var sweeps []Op
-	type window struct {
-		kind, target string
-		from, to     int64
-	}
-	var windows []window
-	leaseFaults := map[attemptKey]string{} // a request fault that hit the lease
-	lostClaims := map[attemptKey]bool{}
-	claimAsked := map[attemptKey]int64{} // when the granted claim's request arrived
-	completed := map[attemptKey]int{}
-	for _, op := range ops {
-		switch op.Kind {
-		case "sweep":
-			if op.OK {
-				sweeps = append(sweeps, op)
-			}
-		case "fault":
-			r.Faults[op.Fault]++
-			end := op.End
-			if end == 0 {
-				end = op.T
-			}
-			windows = append(windows, window{op.Fault, op.Target, db(op.T), db(end)})
-			if op.Fault == "sigstop" {
-				if dur, err := time.ParseDuration(op.Detail); err == nil && dur > d.LeaseTTL {
-					r.StopsPastLease++
-				}
-			}
-			if op.Fault == "pg_terminate" {
-				n, _ := strconv.Atoi(strings.SplitN(op.Detail, ":", 2)[0])
-				r.Backends += n
-			}
-		case "request":
-			checkRequest(r, op, bad, db, grants, ends, expiresAt, attempts, logs, d, completed)
-			if op.Fault != "" {
-				if r.ProxyFaults[op.Fault] == nil {
-					r.ProxyFaults[op.Fault] = map[string]int{}
-				}
-				r.ProxyFaults[op.Fault][op.Route]++
-				if op.Lease != nil {
-					leaseFaults[attemptKey{op.Lease.JobID, op.Lease.Generation}] = op.Fault
-				}
-			}
-			if op.Claimed != nil && (op.Fault == "drop_response" || !op.Delivered) {
-				lostClaims[attemptKey{op.Claimed.JobID, op.Claimed.Generation}] = true
-			}
-			if op.Claimed != nil && op.Received != 0 {
-				claimAsked[attemptKey{op.Claimed.JobID, op.Claimed.Generation}] = db(op.Received)
-			}
-		}
-	}
-
-	// 3. (rest) Every artifact holds its own attempt's stamp; staged caches
-	// of passed attempts were published.
-	for _, a := range d.Artifacts {
-		k := attemptKey{a.JobID, a.Generation}
-		g := grants[k]
-		switch want := fmt.Sprintf("%s %d %s", a.JobID, a.Generation, g.lease); {
-		case a.BlobErr != "":
-			bad("artifact %s of %s: %s", a.Name, k, a.BlobErr)
-		case a.Stamp != want:
-			bad("artifact %s of %s holds %q, not its own attempt's stamp %q", a.Name, k, a.Stamp, want)
-		}
-	}
-	cached := map[string]bool{}
-	for _, c := range d.Caches {
-		cached[c.Name] = true
-	}
-	for _, p := range d.Pending {
-		if a, ok := attempts[attemptKey{p.JobID, p.Generation}]; ok && a.Outcome == "PASSED" && !cached[p.Name] {
-			bad("cache %s staged by passed %s was not published", p.Name, attemptKey{p.JobID, p.Generation})
-		}
-	}
-
-	// 4. Nothing RUNNING past its lease plus one sweep.
-	sort.Slice(sweeps, func(i, j int) bool { return sweeps[i].Start < sweeps[j].Start })
-	for k := range grants {
-		ex := expiries[k]
-		final := ex[len(ex)-1].until
-		end, ended := ends[k]
-		if ended && end < final {
-			continue // ended by its runner (or cancel) before it expired
-		}
-		i := sort.Search(len(sweeps), func(i int) bool { return db(sweeps[i].Start) >= final+margin })
-		if i == len(sweeps) {
-			continue // no complete sweep began after it expired; "still RUNNING" is checked above
-		}
-		if !ended || end > db(sweeps[i].End)+margin {
-			bad("%s: lease expired at %s, the first sweep after it finished at %s, the job left RUNNING at %s",
-				k, clock(final), clock(db(sweeps[i].End)), clock(end))
-		}
-	}
-
-	// Why leases were lost.
-	for k, a := range attempts {
-		if a.Outcome != "ABORTED" {
-			continue
-		}
-		g := grants[k]
-		ex := expiries[k]
-		from, to := g.at-margin, ex[len(ex)-1].until
-		// A runner killed or stopped while its claim long-polled explains
-		// the loss too: the server went on (as a Lambda does, never told
-		// that its client left) and granted the lease to a process that
-		// was gone or frozen.
-		runnerFrom := from
-		if asked, ok := claimAsked[k]; ok {
-			runnerFrom = min(from, asked-margin)
-		}
-		// The most direct explanation wins.
-		cause := ""
-		rank := 99
-		explain := func(c string, r int) {
-			if r < rank {
-				cause, rank = c, r
-			}
-		}
-		if lostClaims[k] {
-			explain("claim answer lost", 0)
-		}
-		for _, w := range windows {
-			if w.to < runnerFrom || w.from > to {
-				continue
-			}
-			switch w.kind {
-			case "sigkill", "sigstop":
-				if w.target == a.RunnerID {
-					explain("runner "+w.kind, 1)
-				}
-			}
-			if w.to < from {
-				continue
-			}
-			switch w.kind {
-			case "pg_restart":
-				explain("database restart", 3)
-			case "pg_terminate":
-				explain("database session terminated", 4)
-			}
-		}
-		if leaseFaults[k] != "" {
-			explain("request "+leaseFaults[k], 2)
-		}
-		if cause == "" {
-			cause = "unexplained"
-		}
-		r.LeaseLosses[cause]++
-	}
-
-	// 5. Each attempt's log: contiguous, only its own lines, in order.
-	passedBuild := map[string]attemptKey{} // run -> the build job's passed attempt
-	for k, a := range attempts {
-		if j := jobs[k.job]; j.Name == "build" && a.Outcome == "PASSED" {
-			passedBuild[j.RunID] = k
-		}
-	}
-	for k, l := range logs {
-		var next int64
-		for _, c := range l.Chunks {
-			if c[0] != next {
-				bad("log of %s is not contiguous: a chunk starts at %d, the one before ended at %d", k, c[0], next)
-				break
-			}
-			next = c[0] + c[1]
-		}
-		if a, ok := attempts[k]; ok && a.LogSize != next {
-			bad("%s records %d log bytes, its log has %d", k, a.LogSize, next)
-		}
-		checkLog(k, l.Data, grants[k], attempts[k].Outcome, jobs[k.job], passedBuild, grants, bad)
-		if attempts[k].Outcome == "FAILED" && (strings.Contains(l.Data, "==> source could not be verified") ||
-			strings.Contains(l.Data, "could not be fetched") || strings.Contains(l.Data, "could not be uploaded")) {
-			r.InfraFailures++
-		}
-	}
-	return r
+	ck := newChecker(d)
+	ck.readAudit()
+	ck.checkTerminal()
+	ck.readOps(ops)
+	ck.checkArtifacts()
+	ck.checkSweeps()
+	ck.explainLosses()
+	ck.checkLogs()
+	return ck.r
 }
 
 // checkRequest judges one runner request against the audit and the dump.
-func checkRequest(r *Report, op Op, bad func(string, ...any), db func(int64) int64,
-	grants map[attemptKey]grant, ends map[attemptKey]int64, expiresAt func(attemptKey, int64) int64,
-	attempts map[attemptKey]DumpAttempt, logs map[attemptKey]DumpLog, d *Dump, completed map[attemptKey]int) {
+func (ck *checker) checkRequest(op Op) {
 	if strings.HasPrefix(op.Route, "s3 ") {
 		return
 	}
-	r.Requests++
+	ck.r.Requests++
 	if op.Status >= 500 {
-		r.ServerErrors[op.Route]++
+		ck.r.ServerErrors[op.Route]++
 	}
-	ok := op.Status >= 200 && op.Status < 300
 	if op.Route == "claim" && op.Claimed != nil {
 		k := attemptKey{op.Claimed.JobID, op.Claimed.Generation}
-		if g, found := grants[k]; !found || g.lease != op.Claimed.LeaseID || g.runner != op.Claimed.RunnerID || g.runner != op.Runner {
-			bad("a claim answered %s with lease %s for runner %s, which the database did not grant to it", k, op.Claimed.LeaseID, op.Runner)
+		if g, found := ck.grants[k]; !found || g.lease != op.Claimed.LeaseID || g.runner != op.Claimed.RunnerID || g.runner != op.Runner {
+			ck.bad("a claim answered %s with lease %s for runner %s, which the database did not grant to it", k, op.Claimed.LeaseID, op.Runner)
 		}
 	}
 	if op.Lease == nil || op.Status == 0 {
 		return
 	}
+	if ck.judgeLease(op) {
+		ck.checkAcknowledged(op, attemptKey{op.Lease.JobID, op.Lease.Generation})
+	}
+}
+
+// judgeLease: a request accepted only with the lease as granted, and one
+// that arrived after its lease ended or expired was refused. It reports
+// whether the request was accepted.
+func (ck *checker) judgeLease(op Op) bool {
+	ok := op.Status >= 200 && op.Status < 300
 	l := *op.Lease
 	k := attemptKey{l.JobID, l.Generation}
-	g, granted := grants[k]
+	g, granted := ck.grants[k]
 	current := granted && g.lease == l.LeaseID && g.runner == l.RunnerID && g.runner == op.Runner && l.JobID == op.Job
-	recv := db(op.Received)
+	recv := ck.db(op.Received)
 	stale := !current
-	if end, ended := ends[k]; ended && end+margin < recv {
+	if end, ended := ck.ends[k]; ended && end+margin < recv {
 		stale = true
 	}
-	if e := expiresAt(k, recv); e != 0 && e+margin < recv {
+	if e := ck.expiresAt(k, recv); e != 0 && e+margin < recv {
 		stale = true
 	}
 	if ok && !current {
-		bad("%s %s accepted with a lease that is not the one granted (%+v)", op.Route, k, l)
+		ck.bad("%s %s accepted with a lease that is not the one granted (%+v)", op.Route, k, l)
 	}
 	if stale {
-		r.StaleAttempted++
-		r.StaleByRoute[op.Route]++
+		ck.r.StaleAttempted++
+		ck.r.StaleByRoute[op.Route]++
 		switch {
 		case ok:
-			bad("%s for %s accepted after the lease had ended or expired (received %s)", op.Route, k, clock(recv))
+			ck.bad("%s for %s accepted after the lease had ended or expired (received %s)", op.Route, k, clock(recv))
 		case op.Status == http.StatusConflict || op.Status == http.StatusUnauthorized:
-			r.StaleRejected++
+			ck.r.StaleRejected++
 		default:
-			r.StaleFailed++
+			ck.r.StaleFailed++
 		}
 	}
-	if !ok {
-		return
-	}
+	return ok
+}
+
+// checkAcknowledged: what the control plane acknowledged is in the dump.
+func (ck *checker) checkAcknowledged(op Op, k attemptKey) {
 	switch op.Route {
 	case "logs":
 		if op.Offset == nil || op.Len == 0 {
 			return
 		}
-		data := logs[k].Data
+		data := ck.logs[k].Data
 		end := *op.Offset + int64(op.Len)
 		if end > int64(len(data)) || sha(data[*op.Offset:end]) != op.SHA {
-			bad("acknowledged log bytes [%d, %d) of %s are not in its log", *op.Offset, end, k)
+			ck.bad("acknowledged log bytes [%d, %d) of %s are not in its log", *op.Offset, end, k)
 			return
 		}
-		r.AckLogAppends++
-		r.LogBytesChecked += int64(op.Len)
+		ck.r.AckLogAppends++
+		ck.r.LogBytesChecked += int64(op.Len)
 	case "artifacts/commit":
-		for _, a := range d.Artifacts {
-			if a.JobID == k.job && a.Generation == k.gen && a.Name == op.Name && a.Digest == op.Digest {
-				r.AckArtifacts++
-				return
-			}
-		}
-		bad("acknowledged artifact %s (%s) of %s is missing", op.Name, op.Digest, k)
-	case "cache/commit":
-		for _, p := range d.Pending {
-			if p.JobID == k.job && p.Generation == k.gen && p.Name == op.Key && p.Digest == op.Digest {
-				r.AckCaches++
-				return
-			}
-		}
-		bad("acknowledged cache save %s (%s) of %s is missing", op.Key, op.Digest, k)
-	case "complete":
-		completed[k]++
-		if completed[k] > 1 {
-			bad("%s was completed twice", k)
-		}
-		a, found := attempts[k]
-		if !found || a.Outcome != strings.ToUpper(op.Outcome) || a.LeaseID != l.LeaseID {
-			bad("acknowledged completion %q of %s is not what the attempt records (%q)", op.Outcome, k, a.Outcome)
+		if !holds(ck.d.Artifacts, k, op.Name, op.Digest) {
+			ck.bad("acknowledged artifact %s (%s) of %s is missing", op.Name, op.Digest, k)
 			return
 		}
-		r.AckCompletions++
+		ck.r.AckArtifacts++
+	case "cache/commit":
+		if !holds(ck.d.Pending, k, op.Key, op.Digest) {
+			ck.bad("acknowledged cache save %s (%s) of %s is missing", op.Key, op.Digest, k)
+			return
+		}
+		ck.r.AckCaches++
+	case "complete":
+		ck.completed[k]++
+		if ck.completed[k] > 1 {
+			ck.bad("%s was completed twice", k)
+		}
+		a, found := ck.attempts[k]
+		if !found || a.Outcome != strings.ToUpper(op.Outcome) || a.LeaseID != op.Lease.LeaseID {
+			ck.bad("acknowledged completion %q of %s is not what the attempt records (%q)", op.Outcome, k, a.Outcome)
+			return
+		}
+		ck.r.AckCompletions++
 	}
+}
+
+// holds reports whether blobs has name with digest from attempt k.
+func holds(blobs []DumpBlob, k attemptKey, name, digest string) bool {
+	for _, b := range blobs {
+		if b.JobID == k.job && b.Generation == k.gen && b.Name == name && b.Digest == digest {
+			return true
+		}
+	}
+	return false
 }
 
 // checkLog checks the lines chaos.sh printed into one attempt's log.

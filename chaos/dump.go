@@ -78,131 +78,18 @@ type DumpAudit struct {
 
 func (h *Harness) dump(ctx context.Context) (*Dump, error) {
 	d := &Dump{LeaseTTL: h.cfg.LeaseTTL, SweepEvery: h.cfg.SweepEvery}
-	direct := h.cfg.S3
-	direct.Bucket = h.bucket
 	err := h.withAdmin(ctx, func(c *pgx.Conn) error {
-		// The clock offset, from the sample with the shortest round trip.
-		best := time.Hour
-		for range 5 {
-			t0 := time.Now()
-			var db time.Time
-			if err := c.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
-				return err
-			}
-			rtt := time.Since(t0)
-			if rtt < best {
-				best = rtt
-				d.ClockOffset = db.UnixNano() - t0.Add(rtt/2).UnixNano()
-			}
-		}
-		q := func(sql string, scan func(pgx.Rows) error) error {
-			rows, err := c.Query(ctx, sql)
-			if err != nil {
-				return fmt.Errorf("dump: %w", err)
-			}
-			defer rows.Close()
-			for rows.Next() {
-				if err := scan(rows); err != nil {
-					return err
-				}
-			}
-			return rows.Err()
-		}
-		ns := func(t *time.Time) int64 {
-			if t == nil {
-				return 0
-			}
-			return t.UnixNano()
-		}
-		if err := q(`SELECT id, state FROM runs ORDER BY created_at`, func(r pgx.Rows) error {
-			var x DumpRun
-			d.Runs = append(d.Runs, x)
-			return r.Scan(&d.Runs[len(d.Runs)-1].ID, &d.Runs[len(d.Runs)-1].State)
-		}); err != nil {
+		var err error
+		if d.ClockOffset, err = clockOffset(ctx, c); err != nil {
 			return err
 		}
-		if err := q(`SELECT id, run_id, name, state, coalesce(reason, ''), generation FROM jobs ORDER BY created_at, id`, func(r pgx.Rows) error {
-			var x DumpJob
-			err := r.Scan(&x.ID, &x.RunID, &x.Name, &x.State, &x.Reason, &x.Generation)
-			d.Jobs = append(d.Jobs, x)
-			return err
-		}); err != nil {
-			return err
-		}
-		if err := q(`SELECT job_id, runner_id, lease_id::text, outcome, coalesce(reason, ''), generation, log_size, started_at, ended_at
-			FROM job_attempts ORDER BY job_id, generation`, func(r pgx.Rows) error {
-			var x DumpAttempt
-			var s, e time.Time
-			err := r.Scan(&x.JobID, &x.RunnerID, &x.LeaseID, &x.Outcome, &x.Reason, &x.Generation, &x.LogSize, &s, &e)
-			x.Started, x.Ended = s.UnixNano(), e.UnixNano()
-			d.Attempts = append(d.Attempts, x)
-			return err
-		}); err != nil {
-			return err
-		}
-		if err := q(`SELECT job_id, generation, array_agg(start_offset ORDER BY start_offset),
-			       array_agg(length(data)::bigint ORDER BY start_offset), string_agg(data, ''::bytea ORDER BY start_offset)
-			FROM log_chunks GROUP BY job_id, generation ORDER BY job_id, generation`, func(r pgx.Rows) error {
-			var x DumpLog
-			var starts, lens []int64
-			var data []byte
-			err := r.Scan(&x.JobID, &x.Generation, &starts, &lens, &data)
-			for i := range starts {
-				x.Chunks = append(x.Chunks, [2]int64{starts[i], lens[i]})
-			}
-			x.Data = string(data)
-			d.Logs = append(d.Logs, x)
-			return err
-		}); err != nil {
-			return err
-		}
-		blobs := func(sql string, into *[]DumpBlob) error {
-			return q(sql, func(r pgx.Rows) error {
-				var x DumpBlob
-				err := r.Scan(&x.JobID, &x.Generation, &x.Name, &x.Digest, &x.Key)
-				*into = append(*into, x)
-				return err
-			})
-		}
-		// Blobs belong to (project, tier): the key says where the bytes are.
-		const blobKey = `(SELECT b.s3_key FROM blobs b WHERE (b.project_id, b.trusted, b.digest) = (t.project_id, t.trusted, t.digest))`
-		if err := blobs(`SELECT job_id, generation, name, digest, `+blobKey+` FROM artifacts t ORDER BY job_id, generation, name`, &d.Artifacts); err != nil {
-			return err
-		}
-		if err := blobs(`SELECT job_id, generation, key, digest, `+blobKey+` FROM pending_caches t ORDER BY job_id, generation, key`, &d.Pending); err != nil {
-			return err
-		}
-		if err := blobs(`SELECT coalesce(job_id, ''), 0, key, digest, `+blobKey+` FROM caches t ORDER BY key`, &d.Caches); err != nil {
-			return err
-		}
-		return q(`SELECT seq, at, expires, kind, coalesce(job_id, ''), coalesce(old_state, ''), coalesce(new_state, ''),
-			       coalesce(lease_id, ''), coalesce(runner_id, ''), coalesce(detail, ''), coalesce(generation, 0), ok
-			FROM chaos_audit ORDER BY seq`, func(r pgx.Rows) error {
-			var x DumpAudit
-			var at time.Time
-			var exp *time.Time
-			err := r.Scan(&x.Seq, &at, &exp, &x.Kind, &x.JobID, &x.OldState, &x.NewState, &x.LeaseID, &x.RunnerID,
-				&x.Detail, &x.Generation, &x.OK)
-			x.At, x.Expires = at.UnixNano(), ns(exp)
-			d.Audit = append(d.Audit, x)
-			return err
-		})
+		return dumpTables(ctx, c, d)
 	})
 	if err != nil {
 		return nil, err
 	}
-	// What each artifact's blob holds, read from S3 directly.
-	plain, err := cas.New(ctx, direct)
-	if err != nil {
+	if err := h.readStamps(ctx, d); err != nil {
 		return nil, err
-	}
-	tmp := filepath.Join(h.cfg.Dir, "artifacts")
-	for i := range d.Artifacts {
-		a := &d.Artifacts[i]
-		a.Stamp, err = readStamp(ctx, plain, a.Key, a.Digest, filepath.Join(tmp, fmt.Sprint(i)))
-		if err != nil {
-			a.BlobErr = err.Error()
-		}
 	}
 	f, err := os.Create(filepath.Join(h.cfg.Dir, "dump.json"))
 	if err != nil {
@@ -212,6 +99,141 @@ func (h *Harness) dump(ctx context.Context) (*Dump, error) {
 	enc := json.NewEncoder(f)
 	enc.SetIndent("", " ")
 	return d, enc.Encode(d)
+}
+
+// clockOffset is the database's clock less this process's, from the
+// sample with the shortest round trip.
+func clockOffset(ctx context.Context, c *pgx.Conn) (int64, error) {
+	best, offset := time.Hour, int64(0)
+	for range 5 {
+		t0 := time.Now()
+		var db time.Time
+		if err := c.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&db); err != nil {
+			return 0, err
+		}
+		if rtt := time.Since(t0); rtt < best {
+			best, offset = rtt, db.UnixNano()-t0.Add(rtt/2).UnixNano()
+		}
+	}
+	return offset, nil
+}
+
+// collect scans every row of sql into a T.
+func collect[T any](ctx context.Context, c *pgx.Conn, sql string, scan func(pgx.Rows, *T) error) ([]T, error) {
+	rows, err := c.Query(ctx, sql)
+	if err != nil {
+		return nil, fmt.Errorf("dump: %w", err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var x T
+		if err := scan(rows, &x); err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// Blobs belong to (project, tier): the key says where the bytes are.
+const blobKeySQL = `(SELECT b.s3_key FROM blobs b WHERE (b.project_id, b.trusted, b.digest) = (t.project_id, t.trusted, t.digest))`
+
+const (
+	dumpRunsSQL     = `SELECT id, state FROM runs ORDER BY created_at`
+	dumpJobsSQL     = `SELECT id, run_id, name, state, coalesce(reason, ''), generation FROM jobs ORDER BY created_at, id`
+	dumpAttemptsSQL = `SELECT job_id, runner_id, lease_id::text, outcome, coalesce(reason, ''), generation, log_size, started_at, ended_at
+		FROM job_attempts ORDER BY job_id, generation`
+	dumpLogsSQL = `SELECT job_id, generation, array_agg(start_offset ORDER BY start_offset),
+		       array_agg(length(data)::bigint ORDER BY start_offset), string_agg(data, ''::bytea ORDER BY start_offset)
+		FROM log_chunks GROUP BY job_id, generation ORDER BY job_id, generation`
+	dumpArtifactsSQL = `SELECT job_id, generation, name, digest, ` + blobKeySQL + ` FROM artifacts t ORDER BY job_id, generation, name`
+	dumpPendingSQL   = `SELECT job_id, generation, key, digest, ` + blobKeySQL + ` FROM pending_caches t ORDER BY job_id, generation, key`
+	dumpCachesSQL    = `SELECT coalesce(job_id, ''), 0, key, digest, ` + blobKeySQL + ` FROM caches t ORDER BY key`
+	dumpAuditSQL     = `SELECT seq, at, expires, kind, coalesce(job_id, ''), coalesce(old_state, ''), coalesce(new_state, ''),
+		       coalesce(lease_id, ''), coalesce(runner_id, ''), coalesce(detail, ''), coalesce(generation, 0), ok
+		FROM chaos_audit ORDER BY seq`
+)
+
+// dumpTables reads the rows the checker judges.
+func dumpTables(ctx context.Context, c *pgx.Conn, d *Dump) error {
+	var err error
+	scanBlob := func(r pgx.Rows, x *DumpBlob) error {
+		return r.Scan(&x.JobID, &x.Generation, &x.Name, &x.Digest, &x.Key)
+	}
+	steps := []func() error{
+		func() (err error) {
+			d.Runs, err = collect(ctx, c, dumpRunsSQL, func(r pgx.Rows, x *DumpRun) error { return r.Scan(&x.ID, &x.State) })
+			return err
+		},
+		func() (err error) {
+			d.Jobs, err = collect(ctx, c, dumpJobsSQL, func(r pgx.Rows, x *DumpJob) error {
+				return r.Scan(&x.ID, &x.RunID, &x.Name, &x.State, &x.Reason, &x.Generation)
+			})
+			return err
+		},
+		func() (err error) { d.Attempts, err = collect(ctx, c, dumpAttemptsSQL, scanAttempt); return err },
+		func() (err error) { d.Logs, err = collect(ctx, c, dumpLogsSQL, scanLog); return err },
+		func() (err error) { d.Artifacts, err = collect(ctx, c, dumpArtifactsSQL, scanBlob); return err },
+		func() (err error) { d.Pending, err = collect(ctx, c, dumpPendingSQL, scanBlob); return err },
+		func() (err error) { d.Caches, err = collect(ctx, c, dumpCachesSQL, scanBlob); return err },
+		func() (err error) { d.Audit, err = collect(ctx, c, dumpAuditSQL, scanAudit); return err },
+	}
+	for _, step := range steps {
+		if err = step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scanAttempt(r pgx.Rows, x *DumpAttempt) error {
+	var s, e time.Time
+	err := r.Scan(&x.JobID, &x.RunnerID, &x.LeaseID, &x.Outcome, &x.Reason, &x.Generation, &x.LogSize, &s, &e)
+	x.Started, x.Ended = s.UnixNano(), e.UnixNano()
+	return err
+}
+
+func scanLog(r pgx.Rows, x *DumpLog) error {
+	var starts, lens []int64
+	var data []byte
+	err := r.Scan(&x.JobID, &x.Generation, &starts, &lens, &data)
+	for i := range starts {
+		x.Chunks = append(x.Chunks, [2]int64{starts[i], lens[i]})
+	}
+	x.Data = string(data)
+	return err
+}
+
+func scanAudit(r pgx.Rows, x *DumpAudit) error {
+	var at time.Time
+	var exp *time.Time
+	err := r.Scan(&x.Seq, &at, &exp, &x.Kind, &x.JobID, &x.OldState, &x.NewState, &x.LeaseID, &x.RunnerID,
+		&x.Detail, &x.Generation, &x.OK)
+	x.At = at.UnixNano()
+	if exp != nil {
+		x.Expires = exp.UnixNano()
+	}
+	return err
+}
+
+// readStamps reads what each artifact's blob holds, from S3 directly
+// (not through the fault proxy).
+func (h *Harness) readStamps(ctx context.Context, d *Dump) error {
+	direct := h.cfg.S3
+	direct.Bucket = h.bucket
+	plain, err := cas.New(ctx, direct)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(h.cfg.Dir, "artifacts")
+	for i := range d.Artifacts {
+		a := &d.Artifacts[i]
+		if a.Stamp, err = readStamp(ctx, plain, a.Key, a.Digest, filepath.Join(tmp, fmt.Sprint(i))); err != nil {
+			a.BlobErr = err.Error()
+		}
+	}
+	return nil
 }
 
 // readStamp fetches a blob, checks it against its digest and returns the

@@ -51,60 +51,79 @@ func (h *Harness) faultLoop(ctx context.Context) {
 		if kind == "pg_restart" && time.Since(lastRestart) < f.RestartGap {
 			kind = "pg_terminate"
 		}
-		switch kind {
-		case "sigkill":
-			if r := h.pickRunner(); r != nil {
-				r.sigkill(h.between(300*time.Millisecond, 1500*time.Millisecond))
-			}
-		case "sigstop":
-			if r := h.pickRunner(); r != nil {
-				lo, hi := f.StopFor[0], f.StopFor[1]
-				if hi <= 0 {
-					lo, hi = 200*time.Millisecond, h.cfg.LeaseTTL*5/2
-				}
-				r.sigstop(h.between(lo, hi))
-			}
-		case "pg_terminate":
-			h.terminate(ctx, 1+h.intn(3))
-		case "pg_restart":
-			crash := h.float() < 0.5
-			start := time.Now()
-			err := h.cluster.Restart(ctx, crash)
+		h.inject(ctx, kind)
+		if kind == "pg_restart" {
 			lastRestart = time.Now()
-			detail := "fast shutdown"
-			if crash {
-				detail = "crash (SIGKILL, recovery)"
-			}
-			if err != nil {
-				detail += ": " + err.Error()
-			}
-			h.ops.add(Op{Kind: "fault", Fault: "pg_restart", T: start.UnixNano(), End: time.Now().UnixNano(), Detail: detail})
-		case "sweeper_stall":
-			// The scheduled sweeper late or failing for one to three
-			// leases: expired leases then stay RUNNING in the table, and
-			// only the lease check's own expiry test (the database's
-			// now()) refuses a runner that comes back in that window.
-			start := time.Now()
-			d := h.between(h.cfg.LeaseTTL, 3*h.cfg.LeaseTTL)
-			h.stallUntil.Store(start.Add(d).UnixNano())
-			h.ops.add(Op{Kind: "fault", Fault: "sweeper_stall", T: start.UnixNano(), End: start.Add(d).UnixNano(), Detail: d.String()})
-		case "cancel":
-			h.runsMu.Lock()
-			var id string
-			if n := len(h.runs); n > 0 {
-				id = h.runs[max(0, n-1-h.intn(min(n, 8)))]
-			}
-			h.runsMu.Unlock()
-			if id != "" {
-				err := h.userCall(ctx, "/v1/runs/"+id+"/cancel", nil, nil, http.StatusAccepted)
-				op := Op{Kind: "fault", Fault: "cancel", Target: id}
-				if err != nil {
-					op.Detail = err.Error()
-				}
-				h.ops.add(op)
-			}
 		}
 	}
+}
+
+// inject injects one fault of kind.
+func (h *Harness) inject(ctx context.Context, kind string) {
+	f := h.cfg.Faults
+	switch kind {
+	case "sigkill":
+		if r := h.pickRunner(); r != nil {
+			r.sigkill(h.between(300*time.Millisecond, 1500*time.Millisecond))
+		}
+	case "sigstop":
+		if r := h.pickRunner(); r != nil {
+			lo, hi := f.StopFor[0], f.StopFor[1]
+			if hi <= 0 {
+				lo, hi = 200*time.Millisecond, h.cfg.LeaseTTL*5/2
+			}
+			r.sigstop(h.between(lo, hi))
+		}
+	case "pg_terminate":
+		h.terminate(ctx, 1+h.intn(3))
+	case "pg_restart":
+		h.restartDatabase(ctx)
+	case "sweeper_stall":
+		// The scheduled sweeper late or failing for one to three
+		// leases: expired leases then stay RUNNING in the table, and
+		// only the lease check's own expiry test (the database's
+		// now()) refuses a runner that comes back in that window.
+		start := time.Now()
+		d := h.between(h.cfg.LeaseTTL, 3*h.cfg.LeaseTTL)
+		h.stallUntil.Store(start.Add(d).UnixNano())
+		h.ops.add(Op{Kind: "fault", Fault: "sweeper_stall", T: start.UnixNano(), End: start.Add(d).UnixNano(), Detail: d.String()})
+	case "cancel":
+		h.cancelRecentRun(ctx)
+	}
+}
+
+// restartDatabase restarts PostgreSQL, by a fast shutdown or a crash.
+func (h *Harness) restartDatabase(ctx context.Context) {
+	crash := h.float() < 0.5
+	start := time.Now()
+	err := h.cluster.Restart(ctx, crash)
+	detail := "fast shutdown"
+	if crash {
+		detail = "crash (SIGKILL, recovery)"
+	}
+	if err != nil {
+		detail += ": " + err.Error()
+	}
+	h.ops.add(Op{Kind: "fault", Fault: "pg_restart", T: start.UnixNano(), End: time.Now().UnixNano(), Detail: detail})
+}
+
+// cancelRecentRun cancels one of the last runs submitted.
+func (h *Harness) cancelRecentRun(ctx context.Context) {
+	h.runsMu.Lock()
+	var id string
+	if n := len(h.runs); n > 0 {
+		id = h.runs[max(0, n-1-h.intn(min(n, 8)))]
+	}
+	h.runsMu.Unlock()
+	if id == "" {
+		return
+	}
+	err := h.userCall(ctx, "/v1/runs/"+id+"/cancel", nil, nil, http.StatusAccepted)
+	op := Op{Kind: "fault", Fault: "cancel", Target: id}
+	if err != nil {
+		op.Detail = err.Error()
+	}
+	h.ops.add(op)
 }
 
 // pickRunner picks a running runner for a fault, keeping at least one
