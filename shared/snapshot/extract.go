@@ -36,25 +36,22 @@ var DefaultLimits = Limits{
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
-	if l.MaxFiles > 0 {
-		d.MaxFiles = l.MaxFiles
+	return Limits{
+		MaxFiles:      orDefault(l.MaxFiles, d.MaxFiles),
+		MaxTotalBytes: orDefault(l.MaxTotalBytes, d.MaxTotalBytes),
+		MaxFileBytes:  orDefault(l.MaxFileBytes, d.MaxFileBytes),
+		MaxPathLen:    orDefault(l.MaxPathLen, d.MaxPathLen),
+		MaxDepth:      orDefault(l.MaxDepth, d.MaxDepth),
+		MaxRatio:      orDefault(l.MaxRatio, d.MaxRatio),
 	}
-	if l.MaxTotalBytes > 0 {
-		d.MaxTotalBytes = l.MaxTotalBytes
+}
+
+// orDefault is v when it is set (positive), else def.
+func orDefault[T int | int64 | float64](v, def T) T {
+	if v > 0 {
+		return v
 	}
-	if l.MaxFileBytes > 0 {
-		d.MaxFileBytes = l.MaxFileBytes
-	}
-	if l.MaxPathLen > 0 {
-		d.MaxPathLen = l.MaxPathLen
-	}
-	if l.MaxDepth > 0 {
-		d.MaxDepth = l.MaxDepth
-	}
-	if l.MaxRatio > 0 {
-		d.MaxRatio = l.MaxRatio
-	}
-	return d
+	return def
 }
 
 // ErrRefused wraps every reason an archive is refused.
@@ -137,13 +134,18 @@ func unpack(blob io.Reader, lim Limits, out sink) error {
 	if err := unpackTar(tar.NewReader(decompressed), lim, out, nil); err != nil {
 		return err
 	}
-	// Drain the zstd stream so that trailing garbage or a bad checksum is
-	// caught, not ignored.
-	if _, err := io.Copy(io.Discard, decompressed); err != nil {
+	return drain(decompressed, "archive")
+}
+
+// drain reads a stream to its end after its last tar entry, so that
+// trailing garbage or a bad checksum is caught, not ignored. what names the
+// stream in the refusal.
+func drain(r io.Reader, what string) error {
+	if _, err := io.Copy(io.Discard, r); err != nil {
 		if errors.Is(err, ErrRefused) {
 			return err
 		}
-		return refuse("archive is corrupt after its last entry: %v", err)
+		return refuse("%s is corrupt after its last entry: %v", what, err)
 	}
 	return nil
 }

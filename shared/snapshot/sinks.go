@@ -184,15 +184,8 @@ func (s *rootSink) file(name string, mode fs.FileMode, src io.Reader, size int64
 			f.Close()
 		}
 	}()
-	n, err := io.CopyBuffer(f, io.LimitReader(src, size), s.buf)
-	if err != nil {
-		if errors.Is(err, ErrRefused) {
-			return err
-		}
-		return refuse("file %q: %v", name, err)
-	}
-	if n != size {
-		return refuse("file %q is truncated (%d of %d bytes)", name, n, size)
+	if err := copyEntry(f, src, name, size, s.buf); err != nil {
+		return err
 	}
 	// The mode is set after the write, not at create: the umask would
 	// otherwise decide it.
@@ -233,7 +226,21 @@ func (s *hashSink) file(name string, mode fs.FileMode, r io.Reader, size int64) 
 		keep = &bytes.Buffer{}
 		w = io.MultiWriter(h, keep)
 	}
-	n, err := io.Copy(w, io.LimitReader(r, size))
+	if err := copyEntry(w, r, name, size, nil); err != nil {
+		return err
+	}
+	if keep != nil {
+		s.got[name] = keep.Bytes()
+	}
+	s.m = append(s.m, Entry{Path: name, Type: TypeFile, Mode: mode, Size: size, SHA256: hex.EncodeToString(h.Sum(nil))})
+	return nil
+}
+
+// copyEntry copies a file entry's size bytes from src to w, through buf
+// when it is not nil. A failed read or write is a refusal, kept as it is
+// when the read itself refused (the ratio limit); so is a short entry.
+func copyEntry(w io.Writer, src io.Reader, name string, size int64, buf []byte) error {
+	n, err := io.CopyBuffer(w, io.LimitReader(src, size), buf)
 	if err != nil {
 		if errors.Is(err, ErrRefused) {
 			return err
@@ -243,10 +250,6 @@ func (s *hashSink) file(name string, mode fs.FileMode, r io.Reader, size int64) 
 	if n != size {
 		return refuse("file %q is truncated (%d of %d bytes)", name, n, size)
 	}
-	if keep != nil {
-		s.got[name] = keep.Bytes()
-	}
-	s.m = append(s.m, Entry{Path: name, Type: TypeFile, Mode: mode, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
 	return nil
 }
 

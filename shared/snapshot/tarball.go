@@ -3,7 +3,6 @@ package snapshot
 import (
 	"archive/tar"
 	"compress/gzip"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -57,11 +56,5 @@ func ExtractTarball(r io.Reader, dest string, lim Limits) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(io.Discard, decompressed); err != nil {
-		if errors.Is(err, ErrRefused) {
-			return err
-		}
-		return refuse("tarball is corrupt after its last entry: %v", err)
-	}
-	return nil
+	return drain(decompressed, "tarball")
 }
