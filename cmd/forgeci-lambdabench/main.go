@@ -68,48 +68,20 @@ func run(ctx context.Context, colds, warms int) error {
 	if err != nil {
 		return err
 	}
-	root, err := lambdatest.ModuleRoot()
-	if err != nil {
-		return err
-	}
-	dirs, err := os.ReadDir(filepath.Join(root, "functions"))
-	if err != nil {
-		return err
-	}
-	pkgs := []string{"./shared/lambdaapp/lambdatest/hello"}
-	for _, d := range dirs {
-		pkgs = append(pkgs, "./functions/"+d.Name())
-	}
 	tmp, err := os.MkdirTemp("", "forgeci-lambdabench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	fmt.Fprintln(os.Stderr, "building bootstraps for linux/arm64 (deployed) and linux/"+runtime.GOARCH+" (run here) ...")
-	arm, err := lambdatest.Build(ctx, filepath.Join(tmp, "arm64"), "arm64", pkgs...)
+	arm, here, err := buildBootstraps(ctx, tmp)
 	if err != nil {
 		return err
 	}
-	here, err := lambdatest.Build(ctx, filepath.Join(tmp, runtime.GOARCH), runtime.GOARCH, pkgs...)
+	dbURL, drop, err := benchDatabase(ctx, admin)
 	if err != nil {
 		return err
 	}
-
-	// A migrated database and a bucket of their own.
-	dbName := "lambdabench_" + localnet.RandomHex(6)
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
-		return err
-	}
-	defer conn.Exec(ctx, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck
-	dbURL := strings.Replace(admin, "/postgres?", "/"+dbName+"?", 1)
-	if _, err := store.Migrate(ctx, dbURL, nil); err != nil {
-		return err
-	}
+	defer drop()
 	blobs := cas.Config{Bucket: "lambdabench-" + localnet.RandomHex(4), Endpoint: os.Getenv("FORGECI_TEST_S3_ENDPOINT"),
 		AccessKey: os.Getenv("FORGECI_TEST_S3_ACCESS_KEY"), SecretKey: os.Getenv("FORGECI_TEST_S3_SECRET_KEY"),
 		Region: os.Getenv("FORGECI_TEST_S3_REGION")}
@@ -134,42 +106,98 @@ func run(ctx context.Context, colds, warms int) error {
 		}
 	}
 	sort.Strings(names)
-	names = append([]string{"hello"}, names...)
 	var results []result
-	for _, name := range names {
+	for _, name := range append([]string{"hello"}, names...) {
 		fmt.Fprintf(os.Stderr, "measuring %s ...\n", name)
 		r := result{name: name, sizeArm64: size(arm[name]), sizeHere: size(here[name])}
-		ev := event(name, cfn.URL)
-		var cold []time.Duration
-		var warm []time.Duration
-		for i := 0; i < colds; i++ {
-			e, err := lambdatest.Start(ctx, rie, here[name], env)
-			if err != nil {
-				return err
-			}
-			_, took, err := e.Invoke(ctx, ev)
-			if err != nil {
-				e.Stop()
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			cold = append(cold, took)
-			if i == colds-1 {
-				for j := 0; j < warms; j++ {
-					_, took, err := e.Invoke(ctx, ev)
-					if err != nil {
-						e.Stop()
-						return fmt.Errorf("%s: %w", name, err)
-					}
-					warm = append(warm, took)
-				}
-			}
-			e.Stop()
+		cold, warm, err := measure(ctx, rie, here[name], env, event(name, cfn.URL), colds, warms)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		r.cold = quantile(cold, 0.5)
 		r.warm, r.warm90 = quantile(warm, 0.5), quantile(warm, 0.9)
 		results = append(results, r)
 	}
+	printResults(results, colds, warms)
+	return nil
+}
 
+// buildBootstraps builds every function's bootstrap (and hello's) for
+// arm64, as deployed, and for this machine, to run here.
+func buildBootstraps(ctx context.Context, tmp string) (arm, here map[string]string, err error) {
+	root, err := lambdatest.ModuleRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	dirs, err := os.ReadDir(filepath.Join(root, "functions"))
+	if err != nil {
+		return nil, nil, err
+	}
+	pkgs := []string{"./shared/lambdaapp/lambdatest/hello"}
+	for _, d := range dirs {
+		pkgs = append(pkgs, "./functions/"+d.Name())
+	}
+	fmt.Fprintln(os.Stderr, "building bootstraps for linux/arm64 (deployed) and linux/"+runtime.GOARCH+" (run here) ...")
+	if arm, err = lambdatest.Build(ctx, filepath.Join(tmp, "arm64"), "arm64", pkgs...); err != nil {
+		return nil, nil, err
+	}
+	here, err = lambdatest.Build(ctx, filepath.Join(tmp, runtime.GOARCH), runtime.GOARCH, pkgs...)
+	return arm, here, err
+}
+
+// benchDatabase makes a migrated database of its own; drop removes it.
+func benchDatabase(ctx context.Context, admin string) (url string, drop func(), err error) {
+	dbName := "lambdabench_" + localnet.RandomHex(6)
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", nil, err
+	}
+	drop = func() {
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)")
+		conn.Close(ctx)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
+		conn.Close(ctx)
+		return "", nil, err
+	}
+	url = strings.Replace(admin, "/postgres?", "/"+dbName+"?", 1)
+	if _, err := store.Migrate(ctx, url, nil); err != nil {
+		drop()
+		return "", nil, err
+	}
+	return url, drop, nil
+}
+
+// measure invokes a bootstrap colds times, each in a fresh emulator, and
+// then the last emulator warms times more.
+func measure(ctx context.Context, rie, bootstrap string, env []string, ev any, colds, warms int) (cold, warm []time.Duration, err error) {
+	for i := 0; i < colds; i++ {
+		e, err := lambdatest.Start(ctx, rie, bootstrap, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		n := 1
+		if i == colds-1 {
+			n += warms
+		}
+		for j := range n {
+			_, took, err := e.Invoke(ctx, ev)
+			if err != nil {
+				e.Stop()
+				return nil, nil, err
+			}
+			if j == 0 {
+				cold = append(cold, took)
+			} else {
+				warm = append(warm, took)
+			}
+		}
+		e.Stop()
+	}
+	return cold, warm, nil
+}
+
+func printResults(results []result, colds, warms int) {
 	hello := results[0]
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "function\tarm64 bootstrap\t(MB)\t%s\tcold first invoke\t× hello\twarm p50\twarm p90\t× hello\t≤ 15 MiB\t\n", runtime.GOARCH)
@@ -186,7 +214,6 @@ func run(ctx context.Context, colds, warms int) error {
 		"representative event (see cmd/forgeci-lambdabench): HTTP functions a request that authenticates against\n"+
 		"PostgreSQL and is refused (401), scheduled functions a scheduled event, migrate a custom resource Update,\n"+
 		"admin list-runners.\n", colds, warms)
-	return nil
 }
 
 // event is the one event each function is measured with: for an HTTP
