@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/cas/castest"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -43,20 +43,6 @@ func putTo(t *testing.T, answer []byte, data []byte) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-func download(t *testing.T, url string) []byte {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("download: %d", resp.StatusCode)
-	}
-	return b
 }
 
 // TestArtifactFlow: upload through the presigned URL, commit (checked in
@@ -114,7 +100,7 @@ func TestArtifactFlow(t *testing.T) {
 	if s != 200 {
 		t.Fatalf("fetch: %d %s", s, body)
 	}
-	if got := download(t, str(body, "url")); !bytes.Equal(got, data) {
+	if got := castest.Download(t, str(body, "url")); !bytes.Equal(got, data) {
 		t.Fatalf("fetched %q", got)
 	}
 	if s, body := e.post(jobPath(other, "artifacts/fetch"), a.Token, leaseBody(other.Lease, map[string]any{"job": "build", "name": "bin"})); s != 403 {
@@ -168,7 +154,7 @@ func TestCacheFlow(t *testing.T) {
 	if s != 200 || str(body, "key") != "deps-v1-def" {
 		t.Fatalf("prefix restore: %d %s", s, body)
 	}
-	if got := download(t, str(body, "url")); string(got) != "from a passing job" {
+	if got := castest.Download(t, str(body, "url")); string(got) != "from a passing job" {
 		t.Fatalf("restored %q", got)
 	}
 	if s, body := restore(c, "deps-v1-def"); s != 200 || str(body, "key") != "deps-v1-def" {

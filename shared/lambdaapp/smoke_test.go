@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -30,6 +29,7 @@ import (
 	"github.com/forgeci/forgeci/shared/lambdaapp/lambdatest"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/snapshot"
+	"github.com/forgeci/forgeci/shared/snapshot/snapshottest"
 )
 
 // The bootstraps are built once per test binary, into buildDir.
@@ -313,16 +313,7 @@ func snapshotOf(t *testing.T, files map[string]string) ([]byte, *snapshot.Result
 			t.Fatal(err)
 		}
 	}
-	tree, err := snapshot.DirTree(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	res, err := snapshot.Write(&buf, tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes(), res
+	return snapshottest.Of(t, dir)
 }
 
 func digestOf(b []byte) string {
@@ -360,20 +351,6 @@ func put(t *testing.T, r response, data []byte) {
 		msg, _ := io.ReadAll(resp.Body)
 		t.Fatalf("presigned upload: %d %s", resp.StatusCode, msg)
 	}
-}
-
-func get(t *testing.T, rawURL string) []byte {
-	t.Helper()
-	resp, err := http.Get(rawURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("presigned GET: %d %s", resp.StatusCode, b)
-	}
-	return b
 }
 
 // TestLambdaSmoke drives every HTTP route through its real bootstrap under
@@ -479,7 +456,7 @@ func TestLambdaSmoke(t *testing.T) {
 		URL string `json:"url"`
 	}
 	f.expect("source", "POST /v1/runner/jobs/{job_id}/source", jobPath+"/source", runner.Token, map[string]any{"lease": c.Lease}, 200).json(t, &srcAns)
-	if got := get(t, srcAns.URL); !bytes.Equal(got, src) {
+	if got := castest.Download(t, srcAns.URL); !bytes.Equal(got, src) {
 		t.Fatal("the presigned source URL does not serve the uploaded snapshot")
 	}
 	f.expect("source", "POST /v1/runner/jobs/{job_id}/source", jobPath+"/source", runner.Token, map[string]any{"lease": stale}, 409)
@@ -544,7 +521,7 @@ func TestLambdaSmoke(t *testing.T) {
 	}
 	f.expect("artifacts", "POST /v1/runner/jobs/{job_id}/artifacts/fetch", job2+"/artifacts/fetch", runner.Token,
 		map[string]any{"lease": c2.Lease, "job": "build", "name": "dist"}, 200).json(t, &fetched)
-	if got := get(t, fetched.URL); !bytes.Equal(got, artifact) {
+	if got := castest.Download(t, fetched.URL); !bytes.Equal(got, artifact) {
 		t.Fatal("fetched artifact differs")
 	}
 	var hit struct {
@@ -552,7 +529,7 @@ func TestLambdaSmoke(t *testing.T) {
 	}
 	f.expect("cache", "POST /v1/runner/jobs/{job_id}/cache/restore", job2+"/cache/restore", runner.Token,
 		map[string]any{"lease": c2.Lease, "keys": []string{"smoke-"}}, 200).json(t, &hit)
-	if got := get(t, hit.URL); !bytes.Equal(got, cacheBlob) {
+	if got := castest.Download(t, hit.URL); !bytes.Equal(got, cacheBlob) {
 		t.Fatal("restored cache differs")
 	}
 	f.expect("complete", "POST /v1/runner/jobs/{job_id}/complete", job2+"/complete", runner.Token,
@@ -640,20 +617,8 @@ func TestLambdaSmoke(t *testing.T) {
 func TestLambdaMigrations(t *testing.T) {
 	ctx := context.Background()
 	f := newFleet(t, nil)
-	admin := pgtest.AdminURL(t)
-	name := "migrate_smoke_" + fmt.Sprint(time.Now().UnixNano())
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
-	u, _ := url.Parse(admin)
-	u.Path = "/" + name
-	f.env = newLambdaEnv(t, u.String(), cas.Config{Bucket: "unused"})
+	db := pgtest.EmptyDatabase(t, "migrate_smoke_"+fmt.Sprint(time.Now().UnixNano()))
+	f.env = newLambdaEnv(t, db, cas.Config{Bucket: "unused"})
 
 	answers := make(chan map[string]any, 4)
 	cfn := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -684,7 +649,7 @@ func TestLambdaMigrations(t *testing.T) {
 	}
 	tables := func() int {
 		var n int
-		c, err := pgx.Connect(ctx, u.String())
+		c, err := pgx.Connect(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}

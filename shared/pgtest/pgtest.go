@@ -97,6 +97,33 @@ func NewDatabase(t testing.TB) string {
 	return url
 }
 
+// EmptyDatabase creates an empty database named name, without the
+// migrations (for tests of migrating), and returns its URL. One left by an
+// earlier run is dropped first; this one is dropped when the test ends.
+func EmptyDatabase(t testing.TB, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	admin := AdminURL(t)
+	exec := func(sql string) error {
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	drop := `DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`
+	if err := exec(drop); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec(drop) })
+	return replaceDB(admin, name)
+}
+
 // NewPool returns a pool on a fresh database, closed when the test ends.
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()

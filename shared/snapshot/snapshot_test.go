@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/snapshot"
+	"github.com/forgeci/forgeci/shared/snapshot/snapshottest"
 )
 
 func writeTree(t *testing.T, root string, files map[string]string, order []string) {
@@ -40,17 +41,9 @@ func writeTree(t *testing.T, root string, files map[string]string, order []strin
 
 func snap(t *testing.T, root string) *snapshot.Result {
 	t.Helper()
-	tree, err := snapshot.DirTree(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	res, err := snapshot.Write(&buf, tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if int64(buf.Len()) != res.Size {
-		t.Fatalf("size %d, wrote %d", res.Size, buf.Len())
+	blob, res := snapshottest.Of(t, root)
+	if int64(len(blob)) != res.Size {
+		t.Fatalf("size %d, wrote %d", res.Size, len(blob))
 	}
 	return res
 }

@@ -3,11 +3,8 @@ package store_test
 import (
 	"context"
 	"io/fs"
-	"strings"
 	"sync"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/migrations"
 	"github.com/forgeci/forgeci/shared/pgtest"
@@ -19,20 +16,7 @@ import (
 // and migrating again applies nothing.
 func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 	ctx := context.Background()
-	admin := pgtest.AdminURL(t)
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS migrate_test WITH (FORCE)`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `CREATE DATABASE migrate_test`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = conn.Exec(ctx, `DROP DATABASE IF EXISTS migrate_test WITH (FORCE)`) })
-	url := strings.Replace(admin, "/postgres?", "/migrate_test?", 1)
+	url := pgtest.EmptyDatabase(t, "migrate_test")
 
 	files, _ := fs.Glob(migrations.FS, "*.sql")
 	var mu sync.Mutex

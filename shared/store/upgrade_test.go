@@ -24,19 +24,7 @@ import (
 // plain-text secrets are sealed, and still reach the jobs that name them.
 func TestUpgradeToTenancy(t *testing.T) {
 	ctx := context.Background()
-	admin := pgtest.AdminURL(t)
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	name := fmt.Sprintf("upgrade_%d", len(t.Name()))
-	_, _ = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`)
-	if _, err := conn.Exec(ctx, `CREATE DATABASE `+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = conn.Exec(ctx, `DROP DATABASE IF EXISTS `+name+` WITH (FORCE)`) })
-	url := strings.Replace(admin, "/postgres?", "/"+name+"?", 1)
+	url := pgtest.EmptyDatabase(t, fmt.Sprintf("upgrade_%d", len(t.Name())))
 	if err := store.MigrateTo(ctx, url, 4); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"net/http"
 	"os"
 	"sync"
 	"testing"
@@ -59,4 +61,21 @@ func New(t testing.TB) *cas.Store {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// Download GETs url (a presigned one, as the API hands out for a source,
+// an artifact or a cache) and returns the body; anything but 200 fails
+// the test.
+func Download(t testing.TB, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return b
 }
