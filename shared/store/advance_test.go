@@ -43,17 +43,11 @@ func complete(t *testing.T, s *store.Store, r store.Runner, c *store.Claim, outc
 // stays RUNNING while a job is open and ends FAILED when the last one does.
 func TestAdvanceRunDiamond(t *testing.T) {
 	ctx := context.Background()
-	s := pgtest.NewStore(t, store.Limits{})
-	pgtest.Project(t, s, "p")
-	r := newRunner(t, s)
-	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
+	s, r, run := newRun(t, []store.NewJob{
 		{Name: "a"}, {Name: "b"},
 		{Name: "c", Needs: []string{"a", "b"}}, {Name: "d", Needs: []string{"c"}}, {Name: "e", Needs: []string{"a"}},
 		{Name: "f", Needs: []string{"d", "e"}}, {Name: "g", Needs: []string{"b"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	claims := claimAll(t, s, r)
 	if len(claims) != 2 || claims["a"] == nil || claims["b"] == nil {
 		t.Fatalf("claimed %v, want a and b", claims)

@@ -135,9 +135,7 @@ func TestAppendRacesCompletion(t *testing.T) {
 		var mu sync.Mutex
 		accepted := map[int64]string{} // offset -> data of acknowledged appends
 		for w := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				var off int64
 				for i := 0; i < 50; i++ {
 					data := fmt.Sprintf("w%d-%d;", w, i)
@@ -161,7 +159,7 @@ func TestAppendRacesCompletion(t *testing.T) {
 						return
 					}
 				}
-			}()
+			})
 		}
 		time.Sleep(time.Duration(round%5) * time.Millisecond)
 		if _, err := s.Complete(ctx, r.ID, l.JobID, l, domain.OutcomePassed, 0); err != nil {
@@ -261,9 +259,7 @@ func TestRevokeRacesWrites(t *testing.T) {
 		var mu sync.Mutex
 		var late []string
 		for w := range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				var off int64
 				for i := 0; i < 200; i++ {
 					after := revoked.Load()
@@ -288,7 +284,7 @@ func TestRevokeRacesWrites(t *testing.T) {
 						return
 					}
 				}
-			}()
+			})
 		}
 		time.Sleep(time.Duration(round) * time.Millisecond)
 		if err := s.RevokeRunner(ctx, r.ID); err != nil {

@@ -17,6 +17,20 @@ func newRunner(t *testing.T, s *store.Store, labels ...string) store.Runner {
 	return scopedRunner(t, s, store.Scope{Untrusted: true}, labels...)
 }
 
+// newRun makes a store with project p, an untrusted runner and a run of
+// jobs in p.
+func newRun(t *testing.T, jobs []store.NewJob) (*store.Store, store.Runner, store.Run) {
+	t.Helper()
+	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
+	r := newRunner(t, s)
+	run, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, r, run
+}
+
 // scopedRunner registers a runner with a token of the given scope.
 func scopedRunner(t *testing.T, s *store.Store, scope store.Scope, labels ...string) store.Runner {
 	t.Helper()
@@ -65,15 +79,7 @@ func expire(t *testing.T, s *store.Store, jobID string) {
 // ends the run ABORTED. Sweeping again changes nothing.
 func TestSweepAbortsAndSkips(t *testing.T) {
 	ctx := context.Background()
-	s := pgtest.NewStore(t, store.Limits{})
-	pgtest.Project(t, s, "p")
-	r := newRunner(t, s)
-	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
-		{Name: "build"}, {Name: "test", Needs: []string{"build"}}, {Name: "deploy", Needs: []string{"test"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, r, run := newRun(t, []store.NewJob{{Name: "build"}, {Name: "test", Needs: []string{"build"}}, {Name: "deploy", Needs: []string{"test"}}})
 	if got := states(t, s, run.ID); got["build"] != "QUEUED" || got["test"] != "PENDING" {
 		t.Fatalf("initial states %v", got)
 	}
@@ -184,15 +190,7 @@ func TestSweepConcurrent(t *testing.T) {
 // TestRunOrchestration: passing needs queue dependants; the run follows.
 func TestRunOrchestration(t *testing.T) {
 	ctx := context.Background()
-	s := pgtest.NewStore(t, store.Limits{})
-	pgtest.Project(t, s, "p")
-	r := newRunner(t, s)
-	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
-		{Name: "a"}, {Name: "b"}, {Name: "c", Needs: []string{"a", "b"}},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, r, run := newRun(t, []store.NewJob{{Name: "a"}, {Name: "b"}, {Name: "c", Needs: []string{"a", "b"}}})
 	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunPending {
 		t.Fatalf("new run is %s", got.State)
 	}
@@ -229,13 +227,7 @@ func TestRunOrchestration(t *testing.T) {
 // once per allowed retry, then lets it fail.
 func TestRetryFailed(t *testing.T) {
 	ctx := context.Background()
-	s := pgtest.NewStore(t, store.Limits{})
-	pgtest.Project(t, s, "p")
-	r := newRunner(t, s)
-	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "flaky", RetryFailed: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, r, run := newRun(t, []store.NewJob{{Name: "flaky", RetryFailed: 1}})
 	c1, _ := s.Claim(ctx, r, nil, 0)
 	res, err := s.Complete(ctx, r.ID, c1.Lease.JobID, c1.Lease, domain.OutcomeFailed, 1)
 	if err != nil || res.State != domain.JobFailed || res.JobState != domain.JobQueued {
