@@ -38,8 +38,7 @@ func benchLeaseWrites(ctx context.Context, admin string, rounds int) ([]row, err
 		return nil, err
 	}
 	defer db.Close()
-	pool := db.Pool
-	st := db.Store
+	pool, st := db.Pool, db.Store
 	runner, err := seedRunner(ctx, pool)
 	if err != nil {
 		return nil, err
@@ -102,11 +101,11 @@ func benchLeaseWrites(ctx context.Context, admin string, rounds int) ([]row, err
 				if err != nil {
 					return nil, fmt.Errorf("%s %s: %w", which, b.name, err)
 				}
+				into := &raw
 				if which == "fenced" {
-					fenced = append(fenced, rate)
-				} else {
-					raw = append(raw, rate)
+					into = &fenced
 				}
+				*into = append(*into, rate)
 			}
 		}
 		rows = append(rows, row{name: fmt.Sprintf("%s, %d clients", b.name, leaseClients), figure: median(fenced),

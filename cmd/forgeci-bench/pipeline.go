@@ -38,7 +38,7 @@ func benchPipeline(ctx context.Context, admin string, rounds int) ([]row, error)
 		return nil, err
 	}
 	defer stack.Close()
-	st, blobs := stack.Store, stack.CAS
+	st := stack.Store
 	srv := httptest.NewServer(stack.Server(nil).Handler())
 	defer srv.Close()
 
@@ -47,34 +47,8 @@ func benchPipeline(ctx context.Context, admin string, rounds int) ([]row, error)
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	var yml strings.Builder
-	yml.WriteString("jobs:\n")
-	for stage := range 4 {
-		for k := range 5 {
-			fmt.Fprintf(&yml, "  s%dj%d:\n    runs-on: linux\n", stage, k)
-			if stage > 0 {
-				fmt.Fprintf(&yml, "    needs: [s%dj0, s%dj1, s%dj2, s%dj3, s%dj4]\n", stage-1, stage-1, stage-1, stage-1, stage-1)
-			}
-			yml.WriteString("    steps: [{run: 'true'}]\n")
-		}
-	}
-	src := filepath.Join(dir, "src")
-	_ = os.Mkdir(src, 0o755)
-	if err := os.WriteFile(filepath.Join(src, ".forgeci.yml"), []byte(yml.String()), 0o644); err != nil {
-		return nil, err
-	}
-	tree, _ := snapshot.DirTree(src)
-	var blob bytes.Buffer
-	res, err := snapshot.Write(&blob, tree)
+	res, err := uploadStages(ctx, stack, dir)
 	if err != nil {
-		return nil, err
-	}
-	project, err := st.CreateProject(ctx, "bench", "main")
-	if err != nil {
-		return nil, err
-	}
-	// The bench user is a global admin: its runs are trusted.
-	if err := blobs.Put(ctx, cas.BlobKey(project.ID, true, res.BlobDigest), res.BlobDigest, bytes.NewReader(blob.Bytes()), res.Size); err != nil {
 		return nil, err
 	}
 	_, userToken, err := st.CreateUser(ctx, "bench", store.RoleAdmin)
@@ -98,37 +72,12 @@ func benchPipeline(ctx context.Context, admin string, rounds int) ([]row, error)
 		"blob_digest": res.BlobDigest, "manifest_digest": res.ManifestDigest, "size": res.Size}})
 	var ours, theirs []float64
 	for range max(1, rounds) {
-		start := time.Now()
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/runs", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+userToken)
-		resp, err := http.DefaultClient.Do(req)
+		took, err := runPipeline(ctx, st, srv.URL, userToken, body)
 		if err != nil {
 			return nil, err
 		}
-		var run struct{ ID string }
-		_ = json.NewDecoder(resp.Body).Decode(&run)
-		resp.Body.Close()
-		if resp.StatusCode != 201 {
-			return nil, fmt.Errorf("create run: HTTP %d", resp.StatusCode)
-		}
-		for {
-			r, err := st.GetRun(ctx, run.ID)
-			if err != nil {
-				return nil, err
-			}
-			if r.State == "PASSED" {
-				break
-			}
-			if r.FinishedAt != nil {
-				return nil, fmt.Errorf("pipeline ended %s", r.State)
-			}
-			if time.Since(start) > 2*time.Minute {
-				return nil, fmt.Errorf("pipeline did not finish in 2 minutes")
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		ours = append(ours, time.Since(start).Seconds())
-		start = time.Now()
+		ours = append(ours, took.Seconds())
+		start := time.Now()
 		for range 4 { // four stages of five, four at a time: two waves each
 			if out, err := exec.Command("bash", "-c", "for w in 1 2; do for i in 1 2 3 4; do bash -eo pipefail -c true & done; wait; done").CombinedOutput(); err != nil {
 				return nil, fmt.Errorf("baseline: %v %s", err, out)
@@ -138,6 +87,72 @@ func benchPipeline(ctx context.Context, admin string, rounds int) ([]row, error)
 	}
 	return []row{{name: "20-job pipeline of true, 4 runners", figure: median(ours) * 1000, baseline: median(theirs) * 1000,
 		unit: "ms", baselineName: "the steps run by bash directly", goal: 0}}, nil
+}
+
+// uploadStages makes the project bench and puts into it a snapshot whose
+// pipeline is 4 stages of 5 jobs of true, each stage needing the last.
+func uploadStages(ctx context.Context, stack *localstack.Stack, dir string) (*snapshot.Result, error) {
+	var yml strings.Builder
+	yml.WriteString("jobs:\n")
+	for stage := range 4 {
+		for k := range 5 {
+			fmt.Fprintf(&yml, "  s%dj%d:\n    runs-on: linux\n", stage, k)
+			if stage > 0 {
+				fmt.Fprintf(&yml, "    needs: [s%dj0, s%dj1, s%dj2, s%dj3, s%dj4]\n", stage-1, stage-1, stage-1, stage-1, stage-1)
+			}
+			yml.WriteString("    steps: [{run: 'true'}]\n")
+		}
+	}
+	src := filepath.Join(dir, "src")
+	_ = os.Mkdir(src, 0o755)
+	if err := os.WriteFile(filepath.Join(src, ".forgeci.yml"), []byte(yml.String()), 0o644); err != nil {
+		return nil, err
+	}
+	tree, _ := snapshot.DirTree(src)
+	var blob bytes.Buffer
+	res, err := snapshot.Write(&blob, tree)
+	if err != nil {
+		return nil, err
+	}
+	project, err := stack.Store.CreateProject(ctx, "bench", "main")
+	if err != nil {
+		return nil, err
+	}
+	// The bench user is a global admin: its runs are trusted.
+	return res, stack.CAS.Put(ctx, cas.BlobKey(project.ID, true, res.BlobDigest), res.BlobDigest, bytes.NewReader(blob.Bytes()), res.Size)
+}
+
+// runPipeline creates a run through the API and waits for it to pass.
+func runPipeline(ctx context.Context, st *store.Store, server, token string, body []byte) (time.Duration, error) {
+	start := time.Now()
+	req, _ := http.NewRequest("POST", server+"/v1/runs", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	var run struct{ ID string }
+	_ = json.NewDecoder(resp.Body).Decode(&run)
+	resp.Body.Close()
+	if resp.StatusCode != 201 {
+		return 0, fmt.Errorf("create run: HTTP %d", resp.StatusCode)
+	}
+	for {
+		r, err := st.GetRun(ctx, run.ID)
+		if err != nil {
+			return 0, err
+		}
+		if r.State == "PASSED" {
+			return time.Since(start), nil
+		}
+		if r.FinishedAt != nil {
+			return 0, fmt.Errorf("pipeline ended %s", r.State)
+		}
+		if time.Since(start) > 2*time.Minute {
+			return 0, fmt.Errorf("pipeline did not finish in 2 minutes")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // benchStack is the local stack over the database at url and the test S3

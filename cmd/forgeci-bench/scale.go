@@ -23,41 +23,16 @@ const (
 // from in turn with the large one, so that both see the same machine at the
 // same moment. Flat means within 1.5x: ratio >= 0.67.
 func benchClaimScale(ctx context.Context, admin string, _ int) ([]row, error) {
-	open := func(name string) (*pgxpool.Pool, func(), error) {
-		db, err := openDB(ctx, admin, name, 4)
-		if err != nil {
-			return nil, nil, err
-		}
-		return db.Pool, db.Close, nil
-	}
-	basePool, closeBase, err := open("bench_scale_base")
+	base, err := openScaleDB(ctx, admin, "bench_scale_base")
 	if err != nil {
 		return nil, err
 	}
-	defer closeBase()
-	bigPool, closeBig, err := open("bench_scale_big")
+	defer base.Close()
+	big, err := openScaleDB(ctx, admin, "bench_scale_big")
 	if err != nil {
 		return nil, err
 	}
-	defer closeBig()
-	baseRunner, err := seedRunner(ctx, basePool)
-	if err != nil {
-		return nil, err
-	}
-	bigRunner, err := seedRunner(ctx, bigPool)
-	if err != nil {
-		return nil, err
-	}
-	base := store.New(basePool, store.Limits{})
-	big := store.New(bigPool, store.Limits{})
-	claim := func(st *store.Store, r store.Runner) (time.Duration, error) {
-		start := time.Now()
-		c, err := st.Claim(ctx, r, nil, 0)
-		if err == nil && c == nil {
-			err = fmt.Errorf("queue ran dry")
-		}
-		return time.Since(start), err
-	}
+	defer big.Close()
 	var rows []row
 	for _, sc := range []struct {
 		name             string
@@ -68,51 +43,87 @@ func benchClaimScale(ctx context.Context, admin string, _ int) ([]row, error) {
 		{"claim latency, 1,000,000 finished + 1,000 queued", scaleBaseQueued, 1000000},
 	} {
 		fmt.Fprintf(os.Stderr, "  seeding %d queued, %d finished ...\n", sc.queued, sc.finished)
-		if err := seedQueued(ctx, basePool, scaleBaseQueued); err != nil {
+		if err := seedQueued(ctx, base.Pool, scaleBaseQueued); err != nil {
 			return nil, err
 		}
-		if err := seedQueued(ctx, bigPool, sc.queued); err != nil {
+		if err := seedQueued(ctx, big.Pool, sc.queued); err != nil {
 			return nil, err
 		}
 		if sc.finished > 0 {
-			if err := seedFinished(ctx, bigPool, sc.finished); err != nil {
+			if err := seedFinished(ctx, big.Pool, sc.finished); err != nil {
 				return nil, err
 			}
 		}
-		// Warm both (plans, caches), then take turns.
-		for range 20 {
-			if _, err := claim(base, baseRunner); err != nil {
-				return nil, err
-			}
-			if _, err := claim(big, bigRunner); err != nil {
-				return nil, err
-			}
-		}
-		var ours, theirs []float64
-		for i := range scaleSamples {
-			first, second := func() (time.Duration, error) { return claim(big, bigRunner) },
-				func() (time.Duration, error) { return claim(base, baseRunner) }
-			if i%2 == 1 {
-				first, second = second, first
-			}
-			a, err := first()
-			if err != nil {
-				return nil, err
-			}
-			b, err := second()
-			if err != nil {
-				return nil, err
-			}
-			if i%2 == 1 {
-				a, b = b, a
-			}
-			ours = append(ours, a.Seconds()*1000)
-			theirs = append(theirs, b.Seconds()*1000)
+		ours, theirs, err := claimTurns(ctx, big, base)
+		if err != nil {
+			return nil, err
 		}
 		rows = append(rows, row{name: sc.name + " (p50)", figure: median(ours), baseline: median(theirs), unit: "ms",
 			goal: 1 / 1.5, baselineName: "1,000 queued"})
 	}
 	return rows, nil
+}
+
+// scaleDB is a benchmark database with its runner.
+type scaleDB struct {
+	*benchDB
+	runner store.Runner
+}
+
+func openScaleDB(ctx context.Context, admin, name string) (*scaleDB, error) {
+	db, err := openDB(ctx, admin, name, 4)
+	if err != nil {
+		return nil, err
+	}
+	r, err := seedRunner(ctx, db.Pool)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &scaleDB{benchDB: db, runner: r}, nil
+}
+
+// claim times one claim.
+func (db *scaleDB) claim(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	c, err := db.Store.Claim(ctx, db.runner, nil, 0)
+	if err == nil && c == nil {
+		err = fmt.Errorf("queue ran dry")
+	}
+	return time.Since(start), err
+}
+
+// claimTurns warms both databases, then claims from each in turn,
+// swapping which goes first, and returns the latencies in ms.
+func claimTurns(ctx context.Context, big, base *scaleDB) (ours, theirs []float64, err error) {
+	for range 20 { // plans, caches
+		if _, err := base.claim(ctx); err != nil {
+			return nil, nil, err
+		}
+		if _, err := big.claim(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	for i := range scaleSamples {
+		first, second := big, base
+		if i%2 == 1 {
+			first, second = base, big
+		}
+		a, err := first.claim(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := second.claim(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if i%2 == 1 {
+			a, b = b, a
+		}
+		ours = append(ours, a.Seconds()*1000)
+		theirs = append(theirs, b.Seconds()*1000)
+	}
+	return ours, theirs, nil
 }
 
 // seedFinished adds n PASSED jobs in finished runs of 10, each with its

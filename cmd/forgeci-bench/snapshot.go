@@ -18,18 +18,9 @@ import (
 // extraction, manifest recomputed from disk) beside `zstd -d | tar x`.
 // Figures are MB/s of file content.
 func benchSnapshot(ctx context.Context, _ string, rounds int) ([]row, error) {
-	tree := os.Getenv("FORGECI_BENCH_TREE")
-	if tree == "" {
-		goroot, err := exec.Command("go", "env", "GOROOT").Output()
-		if err != nil {
-			return nil, fmt.Errorf("go env GOROOT: %w", err)
-		}
-		tree = filepath.Join(strings.TrimSpace(string(goroot)), "src")
-	}
-	for _, tool := range []string{"tar", "zstd"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s is needed for the baseline (make deps installs it)", tool)
-		}
+	tree, err := benchTree()
+	if err != nil {
+		return nil, err
 	}
 	work, err := os.MkdirTemp("", "forgeci-bench-snap-")
 	if err != nil {
@@ -80,39 +71,7 @@ func benchSnapshot(ctx context.Context, _ string, rounds int) ([]row, error) {
 	// file system's own cost is most of both times; in memory what is left
 	// is the CPU, where verifying the blob and reading the tree back to
 	// recompute its manifest, which tar does not do, show.
-	extractIn := func(base string) (ours, theirs time.Duration, err error) {
-		n := 0
-		// inFreshDir times fn extracting into a new empty directory.
-		inFreshDir := func(fn func(dest string) error) func() (time.Duration, error) {
-			return func() (time.Duration, error) {
-				n++
-				dest := filepath.Join(base, fmt.Sprintf("x%d", n))
-				if err := os.Mkdir(dest, 0o755); err != nil {
-					return 0, err
-				}
-				defer os.RemoveAll(dest)
-				start := time.Now()
-				err := fn(dest)
-				return time.Since(start), err
-			}
-		}
-		extractOurs := inFreshDir(func(dest string) error {
-			if err := snapshot.VerifyFile(blob, res.BlobDigest, res.Size); err != nil {
-				return err
-			}
-			_, err := snapshot.ExtractVerified(blob, dest, res.ManifestDigest, snapshot.Limits{})
-			return err
-		})
-		extractBase := inFreshDir(func(dest string) error {
-			out, err := exec.Command("bash", "-c", `zstd -d -q -c "$1" | tar -xf - -C "$2"`, "bash", blob, dest).CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("zstd -d | tar x: %v %s", err, out)
-			}
-			return nil
-		})
-		return alternate(rounds, extractOurs, extractBase)
-	}
-	exOurs, exBase, err := extractIn(work)
+	exOurs, exBase, err := extractIn(work, blob, res, rounds)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +83,7 @@ func benchSnapshot(ctx context.Context, _ string, rounds int) ([]row, error) {
 	}
 	if shm, err := os.MkdirTemp("/dev/shm", "forgeci-bench-snap-"); err == nil {
 		defer os.RemoveAll(shm)
-		exOurs, exBase, err := extractIn(shm)
+		exOurs, exBase, err := extractIn(shm, blob, res, rounds)
 		if err != nil {
 			return nil, err
 		}
@@ -132,6 +91,58 @@ func benchSnapshot(ctx context.Context, _ string, rounds int) ([]row, error) {
 			unit: "MB/s", higherIsBetter: true, baselineName: "zstd -d | tar x"})
 	}
 	return rows, nil
+}
+
+// benchTree is the tree snapshotted: $FORGECI_BENCH_TREE, or Go's source.
+func benchTree() (string, error) {
+	for _, tool := range []string{"tar", "zstd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return "", fmt.Errorf("%s is needed for the baseline (make deps installs it)", tool)
+		}
+	}
+	if tree := os.Getenv("FORGECI_BENCH_TREE"); tree != "" {
+		return tree, nil
+	}
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOROOT: %w", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(goroot)), "src"), nil
+}
+
+// extractIn times verifying and extracting blob into fresh directories
+// under base, beside zstd -d | tar x of the same blob.
+func extractIn(base, blob string, res *snapshot.Result, rounds int) (ours, theirs time.Duration, err error) {
+	n := 0
+	// inFreshDir times fn extracting into a new empty directory.
+	inFreshDir := func(fn func(dest string) error) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			n++
+			dest := filepath.Join(base, fmt.Sprintf("x%d", n))
+			if err := os.Mkdir(dest, 0o755); err != nil {
+				return 0, err
+			}
+			defer os.RemoveAll(dest)
+			start := time.Now()
+			err := fn(dest)
+			return time.Since(start), err
+		}
+	}
+	extractOurs := inFreshDir(func(dest string) error {
+		if err := snapshot.VerifyFile(blob, res.BlobDigest, res.Size); err != nil {
+			return err
+		}
+		_, err := snapshot.ExtractVerified(blob, dest, res.ManifestDigest, snapshot.Limits{})
+		return err
+	})
+	extractBase := inFreshDir(func(dest string) error {
+		out, err := exec.Command("bash", "-c", `zstd -d -q -c "$1" | tar -xf - -C "$2"`, "bash", blob, dest).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("zstd -d | tar x: %v %s", err, out)
+		}
+		return nil
+	})
+	return alternate(rounds, extractOurs, extractBase)
 }
 
 // alternate runs a and b in turns for rounds, swapping which goes first,

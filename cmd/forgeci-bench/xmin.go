@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 const (
@@ -70,97 +71,24 @@ func pinnedRun(ctx context.Context, admin, kind string) (clean, mean, last float
 		return 0, 0, 0, err
 	}
 	defer db.Close()
-	pool := db.Pool
-	st := db.Store
-	runner, err := seedRunner(ctx, pool)
+	runner, err := seedRunner(ctx, db.Pool)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	if err := seedQueuedRuns(ctx, pool, 50000, 10); err != nil {
+	if err := seedQueuedRuns(ctx, db.Pool, 50000, 10); err != nil {
 		return 0, 0, 0, err
 	}
-
-	var claimed atomic.Int64
-	seeded := int64(50000)
-	wctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	fail := func(err error) {
-		mu.Lock()
-		if first == nil && wctx.Err() == nil {
-			first = err
-		}
-		mu.Unlock()
-		stop()
-	}
-	// The producer keeps at least 20,000 jobs queued.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		batch := 0
-		for wctx.Err() == nil {
-			if seeded-claimed.Load() > 20000 {
-				time.Sleep(50 * time.Millisecond)
-				continue
-			}
-			batch++
-			if err := addQueued(wctx, pool, batch, 20000); err != nil {
-				fail(err)
-				return
-			}
-			seeded += 20000
-		}
-	}()
+	l := &xminLoad{db: db, runner: runner, kind: kind, seeded: 50000}
+	l.ctx, l.stop = context.WithCancel(ctx)
+	defer l.stop()
+	l.wg.Add(1)
+	go l.produce()
 	for range xminClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for wctx.Err() == nil {
-				if kind == "raw" {
-					var id string
-					if err := pool.QueryRow(wctx, rawClaimSQL, runner.ID).Scan(&id); err != nil {
-						fail(err)
-						return
-					}
-					if _, err := pool.Exec(wctx, `UPDATE jobs SET state = 'PASSED', finished_at = now() WHERE id = $1`, id); err != nil {
-						fail(err)
-						return
-					}
-					claimed.Add(1)
-					continue
-				}
-				c, err := st.Claim(wctx, runner, nil, 0)
-				if err != nil || c == nil {
-					fail(fmt.Errorf("claim: %v (claimed %v)", err, c != nil))
-					return
-				}
-				if _, err := st.Complete(wctx, runner.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
-					fail(err)
-					return
-				}
-				claimed.Add(1)
-			}
-		}()
-	}
-	measure := func(d time.Duration, label string) ([]float64, error) {
-		var rates []float64
-		for end := time.Now().Add(d); time.Now().Before(end); {
-			n0, t0 := claimed.Load(), time.Now()
-			select {
-			case <-wctx.Done():
-				return nil, first
-			case <-time.After(xminWindow):
-			}
-			rate := perSecond(int(claimed.Load()-n0), time.Since(t0))
-			rates = append(rates, rate)
-			fmt.Fprintf(os.Stderr, "  %s %s: %.0f claims/s\n", kind, label, rate)
-		}
-		return rates, nil
+		l.wg.Add(1)
+		go l.work()
 	}
 	time.Sleep(5 * time.Second) // warm up
-	cleanRates, err := measure(xminClean, "clean")
+	cleanRates, err := l.measure(xminClean, "clean")
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -178,21 +106,113 @@ func pinnedRun(ctx context.Context, admin, kind string) (clean, mean, last float
 	if err := tx.QueryRow(ctx, `SELECT count(*) FROM runs`).Scan(&n); err != nil {
 		return 0, 0, 0, err
 	}
-	pinnedRates, err := measure(xminPinned, "snapshot held")
+	pinnedRates, err := l.measure(xminPinned, "snapshot held")
 	_ = tx.Rollback(ctx)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	stop()
-	wg.Wait()
-	avg := func(xs []float64) float64 {
-		s := 0.0
-		for _, x := range xs {
-			s += x
-		}
-		return s / float64(len(xs))
+	l.stop()
+	l.wg.Wait()
+	return average(cleanRates), average(pinnedRates), average(pinnedRates[max(0, len(pinnedRates)-xminLast):]), nil
+}
+
+// xminLoad is the claim-and-complete load of one pinned-xmin run: a
+// producer keeps the queue full, clients claim and complete.
+type xminLoad struct {
+	db      *benchDB
+	runner  store.Runner
+	kind    string // "raw": the bare statements; else the store's
+	ctx     context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	claimed atomic.Int64
+	seeded  int64
+
+	mu    sync.Mutex
+	first error
+}
+
+func (l *xminLoad) fail(err error) {
+	l.mu.Lock()
+	if l.first == nil && l.ctx.Err() == nil {
+		l.first = err
 	}
-	return avg(cleanRates), avg(pinnedRates), avg(pinnedRates[max(0, len(pinnedRates)-xminLast):]), nil
+	l.mu.Unlock()
+	l.stop()
+}
+
+// produce keeps at least 20,000 jobs queued.
+func (l *xminLoad) produce() {
+	defer l.wg.Done()
+	batch := 0
+	for l.ctx.Err() == nil {
+		if l.seeded-l.claimed.Load() > 20000 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		batch++
+		if err := addQueued(l.ctx, l.db.Pool, batch, 20000); err != nil {
+			l.fail(err)
+			return
+		}
+		l.seeded += 20000
+	}
+}
+
+// work claims and completes jobs until the load stops.
+func (l *xminLoad) work() {
+	defer l.wg.Done()
+	for l.ctx.Err() == nil {
+		if err := l.once(); err != nil {
+			l.fail(err)
+			return
+		}
+		l.claimed.Add(1)
+	}
+}
+
+func (l *xminLoad) once() error {
+	if l.kind == "raw" {
+		var id string
+		if err := l.db.Pool.QueryRow(l.ctx, rawClaimSQL, l.runner.ID).Scan(&id); err != nil {
+			return err
+		}
+		_, err := l.db.Pool.Exec(l.ctx, `UPDATE jobs SET state = 'PASSED', finished_at = now() WHERE id = $1`, id)
+		return err
+	}
+	c, err := l.db.Store.Claim(l.ctx, l.runner, nil, 0)
+	if err != nil || c == nil {
+		return fmt.Errorf("claim: %v (claimed %v)", err, c != nil)
+	}
+	_, err = l.db.Store.Complete(l.ctx, l.runner.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0)
+	return err
+}
+
+// measure samples the claim rate every xminWindow for d.
+func (l *xminLoad) measure(d time.Duration, label string) ([]float64, error) {
+	var rates []float64
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		n0, t0 := l.claimed.Load(), time.Now()
+		select {
+		case <-l.ctx.Done():
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return nil, l.first
+		case <-time.After(xminWindow):
+		}
+		rate := perSecond(int(l.claimed.Load()-n0), time.Since(t0))
+		rates = append(rates, rate)
+		fmt.Fprintf(os.Stderr, "  %s %s: %.0f claims/s\n", l.kind, label, rate)
+	}
+	return rates, nil
+}
+
+func average(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
 }
 
 // addQueued queues n more jobs in runs of 10 without touching what is there.
