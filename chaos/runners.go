@@ -76,18 +76,26 @@ func (r *runnerProc) sigkill(down time.Duration) {
 	r.dead = true
 	r.mu.Unlock()
 	<-exited
+	r.endAfter(down, "sigkill", "", func() {
+		if r.dead {
+			_ = r.start()
+		}
+	})
+}
+
+// endAfter ends a fault on r after d (or when the fault phase ends), in
+// the background, with r locked, and logs it from now until then.
+func (r *runnerProc) endAfter(d time.Duration, fault, detail string, end func()) {
 	start := time.Now()
 	r.h.bg.Add(1)
 	go func() {
 		defer r.h.bg.Done()
-		r.h.wait(down)
+		r.h.wait(d)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if r.dead {
-			_ = r.start()
-		}
+		end()
 		r.busy = false
-		r.h.ops.add(Op{Kind: "fault", Fault: "sigkill", Target: r.id, T: start.UnixNano(), End: time.Now().UnixNano()})
+		r.h.ops.add(Op{Kind: "fault", Fault: fault, Target: r.id, T: start.UnixNano(), End: time.Now().UnixNano(), Detail: detail})
 	}()
 }
 
@@ -97,21 +105,12 @@ func (r *runnerProc) sigstop(d time.Duration) {
 	_ = r.cmd.Process.Signal(syscall.SIGSTOP)
 	r.stopped = true
 	r.mu.Unlock()
-	start := time.Now()
-	r.h.bg.Add(1)
-	go func() {
-		defer r.h.bg.Done()
-		r.h.wait(d)
-		r.mu.Lock()
-		defer r.mu.Unlock()
+	r.endAfter(d, "sigstop", d.Round(time.Millisecond).String(), func() {
 		if r.stopped {
 			_ = r.cmd.Process.Signal(syscall.SIGCONT)
 			r.stopped = false
 		}
-		r.busy = false
-		r.h.ops.add(Op{Kind: "fault", Fault: "sigstop", Target: r.id, T: start.UnixNano(), End: time.Now().UnixNano(),
-			Detail: d.Round(time.Millisecond).String()})
-	}()
+	})
 }
 
 // revive resumes a stopped process and restarts a dead one, at once.

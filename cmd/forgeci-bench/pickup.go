@@ -15,15 +15,11 @@ import (
 // waiting runner's long-poll claim returning it over HTTP, beside the round
 // trip of one raw SKIP LOCKED claim statement on the same database.
 func benchPickup(ctx context.Context, admin string, rounds int) ([]row, error) {
-	url, drop, err := freshDatabase(ctx, admin, "bench_pickup")
+	stack, dropDB, err := benchStack(ctx, admin, "bench_pickup", "bench-pickup", 8)
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	stack, err := benchStack(ctx, url, "bench-pickup", 8)
-	if err != nil {
-		return nil, err
-	}
+	defer dropDB()
 	defer stack.Close()
 	st, pool := stack.Store, stack.Pool
 	if _, err := st.CreateProject(ctx, "bench", "main"); err != nil {

@@ -28,15 +28,11 @@ import (
 // agents over HTTP, real PostgreSQL and S3, beside running the same 20
 // steps directly with bash, 4 at a time in stage order.
 func benchPipeline(ctx context.Context, admin string, rounds int) ([]row, error) {
-	url, drop, err := freshDatabase(ctx, admin, "bench_pipeline")
+	stack, dropDB, err := benchStack(ctx, admin, "bench_pipeline", "bench-pipeline", 16)
 	if err != nil {
 		return nil, err
 	}
-	defer drop()
-	stack, err := benchStack(ctx, url, "bench-pipeline", 16)
-	if err != nil {
-		return nil, err
-	}
+	defer dropDB()
 	defer stack.Close()
 	st := stack.Store
 	srv := httptest.NewServer(stack.Server(nil).Handler())
@@ -155,10 +151,19 @@ func runPipeline(ctx context.Context, st *store.Store, server, token string, bod
 	}
 }
 
-// benchStack is the local stack over the database at url and the test S3
-// server that forgeci services started.
-func benchStack(ctx context.Context, url, bucket string, conns int32) (*localstack.Stack, error) {
-	return localstack.Start(ctx, localstack.Options{DatabaseURL: url, MaxConns: conns, S3: cas.Config{Bucket: bucket,
+// benchStack is the local stack over a fresh database (dropped by
+// dropDB) and the test S3 server that forgeci services started.
+func benchStack(ctx context.Context, admin, name, bucket string, conns int32) (stack *localstack.Stack, dropDB func(), err error) {
+	url, drop, err := freshDatabase(ctx, admin, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	stack, err = localstack.Start(ctx, localstack.Options{DatabaseURL: url, MaxConns: conns, S3: cas.Config{Bucket: bucket,
 		Endpoint: os.Getenv("FORGECI_TEST_S3_ENDPOINT"), AccessKey: os.Getenv("FORGECI_TEST_S3_ACCESS_KEY"),
 		SecretKey: os.Getenv("FORGECI_TEST_S3_SECRET_KEY"), Region: os.Getenv("FORGECI_TEST_S3_REGION")}})
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return stack, drop, nil
 }

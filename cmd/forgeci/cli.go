@@ -63,34 +63,29 @@ func printJSON(v any) error {
 }
 
 func loginCmd(g *global) *cobra.Command {
-	return &cobra.Command{
-		Use:   "login",
-		Short: "Check --url and --token and save them in the config file",
-		Args:  cobra.NoArgs,
-		RunE: func(c *cobra.Command, _ []string) error {
-			if g.url == "" || g.token == "" {
-				return errors.New("usage: forgeci login --url URL --token TOKEN")
-			}
-			cl := newClient(g.url, g.token)
-			var me store.User
-			if err := cl.do(c.Context(), "GET", "/v1/me", nil, &me); err != nil {
-				return err
-			}
-			p, err := configPath(g.config)
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-				return err
-			}
-			b, _ := json.MarshalIndent(config{URL: cl.server, Token: g.token}, "", "  ")
-			if err := writeFileAtomic(p, append(b, '\n')); err != nil {
-				return err
-			}
-			fmt.Printf("logged in to %s as %s (%s); saved in %s\n", cl.server, me.Name, me.Role, p)
-			return nil
-		},
-	}
+	return command("login", "Check --url and --token and save them in the config file", cobra.NoArgs, func(c *cobra.Command, _ []string) error {
+		if g.url == "" || g.token == "" {
+			return errors.New("usage: forgeci login --url URL --token TOKEN")
+		}
+		cl := newClient(g.url, g.token)
+		var me store.User
+		if err := cl.do(c.Context(), "GET", "/v1/me", nil, &me); err != nil {
+			return err
+		}
+		p, err := configPath(g.config)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return err
+		}
+		b, _ := json.MarshalIndent(config{URL: cl.server, Token: g.token}, "", "  ")
+		if err := writeFileAtomic(p, append(b, '\n')); err != nil {
+			return err
+		}
+		fmt.Printf("logged in to %s as %s (%s); saved in %s\n", cl.server, me.Name, me.Role, p)
+		return nil
+	})
 }
 
 func submitCmd(g *global) *cobra.Command {
@@ -118,34 +113,29 @@ func submitCmd(g *global) *cobra.Command {
 func runsCmd(g *global) *cobra.Command {
 	var project string
 	var limit int
-	c := &cobra.Command{
-		Use:   "runs [RUN_ID]",
-		Short: "List runs, newest first, or show one run and its jobs",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			if len(args) == 1 {
-				return showRun(ctx, cl, args[0], g.json)
+	c := command("runs [RUN_ID]", "List runs, newest first, or show one run and its jobs", cobra.MaximumNArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+		if len(args) == 1 {
+			return showRun(ctx, cl, args[0], g.json)
+		}
+		var out struct {
+			Runs []store.Run `json:"runs"`
+		}
+		q := url.Values{"limit": {fmt.Sprint(limit)}}
+		if project != "" {
+			q.Set("project", project)
+		}
+		if err := cl.do(ctx, "GET", "/v1/runs?"+q.Encode(), nil, &out); err != nil {
+			return err
+		}
+		return printTable(g, out.Runs, "RUN\tSTATE\tTRIGGER\tCOMMIT\tCREATED\tID", func(r store.Run) []any {
+			sha := r.GitSHA
+			if len(sha) > 10 {
+				sha = sha[:10]
 			}
-			var out struct {
-				Runs []store.Run `json:"runs"`
-			}
-			q := url.Values{"limit": {fmt.Sprint(limit)}}
-			if project != "" {
-				q.Set("project", project)
-			}
-			if err := cl.do(ctx, "GET", "/v1/runs?"+q.Encode(), nil, &out); err != nil {
-				return err
-			}
-			return printTable(g, out.Runs, "RUN\tSTATE\tTRIGGER\tCOMMIT\tCREATED\tID", func(r store.Run) []any {
-				sha := r.GitSHA
-				if len(sha) > 10 {
-					sha = sha[:10]
-				}
-				return []any{fmt.Sprintf("%s #%d", r.Project, r.Number), r.State, r.Trigger, sha,
-					r.CreatedAt.Local().Format("2006-01-02 15:04"), r.ID}
-			})
-		}),
-	}
+			return []any{fmt.Sprintf("%s #%d", r.Project, r.Number), r.State, r.Trigger, sha,
+				r.CreatedAt.Local().Format("2006-01-02 15:04"), r.ID}
+		})
+	}))
 	c.Flags().StringVarP(&project, "project", "p", "", "only this project's runs")
 	c.Flags().IntVarP(&limit, "limit", "n", 20, "how many (at most 200)")
 	return c
@@ -205,32 +195,27 @@ func runOrJobPath(ctx context.Context, cl *apiClient, args []string) (string, er
 func logsCmd(g *global) *cobra.Command {
 	var follow bool
 	var generation int
-	c := &cobra.Command{
-		Use:   "logs RUN_ID [JOB]",
-		Short: "Print a job's log (every job's, prefixed, without JOB); -f follows until the run ends",
-		Args:  cobra.RangeArgs(1, 2),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			if len(args) == 1 {
-				if !follow {
-					return errors.New("name a job, or use -f to follow every job of the run")
-				}
-				state, err := followRun(ctx, cl, args[0], os.Stdout)
-				if err != nil {
-					return err
-				}
-				fmt.Printf("run %s\n", state)
-				if state != "PASSED" {
-					return exitError(1)
-				}
-				return nil
+	c := command("logs RUN_ID [JOB]", "Print a job's log (every job's, prefixed, without JOB); -f follows until the run ends", cobra.RangeArgs(1, 2), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+		if len(args) == 1 {
+			if !follow {
+				return errors.New("name a job, or use -f to follow every job of the run")
 			}
-			jobID, err := jobByName(ctx, cl, args[0], args[1])
+			state, err := followRun(ctx, cl, args[0], os.Stdout)
 			if err != nil {
 				return err
 			}
-			return printLog(ctx, cl, args[0], jobID, generation, follow, os.Stdout)
-		}),
-	}
+			fmt.Printf("run %s\n", state)
+			if state != "PASSED" {
+				return exitError(1)
+			}
+			return nil
+		}
+		jobID, err := jobByName(ctx, cl, args[0], args[1])
+		if err != nil {
+			return err
+		}
+		return printLog(ctx, cl, args[0], jobID, generation, follow, os.Stdout)
+	}))
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the log grows, until the job ends")
 	c.Flags().IntVar(&generation, "generation", 0, "the attempt to print (default: the current one)")
 	return c
@@ -271,14 +256,9 @@ func printLog(ctx context.Context, cl *apiClient, runID, jobID string, gen int, 
 }
 
 func cancelCmd(g *global) *cobra.Command {
-	return &cobra.Command{
-		Use:   "cancel RUN_ID [JOB]",
-		Short: "Cancel a run, or one of its jobs",
-		Args:  cobra.RangeArgs(1, 2),
-		RunE: postToRun(g, "cancel", func(out map[string]int) {
-			fmt.Printf("canceled %d queued job(s); asked %d running job(s) to stop\n", out["canceled"], out["cancel_requested"])
-		}),
-	}
+	return command("cancel RUN_ID [JOB]", "Cancel a run, or one of its jobs", cobra.RangeArgs(1, 2), postToRun(g, "cancel", func(out map[string]int) {
+		fmt.Printf("canceled %d queued job(s); asked %d running job(s) to stop\n", out["canceled"], out["cancel_requested"])
+	}))
 }
 
 // postToRun posts verb to a run, or to one of its jobs (RUN_ID [JOB]),
@@ -302,14 +282,9 @@ func postToRun[T any](g *global, verb string, show func(T)) func(*cobra.Command,
 }
 
 func retryCmd(g *global) *cobra.Command {
-	return &cobra.Command{
-		Use:   "retry RUN_ID [JOB]",
-		Short: "Start a new run of a finished run, or of one of its jobs, on the same source",
-		Args:  cobra.RangeArgs(1, 2),
-		RunE: postToRun(g, "retry", func(v runDetail) {
-			fmt.Printf("run %s #%d %s: %s\n", v.Project, v.Number, v.ID, v.State)
-		}),
-	}
+	return command("retry RUN_ID [JOB]", "Start a new run of a finished run, or of one of its jobs, on the same source", cobra.RangeArgs(1, 2), postToRun(g, "retry", func(v runDetail) {
+		fmt.Printf("run %s #%d %s: %s\n", v.Project, v.Number, v.ID, v.State)
+	}))
 }
 
 func runnerCmd(g *global) *cobra.Command {
@@ -317,43 +292,33 @@ func runnerCmd(g *global) *cobra.Command {
 	token := &cobra.Command{Use: "token", Short: "Runner registration tokens"}
 	token.AddCommand(tokenCreateCmd(g))
 
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List runners",
-		Args:  cobra.NoArgs,
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
-			runners, err := listAll[store.RunnerInfo](ctx, cl, "/v1/runners", "runners", nil)
-			if err != nil {
-				return err
+	list := command("list", "List runners", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+		runners, err := listAll[store.RunnerInfo](ctx, cl, "/v1/runners", "runners", nil)
+		if err != nil {
+			return err
+		}
+		return printTable(g, runners, "NAME\tLABELS\tPROJECTS\tUNTRUSTED\tLAST SEEN\tSTATUS\tID", func(r store.RunnerInfo) []any {
+			seen, status := "never", "active"
+			if r.LastSeenAt != nil {
+				seen = r.LastSeenAt.Local().Format("2006-01-02 15:04:05")
 			}
-			return printTable(g, runners, "NAME\tLABELS\tPROJECTS\tUNTRUSTED\tLAST SEEN\tSTATUS\tID", func(r store.RunnerInfo) []any {
-				seen, status := "never", "active"
-				if r.LastSeenAt != nil {
-					seen = r.LastSeenAt.Local().Format("2006-01-02 15:04:05")
-				}
-				if r.RevokedAt != nil {
-					status = "revoked"
-				}
-				scope := strings.Join(r.ProjectNames, ",")
-				if scope == "" {
-					scope = "all"
-				}
-				return []any{r.Name, strings.Join(r.Labels, ","), scope, r.Untrusted, seen, status, r.ID}
-			})
-		}),
-	}
-	revoke := &cobra.Command{
-		Use:   "revoke RUNNER_ID",
-		Short: "Revoke a runner: its token and leases stop working at once (admin)",
-		Args:  cobra.ExactArgs(1),
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-			if err := cl.do(ctx, "POST", "/v1/runners/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, nil); err != nil {
-				return err
+			if r.RevokedAt != nil {
+				status = "revoked"
 			}
-			fmt.Printf("runner %s revoked; its running jobs end ABORTED when their leases expire\n", args[0])
-			return nil
-		}),
-	}
+			scope := strings.Join(r.ProjectNames, ",")
+			if scope == "" {
+				scope = "all"
+			}
+			return []any{r.Name, strings.Join(r.Labels, ","), scope, r.Untrusted, seen, status, r.ID}
+		})
+	}))
+	revoke := command("revoke RUNNER_ID", "Revoke a runner: its token and leases stop working at once (admin)", cobra.ExactArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+		if err := cl.do(ctx, "POST", "/v1/runners/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, nil); err != nil {
+			return err
+		}
+		fmt.Printf("runner %s revoked; its running jobs end ABORTED when their leases expire\n", args[0])
+		return nil
+	}))
 	c.AddCommand(token, list, revoke)
 	return c
 }
@@ -364,27 +329,22 @@ func tokenCreateCmd(g *global) *cobra.Command {
 	var description string
 	var projects []string
 	var untrusted bool
-	create := &cobra.Command{
-		Use:   "create",
-		Short: "Make a one-time registration token for `forgeci-runner register` (admin)",
-		Args:  cobra.NoArgs,
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
-			var out struct {
-				Token   string    `json:"registration_token"`
-				Expires time.Time `json:"expires_at"`
-			}
-			if err := cl.do(ctx, "POST", "/v1/registration-tokens", map[string]any{"ttl_seconds": int(ttl.Seconds()),
-				"description": description, "projects": projects, "untrusted": untrusted}, &out); err != nil {
-				return err
-			}
-			if g.json {
-				return printJSON(out)
-			}
-			fmt.Printf("%s\nvalid once, until %s:\n  forgeci-runner register --server %s --registration-token %s --name NAME --labels linux\n",
-				out.Token, out.Expires.Local().Format(time.RFC3339), cl.server, out.Token)
-			return nil
-		}),
-	}
+	create := command("create", "Make a one-time registration token for `forgeci-runner register` (admin)", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+		var out struct {
+			Token   string    `json:"registration_token"`
+			Expires time.Time `json:"expires_at"`
+		}
+		if err := cl.do(ctx, "POST", "/v1/registration-tokens", map[string]any{"ttl_seconds": int(ttl.Seconds()),
+			"description": description, "projects": projects, "untrusted": untrusted}, &out); err != nil {
+			return err
+		}
+		if g.json {
+			return printJSON(out)
+		}
+		fmt.Printf("%s\nvalid once, until %s:\n  forgeci-runner register --server %s --registration-token %s --name NAME --labels linux\n",
+			out.Token, out.Expires.Local().Format(time.RFC3339), cl.server, out.Token)
+		return nil
+	}))
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token may be used (1m to 168h)")
 	create.Flags().StringSliceVar(&projects, "project", nil, "a project the runner serves (repeat; none: every project)")
 	create.Flags().BoolVar(&untrusted, "untrusted", false, "the runner also takes untrusted work: pull requests from forks, runs of members without the secrets permission")

@@ -108,18 +108,18 @@ func newRoot() *cobra.Command {
 	return root
 }
 
+// command is a cobra command: its usage line, summary, arguments and action.
+func command(use, short string, args cobra.PositionalArgs, run func(*cobra.Command, []string) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: args, RunE: run}
+}
+
 func databaseFlag(c *cobra.Command, v *string) {
 	c.Flags().StringVar(v, "database-url", os.Getenv("FORGECI_DATABASE_URL"), "PostgreSQL URL (default $FORGECI_DATABASE_URL)")
 }
 
 func devCmd() *cobra.Command {
 	var o devOptions
-	c := &cobra.Command{
-		Use:   "dev",
-		Short: "Start a local ForgeCI: PostgreSQL, S3, every function's handler, the sweeper",
-		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return devCommand(c.Context(), o) },
-	}
+	c := command("dev", "Start a local ForgeCI: PostgreSQL, S3, every function's handler, the sweeper", cobra.NoArgs, func(c *cobra.Command, _ []string) error { return devCommand(c.Context(), o) })
 	f := c.Flags()
 	f.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "address to serve the API and dashboard on (loopback only)")
 	f.StringVar(&o.Dir, "dir", "", "directory for the throwaway PostgreSQL cluster (default: a new temporary directory)")
@@ -131,12 +131,7 @@ func devCmd() *cobra.Command {
 
 func migrateCmd() *cobra.Command {
 	var url string
-	c := &cobra.Command{
-		Use:   "migrate",
-		Short: "Apply pending database migrations (idempotent)",
-		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return migrateCommand(c.Context(), url) },
-	}
+	c := command("migrate", "Apply pending database migrations (idempotent)", cobra.NoArgs, func(c *cobra.Command, _ []string) error { return migrateCommand(c.Context(), url) })
 	databaseFlag(c, &url)
 	return c
 }
@@ -144,12 +139,7 @@ func migrateCmd() *cobra.Command {
 func userCmd() *cobra.Command {
 	var url, name, role string
 	c := &cobra.Command{Use: "user", Short: "Users (on the database directly, to bootstrap a stack)"}
-	create := &cobra.Command{
-		Use:   "create",
-		Short: "Make a user and print its API token (once)",
-		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return userCreate(c.Context(), url, name, role) },
-	}
+	create := command("create", "Make a user and print its API token (once)", cobra.NoArgs, func(c *cobra.Command, _ []string) error { return userCreate(c.Context(), url, name, role) })
 	databaseFlag(create, &url)
 	create.Flags().StringVar(&name, "name", "", "user name")
 	create.Flags().StringVar(&role, "role", store.RoleUser, "admin (everything, everywhere) or user (what project memberships give)")
@@ -162,12 +152,7 @@ func userCmd() *cobra.Command {
 func repoCmd() *cobra.Command {
 	var o repoOptions
 	c := &cobra.Command{Use: "repo", Short: "GitHub repositories ForgeCI builds"}
-	add := &cobra.Command{
-		Use:   "add",
-		Short: "Register a GitHub repository (its webhook secret and App installation)",
-		Args:  cobra.NoArgs,
-		RunE:  func(c *cobra.Command, _ []string) error { return repoAdd(c.Context(), o) },
-	}
+	add := command("add", "Register a GitHub repository (its webhook secret and App installation)", cobra.NoArgs, func(c *cobra.Command, _ []string) error { return repoAdd(c.Context(), o) })
 	databaseFlag(add, &o.DatabaseURL)
 	f := add.Flags()
 	f.Int64Var(&o.ID, "id", 0, "GitHub's numeric repository ID (repository.id in any webhook payload)")

@@ -169,28 +169,23 @@ func memberCmd(g *global) *cobra.Command {
 func secretCmd(g *global) *cobra.Command {
 	var project, name string
 	c := &cobra.Command{Use: "secret", Short: "Project secrets: set, list, delete (project admins; values are never shown)"}
-	set := &cobra.Command{
-		Use:   "set",
-		Short: "Set a project secret; the value is read from standard input",
-		Args:  cobra.NoArgs,
-		RunE: withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
-			value, err := io.ReadAll(io.LimitReader(os.Stdin, 65537))
-			if err != nil {
-				return err
-			}
-			path, err := projectPath(ctx, cl, project)
-			if err != nil {
-				return err
-			}
-			body := map[string]any{"name": name, "value": strings.TrimSuffix(string(value), "\n")}
-			if err := cl.do(ctx, "POST", path+"/secrets", body, nil); err != nil {
-				return err
-			}
-			fmt.Printf("secret %s of %s set: jobs that name it get it (${{ secrets.%s }} or secrets: [%s]), in trusted runs only\n",
-				name, project, name, name)
-			return nil
-		}),
-	}
+	set := command("set", "Set a project secret; the value is read from standard input", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+		value, err := io.ReadAll(io.LimitReader(os.Stdin, 65537))
+		if err != nil {
+			return err
+		}
+		path, err := projectPath(ctx, cl, project)
+		if err != nil {
+			return err
+		}
+		body := map[string]any{"name": name, "value": strings.TrimSuffix(string(value), "\n")}
+		if err := cl.do(ctx, "POST", path+"/secrets", body, nil); err != nil {
+			return err
+		}
+		fmt.Printf("secret %s of %s set: jobs that name it get it (${{ secrets.%s }} or secrets: [%s]), in trusted runs only\n",
+			name, project, name, name)
+		return nil
+	}))
 	list := &cobra.Command{
 		Use: "list", Short: "List a project's secret names", Args: cobra.NoArgs,
 		RunE: inProject(g, &project, func(ctx context.Context, cl *apiClient, path string, _ []string) error {

@@ -35,6 +35,21 @@ func firstOf(vals ...string) string {
 }
 
 // writePage writes one page of a list: {"<name>": [...], "next_cursor"}.
+// answerTo decodes a body of type Req (at most maxBody bytes) and answers
+// with status what do returns for it.
+func answerTo[Req any](w http.ResponseWriter, r *http.Request, status int, do func(ctx context.Context, req Req) (any, error)) error {
+	var req Req
+	if err := decodeJSON(w, r, maxBody, &req); err != nil {
+		return err
+	}
+	answer, err := do(r.Context(), req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, answer)
+	return nil
+}
+
 // writeList answers one page of a list (?limit=, ?cursor=) under name.
 func writeList[T any](w http.ResponseWriter, r *http.Request, name string, list func(store.Page) ([]T, string, error)) error {
 	pg, err := pageOf(r)
@@ -156,16 +171,10 @@ type createUserRequest struct {
 }
 
 func (s *Server) createUser(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	var req createUserRequest
-	if err := decodeJSON(w, r, maxBody, &req); err != nil {
-		return err
-	}
-	u, token, err := s.Store.CreateUser(r.Context(), req.Name, req.Role)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, map[string]any{"user": u, "token": token})
-	return nil
+	return answerTo(w, r, http.StatusCreated, func(ctx context.Context, req createUserRequest) (any, error) {
+		u, token, err := s.Store.CreateUser(ctx, req.Name, req.Role)
+		return map[string]any{"user": u, "token": token}, err
+	})
 }
 
 type createTokenRequest struct {

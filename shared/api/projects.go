@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -23,16 +24,9 @@ type createProjectRequest struct {
 }
 
 func (s *Server) createProject(w http.ResponseWriter, r *http.Request, u store.User) error {
-	var req createProjectRequest
-	if err := decodeJSON(w, r, maxBody, &req); err != nil {
-		return err
-	}
-	p, err := s.Store.CreateProjectAs(r.Context(), u, req.Name, req.DefaultBranch)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, p)
-	return nil
+	return answerTo(w, r, http.StatusCreated, func(ctx context.Context, req createProjectRequest) (any, error) {
+		return s.Store.CreateProjectAs(ctx, u, req.Name, req.DefaultBranch)
+	})
 }
 
 // project resolves {project} to a project the caller may read.
@@ -40,23 +34,38 @@ func (s *Server) project(r *http.Request, u store.User) (store.Project, error) {
 	return s.Store.GetProject(r.Context(), u, r.PathValue("project"))
 }
 
-func (s *Server) getProject(w http.ResponseWriter, r *http.Request, u store.User) error {
+// inProject resolves {project} for the caller and answers what do returns
+// about it; the store authorises do against the caller's membership.
+func (s *Server) inProject(w http.ResponseWriter, r *http.Request, u store.User,
+	do func(ctx context.Context, p store.Project) (any, error)) error {
 	p, err := s.project(r, u)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, p)
+	answer, err := do(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, answer)
 	return nil
 }
 
+func (s *Server) getProject(w http.ResponseWriter, r *http.Request, u store.User) error {
+	return s.inProject(w, r, u, func(_ context.Context, p store.Project) (any, error) { return p, nil })
+}
+
 func (s *Server) listMembers(w http.ResponseWriter, r *http.Request, u store.User) error {
+	return listInProject(s, w, r, u, "members", s.Store.Members)
+}
+
+// listInProject answers one page of a list of {project}'s.
+func listInProject[T any](s *Server, w http.ResponseWriter, r *http.Request, u store.User, name string,
+	list func(ctx context.Context, u store.User, projectID string, pg store.Page) ([]T, string, error)) error {
 	p, err := s.project(r, u)
 	if err != nil {
 		return err
 	}
-	return writeList(w, r, "members", func(pg store.Page) ([]store.Member, string, error) {
-		return s.Store.Members(r.Context(), u, p.ID, pg)
-	})
+	return writeList(w, r, name, func(pg store.Page) ([]T, string, error) { return list(r.Context(), u, p.ID, pg) })
 }
 
 type memberRequest struct {
@@ -74,38 +83,20 @@ func (s *Server) setMember(w http.ResponseWriter, r *http.Request, u store.User)
 	if req.User == "" {
 		return domain.Errorf(domain.EInvalid, "field user (a user name or ID) is required")
 	}
-	p, err := s.project(r, u)
-	if err != nil {
-		return err
-	}
-	m, err := s.Store.SetMember(r.Context(), u, p.ID, req.User, req.Role, req.Secrets)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, m)
-	return nil
+	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
+		return s.Store.SetMember(ctx, u, p.ID, req.User, req.Role, req.Secrets)
+	})
 }
 
 func (s *Server) removeMember(w http.ResponseWriter, r *http.Request, u store.User) error {
-	p, err := s.project(r, u)
-	if err != nil {
-		return err
-	}
-	if err := s.Store.RemoveMember(r.Context(), u, p.ID, r.PathValue("user_id")); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"removed": r.PathValue("user_id")})
-	return nil
+	id := r.PathValue("user_id")
+	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
+		return map[string]any{"removed": id}, s.Store.RemoveMember(ctx, u, p.ID, id)
+	})
 }
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, u store.User) error {
-	p, err := s.project(r, u)
-	if err != nil {
-		return err
-	}
-	return writeList(w, r, "secrets", func(pg store.Page) ([]store.SecretInfo, string, error) {
-		return s.Store.ListSecrets(r.Context(), u, p.ID, pg)
-	})
+	return listInProject(s, w, r, u, "secrets", s.Store.ListSecrets)
 }
 
 type secretRequest struct {
@@ -119,58 +110,39 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request, u store.User)
 	if err := decodeJSON(w, r, 128<<10, &req); err != nil {
 		return err
 	}
-	p, err := s.project(r, u)
-	if err != nil {
-		return err
-	}
-	if err := s.Store.SetSecret(r.Context(), u, p.ID, req.Name, req.Value); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"name": req.Name})
-	return nil
+	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
+		return map[string]any{"name": req.Name}, s.Store.SetSecret(ctx, u, p.ID, req.Name, req.Value)
+	})
 }
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, u store.User) error {
-	p, err := s.project(r, u)
-	if err != nil {
-		return err
-	}
-	if err := s.Store.DeleteSecret(r.Context(), u, p.ID, r.PathValue("name")); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"deleted": r.PathValue("name")})
-	return nil
+	name := r.PathValue("name")
+	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
+		return map[string]any{"deleted": name}, s.Store.DeleteSecret(ctx, u, p.ID, name)
+	})
 }
 
 // getStorage is what a project keeps: runs, log, artifact, cache and blob
 // bytes, its retention and quotas.
 func (s *Server) getStorage(w http.ResponseWriter, r *http.Request, u store.User) error {
-	p, err := s.project(r, u)
-	if err != nil {
-		return err
-	}
-	st, err := s.Store.ProjectStorage(r.Context(), u, p.ID)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, st)
-	return nil
+	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
+		return s.Store.ProjectStorage(ctx, u, p.ID)
+	})
 }
 
-// setSettings changes a project's retention and quotas.
+// setSettings changes a project's retention and quotas and answers with
+// the project's storage as it now stands.
 func (s *Server) setSettings(w http.ResponseWriter, r *http.Request, u store.User) error {
 	var req store.Settings
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	p, err := s.project(r, u)
-	if err != nil {
-		return err
-	}
-	if err := s.Store.SetSettings(r.Context(), u, p.ID, req); err != nil {
-		return err
-	}
-	return s.getStorage(w, r, u) // the project as it now stands
+	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
+		if err := s.Store.SetSettings(ctx, u, p.ID, req); err != nil {
+			return nil, err
+		}
+		return s.Store.ProjectStorage(ctx, u, p.ID)
+	})
 }
 
 // gcPlan says what the garbage collector would remove now (a dry run; the
