@@ -89,6 +89,8 @@ func (a *logAppender) loop() {
 		select {
 		case <-a.wake:
 		case <-t.C:
+		case <-a.lease.Context().Done():
+			return // lost or abandoned: nothing more may be sent
 		}
 		for {
 			a.mu.Lock()
@@ -123,7 +125,7 @@ func (a *logAppender) send(batch []byte) error {
 		}
 		// A resend after a lost answer is accepted by the server as a
 		// no-op, so only network errors and 5xx are worth another try.
-		if !client.Retryable(err) || attempt > 20 {
+		if !client.Retryable(err) || attempt > 20 || ctx.Err() != nil {
 			return err
 		}
 		if b.Wait(ctx) != nil {

@@ -49,11 +49,14 @@ func LostLease(err error) bool {
 }
 
 // Retryable reports whether another try may succeed: the request did not
-// reach the server or the server could not answer it (5xx, 429).
+// reach the server or its answer did not come back (any error that is not
+// an answer, a client timeout included), or the server could not answer it
+// (5xx, 429). Whether the caller still wants it is the caller's context's
+// to say, not the error's.
 func Retryable(err error) bool {
 	var e *domain.Error
 	if !errors.As(err, &e) || e.Status == 0 {
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+		return true
 	}
 	return e.Status >= 500 || e.Status == http.StatusTooManyRequests
 }
@@ -68,7 +71,7 @@ func (c *Client) post(ctx context.Context, path string, in, out any) (int, error
 	b := Backoff{Base: 200 * time.Millisecond, Max: 10 * time.Second}
 	for attempt := 0; ; attempt++ {
 		status, err := c.once(ctx, path, body, out)
-		if err == nil || !Retryable(err) || attempt >= c.Retries {
+		if err == nil || !Retryable(err) || attempt >= c.Retries || ctx.Err() != nil {
 			return status, err
 		}
 		if b.Wait(ctx) != nil {

@@ -73,17 +73,14 @@ type Stack struct {
 
 // Start starts a stack; Close stops what it started. On error, whatever
 // was started is stopped.
-func Start(ctx context.Context, o Options) (s *Stack, err error) {
-	s = &Stack{}
-	defer func() {
-		if err != nil {
-			s.Close()
-		}
-	}()
-	if err := s.startDatabase(ctx, o); err != nil {
-		return nil, err
+func Start(ctx context.Context, o Options) (*Stack, error) {
+	s := &Stack{}
+	err := s.startDatabase(ctx, o)
+	if err == nil {
+		err = s.startS3(ctx, o)
 	}
-	if err := s.startS3(ctx, o); err != nil {
+	if err != nil {
+		s.Close()
 		return nil, err
 	}
 	s.Store.SetObjects(s.CAS)
