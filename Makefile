@@ -47,6 +47,7 @@ fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzStream -fuzztime $(or $(FUZZTIME),30s) ./shared/mask/
 	$(GO) test -run '^$$' -fuzz FuzzExtractTarball -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
 	$(GO) test -run '^$$' -fuzz FuzzLocalPath -fuzztime $(or $(FUZZTIME),30s) ./shared/ui/
+	$(GO) test -run '^$$' -fuzz FuzzTemplate -fuzztime $(or $(FUZZTIME),30s) ./shared/expr/
 
 dev: deps bin/forgeci         ## a local ForgeCI on 127.0.0.1:8080
 	bin/forgeci dev
