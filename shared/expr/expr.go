@@ -136,3 +136,49 @@ func (e *Expr) Allow(contexts ...string) *Error {
 	}
 	return nil
 }
+
+// Properties are the properties of context ctx the expression names
+// directly (ctx.NAME or ctx['NAME']), as written (the parser folds case),
+// in order, without repeats.
+func (e *Expr) Properties(ctx string) []string {
+	toks, _, err := actionlint.LexExpression(e.Source + "}}")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for i := 0; i+2 < len(toks); i++ {
+		t := toks[i]
+		if t.Kind != actionlint.TokenKindIdent || !strings.EqualFold(t.Value, ctx) || i > 0 && toks[i-1].Kind == actionlint.TokenKindDot {
+			continue
+		}
+		name := ""
+		switch next, prop := toks[i+1], toks[i+2]; {
+		case next.Kind == actionlint.TokenKindDot && prop.Kind == actionlint.TokenKindIdent:
+			name = prop.Value
+		case next.Kind == actionlint.TokenKindLeftBracket && prop.Kind == actionlint.TokenKindString:
+			name = strings.ReplaceAll(strings.Trim(prop.Value, "'"), "''", "'")
+		}
+		if name != "" && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Property reports whether the whole expression is ctx.NAME, and NAME as
+// written.
+func (e *Expr) Property(ctx string) (string, bool) {
+	d, ok := e.root.(*actionlint.ObjectDerefNode)
+	if !ok {
+		return "", false
+	}
+	if v, ok := d.Receiver.(*actionlint.VariableNode); !ok || !strings.EqualFold(v.Name, ctx) {
+		return "", false
+	}
+	if props := e.Properties(ctx); len(props) == 1 {
+		return props[0], true
+	}
+	return "", false
+}

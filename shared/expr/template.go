@@ -91,3 +91,22 @@ func (t *Template) Eval(c *Context) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// Piece is a run of literal text, or one expression with its source text
+// (${{ ... }}) and its offset in the template.
+type Piece struct {
+	Text   string
+	Expr   *Expr
+	Offset int
+}
+
+// Pieces are the template's parts in order.
+func (t *Template) Pieces() []Piece {
+	out := make([]Piece, 0, len(t.parts))
+	off := 0
+	for _, p := range t.parts {
+		out = append(out, Piece{Text: p.text, Expr: p.expr, Offset: off})
+		off += len(p.text)
+	}
+	return out
+}

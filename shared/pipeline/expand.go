@@ -8,6 +8,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/expr"
 )
 
 // expand turns raw jobs into jobs, one per matrix combination, with
@@ -114,28 +115,33 @@ func expandedName(j *rawJob, combo map[string]string) string {
 	return j.name + " (" + strings.Join(vals, ", ") + ")"
 }
 
-// substitute replaces ${{ matrix.KEY }}. Where secrets are allowed,
+// substitute evaluates the ${{ }} expressions of s that read only the
+// matrix (and literals), with this combination. Where secrets are allowed,
 // ${{ secrets.NAME }} is kept, written canonically, for the claim to fill
-// in; any other expression is an error. A string without expressions is
+// in; any other context is an error (checkExprs has already reported
+// expressions that do not parse). A string without expressions is
 // returned as is, shared by every job; one with expressions is built only
 // while the job's spec budget (specLeft) lasts, since a long matrix value
 // named many times could make it far longer than the file.
 func (p *parseState) substitute(n ast.Node, path, s string, combo map[string]string, secrets bool) string {
-	matches := exprRE.FindAllStringSubmatchIndex(s, -1)
-	if matches == nil {
+	if !strings.Contains(s, "${{") {
+		return s
+	}
+	tpl, errs := expr.ParseTemplate(s)
+	if len(errs) > 0 {
 		return s
 	}
 	var b strings.Builder
-	last := 0
-	for _, m := range matches {
-		b.WriteString(s[last:m[0]])
-		b.WriteString(p.expression(n, path, s[m[0]:m[1]], strings.TrimSpace(s[m[2]:m[3]]), combo, secrets))
-		last = m[1]
+	for _, piece := range tpl.Pieces() {
+		if piece.Expr == nil {
+			b.WriteString(piece.Text)
+		} else {
+			b.WriteString(p.expression(n, path, piece, combo, secrets))
+		}
 		if b.Len() > p.specLeft {
 			break
 		}
 	}
-	b.WriteString(s[last:])
 	p.specLeft -= b.Len()
 	if p.specLeft < 0 {
 		return ""
@@ -143,9 +149,10 @@ func (p *parseState) substitute(n ast.Node, path, s string, combo map[string]str
 	return b.String()
 }
 
-// expression is the value of one ${{ expr }} (m is the whole of it).
-func (p *parseState) expression(n ast.Node, path, m, expr string, combo map[string]string, secrets bool) string {
-	if name, ok := strings.CutPrefix(expr, "secrets."); ok {
+// expression is the value of one ${{ }} of a job.
+func (p *parseState) expression(n ast.Node, path string, piece expr.Piece, combo map[string]string, secrets bool) string {
+	e, m := piece.Expr, strings.TrimSpace(piece.Text)
+	if name, ok := e.Property("secrets"); ok {
 		switch {
 		case !secrets:
 			p.errorf(n, path, "%s: secrets may be used only in env values and run scripts", m)
@@ -156,15 +163,35 @@ func (p *parseState) expression(n ast.Node, path, m, expr string, combo map[stri
 		}
 		return m
 	}
-	key, ok := strings.CutPrefix(expr, "matrix.")
-	if !ok {
-		p.errorf(n, path, "unsupported expression %q: only ${{ matrix.<axis> }} and ${{ secrets.<NAME> }} are known", m)
+	if err := e.Allow("matrix"); err != nil {
+		p.errorf(n, path, "unsupported expression %q: %s (a job's fields may read matrix, and env values and run scripts ${{ secrets.NAME }})", m, err.Message)
 		return m
 	}
-	v, ok := combo[key]
-	if !ok {
-		p.errorf(n, path, "matrix has no axis %q", key)
+	matrix := make(map[string]any, len(combo))
+	for k, v := range combo {
+		matrix[k] = v
+	}
+	for _, axis := range e.Properties("matrix") {
+		if !hasAxis(combo, axis) {
+			p.errorf(n, path, "%s: matrix has no axis %q", m, axis)
+			return m
+		}
+	}
+	v, err := e.Eval(&expr.Context{Vars: map[string]any{"matrix": matrix}})
+	if err != nil {
+		p.errorf(n, path, "%s: %v", m, err)
 		return m
 	}
-	return v
+	return expr.ToString(v)
+}
+
+// hasAxis reports whether the combination has axis, ignoring case as
+// expressions do.
+func hasAxis(combo map[string]string, axis string) bool {
+	for k := range combo {
+		if strings.EqualFold(k, axis) {
+			return true
+		}
+	}
+	return false
 }

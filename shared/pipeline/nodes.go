@@ -58,8 +58,10 @@ func (p *parseState) sequence(n ast.Node, path string) ([]ast.Node, bool) {
 func (p *parseState) str(n ast.Node, path string) (string, bool) {
 	switch v := unwrap(n).(type) {
 	case *ast.StringNode:
+		p.checkExprs(n, path, v.Value)
 		return v.Value, true
 	case *ast.LiteralNode:
+		p.checkExprs(n, path, v.Value.Value)
 		return v.Value.Value, true
 	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode:
 		return v.GetToken().Value, true

@@ -141,7 +141,6 @@ func AsError(err error) error {
 var (
 	jobNameRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$`)
 	envKeyRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	exprRE       = regexp.MustCompile(`\$\{\{\s*([^}]*?)\s*\}\}`)
 	labelRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
 	secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,99}$`)
 	// Compiled once: compiling it for each artifact cost a realistic
@@ -150,9 +149,12 @@ var (
 )
 
 type parseState struct {
-	file     string
-	errs     Errors
-	specLeft int // bytes the job being expanded may still add (substitute)
+	file string
+	src  string // the file, to locate errors inside block scalars
+	// lineStarts are the offsets of the file's lines, made on first use.
+	lineStarts []int
+	errs       Errors
+	specLeft   int // bytes the job being expanded may still add (substitute)
 }
 
 func (p *parseState) errorf(n ast.Node, path, format string, args ...any) {
@@ -184,7 +186,7 @@ func (p *parseState) errorf(n ast.Node, path, format string, args ...any) {
 // in time and memory that grow linearly with its size (parseYAML), and
 // the job specs it makes are bounded (expand).
 func Parse(file string, src []byte) (*Pipeline, error) {
-	p := &parseState{file: file}
+	p := &parseState{file: file, src: string(src)}
 	f, e := parseYAML(file, src)
 	if e != nil {
 		return nil, Errors{*e}
@@ -334,7 +336,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 		case "runs-on":
 			j.labels = p.strList(kv.Value, kp)
 			for _, l := range j.labels {
-				if !labelRE.MatchString(l) && !exprRE.MatchString(l) {
+				if !labelRE.MatchString(l) && !strings.Contains(l, "${{") {
 					p.errorf(kv.Value, kp, "label %q must hold only letters, digits and . _ : / - (at most 64)", l)
 				}
 			}
