@@ -34,7 +34,7 @@ func (p *parseState) expand(raws []*rawJob) []Job {
 	total := 0
 	for _, j := range raws {
 		for _, combo := range j.matrix {
-			p.specLeft = MaxJobSpecBytes
+			p.specLeft, p.matrixKeys = MaxJobSpecBytes, j.matrixKeys
 			job := p.expandJob(j, combo, names)
 			// A JobSpec holds only strings, lists and maps of strings:
 			// Marshal cannot fail.
@@ -110,7 +110,9 @@ func expandedName(j *rawJob, combo map[string]string) string {
 	}
 	var vals []string
 	for _, k := range j.matrixKeys {
-		vals = append(vals, combo[k])
+		if v, ok := combo[k]; ok {
+			vals = append(vals, v)
+		}
 	}
 	return j.name + " (" + strings.Join(vals, ", ") + ")"
 }
@@ -172,7 +174,7 @@ func (p *parseState) expression(n ast.Node, path string, piece expr.Piece, combo
 		matrix[k] = v
 	}
 	for _, axis := range e.Properties("matrix") {
-		if !hasAxis(combo, axis) {
+		if !hasAxis(p.matrixKeys, axis) {
 			p.errorf(n, path, "%s: matrix has no axis %q", m, axis)
 			return m
 		}
@@ -185,10 +187,11 @@ func (p *parseState) expression(n ast.Node, path string, piece expr.Piece, combo
 	return expr.ToString(v)
 }
 
-// hasAxis reports whether the combination has axis, ignoring case as
+// hasAxis reports whether the matrix has axis (an include entry may leave
+// it out of some combinations: there it is null), ignoring case as
 // expressions do.
-func hasAxis(combo map[string]string, axis string) bool {
-	for k := range combo {
+func hasAxis(keys []string, axis string) bool {
+	for _, k := range keys {
 		if strings.EqualFold(k, axis) {
 			return true
 		}

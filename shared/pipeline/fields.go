@@ -223,69 +223,6 @@ func (p *parseState) limits(n ast.Node, path string) *domain.JobLimits {
 	return lim
 }
 
-func (p *parseState) strategy(n ast.Node, path string) ([]map[string]string, []string) {
-	kvs, ok := p.mapping(n, path)
-	if !ok {
-		return nil, nil
-	}
-	var combos []map[string]string
-	var keys []string
-	for _, kv := range kvs {
-		key := keyOf(kv)
-		if key != "matrix" {
-			p.errorf(kv.Key, path+"."+key, "unknown key %q (expected matrix)", key)
-			continue
-		}
-		mp := path + ".matrix"
-		axes, ok := p.mapping(kv.Value, mp)
-		if !ok {
-			continue
-		}
-		if len(axes) == 0 {
-			p.errorf(kv.Value, mp, "a matrix needs at least one axis")
-			continue
-		}
-		combos = []map[string]string{{}}
-		for _, axis := range axes {
-			name := keyOf(axis)
-			ap := mp + "." + name
-			if !envKeyRE.MatchString(name) {
-				p.errorf(axis.Key, ap, "matrix axis %q must be an identifier", name)
-			}
-			values := p.strList(axis.Value, ap)
-			if len(values) == 0 {
-				p.errorf(axis.Value, ap, "a matrix axis needs at least one value")
-				continue
-			}
-			dup := map[string]bool{}
-			for _, v := range values {
-				if dup[v] {
-					p.errorf(axis.Value, ap, "value %q is listed twice", v)
-				}
-				dup[v] = true
-			}
-			keys = append(keys, name)
-			var next []map[string]string
-			for _, c := range combos {
-				for _, v := range values {
-					m := map[string]string{}
-					for k, x := range c {
-						m[k] = x
-					}
-					m[name] = v
-					next = append(next, m)
-				}
-			}
-			combos = next
-			if len(combos) > MaxMatrix {
-				p.errorf(kv.Value, mp, "the matrix expands to more than %d jobs", MaxMatrix)
-				return nil, nil
-			}
-		}
-	}
-	return combos, keys
-}
-
 // checkCycles reports, at the needs of the job that closes it, each cycle
 // domain.NeedCycles finds. A job that needs itself is reported as such
 // already, so its own name is left out of its needs here.

@@ -155,6 +155,8 @@ type parseState struct {
 	lineStarts []int
 	errs       Errors
 	specLeft   int // bytes the job being expanded may still add (substitute)
+	// matrixKeys are the keys of the matrix of the job being expanded.
+	matrixKeys []string
 }
 
 func (p *parseState) errorf(n ast.Node, path, format string, args ...any) {

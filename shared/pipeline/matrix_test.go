@@ -1,0 +1,90 @@
+package pipeline_test
+
+import (
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/pipeline"
+)
+
+func jobNames(t *testing.T, src string) []string {
+	t.Helper()
+	p, err := pipeline.Parse("f.yml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range p.Jobs {
+		names = append(names, j.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestMatrixInclude is GitHub's documented example of include: added keys
+// go to every combination whose original values they keep, may overwrite
+// values an earlier entry added, and an entry that fits none is a
+// combination of its own.
+func TestMatrixInclude(t *testing.T) {
+	got := jobNames(t, `jobs:
+  t:
+    strategy:
+      matrix:
+        fruit: [apple, pear]
+        animal: [cat, dog]
+        include:
+          - color: green
+          - color: pink
+            animal: cat
+          - fruit: apple
+            shape: circle
+          - fruit: banana
+          - fruit: banana
+            animal: cat
+    steps: [{run: "echo ${{ matrix.fruit }} ${{ matrix.color }}"}]
+`)
+	want := []string{"t (apple, cat, pink, circle)", "t (apple, dog, green, circle)", "t (banana)", "t (banana, cat)",
+		"t (pear, cat, pink)", "t (pear, dog, green)"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("jobs:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestMatrixExclude: an entry removes every combination with all its
+// pairs (a partial match removes several), before include adds.
+func TestMatrixExclude(t *testing.T) {
+	got := jobNames(t, `jobs:
+  t:
+    strategy:
+      fail-fast: false
+      matrix:
+        os: [linux, mac, windows]
+        go: ["1.22", "1.23"]
+        exclude:
+          - os: windows
+          - os: mac
+            go: "1.22"
+        include:
+          - os: windows
+            go: "1.23"
+            experimental: "true"
+    steps: [{run: "true"}]
+`)
+	want := []string{"t (linux, 1.22)", "t (linux, 1.23)", "t (mac, 1.23)", "t (windows, 1.23, true)"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("jobs %v, want %v", got, want)
+	}
+	for src, msg := range map[string]string{
+		"matrix: {os: [a], exclude: [{os: a}]}": "exclude removes every combination",
+		"matrix: {include: []}":                 "at least one axis or include entry",
+		"fail-fast: true\n      matrix: {os: [a]}": "only fail-fast: false",
+		"max-parallel: 2\n      matrix: {os: [a]}": "max-parallel is not supported",
+		"matrix: {os: [a], include: [x]}":          "must be a mapping",
+	} {
+		_, err := pipeline.Parse("f.yml", []byte("jobs:\n  t:\n    strategy:\n      "+src+"\n    steps: [{run: x}]\n"))
+		if err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: got %v, want %q", src, err, msg)
+		}
+	}
+}
