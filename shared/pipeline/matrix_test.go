@@ -76,8 +76,8 @@ func TestMatrixExclude(t *testing.T) {
 		t.Fatalf("jobs %v, want %v", got, want)
 	}
 	for src, msg := range map[string]string{
-		"matrix: {os: [a], exclude: [{os: a}]}": "exclude removes every combination",
-		"matrix: {include: []}":                 "at least one axis or include entry",
+		"matrix: {os: [a], exclude: [{os: a}]}":    "exclude removes every combination",
+		"matrix: {include: []}":                    "at least one axis or include entry",
 		"fail-fast: true\n      matrix: {os: [a]}": "only fail-fast: false",
 		"max-parallel: 2\n      matrix: {os: [a]}": "max-parallel is not supported",
 		"matrix: {os: [a], include: [x]}":          "must be a mapping",
