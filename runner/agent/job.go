@@ -203,7 +203,6 @@ func (j *job) heartbeat(done <-chan struct{}) {
 // execute prepares the workspace and runs the steps; it returns the
 // outcome to report and the exit code of the last step run.
 func (j *job) execute(slot int) (domain.Outcome, int) {
-	c := j.claim
 	fail := func(format string, args ...any) (domain.Outcome, int) {
 		fmt.Fprintf(j.logs, "==> "+format+"\n", args...)
 		return domain.OutcomeFailed, -1
@@ -214,20 +213,9 @@ func (j *job) execute(slot int) (domain.Outcome, int) {
 		}
 		return fail("%v", err)
 	}
-	exit := 0
-	for i, st := range c.Job.Steps {
-		if j.stopped() != nil {
-			return domain.OutcomeFailed, exit
-		}
-		fmt.Fprintf(j.logs, "==> step %d/%d: %s\n", i+1, len(c.Job.Steps), st.Name)
-		exit = j.runStep(st)
-		if j.stopped() != nil {
-			return domain.OutcomeFailed, exit
-		}
-		if exit != 0 {
-			fmt.Fprintf(j.logs, "==> step %q failed with exit code %d\n", st.Name, exit)
-			return domain.OutcomeFailed, exit
-		}
+	failed, exit := j.runSteps()
+	if failed {
+		return domain.OutcomeFailed, exit
 	}
 	return j.publish(exit)
 }

@@ -11,27 +11,53 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forgeci/forgeci/runner/isolate"
 	"github.com/forgeci/forgeci/shared/domain"
 )
 
-// runStep runs one step with bash -eo pipefail in its own process group.
-// When the job is stopped the whole group gets SIGTERM, then SIGKILL after
-// the grace period.
-func (j *job) runStep(st domain.Step) int {
+// runStep runs one step (by default with bash -eo pipefail) in its own
+// process group and returns its exit code and the outputs it wrote to
+// $FORGECI_OUTPUT. When the job is stopped the whole group gets SIGTERM,
+// then SIGKILL after the grace period.
+func (j *job) runStep(st domain.Step) (int, map[string]string) {
+	output, err := j.box.NewOutputFile()
+	if err != nil {
+		fmt.Fprintf(j.logs, "==> could not prepare the step: %v\n", err)
+		return 127, nil
+	}
+	env := append(j.env(st), "FORGECI_OUTPUT="+output, "GITHUB_OUTPUT="+output)
+	cmd, err := j.box.StepCommand(isolate.Step{Script: st.Run, Shell: st.Shell, Dir: st.WorkingDirectory, Env: env, Output: output})
+	if err != nil {
+		fmt.Fprintf(j.logs, "==> could not prepare the step: %v\n", err)
+		return 127, nil
+	}
+	code := j.wait(cmd, st)
+	raw, err := j.box.ReadOutputFile(output)
+	if err == nil {
+		var outputs map[string]string
+		if outputs, err = parseOutputs(raw); err == nil {
+			return code, outputs
+		}
+	}
+	fmt.Fprintf(j.logs, "==> the step's outputs are not read: %v\n", err)
+	if code == 0 {
+		code = 1
+	}
+	return code, nil
+}
+
+// wait starts cmd and waits for it, stopping it at the step's timeout or
+// when the job is stopped; it returns the exit code.
+func (j *job) wait(cmd *exec.Cmd, st domain.Step) int {
 	ctx := j.ctx
 	if st.TimeoutSeconds > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(st.TimeoutSeconds)*time.Second)
 		defer cancel()
 	}
-	cmd, err := j.box.Command(st.Run, j.env(st))
-	if err != nil {
-		fmt.Fprintf(j.logs, "==> could not prepare the step: %v\n", err)
-		return 127
-	}
 	out, err := j.output(cmd)
 	if err != nil {
-		fmt.Fprintf(j.logs, "==> could not start bash: %v\n", err)
+		fmt.Fprintf(j.logs, "==> could not start the step: %v\n", err)
 		return 127
 	}
 	waited := make(chan error, 1)

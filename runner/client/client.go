@@ -116,10 +116,14 @@ func (c *Client) Register(ctx context.Context, registrationToken, name string, l
 	return out.RunnerID, out.Token, err
 }
 
+// Features are what this runner declares it can do in every claim.
+var Features = []string{domain.FeatureSteps}
+
 // Claim long-polls for a job; nil when none came within wait.
 func (c *Client) Claim(ctx context.Context, labels []string, wait time.Duration) (*protocol.Claim, error) {
 	var out protocol.Claim
-	status, err := c.post(ctx, protocol.PathClaim, protocol.ClaimRequest{Labels: labels, WaitSeconds: int(wait.Seconds())}, &out)
+	req := protocol.ClaimRequest{Labels: labels, WaitSeconds: int(wait.Seconds()), Features: Features}
+	status, err := c.post(ctx, protocol.PathClaim, req, &out)
 	if err != nil || status == http.StatusNoContent {
 		return nil, err
 	}

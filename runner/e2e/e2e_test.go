@@ -265,6 +265,8 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("steps: id, if, outputs, continue-on-error, shell, working-directory", testStepFeatures(s))
+
 	t.Run("timeout fails the job with a reason", func(t *testing.T) {
 		// timeout-minutes is whole minutes, so this waits one minute.
 		id, err := s.submit(writePipeline(t, "jobs:\n  slow:\n    runs-on: linux\n    timeout-minutes: 1\n    steps:\n      - run: echo start; sleep 600\n"), false)

@@ -3,11 +3,13 @@ package isolate
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 )
@@ -100,21 +102,48 @@ func (b *Box) Owner() int {
 // file by a bash that already runs as the slot's user. It is not passed
 // on a command line, which every local user can read.
 func (b *Box) Command(script string, env []string) (*exec.Cmd, error) {
+	return b.StepCommand(Step{Script: script, Env: env})
+}
+
+// Step is one step's command: its script; the argv that runs it, with
+// {0} for the script's file (nil: bash --noprofile --norc -eo pipefail);
+// the directory it starts in, relative to the workspace; its environment;
+// and the output file (NewOutputFile) it may write.
+type Step struct {
+	Script string
+	Shell  []string
+	Dir    string
+	Env    []string
+	Output string
+}
+
+// StepCommand is Command for a Step.
+func (b *Box) StepCommand(st Step) (*exec.Cmd, error) {
 	n := strconv.Itoa(int(b.steps.Add(1)))
 	stepsDir := filepath.Join(b.dir, "steps")
 	file := filepath.Join(stepsDir, "step-"+n+".sh")
-	if err := writeOwned(file, []byte(script), b.su); err != nil {
+	if err := writeOwned(file, []byte(st.Script), b.su); err != nil {
 		return nil, fmt.Errorf("step script: %w", err)
 	}
 	argv := []string{b.i.bash, "--noprofile", "--norc", "-eo", "pipefail", file}
-	cmdEnv := env
+	if len(st.Shell) > 0 {
+		argv = make([]string, len(st.Shell))
+		for i, a := range st.Shell {
+			argv[i] = strings.ReplaceAll(a, "{0}", file)
+		}
+	}
+	wd := filepath.Join(b.Workspace(), filepath.Clean("/"+st.Dir))
+	if fi, err := os.Stat(wd); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("working-directory %s is not a directory of the workspace", st.Dir)
+	}
+	cmdEnv := st.Env
 	if b.i.cfg.Mode != None {
 		envFile := filepath.Join(stepsDir, "step-"+n+".env")
-		if err := writeOwned(envFile, nulJoin(env), b.su); err != nil {
+		if err := writeOwned(envFile, nulJoin(st.Env), b.su); err != nil {
 			return nil, fmt.Errorf("step environment: %w", err)
 		}
 		if b.i.cfg.Mode == Bwrap {
-			argv = append(b.bwrapArgs(), argv...)
+			argv = append(b.bwrapArgs(wd, st.Output), argv...)
 		}
 		argv = append([]string{"env", "-i", b.i.bash, "--noprofile", "--norc", "-c", loadEnv, "load-env", envFile}, argv...)
 		argv = append([]string{"setpriv", "--reuid=" + strconv.Itoa(b.su.uid), "--regid=" + strconv.Itoa(b.su.gid),
@@ -125,13 +154,49 @@ func (b *Box) Command(script string, env []string) (*exec.Cmd, error) {
 	if pre := b.prelude(); pre != nil {
 		cmd = exec.Command(pre[0], append(pre[1:], argv...)...)
 	}
-	cmd.Dir = b.Workspace()
+	cmd.Dir = wd
 	cmd.Env = cmdEnv
 	// A session of its own: no controlling terminal, so a step cannot
 	// push input into the terminal a runner was started from (TIOCSTI)
 	// or read it; its process group ID is still its PID.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	return cmd, nil
+}
+
+// MaxOutputBytes bounds what a step may write to its output file.
+const MaxOutputBytes = 1 << 20
+
+// NewOutputFile makes an empty file the slot's user may write (a step's
+// $FORGECI_OUTPUT), in the steps directory, where the user cannot put a
+// link in its place.
+func (b *Box) NewOutputFile() (string, error) {
+	file := filepath.Join(b.dir, "steps", "output-"+strconv.Itoa(int(b.steps.Add(1))))
+	return file, writeOwned(file, nil, b.su)
+}
+
+// ReadOutputFile reads an output file without following links, only if
+// it is still a regular file of the slot's user and at most
+// MaxOutputBytes.
+func (b *Box) ReadOutputFile(file string) ([]byte, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("$FORGECI_OUTPUT is no longer a regular file")
+	case ok && b.su.uid != 0 && int(st.Uid) != b.su.uid:
+		return nil, fmt.Errorf("$FORGECI_OUTPUT is not the step's user's file")
+	case fi.Size() > MaxOutputBytes:
+		return nil, fmt.Errorf("$FORGECI_OUTPUT is %d bytes, over %d", fi.Size(), MaxOutputBytes)
+	}
+	return io.ReadAll(io.LimitReader(f, MaxOutputBytes+1))
 }
 
 // rootPath is the PATH of the stages that run as root.
@@ -193,7 +258,7 @@ func nulJoin(env []string) []byte {
 // bwrapArgs: a sandbox where only the workspace and the job's tmp (also as
 // /tmp) are writable, the system is read-only, and the runner's files (its
 // token, its state, other jobs) are not there at all.
-func (b *Box) bwrapArgs() []string {
+func (b *Box) bwrapArgs(wd, output string) []string {
 	args := []string{b.i.bwrap, "--unshare-all", "--share-net", "--die-with-parent", "--new-session",
 		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run", "--tmpfs", "/var"}
 	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"} {
@@ -206,10 +271,14 @@ func (b *Box) bwrapArgs() []string {
 			}
 		}
 	}
-	return append(args, "--bind", b.TmpDir(), "/tmp", "--bind", b.TmpDir(), b.TmpDir(),
+	args = append(args, "--bind", b.TmpDir(), "/tmp", "--bind", b.TmpDir(), b.TmpDir(),
 		"--bind", b.Workspace(), b.Workspace(),
-		"--ro-bind", filepath.Join(b.dir, "steps"), filepath.Join(b.dir, "steps"),
-		"--chdir", b.Workspace(), "--")
+		"--ro-bind", filepath.Join(b.dir, "steps"), filepath.Join(b.dir, "steps"))
+	if output != "" {
+		// The step's output file, writable over the read-only steps.
+		args = append(args, "--bind", output, output)
+	}
+	return append(args, "--chdir", wd, "--")
 }
 
 // Kill ends every process of the job.

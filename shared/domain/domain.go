@@ -97,6 +97,39 @@ type Step struct {
 	Run            string            `json:"run"`
 	Env            map[string]string `json:"env,omitempty"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
+	// The keys below need a runner that declares FeatureSteps.
+
+	// ID names the step for steps.<id>.outputs and .outcome.
+	ID string `json:"id,omitempty"`
+	// If is an expression (without ${{ }}) the runner evaluates before the
+	// step; empty means success().
+	If string `json:"if,omitempty"`
+	// Shell is how the script runs: an argv with {0} for the script file
+	// (empty: bash -e {0}, as GitHub's default).
+	Shell []string `json:"shell,omitempty"`
+	// WorkingDirectory is relative to the workspace.
+	WorkingDirectory string `json:"working_directory,omitempty"`
+	// ContinueOnError: the step's failure does not fail the job.
+	ContinueOnError bool `json:"continue_on_error,omitempty"`
+}
+
+// Runner features: what a runner declares in its claim it can do. A job
+// that needs one goes only to runners that declare it, so a runner built
+// to an earlier protocol never runs a job it would run wrongly.
+const (
+	// FeatureSteps: step id, if, shell, working-directory,
+	// continue-on-error and $FORGECI_OUTPUT.
+	FeatureSteps = "steps"
+)
+
+// Features are the runner features the job needs, sorted.
+func (s JobSpec) Features() []string {
+	for _, st := range s.Steps {
+		if st.ID != "" || st.If != "" || len(st.Shell) > 0 || st.WorkingDirectory != "" || st.ContinueOnError {
+			return []string{FeatureSteps}
+		}
+	}
+	return nil
 }
 
 // ArtifactSpec names files a job uploads when it ends.
@@ -133,6 +166,9 @@ type JobSpec struct {
 	Secrets []string `json:"secrets,omitempty"`
 	// Limits the job asks its runner to hold it to.
 	Limits *JobLimits `json:"limits,omitempty"`
+	// Matrix is the job's matrix combination, for expressions the runner
+	// evaluates (matrix.<axis>).
+	Matrix map[string]string `json:"matrix,omitempty"`
 }
 
 // ClaimedJob is the "job" object of a claim response.

@@ -71,6 +71,9 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 	for k, v := range j.env {
 		job.Spec.Env[k] = subSecret(v, j.path+".env."+k)
 	}
+	if len(j.matrixKeys) > 0 {
+		job.Spec.Matrix = combo
+	}
 	for k, v := range combo {
 		job.Spec.Env["FORGECI_MATRIX_"+strings.ToUpper(k)] = v
 	}

@@ -21,44 +21,15 @@ func (p *parseState) steps(n ast.Node, path string) []domain.Step {
 	if len(seq) > MaxSteps {
 		p.errorf(n, path, "at most %d steps are allowed", MaxSteps)
 	}
-	return eachMapping(p, seq, path, p.step)
-}
-
-func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) domain.Step {
-	var st domain.Step
-	hasRun := false
-	for _, kv := range kvs {
-		key := keyOf(kv)
-		switch key {
-		case "name":
-			st.Name, _ = p.str(kv.Value, sp+".name")
-		case "run":
-			st.Run, hasRun = p.str(kv.Value, sp+".run")
-			if hasRun && strings.TrimSpace(st.Run) == "" {
-				p.errorf(kv.Value, sp+".run", "run must not be empty")
-			}
-		case "env":
-			st.Env = p.env(kv.Value, sp+".env")
-		case "timeout-minutes":
-			if v, ok := p.integer(kv.Value, sp+".timeout-minutes"); ok {
-				if v < 1 || v > MaxTimeoutMins {
-					p.errorf(kv.Value, sp+".timeout-minutes", "must be between 1 and %d", MaxTimeoutMins)
-				}
-				st.TimeoutSeconds = v * 60
-			}
-		case "uses":
-			p.errorf(kv.Key, sp+".uses", "uses (actions) is not supported: write the shell commands in run")
-		default:
-			p.errorf(kv.Key, sp+"."+key, "unknown key %q (expected name, run, env or timeout-minutes)", key)
+	steps := eachMapping(p, seq, path, p.step)
+	ids := map[string]bool{}
+	for i, st := range steps {
+		if st.ID != "" && ids[st.ID] {
+			p.errorf(seq[i], fmt.Sprintf("%s[%d].id", path, i), "step id %q is used twice in this job", st.ID)
 		}
+		ids[st.ID] = true
 	}
-	if !hasRun {
-		p.errorf(sn, sp+".run", "run is required")
-	}
-	if st.Name == "" {
-		st.Name = firstLine(strings.TrimSpace(st.Run))
-	}
-	return st
+	return steps
 }
 
 func (p *parseState) artifacts(n ast.Node, path string) []domain.ArtifactSpec {

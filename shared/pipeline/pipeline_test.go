@@ -74,7 +74,7 @@ func TestErrors(t *testing.T) {
   d:
     needs: [ghost]
     download: [{job: a, name: dist}]
-    steps: [{run: x, shell: zsh}]
+    steps: [{run: x, shelll: zsh}]
 `
 	_, err := pipeline.Parse(".forgeci.yml", []byte(src))
 	var errs pipeline.Errors
@@ -87,7 +87,7 @@ func TestErrors(t *testing.T) {
 		".forgeci.yml:13:22: jobs.c.timeout-minutes: must be an integer",
 		".forgeci.yml:17:12: jobs.d.needs: job \"d\" needs unknown job \"ghost\"",
 		"jobs.d.download[0]: job \"a\" is not in needs",
-		".forgeci.yml:19:22: jobs.d.steps[0].shell: unknown key \"shell\"",
+		".forgeci.yml:19:22: jobs.d.steps[0].shelll: unknown key \"shelll\"",
 		"needs form a cycle: a -> b -> a",
 	}
 	for _, w := range want {

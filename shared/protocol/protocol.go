@@ -71,12 +71,24 @@ type RegisterResponse struct {
 type ClaimRequest struct {
 	Labels      []string `json:"labels"`
 	WaitSeconds int      `json:"wait_seconds"`
+	// Features are what the runner can do (domain.Feature*); a job that
+	// needs a feature is handed only to runners that declare it. Absent:
+	// only jobs that need none.
+	Features []string `json:"features,omitempty"`
 }
 
-// Validate checks the wait.
+// Validate checks the wait and the features.
 func (r *ClaimRequest) Validate() error {
 	if r.WaitSeconds < 0 || time.Duration(r.WaitSeconds)*time.Second > MaxClaimWait {
 		return domain.Errorf(domain.EInvalid, "wait_seconds must be between 0 and %d", int(MaxClaimWait.Seconds()))
+	}
+	if len(r.Features) > 32 {
+		return domain.Errorf(domain.EInvalid, "field features may list at most 32 features")
+	}
+	for _, f := range r.Features {
+		if f == "" || len(f) > 64 {
+			return domain.Errorf(domain.EInvalid, "every feature must be 1 to 64 characters")
+		}
 	}
 	return nil
 }

@@ -22,7 +22,8 @@ import (
 // (finishAttempt), in the transaction that ends it. The scan starts after
 // the queue position ($4, $5): see claimHints. Only jobs in the runner's
 // scope match: its projects ($7, none meaning all) and, only if it takes
-// untrusted work ($8), jobs of untrusted runs. A job that names secrets
+// untrusted work ($8), jobs of untrusted runs; and only jobs whose runner
+// features ($9) the runner declared. A job that names secrets
 // gets, for a trusted run only, those secrets (sealed) and its project's
 // wrapped data key.
 const claimSQL = `
@@ -30,6 +31,7 @@ WITH candidate AS (
     SELECT id FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $2::text[]
       AND (cardinality($7::text[]) = 0 OR project_id = ANY ($7::text[])) AND (trusted OR $8)
+      AND features <@ $9::text[]
       AND (queued_at, id) > ($4::timestamptz, $5::text)
     ORDER BY queued_at, id
     LIMIT 1
@@ -140,7 +142,7 @@ func effectiveLabels(runner Runner, requested []string) ([]string, error) {
 }
 
 func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string) (*Claim, error) {
-	key := hintKey(labels, runner.Scope)
+	key := hintKey(labels, runner.Scope, runner.Features)
 	at, id, full := s.hints.start(key, s.now())
 	c, err := s.claimAfter(ctx, runner, labels, key, at, id)
 	if err != nil || c != nil || full || !s.hints.fullScanDue(key, s.now()) {
@@ -171,8 +173,12 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 	if projects == nil {
 		projects = []string{}
 	}
+	features := runner.Features
+	if features == nil {
+		features = []string{}
+	}
 	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget,
-		projects, runner.Untrusted).Scan(
+		projects, runner.Untrusted, features).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
 		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &queuedAt,
 		&projectID, &trusted, &secretNames, &wrapped, &sealed)

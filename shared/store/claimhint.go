@@ -51,13 +51,17 @@ const (
 // queueStart is before every queue position.
 var queueStart = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func hintKey(labels []string, scope Scope) string {
+func hintKey(labels []string, scope Scope, features []string) string {
 	s := slices.Clone(labels)
 	slices.Sort(s)
 	p := slices.Clone(scope.Projects)
 	slices.Sort(p)
-	// Runners of other scopes see other jobs: each scope keeps its own place.
-	return strings.Join(s, "\x00") + "\x01" + strings.Join(p, "\x00") + fmt.Sprintf("\x01%v", scope.Untrusted)
+	f := slices.Clone(features)
+	slices.Sort(f)
+	// Runners of other scopes or features see other jobs: each keeps its
+	// own place.
+	return strings.Join(s, "\x00") + "\x01" + strings.Join(p, "\x00") + fmt.Sprintf("\x01%v\x01", scope.Untrusted) +
+		strings.Join(f, "\x00")
 }
 
 // start returns where the next claim for labels should scan from, and

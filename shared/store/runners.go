@@ -70,6 +70,9 @@ type Runner struct {
 	Name   string
 	Labels []string
 	Scope
+	// Features are what the runner declared in this claim it can do
+	// (domain.Feature*): a job that needs others is not for it.
+	Features []string
 }
 
 // Scope is what a runner may run: jobs of these projects (by ID; none

@@ -303,7 +303,7 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 			return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
 		}
 		if _, err := tx.Exec(ctx, insertJobSQL, id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
-			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted); err != nil {
+			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted, nonNil(j.Spec.Features())); err != nil {
 			return fmt.Errorf("insert job %s: %w", j.Name, err)
 		}
 		if nr.Checks != nil {

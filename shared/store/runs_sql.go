@@ -20,8 +20,8 @@ VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), null
 // claim's scan.
 const insertJobSQL = `
 INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost,
-                  retry_failed, secret_names, reason, project_id, trusted)
-VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+                  retry_failed, secret_names, reason, project_id, trusted, features)
+VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
 
 // insertJobCheckSQL is the check-run outbox row mirroring a new job.
 const insertJobCheckSQL = `INSERT INTO check_runs (job_id, repository_id, head_sha, name) VALUES ($1, $2, $3, $4)`

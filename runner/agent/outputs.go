@@ -1,0 +1,51 @@
+package agent
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// MaxOutputs bounds how many outputs a step may set.
+const MaxOutputs = 100
+
+var outputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
+
+// parseOutputs reads a step's $FORGECI_OUTPUT in GitHub's $GITHUB_OUTPUT
+// format: lines NAME=value, or NAME<<DELIMITER, the value's lines, and
+// DELIMITER alone on a line. A later value of a name replaces an earlier.
+func parseOutputs(data []byte) (map[string]string, error) {
+	out := map[string]string{}
+	lines := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		line := lines[i]
+		if line == "" {
+			continue
+		}
+		name, value, ok := "", "", false
+		if n, delim, heredoc := strings.Cut(line, "<<"); heredoc && !strings.Contains(n, "=") {
+			name = n
+			end := -1
+			for k := i + 1; k < len(lines); k++ {
+				if lines[k] == delim {
+					end = k
+					break
+				}
+			}
+			if delim == "" || end < 0 {
+				return nil, fmt.Errorf("line %d: %s<<%s is not closed by a line %q", i+1, n, delim, delim)
+			}
+			value, i, ok = strings.Join(lines[i+1:end], "\n"), end, true
+		} else {
+			name, value, ok = strings.Cut(line, "=")
+		}
+		if !ok || !outputNameRE.MatchString(name) {
+			return nil, fmt.Errorf("line %d is not NAME=value or NAME<<DELIMITER", i+1)
+		}
+		out[name] = value
+		if len(out) > MaxOutputs {
+			return nil, fmt.Errorf("more than %d outputs", MaxOutputs)
+		}
+	}
+	return out, nil
+}

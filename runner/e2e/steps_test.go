@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// stepsPipeline exercises what a runner declaring the steps feature does:
+// an output read by a later if:, a flaky step that continues on error, a
+// step skipped by its condition, a python shell, a working directory, a
+// failure, and the cleanup steps that run after it.
+const stepsPipeline = `jobs:
+  steps:
+    runs-on: linux
+    strategy: {matrix: {os: [linux]}}
+    steps:
+      - id: v
+        run: |
+          echo "version=1.2.3" >> "$FORGECI_OUTPUT"
+          { echo 'notes<<EOF'; echo 'line one'; echo 'line two'; echo EOF; } >> "$GITHUB_OUTPUT"
+      - if: steps.v.outputs.version == '1.2.3' && matrix.os == 'linux'
+        run: echo "saw version"
+      - if: steps.v.outputs.version == '9'
+        run: echo "must not run"
+      - id: flaky
+        continue-on-error: true
+        run: exit 4
+      - if: steps.flaky.outcome == 'failure' && steps.flaky.conclusion == 'success'
+        run: echo "flaky failed and was tolerated"
+      - shell: python
+        run: print("from", "python")
+      - run: mkdir -p sub/dir && touch sub/dir/here
+      - working-directory: sub/dir
+        run: test -f here && echo "in sub/dir"
+      - run: exit 7
+      - run: echo "must not run after the failure"
+      - if: failure()
+        run: echo "cleanup after failure"
+      - if: always()
+        run: echo "always runs"
+`
+
+func testStepFeatures(s *stack) func(t *testing.T) {
+	return func(t *testing.T) {
+		id, err := s.submit(writePipeline(t, stepsPipeline), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := s.waitRun(id, func(v runView) bool { return v.State == "FAILED" }, 90*time.Second)
+		j := v.Jobs[0]
+		log := s.log(id, j.ID)
+		if j.State != "FAILED" || j.Reason != "exit_code 7" {
+			t.Fatalf("job %+v: want FAILED with exit_code 7 (the failed step's, not the tolerated one's); log:\n%s", j, log)
+		}
+		for _, want := range []string{"saw version", "skipped (if: steps.v.outputs.version == '9' was false)",
+			"failed with exit code 4; continuing (continue-on-error)", "flaky failed and was tolerated",
+			"from python", "in sub/dir", "failed with exit code 7", "cleanup after failure", "always runs",
+			"skipped (if: success() was false)"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("log lacks %q:\n%s", want, log)
+			}
+		}
+		for _, never := range []string{"must not run\n", "must not run after the failure\n"} {
+			if strings.Contains(log, "\n"+never) {
+				t.Errorf("log has %q:\n%s", never, log)
+			}
+		}
+	}
+}
