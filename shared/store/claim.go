@@ -23,7 +23,12 @@ import (
 // the queue position ($4, $5): see claimHints. Only jobs in the runner's
 // scope match: its projects ($7, none meaning all) and, only if it takes
 // untrusted work ($8), jobs of untrusted runs; and only jobs whose runner
-// features ($9) the runner declared. A job that names secrets
+// features ($9) the runner declared. That test starts with features = '{}'
+// on purpose: a bare second array containment (beside labels) made the
+// planner estimate so few matching rows that it left the ordered index
+// scan for a sort, and claims fell to a twentieth of their rate
+// (forgeci-bench -only claim); a CASE kept the rate but doubled a claim's
+// latency on a short queue (-only claim-scale). A job that names secrets
 // gets, for a trusted run only, those secrets (sealed) and its project's
 // wrapped data key.
 const claimSQL = `
@@ -31,7 +36,7 @@ WITH candidate AS (
     SELECT id FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $2::text[]
       AND (cardinality($7::text[]) = 0 OR project_id = ANY ($7::text[])) AND (trusted OR $8)
-      AND features <@ $9::text[]
+      AND (features = '{}'::text[] OR features <@ $9::text[])
       AND (queued_at, id) > ($4::timestamptz, $5::text)
     ORDER BY queued_at, id
     LIMIT 1
