@@ -33,3 +33,23 @@ func TestReadmeExample(t *testing.T) {
 		t.Fatalf("the README's example has %d jobs, want 2", len(p.Jobs))
 	}
 }
+
+// TestDocsExample: the pipeline docs/pipeline.md opens with parses.
+func TestDocsExample(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/pipeline.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(raw), "```yaml\n")
+	yml, _, closed := strings.Cut(rest, "```")
+	if !ok || !closed {
+		t.Fatal("docs/pipeline.md has no yaml example")
+	}
+	p, err := pipeline.Parse(pipeline.FileName, []byte(yml))
+	if err != nil {
+		t.Fatalf("the example in docs/pipeline.md does not parse:\n%v", err)
+	}
+	if len(p.Jobs) != 3 { // test: two go versions (include adds a key to 1.23); package
+		t.Fatalf("the example has %d jobs, want 3", len(p.Jobs))
+	}
+}
