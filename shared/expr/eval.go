@@ -2,8 +2,9 @@ package expr
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/rhysd/actionlint"
@@ -132,7 +133,7 @@ func filter(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(filtered, 0, len(x))
-		for _, k := range sortedKeys(x) {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			out = append(out, x[k])
 		}
 		return out
@@ -142,15 +143,6 @@ func filter(v any) any {
 		return x
 	}
 	return filtered{}
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func index(v, i any) any {

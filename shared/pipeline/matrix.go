@@ -2,7 +2,8 @@ package pipeline
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/goccy/go-yaml/ast"
 )
@@ -230,19 +231,10 @@ func addKeys(keys []string, e map[string]string) []string {
 	for _, k := range keys {
 		have[k] = true
 	}
-	for _, k := range sortedKeys(e) {
+	for _, k := range slices.Sorted(maps.Keys(e)) {
 		if !have[k] {
 			keys = append(keys, k)
 		}
 	}
-	return keys
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	return keys
 }

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -75,16 +76,23 @@ func TestMatrixExclude(t *testing.T) {
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("jobs %v, want %v", got, want)
 	}
-	for src, msg := range map[string]string{
+	refuses(t, "jobs:\n  t:\n    strategy:\n      %s\n    steps: [{run: x}]\n", map[string]string{
 		"matrix: {os: [a], exclude: [{os: a}]}":    "exclude removes every combination",
 		"matrix: {include: []}":                    "at least one axis or include entry",
 		"fail-fast: true\n      matrix: {os: [a]}": "only fail-fast: false",
 		"max-parallel: 2\n      matrix: {os: [a]}": "max-parallel is not supported",
 		"matrix: {os: [a], include: [x]}":          "must be a mapping",
-	} {
-		_, err := pipeline.Parse("f.yml", []byte("jobs:\n  t:\n    strategy:\n      "+src+"\n    steps: [{run: x}]\n"))
+	})
+}
+
+// refuses checks that each snippet, put into file (a format with one %s),
+// is refused with an error that says its message.
+func refuses(t *testing.T, file string, cases map[string]string) {
+	t.Helper()
+	for snippet, msg := range cases {
+		_, err := pipeline.Parse("f.yml", []byte(fmt.Sprintf(file, snippet)))
 		if err == nil || !strings.Contains(err.Error(), msg) {
-			t.Errorf("%s: got %v, want %q", src, err, msg)
+			t.Errorf("%s: got %v, want %q", snippet, err, msg)
 		}
 	}
 }
