@@ -79,8 +79,9 @@ func (s *sequence) record(st domain.Step, outcome, conclusion string, outputs ma
 	s.steps[st.ID] = map[string]any{"outcome": outcome, "conclusion": conclusion, "outputs": out}
 }
 
-// condition evaluates a step's if: against the matrix, the environment
-// and the steps so far; the status functions read the sequence.
+// condition evaluates a step's if: against the run's facts (forgeci.*,
+// also github.*), the matrix, the environment and the steps so far; the
+// status functions read the sequence.
 func (j *job) condition(st domain.Step, seq *sequence) (bool, error) {
 	src := ifText(st)
 	e, perr := expr.Parse(src)
@@ -98,7 +99,9 @@ func (j *job) condition(st domain.Step, seq *sequence) (bool, error) {
 	for k, v := range j.claim.Job.Matrix {
 		matrix[k] = v
 	}
-	c := &expr.Context{Vars: map[string]any{"matrix": matrix, "env": env, "steps": maps.Clone(seq.steps)},
+	run := expr.FromGo(j.claim.Job.Run)
+	c := &expr.Context{Vars: map[string]any{"matrix": matrix, "env": env, "steps": maps.Clone(seq.steps),
+		"forgeci": run, "github": run},
 		Status: func(name string) bool {
 			switch name {
 			case "success":

@@ -21,6 +21,8 @@ const stepsPipeline = `jobs:
           { echo 'notes<<EOF'; echo 'line one'; echo 'line two'; echo EOF; } >> "$GITHUB_OUTPUT"
       - if: steps.v.outputs.version == '1.2.3' && matrix.os == 'linux'
         run: echo "saw version"
+      - if: github.event_name == 'submit' && forgeci.run_number > 0 && forgeci.repository != ''
+        run: echo "a submitted run"
       - if: steps.v.outputs.version == '9'
         run: echo "must not run"
       - id: flaky
@@ -53,7 +55,7 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 		if j.State != "FAILED" || j.Reason != "exit_code 7" {
 			t.Fatalf("job %+v: want FAILED with exit_code 7 (the failed step's, not the tolerated one's); log:\n%s", j, log)
 		}
-		for _, want := range []string{"saw version", "skipped (if: steps.v.outputs.version == '9' was false)",
+		for _, want := range []string{"saw version", "a submitted run", "skipped (if: steps.v.outputs.version == '9' was false)",
 			"failed with exit code 4; continuing (continue-on-error)", "flaky failed and was tolerated",
 			"from python", "in sub/dir", "failed with exit code 7", "cleanup after failure", "always runs",
 			"skipped (if: success() was false)"} {

@@ -169,6 +169,21 @@ type JobSpec struct {
 	// Matrix is the job's matrix combination, for expressions the runner
 	// evaluates (matrix.<axis>).
 	Matrix map[string]string `json:"matrix,omitempty"`
+	// Run is what the job's expressions read as forgeci.* (and github.*);
+	// the store fills it in when it makes the run.
+	Run *RunFacts `json:"run,omitempty"`
+}
+
+// RunFacts are a run's facts as expressions read them (forgeci.ref, ...).
+type RunFacts struct {
+	Ref        string `json:"ref"`
+	RefName    string `json:"ref_name"`
+	SHA        string `json:"sha"`
+	EventName  string `json:"event_name"`
+	Actor      string `json:"actor"`
+	Repository string `json:"repository"`
+	RunID      string `json:"run_id"`
+	RunNumber  int64  `json:"run_number"`
 }
 
 // ClaimedJob is the "job" object of a claim response.

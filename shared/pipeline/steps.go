@@ -14,7 +14,7 @@ import (
 var stepIDRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
 // stepContexts are what a step's if: may read on the runner.
-var stepContexts = []string{"matrix", "env", "steps"}
+var stepContexts = []string{"forgeci", "github", "matrix", "env", "steps"}
 
 // shells are the named shells, as GitHub runs them; any other shell must
 // be a command with {0} for the script file.

@@ -2,9 +2,12 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -33,5 +36,33 @@ func TestClaimNeedsFeatures(t *testing.T) {
 	r.Features = nil
 	if c, err := s.Claim(ctx, r, nil, 0); err != nil || c == nil {
 		t.Fatalf("a job that needs no feature was not claimed by a runner declaring none: %v", err)
+	}
+}
+
+// TestRunFactsInSpec: a job's spec carries its run's facts for the
+// runner's expressions: GitHub's event name and ref, the run's number.
+func TestRunFactsInSpec(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
+	r := newRunner(t, s)
+	sha := strings.Repeat("a", 40)
+	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", Trigger: "github:push refs/heads/main", GitRef: "refs/heads/main",
+		GitSHA: sha, Actor: "github:42", Jobs: []store.NewJob{{Name: "j", Spec: domain.JobSpec{Steps: []domain.Step{{Run: "true"}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Claim(ctx, r, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v", err)
+	}
+	var job domain.ClaimedJob
+	if err := json.Unmarshal(c.Job, &job); err != nil {
+		t.Fatal(err)
+	}
+	want := domain.RunFacts{Ref: "refs/heads/main", RefName: "main", SHA: sha, EventName: "push", Actor: "github:42",
+		Repository: "p", RunID: run.ID, RunNumber: run.Number}
+	if job.Run == nil || *job.Run != want {
+		t.Fatalf("run facts %+v, want %+v", job.Run, want)
 	}
 }

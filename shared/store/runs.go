@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -289,9 +290,11 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		r := ReasonWaitingApproval
 		reason = &r
 	}
+	facts := runFacts(run)
 	for _, j := range nr.Jobs {
 		id := uuid.Must(uuid.NewV7()).String()
 		run.JobIDs[j.Name] = id
+		j.Spec.Run = &facts
 		timeout := j.TimeoutSeconds
 		if timeout <= 0 {
 			timeout = 3600
@@ -313,6 +316,24 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		}
 	}
 	return nil
+}
+
+// runFacts are the run's facts its jobs' expressions read (forgeci.*).
+// The event is GitHub's event name for a delivery's run, "submit" for
+// forgeci submit, "retry" for a retry, and "manual" otherwise.
+func runFacts(run *Run) domain.RunFacts {
+	event := "manual"
+	switch {
+	case strings.HasPrefix(run.Trigger, "github:"):
+		event, _, _ = strings.Cut(strings.TrimPrefix(run.Trigger, "github:"), " ")
+	case strings.HasPrefix(run.Trigger, "cli:"):
+		event = "submit"
+	case strings.HasPrefix(run.Trigger, "retry of"):
+		event = "retry"
+	}
+	name := strings.TrimPrefix(strings.TrimPrefix(run.GitRef, "refs/heads/"), "refs/tags/")
+	return domain.RunFacts{Ref: run.GitRef, RefName: name, SHA: run.GitSHA, EventName: event, Actor: run.Actor,
+		Repository: run.Project, RunID: run.ID, RunNumber: run.Number}
 }
 
 func nonNil(s []string) []string {
