@@ -13,9 +13,10 @@ import (
 // each step with an id's outcome, conclusion and outputs, for later
 // steps' if: (steps.<id>...).
 type sequence struct {
-	failed bool
-	exit   int // of the step that failed the job, else 0
-	steps  map[string]any
+	failed      bool
+	outputBytes int // of every step's outputs so far
+	exit        int // of the step that failed the job, else 0
+	steps       map[string]any
 }
 
 // runSteps runs the job's steps: each whose if: holds (by default,
@@ -44,6 +45,15 @@ func (j *job) runSteps() (failed bool, exit int) {
 		if j.stopped() != nil {
 			return true, code
 		}
+		if n := outputsSize(outputs); seq.outputBytes+n > MaxJobOutputBytes {
+			fmt.Fprintf(j.logs, "==> the job's step outputs would pass %d bytes; this step's are refused\n", MaxJobOutputBytes)
+			outputs = nil
+			if code == 0 {
+				code = 1
+			}
+		} else {
+			seq.outputBytes += n
+		}
 		switch {
 		case code == 0:
 			seq.record(st, "success", "success", outputs)
@@ -59,6 +69,18 @@ func (j *job) runSteps() (failed bool, exit int) {
 		}
 	}
 	return seq.failed, seq.exit
+}
+
+// MaxJobOutputBytes bounds the outputs of all a job's steps together:
+// the runner keeps them, and every if: may read them all.
+const MaxJobOutputBytes = 1 << 20
+
+func outputsSize(outputs map[string]string) int {
+	n := 0
+	for k, v := range outputs {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func ifText(st domain.Step) string {

@@ -41,6 +41,13 @@ const stepsPipeline = `jobs:
         run: echo "cleanup after failure"
       - if: always()
         run: echo "always runs"
+  outputs-cap:
+    runs-on: linux
+    steps:
+      - id: a
+        run: printf 'big=%0700000d\n' 0 >> "$FORGECI_OUTPUT"
+      - id: b
+        run: printf 'big=%0700000d\n' 0 >> "$FORGECI_OUTPUT"
 `
 
 func testStepFeatures(s *stack) func(t *testing.T) {
@@ -49,8 +56,20 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := s.waitRun(id, func(v runView) bool { return v.State == "FAILED" }, 90*time.Second)
-		j := v.Jobs[0]
+		v := s.waitRun(id, func(v runView) bool { return v.State == "FAILED" && v.Jobs[0].State != "RUNNING" && v.Jobs[1].State != "RUNNING" }, 90*time.Second)
+		type job = struct {
+			ID, Name, State, Reason string
+			Generation              int
+		}
+		jobs := map[string]job{}
+		for _, j := range v.Jobs {
+			jobs[j.Name] = j
+		}
+		capLog := s.log(id, jobs["outputs-cap"].ID)
+		if jobs["outputs-cap"].State != "FAILED" || !strings.Contains(capLog, "step outputs would pass 1048576 bytes") {
+			t.Errorf("a job's outputs past 1 MiB: %+v\n%s", jobs["outputs-cap"], capLog)
+		}
+		j := jobs["steps (linux)"]
 		log := s.log(id, j.ID)
 		if j.State != "FAILED" || j.Reason != "exit_code 7" {
 			t.Fatalf("job %+v: want FAILED with exit_code 7 (the failed step's, not the tolerated one's); log:\n%s", j, log)

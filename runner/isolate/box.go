@@ -132,20 +132,26 @@ func (b *Box) StepCommand(st Step) (*exec.Cmd, error) {
 			argv[i] = strings.ReplaceAll(a, "{0}", file)
 		}
 	}
-	wd := filepath.Join(b.Workspace(), filepath.Clean("/"+st.Dir))
-	if fi, err := os.Stat(wd); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("working-directory %s is not a directory of the workspace", st.Dir)
+	// The step's directory is entered by the step's own user (the load-env
+	// stage, or bwrap inside its sandbox), never by root: root would
+	// follow a link a step left in the workspace into another job.
+	rel := filepath.Clean("/" + st.Dir)[1:]
+	if rel == "" {
+		rel = "."
 	}
+	wd := filepath.Join(b.Workspace(), rel)
 	cmdEnv := st.Env
 	if b.i.cfg.Mode != None {
 		envFile := filepath.Join(stepsDir, "step-"+n+".env")
 		if err := writeOwned(envFile, nulJoin(st.Env), b.su); err != nil {
 			return nil, fmt.Errorf("step environment: %w", err)
 		}
+		cd := rel
 		if b.i.cfg.Mode == Bwrap {
 			argv = append(b.bwrapArgs(wd, st.Output), argv...)
+			cd = "." // bwrap enters wd inside its sandbox
 		}
-		argv = append([]string{"env", "-i", b.i.bash, "--noprofile", "--norc", "-c", loadEnv, "load-env", envFile}, argv...)
+		argv = append([]string{"env", "-i", b.i.bash, "--noprofile", "--norc", "-c", loadEnv, "load-env", envFile, cd}, argv...)
 		argv = append([]string{"setpriv", "--reuid=" + strconv.Itoa(b.su.uid), "--regid=" + strconv.Itoa(b.su.gid),
 			"--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"}, argv...)
 		cmdEnv = []string{"PATH=" + rootPath, "LANG=C.UTF-8"}
@@ -154,7 +160,10 @@ func (b *Box) StepCommand(st Step) (*exec.Cmd, error) {
 	if pre := b.prelude(); pre != nil {
 		cmd = exec.Command(pre[0], append(pre[1:], argv...)...)
 	}
-	cmd.Dir = wd
+	cmd.Dir = b.Workspace()
+	if b.i.cfg.Mode == None {
+		cmd.Dir = wd // the runner's own user runs the step: no one to guard against
+	}
 	cmd.Env = cmdEnv
 	// A session of its own: no controlling terminal, so a step cannot
 	// push input into the terminal a runner was started from (TIOCSTI)
@@ -203,9 +212,10 @@ func (b *Box) ReadOutputFile(file string) ([]byte, error) {
 const rootPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // loadEnv, run by bash as the slot's user with an empty environment,
-// exports the NUL-separated NAME=value pairs of the file $1, then runs the
-// rest of its arguments.
-const loadEnv = `while IFS= read -r -d '' kv; do export "$kv" || exit 125; done < "$1"; shift; exec "$@"`
+// exports the NUL-separated NAME=value pairs of the file $1, enters the
+// step's directory $2 (relative to the workspace, as that user), then runs
+// the rest of its arguments.
+const loadEnv = `while IFS= read -r -d '' kv; do export "$kv" || exit 125; done < "$1"; cd -- "$2" || exit 125; shift 2; exec "$@"`
 
 // joinAndMount, run by sh as root, joins every cgroup of the job (the
 // arguments up to --) so that nothing the step starts is outside them,

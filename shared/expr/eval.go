@@ -33,6 +33,40 @@ func (e *Expr) Eval(c *Context) (v any, err error) {
 type evaluator struct {
 	c   *Context
 	err error
+	// work counts what evaluation has done so far: a unit per node and
+	// per byte or element a value holds; at MaxWork it stops. Bounding
+	// each value is not enough: an expression can build many in turn
+	// (fromJSON of a large output, a thousand times over).
+	work int
+}
+
+// MaxWork bounds the work of one evaluation (about a second).
+const MaxWork = 64 << 20
+
+// charge counts the work of v and reports whether the budget holds.
+func (ev *evaluator) charge(n actionlint.ExprNode, v any) bool {
+	units := 1
+	switch x := v.(type) {
+	case string:
+		units += len(x)
+	case []any:
+		units += len(x)
+	case filtered:
+		units += len(x)
+	case map[string]any:
+		units += len(x)
+	}
+	return ev.chargeUnits(n, units)
+}
+
+// chargeUnits counts units of work and reports whether the budget holds.
+func (ev *evaluator) chargeUnits(n actionlint.ExprNode, units int) bool {
+	ev.work += units
+	if ev.work > MaxWork {
+		ev.fail(n, "the expression does too much work (over %d units)", MaxWork)
+		return false
+	}
+	return true
 }
 
 func (ev *evaluator) fail(n actionlint.ExprNode, format string, args ...any) any {
@@ -50,6 +84,9 @@ type filtered []any
 // value evaluates n to a plain value.
 func (ev *evaluator) value(n actionlint.ExprNode) any {
 	v := ev.eval(n)
+	if !ev.charge(n, v) {
+		return nil
+	}
 	if f, ok := v.(filtered); ok {
 		return []any(f)
 	}

@@ -2,9 +2,12 @@ package expr_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forgeci/forgeci/shared/expr"
 )
@@ -192,5 +195,34 @@ func TestBounded(t *testing.T) {
 	}
 	if _, err := e.Eval(testContext()); err == nil || !strings.Contains(err.Error(), "over") {
 		t.Fatalf("a 16 MiB result: %v", err)
+	}
+}
+
+// TestHostileWork: an expression over large values stops at the work
+// budget or the result bound, quickly, instead of building gigabytes or
+// running for minutes (both were found by attacking the runner's if:).
+func TestHostileWork(t *testing.T) {
+	big := strings.Repeat("\x01", 1<<20)
+	steps := map[string]any{}
+	for i := range 100 {
+		steps[fmt.Sprintf("s%d", i)] = map[string]any{"outputs": map[string]any{"o": big}}
+	}
+	arr := "[" + strings.Repeat("0,", 1<<19-16) + "0]" // just under the 1 MiB input bound
+	c := &expr.Context{Vars: map[string]any{"steps": steps, "a": arr}}
+	slow := strings.TrimSuffix(strings.Repeat("fromJSON(a)[1] || ", 1800), " || ")
+	for _, src := range []string{"toJSON(steps)", slow} {
+		e, perr := expr.Parse(src)
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		_, err := e.Eval(c)
+		d := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if err == nil || d > 5*time.Second || after.TotalAlloc-before.TotalAlloc > 256<<20 {
+			t.Fatalf("%.40s...: %v after %v and %d MB", src, err, d, (after.TotalAlloc-before.TotalAlloc)>>20)
+		}
 	}
 }

@@ -36,7 +36,12 @@ func (ev *evaluator) call(n *actionlint.FuncCallNode) any {
 	case "tojson":
 		out, err = toJSON(args[0])
 	case "fromjson":
-		out, err = fromJSON(ToString(args[0]))
+		s := ToString(args[0])
+		// Decoding allocates tens of times its input: charge it so.
+		if !ev.chargeUnits(n, 16*len(s)) {
+			return nil
+		}
+		out, err = fromJSON(s)
 	case "hashfiles":
 		out, err = ev.hashFiles(args)
 	default:
@@ -127,6 +132,11 @@ func join(args []any) (string, error) {
 }
 
 func toJSON(v any) (string, error) {
+	// Refuse before building: an object of many large values would be
+	// built whole, in the evaluating process, before its size is known.
+	if jsonBound(v, 0) > MaxResult {
+		return "", fmt.Errorf("the result is over %d bytes", MaxResult)
+	}
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return "", err
@@ -157,4 +167,30 @@ func (ev *evaluator) hashFiles(args []any) (string, error) {
 		patterns[i] = ToString(a)
 	}
 	return ev.c.HashFiles(patterns)
+}
+
+// jsonBound is an upper bound of v's indented JSON size at depth, or
+// MaxResult+1 as soon as it passes MaxResult.
+func jsonBound(v any, depth int) int {
+	indent := 2*depth + 4
+	n := 0
+	switch x := v.(type) {
+	case string:
+		return 6*len(x) + 2 // every byte escaped as \u00XX at worst
+	case []any:
+		for _, el := range x {
+			if n += indent + jsonBound(el, depth+1); n > MaxResult {
+				return MaxResult + 1
+			}
+		}
+	case map[string]any:
+		for k, el := range x {
+			if n += indent + 6*len(k) + 4 + jsonBound(el, depth+1); n > MaxResult {
+				return MaxResult + 1
+			}
+		}
+	default:
+		return 32
+	}
+	return n + indent
 }
