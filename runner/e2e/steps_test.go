@@ -56,7 +56,9 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v := s.waitRun(id, func(v runView) bool { return v.State == "FAILED" && v.Jobs[0].State != "RUNNING" && v.Jobs[1].State != "RUNNING" }, 90*time.Second)
+		v := s.waitRun(id, func(v runView) bool {
+			return v.State == "FAILED" && v.Jobs[0].State != "RUNNING" && v.Jobs[1].State != "RUNNING"
+		}, 90*time.Second)
 		type job = struct {
 			ID, Name, State, Reason string
 			Generation              int
