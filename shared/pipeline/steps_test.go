@@ -48,7 +48,7 @@ func TestStepKeys(t *testing.T) {
 		"{run: a, shell: zsh}":                "shell is bash, sh, python",
 		"{run: a, working-directory: ../out}": "must be a relative path inside the workspace",
 		"{run: a, working-directory: /etc}":   "must be a relative path inside the workspace",
-		"{run: a, if: github.ref == 'x'}":     `context "github" is not available here`,
+		"{run: a, if: needs.b.result == 'x'}": `context "needs" is not available here`,
 		"{run: a, if: 'x ${{ true }}'}":       "an if: is one expression",
 		"{run: a, if: nope()}":                "unknown function nope()",
 		"{run: a, continue-on-error: 'yes'}":  "must be true or false",
