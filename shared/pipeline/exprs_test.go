@@ -20,17 +20,13 @@ func TestExpressionErrorsLocated(t *testing.T) {
 		"      - run: |\n" +
 		"          echo one\n" +
 		"          echo ${{ contains('a') }}\n" // line 8
-	_, err := pipeline.Parse("f.yml", []byte(src))
-	var errs pipeline.Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("want located errors, got %v", err)
-	}
+	errs := parseErrors(t, "f.yml", src)
 	want := []string{
 		"f.yml:3:20: jobs.a.env.X: expression: unknown function nope()",
 		"f.yml:5:31: jobs.a.steps[0].run: expression:",
 		"f.yml:8:20: jobs.a.steps[1].run: expression: contains() takes 2 arguments, not 1",
 	}
-	got := err.Error()
+	got := errs.Error()
 	for _, w := range want {
 		if !strings.Contains(got, w) {
 			t.Errorf("missing %q in:\n%s", w, got)
@@ -74,4 +70,15 @@ func TestMatrixExpressions(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `matrix has no axis "arch"`) {
 		t.Fatalf("unknown axis: %v", err)
 	}
+}
+
+// parseErrors parses src, which must be refused, and returns its errors.
+func parseErrors(t *testing.T, file, src string) pipeline.Errors {
+	t.Helper()
+	_, err := pipeline.Parse(file, []byte(src))
+	var errs pipeline.Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("want located errors, got %v", err)
+	}
+	return errs
 }

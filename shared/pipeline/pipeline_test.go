@@ -1,7 +1,6 @@
 package pipeline_test
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -76,11 +75,8 @@ func TestErrors(t *testing.T) {
     download: [{job: a, name: dist}]
     steps: [{run: x, shelll: zsh}]
 `
-	_, err := pipeline.Parse(".forgeci.yml", []byte(src))
-	var errs pipeline.Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("not Errors: %v", err)
-	}
+	errs := parseErrors(t, ".forgeci.yml", src)
+	err := error(errs)
 	want := []string{
 		".forgeci.yml:9:9: jobs.b.steps[0].run: run is required",
 		".forgeci.yml:12:5: jobs.c.colour: unknown key \"colour\"",
