@@ -266,6 +266,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("steps: id, if, outputs, continue-on-error, shell, working-directory", testStepFeatures(s))
+	t.Run("starter workflows", testWorkflows(s))
 
 	t.Run("timeout fails the job with a reason", func(t *testing.T) {
 		// timeout-minutes is whole minutes, so this waits one minute.

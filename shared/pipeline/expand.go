@@ -75,7 +75,7 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 		job.Spec.Matrix = combo
 	}
 	for k, v := range combo {
-		job.Spec.Env["FORGECI_MATRIX_"+strings.ToUpper(k)] = v
+		job.Spec.Env["FORGECI_MATRIX_"+strings.ToUpper(strings.ReplaceAll(k, "-", "_"))] = v
 	}
 	for i, st := range j.steps {
 		sp := fmt.Sprintf("%s.steps[%d]", j.path, i)

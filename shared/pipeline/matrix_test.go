@@ -96,3 +96,17 @@ func refuses(t *testing.T, file string, cases map[string]string) {
 		}
 	}
 }
+
+// TestMatrixHyphenatedAxis: axes are named as GitHub's starter workflows
+// name them (node-version); expressions read them and the environment
+// has FORGECI_MATRIX_NODE_VERSION.
+func TestMatrixHyphenatedAxis(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte("jobs:\n  b:\n    strategy: {matrix: {node-version: [\"20.x\"]}}\n    steps: [{run: 'echo ${{ matrix.node-version }}'}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := p.Jobs[0].Spec
+	if spec.Steps[0].Run != "echo 20.x" || spec.Env["FORGECI_MATRIX_NODE_VERSION"] != "20.x" || p.Jobs[0].Name != "b (20.x)" {
+		t.Fatalf("job %+v", p.Jobs[0])
+	}
+}

@@ -1,0 +1,2 @@
+package bad
+func  X( ) {}
