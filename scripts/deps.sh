@@ -26,6 +26,10 @@ apt_install() {
 for tool in zstd git; do
   command -v "$tool" >/dev/null 2>&1 || NEED_APT="${NEED_APT:-} $tool"
 done
+# The end-to-end starter workflows run python3 and node as slot users,
+# whose PATH is the system's.
+[ -x /usr/bin/python3 ] || NEED_APT="${NEED_APT:-} python3"
+[ -x /usr/bin/node ] || NEED_APT="${NEED_APT:-} nodejs"
 if [ -n "${NEED_APT:-}" ]; then
   echo "deps: installing$NEED_APT" >&2
   apt_install $NEED_APT
