@@ -26,7 +26,7 @@ demo: deps bin/forgeci bin/forgeci-runner   ## the main job: local ForgeCI + run
 lint: deps           ## vet, staticcheck, gofmt and go.mod drift
 	$(GO) vet ./...
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" staticcheck ./...
-	@out=$$(gofmt -l $$(git ls-files '*.go' ':!:*/testdata/*')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 
 test: deps lint bin/forgeci   ## the whole suite against real PostgreSQL

@@ -345,12 +345,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 		case "needs":
 			j.needs, j.needsNode = p.strList(kv.Value, kp), kv.Value
 		case "timeout-minutes":
-			if v, ok := p.integer(kv.Value, kp); ok {
-				if v < 1 || v > MaxTimeoutMins {
-					p.errorf(kv.Value, kp, "must be between 1 and %d", MaxTimeoutMins)
-				}
-				j.timeout = v
-			}
+			j.timeout = p.minutes(kv.Value, kp) / 60
 		case "env":
 			j.env = p.env(kv.Value, kp)
 		case "steps":
