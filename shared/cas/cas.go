@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/forgeci/forgeci/shared/awsenv"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // Config locates the bucket.
@@ -47,8 +47,6 @@ type Store struct {
 	bucket  string
 	expiry  time.Duration
 }
-
-var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // ErrNotFound means no blob has that digest.
 var ErrNotFound = errors.New("blob not found")
@@ -103,15 +101,12 @@ func BlobKey(projectID string, trusted bool, digest string) string {
 // checksum is the x-amz-checksum-sha256 value of a digest: the same
 // SHA-256, base64 instead of hex.
 func checksum(digest string) (string, error) {
-	if !ValidDigest(digest) {
+	if !protocol.ValidDigest(digest) {
 		return "", fmt.Errorf("cas: invalid digest %q", digest)
 	}
 	raw, _ := hex.DecodeString(strings.TrimPrefix(digest, "sha256:"))
 	return base64.StdEncoding.EncodeToString(raw), nil
 }
-
-// ValidDigest reports whether d is "sha256:<64 lowercase hex>".
-func ValidDigest(d string) bool { return digestRE.MatchString(d) }
 
 // EnsureBucket creates the bucket if it does not exist (local stack only;
 // in AWS the template creates it).
