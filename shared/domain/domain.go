@@ -4,6 +4,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -117,6 +118,14 @@ type Step struct {
 // that needs one goes only to runners that declare it, so a runner built
 // to an earlier protocol never runs a job it would run wrongly.
 const (
+	// FeatureExpressions: the runner evaluates the ${{ }} left in env
+	// values, step names and scripts, cache keys and outputs, with the
+	// contexts forgeci, github, env, matrix, steps, needs, inputs and
+	// runner, and hashFiles over the workspace.
+	FeatureExpressions = "expressions"
+	// FeatureOutputs: the runner evaluates the job's outputs mapping when
+	// its steps end and sends it to /v1/runner/jobs/{job_id}/outputs.
+	FeatureOutputs = "outputs"
 	// FeatureSteps: step id, if, shell, working-directory,
 	// continue-on-error and $FORGECI_OUTPUT.
 	FeatureSteps = "steps"
@@ -124,13 +133,48 @@ const (
 
 // Features are the runner features the job needs, sorted.
 func (s JobSpec) Features() []string {
+	var out []string
+	if s.hasExpressions() {
+		out = append(out, FeatureExpressions)
+	}
+	if len(s.Outputs) > 0 {
+		out = append(out, FeatureOutputs)
+	}
 	for _, st := range s.Steps {
 		if st.ID != "" || st.If != "" || len(st.Shell) > 0 || st.WorkingDirectory != "" || st.ContinueOnError {
-			return []string{FeatureSteps}
+			out = append(out, FeatureSteps)
+			break
 		}
 	}
-	return nil
+	return out
 }
+
+// hasExpressions reports whether a ${{ }} other than ${{ secrets.NAME }}
+// is left for the runner: in the strings that may hold secrets, step
+// names, cache keys or outputs.
+func (s JobSpec) hasExpressions() bool {
+	found := false
+	look := func(v string) {
+		if strings.Contains(v, "${{") && strings.Contains(SecretRefRE.ReplaceAllString(v, ""), "${{") {
+			found = true
+		}
+	}
+	c := s.clone()
+	c.strings(func(p *string) { look(*p) })
+	for _, st := range s.Steps {
+		look(st.Name)
+	}
+	if s.Cache != nil {
+		look(s.Cache.Key)
+		for _, k := range s.Cache.RestoreKeys {
+			look(k)
+		}
+	}
+	return found || len(s.Outputs) > 0
+}
+
+// HasFeature reports whether the claimed job needs feature f.
+func (j ClaimedJob) HasFeature(f string) bool { return slices.Contains(j.Features, f) }
 
 // ArtifactSpec names files a job uploads when it ends.
 type ArtifactSpec struct {
@@ -172,6 +216,20 @@ type JobSpec struct {
 	// Run is what the job's expressions read as forgeci.* (and github.*);
 	// the store fills it in when it makes the run.
 	Run *RunFacts `json:"run,omitempty"`
+	// Outputs maps each job output to the template the runner evaluates
+	// when the steps end (steps.<id>.outputs.<name>, ...).
+	Outputs map[string]string `json:"outputs,omitempty"`
+	// NeedResults is the needs context (needs.<job>.result and .outputs),
+	// filled in by the control plane when the job is queued, for a job
+	// whose expressions read it.
+	NeedResults map[string]NeedResult `json:"need_results,omitempty"`
+}
+
+// NeedResult is one needed job as needs.<job> shows it: its result
+// (success, failure, cancelled or skipped) and its outputs.
+type NeedResult struct {
+	Result  string            `json:"result"`
+	Outputs map[string]string `json:"outputs"`
 }
 
 // RunFacts are a run's facts as expressions read them (forgeci.ref, ...).
@@ -193,6 +251,8 @@ type ClaimedJob struct {
 	Name           string   `json:"name"`
 	Needs          []string `json:"needs"`
 	TimeoutSeconds int      `json:"timeout_seconds"`
+	// Features are the runner features the job needs (JobSpec.Features).
+	Features []string `json:"features,omitempty"`
 	JobSpec
 }
 
@@ -223,9 +283,8 @@ func (s *JobSpec) strings(visit func(*string)) {
 	}
 }
 
-// SecretNames returns the secrets the job uses, sorted.
-func (s JobSpec) SecretNames() []string {
-	names := append([]string{}, s.Secrets...)
+// clone copies what strings may write.
+func (s JobSpec) clone() JobSpec {
 	c := s
 	c.Env = cloneEnv(s.Env)
 	c.Steps = make([]Step, len(s.Steps))
@@ -233,6 +292,13 @@ func (s JobSpec) SecretNames() []string {
 		c.Steps[i] = st
 		c.Steps[i].Env = cloneEnv(st.Env)
 	}
+	return c
+}
+
+// SecretNames returns the secrets the job uses, sorted.
+func (s JobSpec) SecretNames() []string {
+	names := append([]string{}, s.Secrets...)
+	c := s.clone()
 	c.strings(func(p *string) {
 		for _, m := range SecretRefRE.FindAllStringSubmatch(*p, -1) {
 			names = append(names, m[1])
@@ -244,8 +310,11 @@ func (s JobSpec) SecretNames() []string {
 
 // ExpandSecrets replaces every ${{ secrets.NAME }} with its value in values
 // ("" when absent, as GitHub does for a run without secrets) and returns
-// the values it put in.
-func (s *JobSpec) ExpandSecrets(values map[string]string) map[string]string {
+// the values it put in. In a job whose runner evaluates expressions
+// (quote), each value goes in as a string literal expression, so that the
+// runner puts back the value as it is rather than evaluate what the
+// secret happens to hold (or makes with the text after it).
+func (s *JobSpec) ExpandSecrets(values map[string]string, quote bool) map[string]string {
 	used := map[string]string{}
 	s.strings(func(p *string) {
 		*p = SecretRefRE.ReplaceAllStringFunc(*p, func(m string) string {
@@ -253,6 +322,9 @@ func (s *JobSpec) ExpandSecrets(values map[string]string) map[string]string {
 			v, ok := values[name]
 			if ok {
 				used[name] = v
+			}
+			if quote {
+				return "${{ '" + strings.ReplaceAll(v, "'", "''") + "' }}"
 			}
 			return v
 		})

@@ -15,6 +15,25 @@ type PlannedJob struct {
 	RetryLeaseLost int
 	RetryFailed    int
 	Spec           JobSpec
+	// Group is the job's name in the pipeline file: the same for every
+	// combination of a matrix (needs.<group> in expressions).
+	Group string
+	// If is the job's condition (an expression without ${{ }}), evaluated
+	// by the control plane when the job's needs have ended; "" is
+	// success().
+	If string
+	// ContinueOnError: the job's failure does not fail the run, and its
+	// dependants see it as a success.
+	ContinueOnError bool
+	// FailFast: when a combination of the job's matrix fails, the
+	// others not yet ended are canceled. MaxParallel (0: no limit) bounds
+	// how many of them are queued or running at once.
+	FailFast    bool
+	MaxParallel int
+	// ReadsNeeds: expressions the runner evaluates read needs.*, so the
+	// control plane puts the needs context into the spec when it queues
+	// the job.
+	ReadsNeeds bool
 }
 
 // NeedCycle is a walk along needs that comes back to a job: Path runs from

@@ -181,3 +181,23 @@ func FromGo(v any) any {
 	}
 	return out
 }
+
+// Matrix is the matrix context of a combination. A combination keeps
+// each value as text; true and false become booleans again, so that
+// continue-on-error: ${{ matrix.experimental }} and
+// matrix.experimental == true mean what they mean in GitHub's workflows
+// (other values stay strings: "1.20" must not become 1.2).
+func Matrix(combo map[string]string) map[string]any {
+	out := make(map[string]any, len(combo))
+	for k, v := range combo {
+		switch v {
+		case "true":
+			out[k] = true
+		case "false":
+			out[k] = false
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -3,9 +3,8 @@ package pipeline
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
-
-	"github.com/goccy/go-yaml/ast"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/expr"
@@ -54,22 +53,23 @@ func (p *parseState) expand(raws []*rawJob) []Job {
 }
 
 func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[string][]string) Job {
-	sub := func(s, path string) string { return p.substitute(j.node, path, s, combo, false) }
-	// Only env values and run scripts may name secrets: the control plane
-	// fills them in at claim time.
-	subSecret := func(s, path string) string { return p.substitute(j.node, path, s, combo, true) }
+	p.readsNeeds = false
+	now := place{}
 	job := Job{Name: expandedName(j, combo), TimeoutSeconds: j.timeout * 60,
-		RetryLeaseLost: j.retryLost, RetryFailed: j.retryFail}
+		RetryLeaseLost: j.retryLost, RetryFailed: j.retryFail, Group: j.name, If: j.ifExpr,
+		FailFast: j.failFast, MaxParallel: j.maxParallel}
 	for _, n := range j.needs {
 		job.Needs = append(job.Needs, names[n]...)
 	}
 	for _, l := range j.labels {
-		job.Labels = append(job.Labels, sub(l, j.path+".runs-on"))
+		job.Labels = append(job.Labels, p.substitute(j, j.path+".runs-on", l, combo, now))
 	}
 	job.Spec.Limits = j.limits
 	job.Spec.Env = map[string]string{}
+	// Only env values and run scripts may name secrets: the control plane
+	// fills them in at claim time.
 	for k, v := range j.env {
-		job.Spec.Env[k] = subSecret(v, j.path+".env."+k)
+		job.Spec.Env[k] = p.substitute(j, j.path+".env."+k, v, combo, place{secrets: true, runner: jobEnvContexts})
 	}
 	if len(j.matrixKeys) > 0 {
 		job.Spec.Matrix = combo
@@ -77,19 +77,7 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 	for k, v := range combo {
 		job.Spec.Env["FORGECI_MATRIX_"+strings.ToUpper(strings.ReplaceAll(k, "-", "_"))] = v
 	}
-	for i, st := range j.steps {
-		sp := fmt.Sprintf("%s.steps[%d]", j.path, i)
-		// A name that shows a secret expression is never filled in.
-		st.Name, st.Run = subSecret(st.Name, sp+".name"), subSecret(st.Run, sp+".run")
-		if st.Env != nil {
-			env := map[string]string{}
-			for k, v := range st.Env {
-				env[k] = subSecret(v, sp+".env."+k)
-			}
-			st.Env = env
-		}
-		job.Spec.Steps = append(job.Spec.Steps, st)
-	}
+	job.Spec.Steps = p.expandSteps(j, combo)
 	job.Spec.Artifacts = j.artifacts
 	job.Spec.Secrets = j.secrets
 	for _, d := range j.download {
@@ -97,14 +85,85 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 	}
 	if j.cache != nil {
 		c := *j.cache
-		c.Key = sub(c.Key, j.path+".cache.key")
+		at := place{runner: cacheContexts}
+		c.Key = p.substitute(j, j.path+".cache.key", c.Key, combo, at)
 		c.RestoreKeys = nil
 		for _, k := range j.cache.RestoreKeys {
-			c.RestoreKeys = append(c.RestoreKeys, sub(k, j.path+".cache.restore-keys"))
+			c.RestoreKeys = append(c.RestoreKeys, p.substitute(j, j.path+".cache.restore-keys", k, combo, at))
 		}
 		job.Spec.Cache = &c
 	}
+	p.expandFlow(j, &job, combo)
 	return job
+}
+
+// expandSteps substitutes what the parser can in each step, and checks
+// what it leaves for the runner: a step reads the outputs of the steps
+// before it.
+func (p *parseState) expandSteps(j *rawJob, combo map[string]string) []domain.Step {
+	var out []domain.Step
+	var ids []string
+	for i, st := range j.steps {
+		sp := fmt.Sprintf("%s.steps[%d]", j.path, i)
+		at := place{secrets: true, runner: stepContexts, steps: ids}
+		// A name that shows a secret expression is never filled in.
+		st.Name = p.substitute(j, sp+".name", st.Name, combo, place{runner: stepContexts, steps: ids, maskSecrets: true})
+		st.Run = p.substitute(j, sp+".run", st.Run, combo, at)
+		if st.Env != nil {
+			env := map[string]string{}
+			for k, v := range st.Env {
+				env[k] = p.substitute(j, sp+".env."+k, v, combo, at)
+			}
+			st.Env = env
+		}
+		if st.If != "" {
+			p.checkCondition(j, sp+".if", st.If, place{runner: stepContexts, steps: ids})
+		}
+		if st.ID != "" {
+			ids = append(ids, st.ID)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// expandFlow fills in the job's outputs mapping, its continue-on-error for
+// this combination, and whether the runner's expressions read needs.
+func (p *parseState) expandFlow(j *rawJob, job *Job, combo map[string]string) {
+	var ids []string
+	for _, st := range j.steps {
+		if st.ID != "" {
+			ids = append(ids, st.ID)
+		}
+	}
+	if len(j.outputs) > 0 {
+		job.Spec.Outputs = map[string]string{}
+		for name, v := range j.outputs {
+			kp := j.path + ".outputs." + name
+			job.Spec.Outputs[name] = p.substitute(j, kp, v, combo, place{runner: stepContexts, steps: ids})
+		}
+	}
+	job.ContinueOnError = j.continueOnError
+	if j.continueTpl != "" {
+		v := p.substitute(j, j.path+".continue-on-error", j.continueTpl, combo, place{})
+		job.ContinueOnError = v == "true"
+		if v != "true" && v != "false" && !strings.Contains(v, "${{") {
+			p.errorf(p.nodes[j.path+".continue-on-error"], j.path+".continue-on-error", "is %q here: it must be true or false", v)
+		}
+	}
+	job.ReadsNeeds = p.readsNeeds
+}
+
+// checkCondition checks what a step's if: names (its syntax and contexts
+// were checked where it was read).
+func (p *parseState) checkCondition(j *rawJob, path, cond string, pl place) {
+	e, err := expr.Parse(cond)
+	if err != nil {
+		return
+	}
+	if reads, ok := p.checkRefs(p.nodes[path], path, cond, 0, e, j, pl); ok && reads {
+		p.readsNeeds = true
+	}
 }
 
 func expandedName(j *rawJob, combo map[string]string) string {
@@ -121,14 +180,16 @@ func expandedName(j *rawJob, combo map[string]string) string {
 }
 
 // substitute evaluates the ${{ }} expressions of s that read only the
-// matrix (and literals), with this combination. Where secrets are allowed,
-// ${{ secrets.NAME }} is kept, written canonically, for the claim to fill
-// in; any other context is an error (checkExprs has already reported
-// expressions that do not parse). A string without expressions is
-// returned as is, shared by every job; one with expressions is built only
-// while the job's spec budget (specLeft) lasts, since a long matrix value
-// named many times could make it far longer than the file.
-func (p *parseState) substitute(n ast.Node, path, s string, combo map[string]string, secrets bool) string {
+// matrix (and literals), with this combination. An expression that reads
+// a context the runner has at this place (pl.runner) is kept, written
+// canonically, for the runner to evaluate; where secrets are allowed,
+// ${{ secrets.NAME }} is kept for the claim to fill in; anything else is
+// an error (checkExprs has already reported expressions that do not
+// parse). A string without expressions is returned as is, shared by every
+// job; one with expressions is built only while the job's spec budget
+// (specLeft) lasts, since a long matrix value named many times could make
+// it far longer than the file.
+func (p *parseState) substitute(j *rawJob, path, s string, combo map[string]string, pl place) string {
 	if !strings.Contains(s, "${{") {
 		return s
 	}
@@ -141,7 +202,7 @@ func (p *parseState) substitute(n ast.Node, path, s string, combo map[string]str
 		if piece.Expr == nil {
 			b.WriteString(piece.Text)
 		} else {
-			b.WriteString(p.expression(n, path, piece, combo, secrets))
+			b.WriteString(p.expression(j, path, s, piece, combo, pl))
 		}
 		if b.Len() > p.specLeft {
 			break
@@ -154,40 +215,56 @@ func (p *parseState) substitute(n ast.Node, path, s string, combo map[string]str
 	return b.String()
 }
 
-// expression is the value of one ${{ }} of a job.
-func (p *parseState) expression(n ast.Node, path string, piece expr.Piece, combo map[string]string, secrets bool) string {
+// expression is the value of one ${{ }} of a job, or the expression
+// itself when the claim or the runner fills it in.
+func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, combo map[string]string, pl place) string {
 	e, m := piece.Expr, strings.TrimSpace(piece.Text)
-	if name, ok := e.Property("secrets"); ok {
-		switch {
-		case !secrets:
-			p.errorf(n, path, "%s: secrets may be used only in env values and run scripts", m)
-		case !secretNameRE.MatchString(name):
-			p.errorf(n, path, "%s: secret names are upper-case letters, digits and _, not starting with a digit", m)
-		default:
-			return "${{ secrets." + name + " }}"
-		}
+	n := p.nodes[path]
+	fail := func(format string, args ...any) string {
+		p.errorAtOffset(n, path, s, piece.Offset, "%s: "+format, append([]any{m}, args...)...)
 		return m
-	}
-	if err := e.Allow("matrix"); err != nil {
-		p.errorf(n, path, "unsupported expression %q: %s (a job's fields may read matrix, and env values and run scripts ${{ secrets.NAME }})", m, err.Message)
-		return m
-	}
-	matrix := make(map[string]any, len(combo))
-	for k, v := range combo {
-		matrix[k] = v
 	}
 	for _, axis := range e.Properties("matrix") {
 		if !hasAxis(p.matrixKeys, axis) {
-			p.errorf(n, path, "%s: matrix has no axis %q", m, axis)
-			return m
+			return fail("matrix has no axis %q", axis)
 		}
 	}
-	v, err := e.Eval(&expr.Context{Vars: map[string]any{"matrix": matrix}})
-	if err != nil {
-		p.errorf(n, path, "%s: %v", m, err)
+	if name, ok := e.Property("secrets"); ok {
+		switch {
+		case pl.maskSecrets:
+			return "***"
+		case !pl.secrets:
+			return fail("secrets may be used only in env values and run scripts")
+		case !secretNameRE.MatchString(name):
+			return fail("secret names are upper-case letters, digits and _, not starting with a digit")
+		}
+		return "${{ secrets." + name + " }}"
+	}
+	if e.Allow("matrix") == nil && !e.Calls("hashFiles") {
+		v, err := e.Eval(&expr.Context{Vars: map[string]any{"matrix": expr.Matrix(combo)}})
+		if err != nil {
+			return fail("%v", err)
+		}
+		return expr.ToString(v)
+	}
+	if _, ok := e.Contexts()["secrets"]; ok && pl.secrets {
+		return fail("a secret is used alone, as ${{ secrets.NAME }}")
+	}
+	if len(pl.runner) == 0 {
+		return fail("only matrix can be read here")
+	}
+	if err := e.Allow(pl.runner...); err != nil {
+		return fail("%s (here: %s)", err.Message, strings.Join(pl.runner, ", "))
+	}
+	if e.Calls("hashFiles") && slices.Equal(pl.runner, jobEnvContexts) {
+		return fail("hashFiles is evaluated in a job's steps, not its env")
+	}
+	reads, ok := p.checkRefs(n, path, s, piece.Offset, e, j, pl)
+	if !ok {
 		return m
 	}
-	return expr.ToString(v)
+	p.readsNeeds = p.readsNeeds || reads
+	return "${{ " + e.Source + " }}"
 }
 
 // hasAxis reports whether the matrix has axis (an include entry may leave

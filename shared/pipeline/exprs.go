@@ -16,6 +16,10 @@ func (p *parseState) checkExprs(n ast.Node, path, s string) {
 	if !strings.Contains(s, "${{") {
 		return
 	}
+	if p.nodes == nil {
+		p.nodes = map[string]ast.Node{}
+	}
+	p.nodes[path] = n
 	_, errs := expr.ParseTemplate(s)
 	for _, e := range errs {
 		p.errorAtOffset(n, path, s, e.Offset, "expression: %s", e.Message)
@@ -27,6 +31,10 @@ func (p *parseState) checkExprs(n ast.Node, path, s string) {
 // plain scalar starts at its token; a block scalar's text on the line
 // after its indicator, at the indentation of its line).
 func (p *parseState) errorAtOffset(n ast.Node, path, s string, off int, format string, args ...any) {
+	if n == nil {
+		p.errorf(nil, path, format, args...)
+		return
+	}
 	tok := unwrap(n).GetToken()
 	if tok == nil || tok.Position == nil {
 		p.errorf(n, path, format, args...)

@@ -14,33 +14,30 @@ import (
 var matrixKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
 // strategy reads strategy: the matrix's combinations (axes multiplied,
-// then exclude, then include, by GitHub's rules) and its keys in order.
-// fail-fast: false is today's behaviour (every combination runs to its
-// end) and is accepted; fail-fast: true and max-parallel are refused until
-// the control plane enforces them, rather than silently ignored.
-func (p *parseState) strategy(n ast.Node, path string) ([]map[string]string, []string) {
+// then exclude, then include, by GitHub's rules) and its keys in order;
+// fail-fast (true unless said, as GitHub's) and max-parallel.
+func (p *parseState) strategy(j *rawJob, n ast.Node, path string) {
 	kvs, ok := p.mapping(n, path)
 	if !ok {
-		return nil, nil
+		return
 	}
-	var combos []map[string]string
-	var keys []string
 	for _, kv := range kvs {
 		key, kp := keyOf(kv), path+"."+keyOf(kv)
 		switch key {
 		case "matrix":
-			combos, keys = p.matrix(kv.Value, kp)
+			j.matrix, j.matrixKeys = p.matrix(kv.Value, kp)
 		case "fail-fast":
-			if b, ok := unwrap(kv.Value).(*ast.BoolNode); !ok || b.Value {
-				p.errorf(kv.Value, kp, "only fail-fast: false is supported: every combination runs to its end")
-			}
+			j.failFast = p.boolean(kv.Value, kp)
 		case "max-parallel":
-			p.errorf(kv.Key, kp, "max-parallel is not supported: combinations run as runners take them")
+			if m, ok := p.integer(kv.Value, kp); ok && (m < 1 || m > MaxMatrix) {
+				p.errorf(kv.Value, kp, "must be between 1 and %d", MaxMatrix)
+			} else {
+				j.maxParallel = m
+			}
 		default:
-			p.errorf(kv.Key, kp, "unknown key %q (expected matrix or fail-fast)", key)
+			p.errorf(kv.Key, kp, "unknown key %q (expected matrix, fail-fast or max-parallel)", key)
 		}
 	}
-	return combos, keys
 }
 
 // matrix reads the axes, exclude and include of a matrix.

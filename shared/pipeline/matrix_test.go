@@ -79,8 +79,8 @@ func TestMatrixExclude(t *testing.T) {
 	refuses(t, "jobs:\n  t:\n    strategy:\n      %s\n    steps: [{run: x}]\n", map[string]string{
 		"matrix: {os: [a], exclude: [{os: a}]}":    "exclude removes every combination",
 		"matrix: {include: []}":                    "at least one axis or include entry",
-		"fail-fast: true\n      matrix: {os: [a]}": "only fail-fast: false",
-		"max-parallel: 2\n      matrix: {os: [a]}": "max-parallel is not supported",
+		"fail-fast: 'no'\n      matrix: {os: [a]}": "must be true or false",
+		"max-parallel: 0\n      matrix: {os: [a]}": "must be between 1 and 256",
 		"matrix: {os: [a], include: [x]}":          "must be a mapping",
 	})
 }

@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -157,6 +158,12 @@ type parseState struct {
 	specLeft   int // bytes the job being expanded may still add (substitute)
 	// matrixKeys are the keys of the matrix of the job being expanded.
 	matrixKeys []string
+	// nodes are the scalars holding ${{ }}, by path, to locate what
+	// expand finds wrong in them.
+	nodes map[string]ast.Node
+	// readsNeeds: an expression of the job being expanded that the
+	// runner evaluates reads needs.
+	readsNeeds bool
 }
 
 func (p *parseState) errorf(n ast.Node, path, format string, args ...any) {
@@ -232,7 +239,8 @@ func Parse(file string, src []byte) (*Pipeline, error) {
 			}
 			return p.errs[i].Column < p.errs[j].Column
 		})
-		return nil, p.errs
+		// A problem in a matrix job's field is met once per combination.
+		return nil, slices.Compact(p.errs)
 	}
 	return pl, nil
 }
@@ -257,6 +265,14 @@ type rawJob struct {
 	retryFail  int
 	matrix     []map[string]string
 	matrixKeys []string
+	// Flow control (flow.go).
+	ifExpr          string
+	ifNode          ast.Node
+	continueOnError bool
+	continueTpl     string // continue-on-error: ${{ matrix.x }}
+	outputs         map[string]string
+	failFast        bool
+	maxParallel     int
 }
 
 func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
@@ -301,6 +317,9 @@ func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
 		}
 	}
 	p.checkCycles(raws)
+	for _, j := range raws {
+		p.checkJobIf(j)
+	}
 	// download: only from needed jobs, naming artifacts they declare.
 	for _, j := range raws {
 		for i, d := range j.download {
@@ -325,7 +344,7 @@ func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
 }
 
 func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]string) *rawJob {
-	j := &rawJob{name: name, path: path, node: n, timeout: DefaultTimeout}
+	j := &rawJob{name: name, path: path, node: n, timeout: DefaultTimeout, failFast: true}
 	kvs, ok := p.mapping(n, path)
 	if !ok {
 		return j
@@ -362,7 +381,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 		case "limits":
 			j.limits = p.limits(kv.Value, kp)
 		case "strategy":
-			j.matrix, j.matrixKeys = p.strategy(kv.Value, kp)
+			p.strategy(j, kv.Value, kp)
 		case "secrets":
 			j.secrets = p.strList(kv.Value, kp)
 			for _, name := range j.secrets {
@@ -371,7 +390,9 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 				}
 			}
 		default:
-			p.errorf(kv.Key, kp, "unknown key %q (expected runs-on, needs, timeout-minutes, env, secrets, steps, artifacts, download, cache, retry, limits or strategy)", key)
+			if !p.flowKey(j, key, kv.Value, kp) {
+				p.errorf(kv.Key, kp, "unknown key %q (expected runs-on, needs, if, timeout-minutes, env, secrets, steps, outputs, artifacts, download, cache, retry, limits, strategy or continue-on-error)", key)
+			}
 		}
 	}
 	if stepsNode == nil {

@@ -13,8 +13,7 @@ import (
 
 var stepIDRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
-// stepContexts are what a step's if: may read on the runner.
-var stepContexts = []string{"forgeci", "github", "matrix", "env", "steps"}
+
 
 // shells are the named shells, as GitHub runs them; any other shell must
 // be a command with {0} for the script file.
@@ -97,6 +96,10 @@ func (p *parseState) condition(v ast.Node, kp string, contexts []string) string 
 	if !ok {
 		return ""
 	}
+	if p.nodes == nil {
+		p.nodes = map[string]ast.Node{}
+	}
+	p.nodes[kp] = v
 	src := strings.TrimSpace(s)
 	if inner, ok := strings.CutPrefix(src, "${{"); ok && strings.HasSuffix(inner, "}}") && strings.Count(src, "${{") == 1 {
 		src = strings.TrimSuffix(inner, "}}")

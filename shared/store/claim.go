@@ -224,7 +224,7 @@ func (s *Store) withSecrets(ctx context.Context, c *Claim, projectID string, tru
 	if err := json.Unmarshal(c.Job, &job); err != nil {
 		return fmt.Errorf("decode job spec: %w", err)
 	}
-	used := job.ExpandSecrets(values)
+	used := job.ExpandSecrets(values, job.HasFeature(domain.FeatureExpressions))
 	for _, name := range job.Secrets {
 		if v, ok := values[name]; ok {
 			if c.Secrets == nil {

@@ -1,0 +1,76 @@
+package pipeline_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pipeline"
+)
+
+// TestFlow: a job's if:, continue-on-error, outputs and strategy are read
+// as GitHub's; what the runner evaluates is kept, canonically, and marks
+// the features the job needs.
+func TestFlow(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte(`jobs:
+  build:
+    strategy:
+      max-parallel: 2
+      matrix: {go: ["1.22", "1.23"], include: [{go: "1.23", experimental: true}]}
+    continue-on-error: ${{ matrix.experimental == true }}
+    outputs:
+      version: ${{steps.v.outputs.version}}-${{ matrix.go }}
+    steps:
+      - id: v
+        run: echo "version=${{ github.ref_name }}" >> "$FORGECI_OUTPUT"
+      - name: Show ${{ matrix.go }} ${{ secrets.TOKEN }}
+        run: echo ${{ hashFiles('go.sum') }} ${{ secrets.TOKEN }}
+  deploy:
+    needs: [build]
+    if: ${{ github.ref == 'refs/heads/main' && always() }}
+    env: {V: "${{ needs.build.outputs.version }}"}
+    steps: [{run: "echo $V"}]
+  plain:
+    strategy: {fail-fast: false, matrix: {n: [1]}}
+    if: github.event_name == 'push'
+    steps: [{run: "true"}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b0, b1, d, pl := p.Jobs[0], p.Jobs[1], p.Jobs[2], p.Jobs[3]
+	switch {
+	case b0.Group != "build" || b1.Name != "build (1.23, true)" || b0.ContinueOnError || !b1.ContinueOnError:
+		t.Fatalf("matrix jobs %+v / %+v", b0, b1)
+	case !b0.FailFast || b0.MaxParallel != 2 || pl.FailFast || pl.MaxParallel != 0:
+		t.Fatalf("strategy %v %d / %v %d", b0.FailFast, b0.MaxParallel, pl.FailFast, pl.MaxParallel)
+	case b0.Spec.Outputs["version"] != "${{ steps.v.outputs.version }}-1.22":
+		t.Fatalf("outputs %q", b0.Spec.Outputs)
+	case b0.Spec.Steps[0].Run != `echo "version=${{ github.ref_name }}" >> "$FORGECI_OUTPUT"`:
+		t.Fatalf("run %q", b0.Spec.Steps[0].Run)
+	case b0.Spec.Steps[1].Name != "Show 1.22 ***" || b0.Spec.Steps[1].Run != "echo ${{ hashFiles('go.sum') }} ${{ secrets.TOKEN }}":
+		t.Fatalf("step 1 %+v", b0.Spec.Steps[1])
+	case strings.Join(b0.Spec.Features(), ",") != "expressions,outputs,steps" || b0.ReadsNeeds:
+		t.Fatalf("build features %v reads needs %v", b0.Spec.Features(), b0.ReadsNeeds)
+	case d.If != "github.ref == 'refs/heads/main' && always()" || !d.ReadsNeeds || d.Spec.Env["V"] != "${{ needs.build.outputs.version }}":
+		t.Fatalf("deploy %+v", d)
+	case strings.Join(d.Spec.Features(), ",") != domain.FeatureExpressions || pl.If != "github.event_name == 'push'" || len(pl.Spec.Features()) != 0:
+		t.Fatalf("deploy features %v, plain %+v", d.Spec.Features(), pl)
+	}
+	refuses(t, "jobs:\n  a:\n    steps: [{run: x}]\n  b:\n    needs: a\n    %s\n    steps: [{id: s, run: x}]\n", map[string]string{
+		"if: needs.c.result == 'success'":          `needs.c: job "c" is not in this job's needs`,
+		"if: steps.s.outcome == 'success'":         `context "steps" is not available here`,
+		"if: hashFiles('x') != ''":                 "a job's if: cannot call it",
+		"if: github.event.pull_request":            "github.event is not available",
+		"env: {X: '${{ steps.s.outputs.x }}'}":     `context "steps" is not available here`,
+		"env: {X: '${{ hashFiles(''x'') }}'}":      "hashFiles is evaluated in a job's steps",
+		"outputs: {x: '${{ steps.t.outputs.x }}'}": `steps.t: no step before this one has id "t"`,
+		"outputs: {1x: y}":                         `output name "1x" must start with a letter`,
+		"continue-on-error: maybe":                 "must be true or false",
+		"runs-on: ['${{ github.ref }}']":           "only matrix can be read here",
+		"env: {X: '${{ format(''{0}'', secrets.A) }}'}": "a secret is used alone",
+	})
+	refuses(t, "jobs:\n  a:\n    steps:\n      - run: echo ${{ steps.later.outputs.x }}\n      - {id: later, run: x}\n%s", map[string]string{
+		"": `steps.later: no step before this one has id "later"`,
+	})
+}
