@@ -36,6 +36,7 @@ func jobRoutes(e *env) []routeCase {
 		{"cache/restore", map[string]any{"keys": []string{"go-"}}, 204},
 		{"cache/save", map[string]any{"key": "go-1", "digest": "sha256:" + strings.Repeat("b", 64), "size": 3}, 200},
 		{"cache/commit", map[string]any{"key": "go-1", "digest": cache, "size": cacheSize}, 201},
+		{"outputs", map[string]any{"outputs": map[string]string{"version": "1.2.3"}}, 200},
 		{"complete", map[string]any{"outcome": "passed", "exit_code": 0}, 200},
 	}
 }
@@ -157,6 +158,12 @@ func TestFencingMatrix(t *testing.T) {
 			}
 			if route.path == "complete" && str(body, "state") != domain.JobPassed {
 				t.Fatalf("complete: %s", body)
+			}
+			if route.path == "outputs" {
+				var got string
+				if err := e.pool.QueryRow(context.Background(), `SELECT outputs->>'version' FROM jobs WHERE id = $1`, c.Job.ID).Scan(&got); err != nil || got != "1.2.3" {
+					t.Fatalf("outputs stored: %q %v", got, err)
+				}
 			}
 			e.exec(`UPDATE jobs SET state = 'CANCELED', finished_at = now() WHERE state = 'RUNNING'`)
 		})

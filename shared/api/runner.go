@@ -142,6 +142,17 @@ func (s *Server) logs(ctx context.Context, l held, req *protocol.LogsRequest) (*
 	return &protocol.LogsResponse{NextOffset: next}, nil
 }
 
+// maxOutputsBody bounds an outputs request: 1 MiB of outputs, each byte
+// at most 6 in JSON (\u0000).
+const maxOutputsBody = 7 << 20
+
+func (s *Server) outputs(ctx context.Context, l held, req *protocol.OutputsRequest) (*protocol.OutputsResponse, error) {
+	if err := s.Store.SetOutputs(ctx, l.Runner.ID, l.JobID, l.Lease, req.Outputs); err != nil {
+		return nil, err
+	}
+	return &protocol.OutputsResponse{}, nil
+}
+
 func (s *Server) complete(ctx context.Context, l held, req *protocol.CompleteRequest) (*protocol.CompleteResponse, error) {
 	c, err := s.Store.CompleteWithReason(ctx, l.Runner.ID, l.JobID, l.Lease, req.Outcome, req.Exit(), req.Reason)
 	if err != nil {

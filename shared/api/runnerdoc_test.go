@@ -28,6 +28,7 @@ var runnerBodies = map[string][2]any{
 	protocol.JobPattern(protocol.RouteCacheSave):      {protocol.CacheRequest{}, protocol.UploadResponse{}},
 	protocol.JobPattern(protocol.RouteCacheCommit):    {protocol.CacheRequest{}, protocol.CacheCommitResponse{}},
 	protocol.JobPattern(protocol.RouteComplete):       {protocol.CompleteRequest{}, protocol.CompleteResponse{}},
+	protocol.JobPattern(protocol.RouteOutputs):        {protocol.OutputsRequest{}, protocol.OutputsResponse{}},
 }
 
 // TestRunnerProtocolDocumented: docs/runner-protocol.md documents exactly

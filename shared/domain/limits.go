@@ -43,3 +43,10 @@ func ParseBytes(s string) (int64, error) {
 	}
 	return int64(v * mult), nil
 }
+
+// Limits of a job's outputs: names, and bytes of names and values, of all
+// an attempt sends to the outputs route together.
+const (
+	MaxJobOutputs     = 100
+	MaxJobOutputBytes = 1 << 20
+)

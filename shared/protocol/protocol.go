@@ -31,6 +31,7 @@ const (
 	RouteCacheRestore   = "cache/restore"
 	RouteCacheSave      = "cache/save"
 	RouteCacheCommit    = "cache/commit"
+	RouteOutputs        = "outputs"
 	RouteComplete       = "complete"
 )
 
@@ -191,6 +192,46 @@ func (r *LogsRequest) Validate() error {
 type LogsResponse struct {
 	NextOffset int64 `json:"next_offset"`
 }
+
+// Limits of a job's outputs (the outputs route).
+const (
+	MaxJobOutputs     = domain.MaxJobOutputs
+	MaxJobOutputBytes = domain.MaxJobOutputBytes
+)
+
+// outputNameRE is an output's name, as the pipeline's outputs: key.
+var outputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
+
+// OutputsRequest sets the job's outputs for the current attempt: each
+// name's value replaces any sent before in the same attempt.
+type OutputsRequest struct {
+	Leased
+	Outputs map[string]string `json:"outputs"`
+}
+
+// Validate checks the names and the sizes.
+func (r *OutputsRequest) Validate() error {
+	if r.Outputs == nil {
+		return domain.Errorf(domain.EInvalid, "field outputs is required (an object of strings)")
+	}
+	if len(r.Outputs) > MaxJobOutputs {
+		return domain.Errorf(domain.EInvalid, "field outputs holds %d names, over the limit of %d", len(r.Outputs), MaxJobOutputs)
+	}
+	size := 0
+	for k, v := range r.Outputs {
+		if !outputNameRE.MatchString(k) {
+			return domain.Errorf(domain.EInvalid, "output name %q must start with a letter or _ and hold letters, digits, _ and - (at most 100)", k)
+		}
+		size += len(k) + len(v)
+	}
+	if size > MaxJobOutputBytes {
+		return domain.Errorf(domain.ETooLarge, "the outputs are %d bytes, over the limit of %d", size, MaxJobOutputBytes)
+	}
+	return nil
+}
+
+// OutputsResponse is empty: the outputs are stored.
+type OutputsResponse struct{}
 
 // CompleteRequest reports the attempt's outcome.
 type CompleteRequest struct {

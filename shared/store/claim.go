@@ -46,7 +46,7 @@ WITH candidate AS (
     SET state = 'RUNNING', runner_id = $1, lease_id = gen_random_uuid(),
         generation = j.generation + 1,
         lease_expires_at = now() + make_interval(secs => $3),
-        started_at = now(), log_size = 0, log_limit = $6, reason = NULL, exit_code = NULL
+        started_at = now(), log_size = 0, log_limit = $6, reason = NULL, exit_code = NULL, outputs = NULL
     FROM candidate c
     WHERE j.id = c.id
     RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec, j.queued_at, j.secret_names

@@ -175,6 +175,11 @@ func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, 
 	if err == nil && requeued {
 		s.signalQueued()
 	}
+	if err == nil && c.JobState == domain.JobFailed {
+		// The completion stands whatever happens here: at worst the
+		// matrix's other combinations run to their ends.
+		_, _ = s.failFast(ctx, l.RunID)
+	}
 	return c, err
 }
 
@@ -287,4 +292,28 @@ func (s *Store) GetJob(ctx context.Context, u User, runID, jobID string) (JobDet
 		return a, err
 	})
 	return d, err
+}
+
+// setOutputsSQL merges outputs $2 into job $1's, and answers how many
+// names and bytes (names and values) they hold then.
+const setOutputsSQL = `
+UPDATE jobs SET outputs = coalesce(outputs, '{}'::jsonb) || $2::jsonb WHERE id = $1
+RETURNING (SELECT count(*) FROM jsonb_object_keys(outputs)),
+          (SELECT coalesce(sum(octet_length(key) + octet_length(value)), 0) FROM jsonb_each_text(outputs))`
+
+// SetOutputs sets the current attempt's job outputs (a name sent again
+// replaces its value), read by dependants as needs.<job>.outputs; the
+// outputs of all calls together stay within the protocol's limits.
+func (s *Store) SetOutputs(ctx context.Context, runnerID, jobID string, l domain.Lease, outputs map[string]string) error {
+	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		var names, size int64
+		if err := tx.QueryRow(ctx, setOutputsSQL, job.ID, outputs).Scan(&names, &size); err != nil {
+			return fmt.Errorf("set outputs: %w", err)
+		}
+		if names > domain.MaxJobOutputs || size > domain.MaxJobOutputBytes {
+			return domain.Errorf(domain.ETooLarge, "the job's outputs would hold %d names and %d bytes, over the limits of %d and %d",
+				names, size, domain.MaxJobOutputs, domain.MaxJobOutputBytes)
+		}
+		return nil
+	})
 }

@@ -300,13 +300,16 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 			timeout = 3600
 		}
 		// The spec column holds the claim response's job object whole.
+		features := j.Spec.Features()
 		spec, err := json.Marshal(domain.ClaimedJob{ID: id, RunID: run.ID, Name: j.Name,
-			Needs: nonNil(j.Needs), TimeoutSeconds: timeout, JobSpec: j.Spec})
+			Needs: nonNil(j.Needs), TimeoutSeconds: timeout, Features: features, JobSpec: j.Spec})
 		if err != nil {
 			return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
 		}
+		c := conditionOf(j)
 		if _, err := tx.Exec(ctx, insertJobSQL, id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
-			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted, nonNil(j.Spec.Features())); err != nil {
+			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted, nonNil(features),
+			c.group, c.condition, c.status, c.survivesCancel, j.ContinueOnError, j.FailFast, j.MaxParallel, j.ReadsNeeds); err != nil {
 			return fmt.Errorf("insert job %s: %w", j.Name, err)
 		}
 		if nr.Checks != nil {

@@ -135,20 +135,45 @@ func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run
 // run row, then (here) the pending rows it queues or skips, which only a
 // holder of the run's lock writes.
 //
-// The four statements go as one pipelined batch: the run row stays locked
+// The statements go as one pipelined batch: the run row stays locked
 // from the first to the commit, and every job of the run that finishes
 // waits for it, so the lock is held for one round trip instead of four.
 // The run row is written only when its state or times change: most
 // completions change nothing there, and a write would leave one more row
 // version behind for every completion (which an old snapshot keeps alive).
 func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
-	b := &pgx.Batch{}
-	b.Queue(lockRunSQL, runID)
-	b.Queue(skipDoomedSQL, runID)
-	b.Queue(queueReadySQL, runID)
-	b.Queue(deriveRunStateSQL, runID)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("advance run %s: %w", runID, err)
+	// Each round that decides a condition can end jobs, which can skip or
+	// queue others, or let another condition be decided: at most one round
+	// per job, and nearly always one.
+	for round := 0; ; round++ {
+		b := &pgx.Batch{}
+		if round == 0 {
+			b.Queue(lockRunSQL, runID)
+		}
+		b.Queue(skipDoomedSQL, runID)
+		b.Queue(queueReadySQL, runID)
+		var list []undecided
+		b.Queue(decidableSQL, runID).Query(func(rows pgx.Rows) error {
+			var err error
+			list, err = scanUndecided(rows)
+			return err
+		})
+		b.Queue(deriveRunStateSQL, runID)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("advance run %s: %w", runID, err)
+		}
+		if len(list) == 0 {
+			return nil
+		}
+		if round > pipelineMaxJobs {
+			return fmt.Errorf("advance run %s: conditions still undecided after %d rounds", runID, round)
+		}
+		if err := decideJobs(ctx, tx, runID, list); err != nil {
+			return err
+		}
 	}
-	return nil
 }
+
+// pipelineMaxJobs bounds advanceRun's rounds (pipeline.MaxJobs; the store
+// does not import the parser).
+const pipelineMaxJobs = 500

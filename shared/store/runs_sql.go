@@ -20,8 +20,11 @@ VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), null
 // claim's scan.
 const insertJobSQL = `
 INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds, retry_lease_lost,
-                  retry_failed, secret_names, reason, project_id, trusted, features)
-VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
+                  retry_failed, secret_names, reason, project_id, trusted, features,
+                  job_group, condition, condition_status, survives_cancel, continue_on_error,
+                  fail_fast, max_parallel, reads_needs)
+VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+        $15, $16, $17, $18, $19, $20, $21, $22)`
 
 // insertJobCheckSQL is the check-run outbox row mirroring a new job.
 const insertJobCheckSQL = `INSERT INTO check_runs (job_id, repository_id, head_sha, name) VALUES ($1, $2, $3, $4)`
@@ -66,29 +69,47 @@ FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) ORDER BY created_at, id`
 // lockRunSQL takes the run row's lock (see advanceRun for the order).
 const lockRunSQL = `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`
 
+// A need "passed" when it is PASSED, or FAILED with continue-on-error
+// (its dependants see a success, as GitHub's).
+//
 // skipDoomedSQL makes SKIPPED, transitively, the pending jobs of run $1
-// that need a job which did not pass.
+// that need a job which did not pass, unless their condition calls a
+// status function: that condition decides instead (decide.go).
 const skipDoomedSQL = `
 WITH RECURSIVE doomed (id, name) AS (
     SELECT d.id, d.name FROM jobs d
-    WHERE d.run_id = $1 AND d.state = 'PENDING'
+    WHERE d.run_id = $1 AND d.state = 'PENDING' AND NOT d.condition_status
       AND EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
-                  AND n.state IN ('FAILED', 'CANCELED', 'ABORTED', 'SKIPPED'))
+                  AND (n.state IN ('CANCELED', 'ABORTED', 'SKIPPED') OR n.state = 'FAILED' AND NOT n.continue_on_error))
   UNION
     SELECT d.id, d.name FROM jobs d JOIN doomed x ON x.name = ANY (d.needs)
-    WHERE d.run_id = $1 AND d.state = 'PENDING'
+    WHERE d.run_id = $1 AND d.state = 'PENDING' AND NOT d.condition_status
 )
 UPDATE jobs SET state = 'SKIPPED', reason = 'need_not_passed', finished_at = now()
 WHERE id IN (SELECT id FROM doomed) AND state = 'PENDING'`
 
-// queueReadySQL queues the pending jobs of run $1 whose needs all passed,
-// unless the run waits for approval.
+// queueReadySQL queues the pending jobs of run $1 whose needs all passed
+// and that have nothing left to decide (no condition or reading of needs,
+// or decided), unless the run waits for approval; of a matrix with
+// max-parallel, only as many as leave at most that many queued or running
+// (in the order of the matrix).
 const queueReadySQL = `
+WITH ready AS (
+    SELECT d.id, d.max_parallel,
+           row_number() OVER (PARTITION BY d.job_group ORDER BY d.id) AS nth,
+           (SELECT count(*) FROM jobs s WHERE s.run_id = $1 AND s.job_group = d.job_group
+                                         AND s.state IN ('QUEUED', 'RUNNING')) AS active
+    FROM jobs d
+    WHERE d.run_id = $1 AND d.state = 'PENDING'
+      AND (d.decided OR d.condition IS NULL AND NOT d.reads_needs)
+      AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
+                      AND n.state <> 'PASSED' AND NOT (n.state = 'FAILED' AND n.continue_on_error)
+                      AND NOT d.decided)
+      AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND r.approval = 'pending')
+)
 UPDATE jobs d SET state = 'QUEUED', queued_at = now()
-WHERE d.run_id = $1 AND d.state = 'PENDING'
-  AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
-                  AND n.state <> 'PASSED')
-  AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND r.approval = 'pending')`
+FROM ready
+WHERE d.id = ready.id AND (ready.max_parallel = 0 OR ready.nth + ready.active <= ready.max_parallel)`
 
 // deriveRunStateSQL derives run $1's state and times from its jobs, and
 // writes the run row only when they change.
@@ -96,7 +117,7 @@ const deriveRunStateSQL = `
 WITH c AS (
     SELECT count(*) FILTER (WHERE state IN ('PENDING', 'QUEUED', 'RUNNING')) AS open,
            count(*) FILTER (WHERE state = 'RUNNING' OR started_at IS NOT NULL) AS started,
-           count(*) FILTER (WHERE state = 'FAILED') AS failed,
+           count(*) FILTER (WHERE state = 'FAILED' AND NOT continue_on_error) AS failed,
            count(*) FILTER (WHERE state = 'ABORTED') AS aborted,
            count(*) FILTER (WHERE state = 'CANCELED') AS canceled
     FROM jobs WHERE run_id = $1
@@ -126,10 +147,13 @@ const lockCancelTargetsSQL = `
 SELECT id FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('QUEUED', 'RUNNING')
 ORDER BY id FOR UPDATE`
 
-// cancelWaitingSQL cancels the jobs of run $1 (or job $2) not yet running.
+// cancelWaitingSQL cancels the jobs of run $1 (or job $2) not yet running;
+// a run's cancel leaves those whose condition calls always() or
+// cancelled() to it (they run after the canceled jobs, as GitHub's).
 const cancelWaitingSQL = `
 UPDATE jobs SET state = 'CANCELED', reason = 'canceled', finished_at = now()
-WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('PENDING', 'QUEUED')`
+WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('PENDING', 'QUEUED')
+  AND ($2 <> '' OR NOT survives_cancel)`
 
 // askCancelSQL asks the runners of the running jobs of run $1 (or job $2)
 // to stop: they hear it on their next heartbeat.

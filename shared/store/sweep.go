@@ -37,9 +37,9 @@ type SweepResult struct {
 func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	for {
-		var state string
+		var state, runID string
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
-			var jobID, runID string
+			var jobID string
 			var generation int
 			err := tx.QueryRow(ctx, expiredLeaseSQL).Scan(&jobID, &runID, &generation)
 			if err != nil {
@@ -58,6 +58,9 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			res.Requeued++
 		} else {
 			res.Aborted++
+			if _, err := s.failFast(ctx, runID); err != nil {
+				return res, fmt.Errorf("sweep: %w", err)
+			}
 		}
 		if ctx.Err() != nil {
 			return res, ctx.Err()

@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/expr"
+)
+
+// Job conditions are decided here, by the control plane, when a job's
+// needs have all ended (docs/pipeline.md, "Conditions"): the facts a job's
+// if: reads (needs.<job>.result and .outputs, forgeci.*, the status
+// functions) exist only then. advanceRun asks decidableSQL for such jobs
+// and hands them to decideJobs, in its transaction, under the run's lock.
+
+// jobCondition is what the store keeps of a job's if:.
+type jobCondition struct {
+	group          string
+	condition      *string
+	status         bool // calls a status function
+	survivesCancel bool // calls always() or cancelled()
+}
+
+func conditionOf(j NewJob) jobCondition {
+	c := jobCondition{group: j.Group}
+	if c.group == "" {
+		c.group = j.Name
+	}
+	if j.If == "" {
+		return c
+	}
+	cond := j.If
+	c.condition = &cond
+	// The parser has checked it: it parses.
+	if e, err := expr.Parse(cond); err == nil {
+		c.status = e.CallsStatus()
+		c.survivesCancel = e.Calls("always") || e.Calls("cancelled")
+	}
+	return c
+}
+
+// decidableSQL lists the pending jobs of run $1 with a condition or a
+// needs context whose needs have all ended (and not while the run waits
+// for approval).
+const decidableSQL = `
+SELECT d.id, coalesce(d.condition, ''), d.condition_status, d.reads_needs, d.needs, d.spec->'run', r.cancel_requested
+FROM jobs d JOIN runs r ON r.id = d.run_id
+WHERE d.run_id = $1 AND d.state = 'PENDING' AND NOT d.decided
+  AND (d.condition IS NOT NULL OR d.reads_needs) AND r.approval <> 'pending'
+  AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
+                  AND n.state IN ('PENDING', 'QUEUED', 'RUNNING'))
+ORDER BY d.id`
+
+// decisionJobsSQL reads the jobs of run $1 as conditions see them, in the
+// order they ended (a matrix's later outputs replace earlier ones).
+const decisionJobsSQL = `
+SELECT name, coalesce(job_group, name), needs, state, continue_on_error, coalesce(outputs, '{}'::jsonb)
+FROM jobs WHERE run_id = $1 ORDER BY finished_at NULLS LAST, id`
+
+// decideRunSQL lets job $1 be queued, with the needs context $2 (or
+// none) in its spec.
+const decideRunSQL = `
+UPDATE jobs SET decided = true,
+       spec = CASE WHEN $2::jsonb IS NULL THEN spec ELSE jsonb_set(spec, '{need_results}', $2::jsonb) END
+WHERE id = $1 AND state = 'PENDING'`
+
+// decideEndSQL ends job $1 without running it: state $2, reason $3.
+const decideEndSQL = `UPDATE jobs SET state = $2, reason = $3, finished_at = now() WHERE id = $1 AND state = 'PENDING'`
+
+// undecided is a row of decidableSQL.
+type undecided struct {
+	id, condition      string
+	status, readsNeeds bool
+	needs              []string
+	facts              json.RawMessage
+	cancelRequested    bool
+}
+
+func scanUndecided(rows pgx.Rows) ([]undecided, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (undecided, error) {
+		var u undecided
+		err := row.Scan(&u.id, &u.condition, &u.status, &u.readsNeeds, &u.needs, &u.facts, &u.cancelRequested)
+		return u, err
+	})
+}
+
+// runJob is a job of the run as decisionJobsSQL reads it.
+type runJob struct {
+	name, group, state string
+	needs              []string
+	continueOnError    bool
+	outputs            map[string]string
+}
+
+// passed: the job's dependants see a success.
+func (j runJob) passed() bool {
+	return j.state == domain.JobPassed || j.state == domain.JobFailed && j.continueOnError
+}
+
+// failed: failure() is true after it.
+func (j runJob) failed() bool {
+	return j.state == domain.JobAborted || j.state == domain.JobFailed && !j.continueOnError
+}
+
+// result is needs.<job>.result of one job.
+func (j runJob) result() string {
+	switch {
+	case j.passed():
+		return "success"
+	case j.failed():
+		return "failure"
+	case j.state == domain.JobCanceled:
+		return "cancelled"
+	}
+	return "skipped"
+}
+
+// decideJobs decides each job of list, in the transaction that holds the
+// run's lock: a condition that holds lets the job be queued (with its
+// needs context when its runner reads it), one that does not ends it
+// SKIPPED, and one that cannot be evaluated ends it FAILED.
+func decideJobs(ctx context.Context, tx pgx.Tx, runID string, list []undecided) error {
+	rows, err := tx.Query(ctx, decisionJobsSQL, runID)
+	if err != nil {
+		return fmt.Errorf("read jobs: %w", err)
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runJob, error) {
+		var j runJob
+		err := row.Scan(&j.name, &j.group, &j.needs, &j.state, &j.continueOnError, &j.outputs)
+		return j, err
+	})
+	if err != nil {
+		return fmt.Errorf("read jobs: %w", err)
+	}
+	byName := make(map[string]runJob, len(jobs))
+	for _, j := range jobs {
+		byName[j.name] = j
+	}
+	b := &pgx.Batch{}
+	for _, u := range list {
+		queueDecision(b, u, jobs, byName)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("decide jobs: %w", err)
+	}
+	return nil
+}
+
+// queueDecision evaluates u's condition and queues the write it leads to.
+func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]runJob) {
+	needs := needsContext(u.needs, jobs)
+	if u.condition != "" {
+		ok, err := evalCondition(u, needs, byName)
+		switch {
+		case err != nil:
+			b.Queue(decideEndSQL, u.id, domain.JobFailed, truncate("if: "+u.condition+": "+err.Error(), 300))
+			return
+		case !ok:
+			b.Queue(decideEndSQL, u.id, domain.JobSkipped, truncate("if: "+u.condition+" was false", 300))
+			return
+		}
+	}
+	var ctxJSON []byte
+	if u.readsNeeds {
+		// Only strings and maps of strings: Marshal cannot fail.
+		ctxJSON, _ = json.Marshal(needs)
+	}
+	b.Queue(decideRunSQL, u.id, ctxJSON)
+}
+
+// needsContext is needs.<job> for each job named in needs, by its name
+// in the file: a matrix's combinations together (failure if one failed,
+// else cancelled if one was, else skipped if all were, else success;
+// their outputs merged, a later-ending one's replacing, as jobs is in the
+// order they ended).
+func needsContext(needs []string, jobs []runJob) map[string]domain.NeedResult {
+	results := map[string][]string{}
+	out := map[string]domain.NeedResult{}
+	for _, j := range jobs {
+		if !slices.Contains(needs, j.name) {
+			continue
+		}
+		results[j.group] = append(results[j.group], j.result())
+		r, ok := out[j.group]
+		if !ok {
+			r = domain.NeedResult{Outputs: map[string]string{}}
+		}
+		maps.Copy(r.Outputs, j.outputs)
+		out[j.group] = r
+	}
+	for group, rs := range results {
+		r := out[group]
+		switch {
+		case slices.Contains(rs, "failure"):
+			r.Result = "failure"
+		case slices.Contains(rs, "cancelled"):
+			r.Result = "cancelled"
+		case !slices.ContainsFunc(rs, func(s string) bool { return s != "skipped" }):
+			r.Result = "skipped"
+		default:
+			r.Result = "success"
+		}
+		out[group] = r
+	}
+	return out
+}
+
+// evalCondition evaluates u's condition: the status functions answer for
+// its needs (failure() for any job upstream) and the run; a condition
+// without one holds only if the needs passed, as GitHub's implicit
+// success() &&.
+func evalCondition(u undecided, needs map[string]domain.NeedResult, byName map[string]runJob) (bool, error) {
+	e, perr := expr.Parse(u.condition)
+	if perr != nil {
+		return false, perr
+	}
+	success := !u.cancelRequested
+	for _, n := range u.needs {
+		if j, ok := byName[n]; ok && !j.passed() {
+			success = false
+		}
+	}
+	failure := upstreamFailed(u.needs, byName)
+	status := func(name string) bool {
+		switch name {
+		case "success":
+			return success
+		case "failure":
+			return failure
+		case "cancelled":
+			return u.cancelRequested
+		}
+		return true
+	}
+	var facts map[string]any
+	if len(u.facts) > 0 {
+		_ = json.Unmarshal(u.facts, &facts)
+	}
+	needsVar := map[string]any{}
+	for k, v := range needs {
+		outs := map[string]any{}
+		for ok, ov := range v.Outputs {
+			outs[ok] = ov
+		}
+		needsVar[k] = map[string]any{"result": v.Result, "outputs": outs}
+	}
+	v, err := e.Eval(&expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts,
+		"needs": needsVar, "inputs": map[string]any{}}, Status: status})
+	if err != nil {
+		return false, err
+	}
+	if !u.status && !success {
+		return false, nil
+	}
+	return expr.Truthy(v), nil
+}
+
+// upstreamFailed reports whether a job needs names, or one they need in
+// turn, failed.
+func upstreamFailed(needs []string, byName map[string]runJob) bool {
+	seen := map[string]bool{}
+	stack := append([]string{}, needs...)
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		j, ok := byName[n]
+		if !ok {
+			continue
+		}
+		if j.failed() {
+			return true
+		}
+		stack = append(stack, j.needs...)
+	}
+	return false
+}

@@ -1,0 +1,207 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/pipeline"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// flowRun parses a pipeline and makes it a run on ref, with a runner that
+// declares every feature.
+func flowRun(t *testing.T, ref, file string) (*store.Store, store.Runner, store.Run) {
+	t.Helper()
+	p, err := pipeline.Parse("f.yml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
+	r := newRunner(t, s)
+	r.Features = []string{domain.FeatureExpressions, domain.FeatureOutputs, domain.FeatureSteps}
+	run, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: ref, Trigger: "github:push " + ref, Jobs: p.Jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, r, run
+}
+
+func reasons(t *testing.T, s *store.Store, runID string) map[string]string {
+	t.Helper()
+	rows, err := s.Pool().Query(context.Background(), `SELECT name, coalesce(reason, '') FROM jobs WHERE run_id = $1`, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var n, r string
+		_ = rows.Scan(&n, &r)
+		out[n] = r
+	}
+	return out
+}
+
+// TestJobConditions: the control plane decides a job's if: when its needs
+// end, with the run's facts, needs.<job>.result and .outputs and the
+// status functions, as GitHub's; continue-on-error lets dependants run
+// and the run pass; a dependant that reads needs gets them in its spec.
+func TestJobConditions(t *testing.T) {
+	ctx := context.Background()
+	s, r, run := flowRun(t, "refs/heads/main", `jobs:
+  build:
+    outputs: {version: "${{ steps.v.outputs.version }}"}
+    steps: [{id: v, run: "true"}]
+  test: {needs: build, steps: [{run: x}]}
+  on-main:
+    needs: build
+    if: github.ref == 'refs/heads/main' && needs.build.outputs.version == '1.2.3'
+    steps: [{run: x}]
+  on-tag: {needs: build, if: "startsWith(github.ref, 'refs/tags/')", steps: [{run: x}]}
+  broken: {needs: build, if: "fromJSON('{')", steps: [{run: x}]}
+  use-version:
+    needs: build
+    env: {V: "${{ needs.build.outputs.version }}"}
+    steps: [{run: x}]
+  cleanup: {needs: test, if: always(), steps: [{run: x}]}
+  on-failure: {needs: test, if: "failure() && needs.test.result == 'failure'", steps: [{run: x}]}
+  on-success: {needs: test, steps: [{run: x}]}
+  flaky: {continue-on-error: true, steps: [{run: x}]}
+  after-flaky: {needs: flaky, if: "needs.flaky.result == 'success'", steps: [{run: x}]}
+`)
+	first := claimAll(t, s, r)
+	if len(first) != 2 || first["build"] == nil || first["flaky"] == nil {
+		t.Fatalf("claimed %v, want build and flaky", first)
+	}
+	b := first["build"]
+	if err := s.SetOutputs(ctx, r.ID, b.Lease.JobID, b.Lease, map[string]string{"version": "1.2.3"}); err != nil {
+		t.Fatal(err)
+	}
+	complete(t, s, r, b, domain.OutcomePassed)
+	complete(t, s, r, first["flaky"], domain.OutcomeFailed)
+	second := claimAll(t, s, r)
+	want := map[string]string{"build": "PASSED", "flaky": "FAILED", "test": "RUNNING", "on-main": "RUNNING", "on-tag": "SKIPPED",
+		"broken": "FAILED", "use-version": "RUNNING", "cleanup": "PENDING", "on-failure": "PENDING", "on-success": "PENDING",
+		"after-flaky": "RUNNING"}
+	if got := states(t, s, run.ID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after build: %v\nwant %v", got, want)
+	}
+	why := reasons(t, s, run.ID)
+	if why["on-tag"] != "if: startsWith(github.ref, 'refs/tags/') was false" || why["broken"] == "" {
+		t.Fatalf("reasons %q", why)
+	}
+	var job domain.ClaimedJob
+	if err := json.Unmarshal(second["use-version"].Job, &job); err != nil {
+		t.Fatal(err)
+	}
+	if nr := job.NeedResults["build"]; nr.Result != "success" || nr.Outputs["version"] != "1.2.3" || job.Env["V"] != "${{ needs.build.outputs.version }}" {
+		t.Fatalf("use-version spec: %+v %q", job.NeedResults, job.Env)
+	}
+	for _, name := range []string{"on-main", "use-version", "after-flaky"} {
+		complete(t, s, r, second[name], domain.OutcomePassed)
+	}
+	complete(t, s, r, second["test"], domain.OutcomeFailed)
+	third := claimAll(t, s, r)
+	if len(third) != 2 || third["cleanup"] == nil || third["on-failure"] == nil {
+		t.Fatalf("after test failed claimed %v (%v)", third, states(t, s, run.ID))
+	}
+	if st := states(t, s, run.ID)["on-success"]; st != "SKIPPED" {
+		t.Fatalf("on-success %s", st)
+	}
+	complete(t, s, r, third["cleanup"], domain.OutcomePassed)
+	complete(t, s, r, third["on-failure"], domain.OutcomePassed)
+	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunFailed {
+		t.Fatalf("run %s", got.State)
+	}
+}
+
+// TestContinueOnErrorPasses: a run whose only failure is a job with
+// continue-on-error passes.
+func TestContinueOnErrorPasses(t *testing.T) {
+	s, r, run := flowRun(t, "refs/heads/main", "jobs:\n  a: {continue-on-error: true, steps: [{run: x}]}\n  b: {needs: a, steps: [{run: x}]}\n")
+	complete(t, s, r, claimAll(t, s, r)["a"], domain.OutcomeFailed)
+	complete(t, s, r, claimAll(t, s, r)["b"], domain.OutcomePassed)
+	if got, _ := s.GetRun(context.Background(), run.ID); got.State != domain.RunPassed {
+		t.Fatalf("run %s, jobs %v", got.State, states(t, s, run.ID))
+	}
+}
+
+// TestCancelLeavesAlways: a run's cancel cancels its waiting jobs except
+// those whose if: calls always() or cancelled(), which run once the
+// canceled jobs end.
+func TestCancelLeavesAlways(t *testing.T) {
+	ctx := context.Background()
+	s, r, run := flowRun(t, "refs/heads/main", `jobs:
+  a: {steps: [{run: x}]}
+  plain: {needs: a, steps: [{run: x}]}
+  on-failure: {needs: a, if: failure(), steps: [{run: x}]}
+  always: {needs: plain, if: always(), steps: [{run: x}]}
+  on-cancel: {needs: a, if: cancelled(), steps: [{run: x}]}
+  always-not-main: {needs: a, if: "always() && github.ref != 'refs/heads/main'", steps: [{run: x}]}
+`)
+	a := claimAll(t, s, r)["a"]
+	root := pgtest.Admin(t, s, "root")
+	if _, _, err := s.Cancel(ctx, root, run.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	// always needs plain, which has ended: it is decided at once.
+	want := map[string]string{"a": "RUNNING", "plain": "CANCELED", "on-failure": "CANCELED", "always": "QUEUED",
+		"on-cancel": "PENDING", "always-not-main": "PENDING"}
+	if got := states(t, s, run.ID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after cancel: %v\nwant %v", got, want)
+	}
+	complete(t, s, r, a, domain.OutcomeCanceled)
+	after := claimAll(t, s, r)
+	if len(after) != 2 || after["always"] == nil || after["on-cancel"] == nil {
+		t.Fatalf("after a ended claimed %v (%v)", after, states(t, s, run.ID))
+	}
+	if st := states(t, s, run.ID)["always-not-main"]; st != "SKIPPED" {
+		t.Fatalf("always-not-main %s", st)
+	}
+	complete(t, s, r, after["always"], domain.OutcomePassed)
+	complete(t, s, r, after["on-cancel"], domain.OutcomePassed)
+	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunCanceled {
+		t.Fatalf("run %s", got.State)
+	}
+}
+
+// TestFailFastAndMaxParallel: a matrix combination's failure cancels the
+// others (waiting ones at once, running ones through their heartbeat)
+// unless fail-fast is false; max-parallel bounds how many are queued or
+// running at once.
+func TestFailFastAndMaxParallel(t *testing.T) {
+	ctx := context.Background()
+	s, r, run := flowRun(t, "refs/heads/main", `jobs:
+  m: {strategy: {matrix: {n: [1, 2, 3]}}, steps: [{run: x}]}
+  q: {strategy: {max-parallel: 2, fail-fast: false, matrix: {n: [1, 2, 3]}}, steps: [{run: x}]}
+  after: {needs: m, steps: [{run: x}]}
+`)
+	c := claimAll(t, s, r)
+	if len(c) != 5 || c["q (3)"] != nil {
+		t.Fatalf("claimed %v: want m's three and two of q", c)
+	}
+	complete(t, s, r, c["m (1)"], domain.OutcomeFailed)
+	for _, name := range []string{"m (2)", "m (3)"} {
+		_, cancel, err := s.Heartbeat(ctx, r.ID, c[name].Lease.JobID, c[name].Lease)
+		if err != nil || !cancel {
+			t.Fatalf("%s heartbeat: cancel %v, %v", name, cancel, err)
+		}
+		complete(t, s, r, c[name], domain.OutcomeCanceled)
+	}
+	complete(t, s, r, c["q (1)"], domain.OutcomeFailed)
+	q3 := claimAll(t, s, r)["q (3)"]
+	if q3 == nil {
+		t.Fatalf("q (3) not queued after q (1) ended: %v", states(t, s, run.ID))
+	}
+	if st := states(t, s, run.ID)["q (2)"]; st != "RUNNING" {
+		t.Fatalf("q (2) is %s: fail-fast: false must leave it running", st)
+	}
+	if why := reasons(t, s, run.ID); why["m (2)"] != "canceled" && why["m (2)"] != "fail-fast: m (1) failed" {
+		t.Fatalf("reasons %q", why)
+	}
+}
