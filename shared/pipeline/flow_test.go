@@ -58,16 +58,16 @@ func TestFlow(t *testing.T) {
 		t.Fatalf("deploy features %v, plain %+v", d.Spec.Features(), pl)
 	}
 	refuses(t, "jobs:\n  a:\n    steps: [{run: x}]\n  b:\n    needs: a\n    %s\n    steps: [{id: s, run: x}]\n", map[string]string{
-		"if: needs.c.result == 'success'":          `needs.c: job "c" is not in this job's needs`,
-		"if: steps.s.outcome == 'success'":         `context "steps" is not available here`,
-		"if: hashFiles('x') != ''":                 "a job's if: cannot call it",
-		"if: github.event.pull_request":            "github.event is not available",
-		"env: {X: '${{ steps.s.outputs.x }}'}":     `context "steps" is not available here`,
-		"env: {X: '${{ hashFiles(''x'') }}'}":      "hashFiles is evaluated in a job's steps",
-		"outputs: {x: '${{ steps.t.outputs.x }}'}": `steps.t: no step before this one has id "t"`,
-		"outputs: {1x: y}":                         `output name "1x" must start with a letter`,
-		"continue-on-error: maybe":                 "must be true or false",
-		"runs-on: ['${{ github.ref }}']":           "only matrix can be read here",
+		"if: needs.c.result == 'success'":               `needs.c: job "c" is not in this job's needs`,
+		"if: steps.s.outcome == 'success'":              `context "steps" is not available here`,
+		"if: hashFiles('x') != ''":                      "a job's if: cannot call it",
+		"if: github.event.pull_request":                 "github.event is not available",
+		"env: {X: '${{ steps.s.outputs.x }}'}":          `context "steps" is not available here`,
+		"env: {X: '${{ hashFiles(''x'') }}'}":           "hashFiles is evaluated in a job's steps",
+		"outputs: {x: '${{ steps.t.outputs.x }}'}":      `steps.t: no step before this one has id "t"`,
+		"outputs: {1x: y}":                              `output name "1x" must start with a letter`,
+		"continue-on-error: maybe":                      "must be true or false",
+		"runs-on: ['${{ github.ref }}']":                "only matrix can be read here",
 		"env: {X: '${{ format(''{0}'', secrets.A) }}'}": "a secret is used alone",
 	})
 	refuses(t, "jobs:\n  a:\n    steps:\n      - run: echo ${{ steps.later.outputs.x }}\n      - {id: later, run: x}\n%s", map[string]string{

@@ -13,8 +13,6 @@ import (
 
 var stepIDRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
-
-
 // shells are the named shells, as GitHub runs them; any other shell must
 // be a command with {0} for the script file.
 var shells = map[string][]string{
