@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -213,11 +215,34 @@ func (j *job) execute(slot int) (domain.Outcome, int) {
 		}
 		return fail("%v", err)
 	}
-	failed, exit := j.runSteps()
-	if failed {
-		return domain.OutcomeFailed, exit
+	seq := j.runSteps()
+	if len(j.claim.Job.Outputs) > 0 && j.stopped() == nil {
+		if err := j.sendOutputs(seq); err != nil {
+			if j.stopped() != nil {
+				return domain.OutcomeFailed, seq.exit
+			}
+			return fail("the job's outputs: %v", err)
+		}
 	}
-	return j.publish(exit)
+	if seq.failed {
+		return domain.OutcomeFailed, seq.exit
+	}
+	return j.publish(seq.exit)
+}
+
+// sendOutputs evaluates the job's outputs mapping and sends the values,
+// whatever the steps' outcome (a failed job's outputs are what its steps
+// set, as GitHub's).
+func (j *job) sendOutputs(seq *sequence) error {
+	outputs, err := j.jobOutputs(seq)
+	if err != nil {
+		return err
+	}
+	if err := j.lease.SetOutputs(j.ctx, outputs); err != nil {
+		return err
+	}
+	fmt.Fprintf(j.logs, "==> job outputs set: %s\n", strings.Join(slices.Sorted(maps.Keys(outputs)), ", "))
+	return nil
 }
 
 // publish uploads the artifacts and saves the cache of a job whose steps

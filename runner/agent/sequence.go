@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"maps"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/expr"
@@ -20,19 +19,21 @@ type sequence struct {
 }
 
 // runSteps runs the job's steps: each whose if: holds (by default,
-// success(): no step has failed), in order. It returns whether a step
-// failed the job and the exit code to report.
-func (j *job) runSteps() (failed bool, exit int) {
+// success(): no step has failed), in order. It returns the sequence:
+// whether a step failed the job, the exit code to report, and what the
+// job's outputs read.
+func (j *job) runSteps() *sequence {
 	seq := &sequence{steps: map[string]any{}}
 	steps := j.claim.Job.Steps
 	for i, st := range steps {
 		if j.stopped() != nil {
-			return true, seq.exit
+			seq.failed = true
+			return seq
 		}
 		run, err := j.condition(st, seq)
 		if err != nil {
 			fmt.Fprintf(j.logs, "==> step %d/%d: %s: if: %v\n", i+1, len(steps), st.Name, err)
-			seq.failed, seq.exit = true, 1
+			seq.fail(1)
 			continue
 		}
 		if !run {
@@ -40,10 +41,17 @@ func (j *job) runSteps() (failed bool, exit int) {
 			seq.record(st, "skipped", "skipped", nil)
 			continue
 		}
-		fmt.Fprintf(j.logs, "==> step %d/%d: %s\n", i+1, len(steps), st.Name)
-		code, outputs := j.runStep(st)
+		resolved, err := j.resolveStep(st, seq)
+		if err != nil {
+			fmt.Fprintf(j.logs, "==> step %d/%d: %s: %v\n", i+1, len(steps), st.Name, err)
+			seq.end(j, st, 1, nil)
+			continue
+		}
+		fmt.Fprintf(j.logs, "==> step %d/%d: %s\n", i+1, len(steps), resolved.Name)
+		code, outputs := j.runStep(resolved)
 		if j.stopped() != nil {
-			return true, code
+			seq.failed, seq.exit = true, code
+			return seq
 		}
 		if n := outputsSize(outputs); seq.outputBytes+n > MaxJobOutputBytes {
 			fmt.Fprintf(j.logs, "==> the job's step outputs would pass %d bytes; this step's are refused\n", MaxJobOutputBytes)
@@ -54,21 +62,44 @@ func (j *job) runSteps() (failed bool, exit int) {
 		} else {
 			seq.outputBytes += n
 		}
-		switch {
-		case code == 0:
-			seq.record(st, "success", "success", outputs)
-		case st.ContinueOnError:
-			fmt.Fprintf(j.logs, "==> step %q failed with exit code %d; continuing (continue-on-error)\n", st.Name, code)
-			seq.record(st, "failure", "success", outputs)
-		default:
-			fmt.Fprintf(j.logs, "==> step %q failed with exit code %d\n", st.Name, code)
-			seq.record(st, "failure", "failure", outputs)
-			if !seq.failed {
-				seq.failed, seq.exit = true, code
-			}
-		}
+		seq.end(j, resolved, code, outputs)
 	}
-	return seq.failed, seq.exit
+	return seq
+}
+
+// end records a step that ran (or could not start) with its exit code.
+func (s *sequence) end(j *job, st domain.Step, code int, outputs map[string]string) {
+	switch {
+	case code == 0:
+		s.record(st, "success", "success", outputs)
+	case st.ContinueOnError:
+		fmt.Fprintf(j.logs, "==> step %q failed with exit code %d; continuing (continue-on-error)\n", st.Name, code)
+		s.record(st, "failure", "success", outputs)
+	default:
+		fmt.Fprintf(j.logs, "==> step %q failed with exit code %d\n", st.Name, code)
+		s.record(st, "failure", "failure", outputs)
+		s.fail(code)
+	}
+}
+
+// fail marks the job failed; the first failing step's code is reported.
+func (s *sequence) fail(code int) {
+	if !s.failed {
+		s.failed, s.exit = true, code
+	}
+}
+
+// status answers the status functions of a step's if:.
+func (s *sequence) status(name string) bool {
+	switch name {
+	case "success":
+		return !s.failed
+	case "failure":
+		return s.failed
+	case "always":
+		return true
+	}
+	return false // cancelled(): a cancelled job's steps are stopped
 }
 
 // MaxJobOutputBytes bounds the outputs of all a job's steps together:
@@ -102,40 +133,19 @@ func (s *sequence) record(st domain.Step, outcome, conclusion string, outputs ma
 }
 
 // condition evaluates a step's if: against the run's facts (forgeci.*,
-// also github.*), the matrix, the environment and the steps so far; the
-// status functions read the sequence.
+// also github.*), the matrix, the environment, the steps so far and the
+// needs; the status functions read the sequence.
 func (j *job) condition(st domain.Step, seq *sequence) (bool, error) {
 	src := ifText(st)
 	e, perr := expr.Parse(src)
 	if perr != nil {
 		return false, perr
 	}
-	env := map[string]any{}
-	for k, v := range j.claim.Job.Env {
-		env[k] = v
+	env, err := j.expandEnv(st.Env, j.exprContext(seq, j.claim.Job.Env))
+	if err != nil {
+		return false, err
 	}
-	for k, v := range st.Env {
-		env[k] = v
-	}
-	matrix := map[string]any{}
-	for k, v := range j.claim.Job.Matrix {
-		matrix[k] = v
-	}
-	run := expr.FromGo(j.claim.Job.Run)
-	c := &expr.Context{Vars: map[string]any{"matrix": matrix, "env": env, "steps": maps.Clone(seq.steps),
-		"forgeci": run, "github": run},
-		Status: func(name string) bool {
-			switch name {
-			case "success":
-				return !seq.failed
-			case "failure":
-				return seq.failed
-			case "always":
-				return true
-			}
-			return false // cancelled(): a cancelled job's steps are stopped
-		}}
-	v, err := e.Eval(c)
+	v, err := e.Eval(j.exprContext(seq, mergeEnv(j.claim.Job.Env, env)))
 	if err != nil {
 		return false, err
 	}

@@ -30,6 +30,10 @@ func (j *job) prepare(slot int) error {
 	if err := j.fetchSource(); err != nil {
 		return fmt.Errorf("source could not be verified, no step was run: %w", err)
 	}
+	// After the source: a cache key may hash its files.
+	if err := j.resolveJob(); err != nil {
+		return fmt.Errorf("the job's expressions, no step was run: %w", err)
+	}
 	if c.Job.Cache != nil {
 		if err := j.restoreCache(); err != nil {
 			fmt.Fprintf(j.logs, "==> cache not restored: %v\n", err)

@@ -128,6 +128,13 @@ func (h *Lease) CommitCache(ctx context.Context, key, digest string, size int64)
 	return err
 }
 
+// SetOutputs sends the job's outputs (a name sent again replaces its
+// value).
+func (h *Lease) SetOutputs(ctx context.Context, outputs map[string]string) error {
+	_, err := h.call(ctx, protocol.RouteOutputs, protocol.OutputsRequest{Leased: h.tuple, Outputs: outputs}, nil)
+	return err
+}
+
 // Complete reports the outcome; reason (optional) says why a job failed.
 func (h *Lease) Complete(ctx context.Context, outcome domain.Outcome, exitCode int, reason string) error {
 	_, err := h.call(ctx, protocol.RouteComplete, protocol.CompleteRequest{Leased: h.tuple, Outcome: outcome, ExitCode: &exitCode, Reason: reason}, nil)

@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/bmatcuk/doublestar/v4"
+	"golang.org/x/sys/unix"
+)
+
+// maxHashFiles bounds how many files one hashFiles() reads.
+const maxHashFiles = 100000
+
+// hashFiles is GitHub's hashFiles(patterns): the SHA-256 of the SHA-256s
+// of the workspace's regular files that match a pattern (and no later
+// !pattern), in path order; "" when none match. The runner reads the
+// files, the workspace is the job's: each is opened beneath the workspace
+// with no symbolic link followed (openat2 RESOLVE_BENEATH and
+// RESOLVE_NO_SYMLINKS), so a step that swaps a directory for a link to
+// the runner's files while this walks gets an error, not their hash.
+func hashFiles(ctx context.Context, ws string, patterns []string) (string, error) {
+	for _, p := range patterns {
+		if !doublestar.ValidatePattern(strings.TrimPrefix(p, "!")) {
+			return "", fmt.Errorf("%q is not a valid pattern", p)
+		}
+	}
+	var matched []string
+	err := filepath.WalkDir(ws, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(ws, path)
+		if err != nil {
+			return err
+		}
+		if matches(patterns, filepath.ToSlash(rel)) {
+			if len(matched) == maxHashFiles {
+				return fmt.Errorf("more than %d files match", maxHashFiles)
+			}
+			matched = append(matched, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("hashFiles: %w", err)
+	}
+	if len(matched) == 0 {
+		return "", nil
+	}
+	sort.Strings(matched)
+	root, err := os.Open(ws)
+	if err != nil {
+		return "", fmt.Errorf("hashFiles: %w", err)
+	}
+	defer root.Close()
+	all := sha256.New()
+	for _, rel := range matched {
+		sum, err := hashBeneath(ctx, root, rel)
+		if err != nil {
+			return "", fmt.Errorf("hashFiles: %s: %w", rel, err)
+		}
+		all.Write(sum)
+	}
+	return hex.EncodeToString(all.Sum(nil)), nil
+}
+
+// matches: the last pattern that decides rel wins, a ! one excluding.
+func matches(patterns []string, rel string) bool {
+	in := false
+	for _, p := range patterns {
+		neg := strings.HasPrefix(p, "!")
+		if ok, _ := doublestar.Match(strings.TrimPrefix(p, "!"), rel); ok {
+			in = !neg
+		}
+	}
+	return in
+}
+
+// hashBeneath hashes rel, opened beneath root without following links;
+// it must still be a regular file when opened.
+func hashBeneath(ctx context.Context, root *os.File, rel string) ([]byte, error) {
+	fd, err := unix.Openat2(int(root.Fd()), rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, errors.Join(errors.New("not a regular file"), err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
+		return nil, err
+	}
+	return h.Sum(nil), nil
+}
+
+// ctxReader stops a long read when the job stops.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, context.Cause(c.ctx)
+	}
+	return c.r.Read(p)
+}
