@@ -186,4 +186,3 @@ func runnerArch() string {
 	}
 	return strings.ToUpper(runtime.GOARCH)
 }
-

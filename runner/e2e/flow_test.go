@@ -84,7 +84,7 @@ func testFlow(s *stack) func(t *testing.T) {
 			}
 		}
 		logs := map[string][]string{
-			"build": {"==> step 2/2: hash ", "none[] 2.0.", "job outputs set: version, where"},
+			"build":  {"==> step 2/2: hash ", "none[] 2.0.", "job outputs set: version, where"},
 			"deploy": {"deploying 2.0.", "from Linux/submit as deploy 2.0."},
 			"notify": {"notifying about failure"}, "after-tolerated": {"after tolerated success"},
 		}
