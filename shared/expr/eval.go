@@ -21,12 +21,19 @@ type Context struct {
 	Status func(name string) bool
 	// HashFiles hashes the files matching the patterns; nil refuses it.
 	HashFiles func(patterns []string) (string, error)
+	// Budget bounds the work of one evaluation (0: MaxWork); Eval sets
+	// Work to what it used, so a caller can share a budget among many.
+	Budget, Work int
 }
 
 // Eval evaluates the expression.
 func (e *Expr) Eval(c *Context) (v any, err error) {
-	ev := &evaluator{c: c}
+	ev := &evaluator{c: c, budget: MaxWork}
+	if c.Budget > 0 && c.Budget < MaxWork {
+		ev.budget = c.Budget
+	}
 	v = ev.value(e.root)
+	c.Work = ev.work
 	return v, ev.err
 }
 
@@ -37,7 +44,7 @@ type evaluator struct {
 	// per byte or element a value holds; at MaxWork it stops. Bounding
 	// each value is not enough: an expression can build many in turn
 	// (fromJSON of a large output, a thousand times over).
-	work int
+	work, budget int
 }
 
 // MaxWork bounds the work of one evaluation (about a second).
@@ -62,8 +69,8 @@ func (ev *evaluator) charge(n actionlint.ExprNode, v any) bool {
 // chargeUnits counts units of work and reports whether the budget holds.
 func (ev *evaluator) chargeUnits(n actionlint.ExprNode, units int) bool {
 	ev.work += units
-	if ev.work > MaxWork {
-		ev.fail(n, "the expression does too much work (over %d units)", MaxWork)
+	if ev.work > ev.budget {
+		ev.fail(n, "the expression does too much work (over %d units)", ev.budget)
 		return false
 	}
 	return true

@@ -73,6 +73,15 @@ WHERE id = $1 AND state = 'PENDING'`
 // decideEndSQL ends job $1 without running it: state $2, reason $3.
 const decideEndSQL = `UPDATE jobs SET state = $2, reason = $3, finished_at = now() WHERE id = $1 AND state = 'PENDING'`
 
+// The work conditions may do (expr's units, about 64M a second): they are
+// evaluated while the run's row is locked, in the transaction of the
+// completion that ended their needs. One condition may read a few large
+// outputs; all decided at once, about a quarter of a second.
+const (
+	conditionWork = 4 << 20
+	decisionWork  = 16 << 20
+)
+
 // undecided is a row of decidableSQL.
 type undecided struct {
 	id, condition      string
@@ -143,8 +152,9 @@ func decideJobs(ctx context.Context, tx pgx.Tx, runID string, list []undecided) 
 		byName[j.name] = j
 	}
 	b := &pgx.Batch{}
+	budget := decisionWork
 	for _, u := range list {
-		queueDecision(b, u, jobs, byName)
+		queueDecision(b, u, jobs, byName, &budget)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("decide jobs: %w", err)
@@ -153,10 +163,10 @@ func decideJobs(ctx context.Context, tx pgx.Tx, runID string, list []undecided) 
 }
 
 // queueDecision evaluates u's condition and queues the write it leads to.
-func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]runJob) {
+func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]runJob, budget *int) {
 	needs := needsContext(u.needs, jobs)
 	if u.condition != "" {
-		ok, err := evalCondition(u, needs, byName)
+		ok, err := evalCondition(u, needs, byName, budget)
 		switch {
 		case err != nil:
 			b.Queue(decideEndSQL, u.id, domain.JobFailed, truncate("if: "+u.condition+": "+err.Error(), 300))
@@ -215,7 +225,10 @@ func needsContext(needs []string, jobs []runJob) map[string]domain.NeedResult {
 // its needs (failure() for any job upstream) and the run; a condition
 // without one holds only if the needs passed, as GitHub's implicit
 // success() &&.
-func evalCondition(u undecided, needs map[string]domain.NeedResult, byName map[string]runJob) (bool, error) {
+func evalCondition(u undecided, needs map[string]domain.NeedResult, byName map[string]runJob, budget *int) (bool, error) {
+	if *budget <= 0 {
+		return false, fmt.Errorf("the conditions decided with this one do too much work together (over %d units)", decisionWork)
+	}
 	e, perr := expr.Parse(u.condition)
 	if perr != nil {
 		return false, perr
@@ -250,8 +263,10 @@ func evalCondition(u undecided, needs map[string]domain.NeedResult, byName map[s
 		}
 		needsVar[k] = map[string]any{"result": v.Result, "outputs": outs}
 	}
-	v, err := e.Eval(&expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts,
-		"needs": needsVar, "inputs": map[string]any{}}, Status: status})
+	c := &expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts,
+		"needs": needsVar, "inputs": map[string]any{}}, Status: status, Budget: min(*budget, conditionWork)}
+	v, err := e.Eval(c)
+	*budget -= c.Work
 	if err != nil {
 		return false, err
 	}

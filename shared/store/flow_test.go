@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -203,5 +204,32 @@ func TestFailFastAndMaxParallel(t *testing.T) {
 	}
 	if why := reasons(t, s, run.ID); why["m (2)"] != "canceled" && why["m (2)"] != "fail-fast: m (1) failed" {
 		t.Fatalf("reasons %q", why)
+	}
+}
+
+// TestConditionWorkBounded: a condition is evaluated while the run's row
+// is locked, so its work is bounded: one that reads a large output too
+// many times ends its job FAILED, saying why, and the run goes on.
+func TestConditionWorkBounded(t *testing.T) {
+	ctx := context.Background()
+	heavy := "contains(needs.a.outputs.big, 'x')"
+	for range 5 {
+		heavy += " || contains(needs.a.outputs.big, 'x')"
+	}
+	s, r, run := flowRun(t, "refs/heads/main", `jobs:
+  a: {outputs: {big: "${{ steps.s.outputs.big }}"}, steps: [{id: s, run: x}]}
+  heavy: {needs: a, if: "`+heavy+`", steps: [{run: x}]}
+  light: {needs: a, if: "needs.a.outputs.big != ''", steps: [{run: x}]}
+`)
+	a := claimAll(t, s, r)["a"]
+	if err := s.SetOutputs(ctx, r.ID, a.Lease.JobID, a.Lease, map[string]string{"big": strings.Repeat("y", 1000000)}); err != nil {
+		t.Fatal(err)
+	}
+	complete(t, s, r, a, domain.OutcomePassed)
+	if got := states(t, s, run.ID); got["heavy"] != "FAILED" || got["light"] != "QUEUED" {
+		t.Fatalf("states %v", got)
+	}
+	if why := reasons(t, s, run.ID)["heavy"]; !strings.Contains(why, "too much work") {
+		t.Fatalf("heavy: reason %q", why)
 	}
 }
