@@ -15,7 +15,7 @@ import (
 	"github.com/forgeci/forgeci/shared/domain"
 )
 
-// runStep runs one step (by default with bash -eo pipefail) in its own
+// runStep runs one step (by default with bash -e, as GitHub's) in its own
 // process group and returns its exit code and the outputs it wrote to
 // $FORGECI_OUTPUT. When the job is stopped the whole group gets SIGTERM,
 // then SIGKILL after the grace period.

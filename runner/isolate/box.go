@@ -93,8 +93,9 @@ func (b *Box) Owner() int {
 	return b.su.uid
 }
 
-// Command is a step: bash -eo pipefail running script, as the slot's user,
-// in the job's cgroup (and, for bwrap, its sandbox), with exactly env.
+// Command is a step: bash -e running script (GitHub's default shell), as
+// the slot's user, in the job's cgroup (and, for bwrap, its sandbox), with
+// exactly env.
 //
 // In user and bwrap modes the first stages run as root, so they get a
 // fixed environment, never the step's (LD_PRELOAD in a pipeline's env
@@ -106,7 +107,8 @@ func (b *Box) Command(script string, env []string) (*exec.Cmd, error) {
 }
 
 // Step is one step's command: its script; the argv that runs it, with
-// {0} for the script's file (nil: bash --noprofile --norc -eo pipefail);
+// {0} for the script's file (nil: bash -e {0}, GitHub's default when a
+// step names no shell: without pipefail, as a workflow expects);
 // the directory it starts in, relative to the workspace; its environment;
 // and the output file (NewOutputFile) it may write.
 type Step struct {
@@ -125,7 +127,7 @@ func (b *Box) StepCommand(st Step) (*exec.Cmd, error) {
 	if err := writeOwned(file, []byte(st.Script), b.su); err != nil {
 		return nil, fmt.Errorf("step script: %w", err)
 	}
-	argv := []string{b.i.bash, "--noprofile", "--norc", "-eo", "pipefail", file}
+	argv := []string{b.i.bash, "-e", file}
 	if len(st.Shell) > 0 {
 		argv = make([]string, len(st.Shell))
 		for i, a := range st.Shell {
