@@ -43,14 +43,14 @@ func (j *job) exprContext(seq *sequence, env map[string]string) *expr.Context {
 		}
 		needs[name] = map[string]any{"result": r.Result, "outputs": outs}
 	}
-	tmp := ""
+	tmp, owner := "", -1
 	if j.box != nil {
-		tmp = j.box.TmpDir()
+		tmp, owner = j.box.TmpDir(), j.box.Owner()
 	}
 	runner := map[string]any{"os": runnerOS(), "arch": runnerArch(), "name": hostname(), "temp": tmp}
 	c := &expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts, "matrix": expr.Matrix(spec.Matrix),
 		"env": envVar, "steps": steps, "needs": needs, "inputs": map[string]any{}, "runner": runner},
-		HashFiles: func(patterns []string) (string, error) { return hashFiles(j.ctx, j.ws, patterns) }}
+		HashFiles: func(patterns []string) (string, error) { return hashFiles(j.ctx, j.ws, owner, patterns) }}
 	if seq != nil {
 		c.Status = seq.status
 	}

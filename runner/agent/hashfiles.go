@@ -26,8 +26,10 @@ const maxHashFiles = 100000
 // files, the workspace is the job's: each is opened beneath the workspace
 // with no symbolic link followed (openat2 RESOLVE_BENEATH and
 // RESOLVE_NO_SYMLINKS), so a step that swaps a directory for a link to
-// the runner's files while this walks gets an error, not their hash.
-func hashFiles(ctx context.Context, ws string, patterns []string) (string, error) {
+// the runner's files while this walks gets an error, not their hash; and
+// a hard link to a file the job's user (owner; -1: no slot user) does not
+// own is refused, should the kernel allow one (fs.protected_hardlinks=0).
+func hashFiles(ctx context.Context, ws string, owner int, patterns []string) (string, error) {
 	for _, p := range patterns {
 		if !doublestar.ValidatePattern(strings.TrimPrefix(p, "!")) {
 			return "", fmt.Errorf("%q is not a valid pattern", p)
@@ -70,7 +72,7 @@ func hashFiles(ctx context.Context, ws string, patterns []string) (string, error
 	defer root.Close()
 	all := sha256.New()
 	for _, rel := range matched {
-		sum, err := hashBeneath(ctx, root, rel)
+		sum, err := hashBeneath(ctx, root, rel, owner)
 		if err != nil {
 			return "", fmt.Errorf("hashFiles: %s: %w", rel, err)
 		}
@@ -92,8 +94,9 @@ func matches(patterns []string, rel string) bool {
 }
 
 // hashBeneath hashes rel, opened beneath root without following links;
-// it must still be a regular file when opened.
-func hashBeneath(ctx context.Context, root *os.File, rel string) ([]byte, error) {
+// it must still be a regular file when opened, and not another user's
+// file linked in.
+func hashBeneath(ctx context.Context, root *os.File, rel string, owner int) ([]byte, error) {
 	fd, err := unix.Openat2(int(root.Fd()), rel, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW | unix.O_NONBLOCK,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -103,8 +106,15 @@ func hashBeneath(ctx context.Context, root *os.File, rel string) ([]byte, error)
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return nil, errors.Join(errors.New("not a regular file"), err)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, errors.New("not a regular file")
+	}
+	if owner >= 0 && st.Nlink > 1 && int(st.Uid) != owner {
+		return nil, errors.New("a hard link to a file the job does not own")
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
