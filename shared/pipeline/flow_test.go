@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/expr"
 	"github.com/forgeci/forgeci/shared/pipeline"
 )
 
@@ -73,4 +74,27 @@ func TestFlow(t *testing.T) {
 	refuses(t, "jobs:\n  a:\n    steps:\n      - run: echo ${{ steps.later.outputs.x }}\n      - {id: later, run: x}\n%s", map[string]string{
 		"": `steps.later: no step before this one has id "later"`,
 	})
+}
+
+// TestSecretsAsLiterals: in a job whose runner evaluates expressions, a
+// secret goes in as a string literal: evaluating the script gives back
+// the value as it is, whatever it holds, and nothing in it is evaluated.
+func TestSecretsAsLiterals(t *testing.T) {
+	p, err := pipeline.Parse("p.yml", []byte("jobs:\n  a:\n    steps:\n      - run: \"x ${{ secrets.A }}${{ github.ref_name }} ${{ secrets.B }}\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"plain", "it's", "${{ github.ref }}", "}} ${{ 'x' }}", "$", "'", "a''b", "${{", "\n}}\n"} {
+		spec := p.Jobs[0].Spec
+		spec.Steps = append([]domain.Step{}, spec.Steps...)
+		spec.ExpandSecrets(map[string]string{"A": v, "B": v + "{{"}, true)
+		tpl, errs := expr.ParseTemplate(spec.Steps[0].Run)
+		if len(errs) > 0 {
+			t.Fatalf("value %q: %q does not parse: %v", v, spec.Steps[0].Run, errs[0])
+		}
+		got, err := tpl.Eval(&expr.Context{Vars: map[string]any{"github": map[string]any{"ref_name": "main"}}})
+		if want := "x " + v + "main " + v + "{{"; err != nil || got != want {
+			t.Fatalf("value %q: got %q, %v; want %q", v, got, err, want)
+		}
+	}
 }
