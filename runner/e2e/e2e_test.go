@@ -285,9 +285,11 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("cancel mid-step kills the process group", func(t *testing.T) {
+	t.Run("cancel mid-step kills the process group; always() and cancelled() jobs still run", func(t *testing.T) {
 		tmp := s.channel(t)
-		id, err := s.submit(writePipeline(t, "jobs:\n  long:\n    runs-on: linux\n    steps:\n      - run: |\n          sleep 300 &\n          echo $! > "+tmp+"/child\n          echo $$ > "+tmp+"/shell\n          wait\n  after:\n    runs-on: linux\n    needs: [long]\n    steps: [{run: echo never}]\n"), false)
+		id, err := s.submit(writePipeline(t, "jobs:\n  long:\n    runs-on: linux\n    steps:\n      - run: |\n          sleep 300 &\n          echo $! > "+tmp+"/child\n          echo $$ > "+tmp+"/shell\n          wait\n  after:\n    runs-on: linux\n    needs: [long]\n    steps: [{run: echo never}]\n"+
+			"  cleanup:\n    runs-on: linux\n    needs: [long]\n    if: always()\n    steps: [{run: echo cleaning up}]\n"+
+			"  on-cancel:\n    runs-on: linux\n    needs: [after]\n    if: cancelled()\n    steps: [{run: echo canceled}]\n"), false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +321,9 @@ func TestEndToEnd(t *testing.T) {
 		}
 		resp.Body.Close()
 		v := s.waitRun(id, func(v runView) bool { return v.State == "CANCELED" }, 30*time.Second)
-		if st := states(v); st["long"] != "CANCELED" || st["after"] != "CANCELED" {
+		// A run's cancel leaves the jobs whose if: calls always() or
+		// cancelled(): they run once their needs have ended.
+		if st := states(v); st["long"] != "CANCELED" || st["after"] != "CANCELED" || st["cleanup"] != "PASSED" || st["on-cancel"] != "PASSED" {
 			t.Fatalf("states %v", st)
 		}
 		for _, pid := range pids {
