@@ -233,3 +233,39 @@ func TestConditionWorkBounded(t *testing.T) {
 		t.Fatalf("heavy: reason %q", why)
 	}
 }
+
+// TestRetryKeepsFlow: a retried run's jobs keep their conditions, and
+// get the new run's needs context, not the old one's.
+func TestRetryKeepsFlow(t *testing.T) {
+	ctx := context.Background()
+	s, r, run := flowRun(t, "refs/heads/main", `jobs:
+  a: {outputs: {v: "${{ steps.s.outputs.v }}"}, steps: [{id: s, run: x}]}
+  on-failure: {needs: a, if: failure(), steps: [{run: x}]}
+  reader: {needs: a, if: always(), env: {V: "${{ needs.a.outputs.v }}"}, steps: [{run: x}]}
+`)
+	a := claimAll(t, s, r)["a"]
+	if err := s.SetOutputs(ctx, r.ID, a.Lease.JobID, a.Lease, map[string]string{"v": "old"}); err != nil {
+		t.Fatal(err)
+	}
+	complete(t, s, r, a, domain.OutcomeFailed)
+	rest := claimAll(t, s, r)
+	complete(t, s, r, rest["on-failure"], domain.OutcomePassed)
+	complete(t, s, r, rest["reader"], domain.OutcomePassed)
+	again, err := s.Retry(ctx, pgtest.Admin(t, s, "root"), run.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = claimAll(t, s, r)["a"]
+	complete(t, s, r, a, domain.OutcomePassed)
+	rest = claimAll(t, s, r)
+	if st := states(t, s, again.ID); st["on-failure"] != "SKIPPED" || rest["reader"] == nil {
+		t.Fatalf("retried run: %v", st)
+	}
+	var job domain.ClaimedJob
+	if err := json.Unmarshal(rest["reader"].Job, &job); err != nil {
+		t.Fatal(err)
+	}
+	if nr := job.NeedResults["a"]; nr.Result != "success" || len(nr.Outputs) != 0 {
+		t.Fatalf("retried reader's needs: %+v", job.NeedResults)
+	}
+}

@@ -241,7 +241,8 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NewJob, error) {
 		var j NewJob
 		var spec []byte
-		if err := row.Scan(&j.Name, &j.Needs, &j.Labels, &spec, &j.TimeoutSeconds, &j.RetryLeaseLost, &j.RetryFailed); err != nil {
+		if err := row.Scan(&j.Name, &j.Needs, &j.Labels, &spec, &j.TimeoutSeconds, &j.RetryLeaseLost, &j.RetryFailed,
+			&j.Group, &j.If, &j.ContinueOnError, &j.FailFast, &j.MaxParallel, &j.ReadsNeeds); err != nil {
 			return j, err
 		}
 		var cj domain.ClaimedJob
@@ -249,6 +250,8 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 			return j, fmt.Errorf("job %s spec: %w", j.Name, err)
 		}
 		j.Spec = cj.JobSpec
+		// The old run's needs context is not the new run's.
+		j.Spec.NeedResults = nil
 		return j, nil
 	})
 	if err != nil {

@@ -61,7 +61,8 @@ ORDER BY r.created_at DESC, r.id DESC LIMIT $3`
 // retryJobsSQL reads the jobs of run $1 (or only job $2) as a retry
 // creates them again.
 const retryJobsSQL = `
-SELECT name, needs, labels, spec, timeout_seconds, retry_lease_lost, retry_failed
+SELECT name, needs, labels, spec, timeout_seconds, retry_lease_lost, retry_failed,
+       coalesce(job_group, ''), coalesce(condition, ''), continue_on_error, fail_fast, max_parallel, reads_needs
 FROM jobs WHERE run_id = $1 AND ($2 = '' OR id = $2) ORDER BY created_at, id`
 
 // Moving a run on (runs_advance.go).
