@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
@@ -17,61 +16,43 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxHashFiles bounds how many files one hashFiles() reads.
-const maxHashFiles = 100000
+// Bounds of one hashFiles(): the files it reads, the entries it walks.
+const (
+	maxHashFiles   = 100000
+	maxHashEntries = 1000000
+)
 
 // hashFiles is GitHub's hashFiles(patterns): the SHA-256 of the SHA-256s
 // of the workspace's regular files that match a pattern (and no later
 // !pattern), in path order; "" when none match. The runner reads the
-// files, the workspace is the job's: each is opened beneath the workspace
-// with no symbolic link followed (openat2 RESOLVE_BENEATH and
-// RESOLVE_NO_SYMLINKS), so a step that swaps a directory for a link to
-// the runner's files while this walks gets an error, not their hash; and
-// a hard link to a file the job's user (owner; -1: no slot user) does not
-// own is refused, should the kernel allow one (fs.protected_hardlinks=0).
+// files, the workspace is the job's: every directory and file is opened
+// beneath the one holding it with no symbolic link followed (openat2
+// RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS, from directory descriptors), so
+// a step that swaps a directory for a link while this walks gets neither
+// the names nor the contents of what the link leads to; and a hard link
+// to a file the job's user (owner; -1: no slot user) does not own is
+// refused, should the kernel allow one (fs.protected_hardlinks=0).
 func hashFiles(ctx context.Context, ws string, owner int, patterns []string) (string, error) {
 	for _, p := range patterns {
 		if !doublestar.ValidatePattern(strings.TrimPrefix(p, "!")) {
 			return "", fmt.Errorf("%q is not a valid pattern", p)
 		}
 	}
-	var matched []string
-	err := filepath.WalkDir(ws, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		rel, err := filepath.Rel(ws, path)
-		if err != nil {
-			return err
-		}
-		if matches(patterns, filepath.ToSlash(rel)) {
-			if len(matched) == maxHashFiles {
-				return fmt.Errorf("more than %d files match", maxHashFiles)
-			}
-			matched = append(matched, rel)
-		}
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("hashFiles: %w", err)
-	}
-	if len(matched) == 0 {
-		return "", nil
-	}
-	sort.Strings(matched)
 	root, err := os.Open(ws)
 	if err != nil {
 		return "", fmt.Errorf("hashFiles: %w", err)
 	}
 	defer root.Close()
+	w := &hashWalk{ctx: ctx, patterns: patterns}
+	if err := w.dir(root, ""); err != nil {
+		return "", fmt.Errorf("hashFiles: %w", err)
+	}
+	if len(w.matched) == 0 {
+		return "", nil
+	}
+	sort.Strings(w.matched)
 	all := sha256.New()
-	for _, rel := range matched {
+	for _, rel := range w.matched {
 		sum, err := hashBeneath(ctx, root, rel, owner)
 		if err != nil {
 			return "", fmt.Errorf("hashFiles: %s: %w", rel, err)
@@ -79,6 +60,67 @@ func hashFiles(ctx context.Context, ws string, owner int, patterns []string) (st
 		all.Write(sum)
 	}
 	return hex.EncodeToString(all.Sum(nil)), nil
+}
+
+// hashWalk collects the regular files that match, walking directory
+// descriptors.
+type hashWalk struct {
+	ctx      context.Context
+	patterns []string
+	entries  int
+	matched  []string
+}
+
+// dir walks the open directory d, at rel in the workspace.
+func (w *hashWalk) dir(d *os.File, rel string) error {
+	for {
+		ents, err := d.ReadDir(1024)
+		for _, e := range ents {
+			if err := w.entry(d, rel, e); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF || len(ents) == 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (w *hashWalk) entry(d *os.File, rel string, e fs.DirEntry) error {
+	if w.entries++; w.entries > maxHashEntries {
+		return fmt.Errorf("the workspace holds more than %d entries", maxHashEntries)
+	}
+	if w.ctx.Err() != nil {
+		return context.Cause(w.ctx)
+	}
+	path := e.Name()
+	if rel != "" {
+		path = rel + "/" + e.Name()
+	}
+	switch {
+	case e.Type().IsRegular():
+		if matches(w.patterns, path) {
+			if len(w.matched) == maxHashFiles {
+				return fmt.Errorf("more than %d files match", maxHashFiles)
+			}
+			w.matched = append(w.matched, path)
+		}
+	case e.IsDir():
+		fd, err := unix.Openat2(int(d.Fd()), e.Name(), &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return nil // no longer a directory here: passed over
+		}
+		sub := os.NewFile(uintptr(fd), path)
+		defer sub.Close()
+		return w.dir(sub, path)
+	}
+	return nil
 }
 
 // matches: the last pattern that decides rel wins, a ! one excluding.

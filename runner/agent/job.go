@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -237,6 +238,13 @@ func (j *job) sendOutputs(seq *sequence) error {
 	outputs, err := j.jobOutputs(seq)
 	if err != nil {
 		return err
+	}
+	if err := (&protocol.OutputsRequest{Outputs: outputs}).Validate(); err != nil {
+		return err
+	}
+	// Only strings: Marshal cannot fail.
+	if body, _ := json.Marshal(outputs); len(body) > protocol.MaxOutputsBody-4096 {
+		return fmt.Errorf("the outputs are %d bytes once written as JSON, over the %d a request may carry", len(body), protocol.MaxOutputsBody-4096)
 	}
 	if err := j.lease.SetOutputs(j.ctx, outputs); err != nil {
 		return err

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"strings"
@@ -15,6 +16,9 @@ var outputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 // format: lines NAME=value, or NAME<<DELIMITER, the value's lines, and
 // DELIMITER alone on a line. A later value of a name replaces an earlier.
 func parseOutputs(data []byte) (map[string]string, error) {
+	if i := bytes.IndexByte(data, 0); i >= 0 {
+		return nil, fmt.Errorf("byte %d is NUL: outputs are text", i)
+	}
 	out := map[string]string{}
 	lines := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
 	for i := 0; i < len(lines); i++ {

@@ -110,7 +110,7 @@ var functions = map[string][]route{
 	},
 	"complete": {
 		{jobRoute(protocol.RouteComplete), leasedRoute(maxBody, http.StatusOK, (*Server).complete)},
-		{jobRoute(protocol.RouteOutputs), leasedRoute(maxOutputsBody, http.StatusOK, (*Server).outputs)},
+		{jobRoute(protocol.RouteOutputs), leasedRoute(protocol.MaxOutputsBody, http.StatusOK, (*Server).outputs)},
 	},
 }
 

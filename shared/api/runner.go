@@ -142,10 +142,6 @@ func (s *Server) logs(ctx context.Context, l held, req *protocol.LogsRequest) (*
 	return &protocol.LogsResponse{NextOffset: next}, nil
 }
 
-// maxOutputsBody bounds an outputs request: 1 MiB of outputs, each byte
-// at most 6 in JSON (\u0000).
-const maxOutputsBody = 7 << 20
-
 func (s *Server) outputs(ctx context.Context, l held, req *protocol.OutputsRequest) (*protocol.OutputsResponse, error) {
 	if err := s.Store.SetOutputs(ctx, l.Runner.ID, l.JobID, l.Lease, req.Outputs); err != nil {
 		return nil, err

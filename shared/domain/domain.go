@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Job states (DESIGN.md "Job states").
@@ -324,7 +325,7 @@ func (s *JobSpec) ExpandSecrets(values map[string]string, quote bool) map[string
 				used[name] = v
 			}
 			if quote {
-				return "${{ '" + strings.ReplaceAll(v, "'", "''") + "' }}"
+				return Literal(v)
 			}
 			return v
 		})
@@ -341,4 +342,23 @@ func cloneEnv(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// Literal is text as expressions that evaluate to it exactly: string
+// literals (” for '), each of at most 16 KiB of the text, so that none
+// is over an expression's size limit whatever the text holds.
+func Literal(text string) string {
+	const chunk = 16 << 10
+	var b strings.Builder
+	for {
+		n := min(len(text), chunk)
+		for n < len(text) && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		b.WriteString("${{ '" + strings.ReplaceAll(text[:n], "'", "''") + "' }}")
+		text = text[n:]
+		if text == "" {
+			return b.String()
+		}
+	}
 }

@@ -75,7 +75,7 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 		job.Spec.Matrix = combo
 	}
 	for k, v := range combo {
-		job.Spec.Env["FORGECI_MATRIX_"+strings.ToUpper(strings.ReplaceAll(k, "-", "_"))] = v
+		job.Spec.Env["FORGECI_MATRIX_"+strings.ToUpper(strings.ReplaceAll(k, "-", "_"))] = runnerSafe(v, place{runner: jobEnvContexts})
 	}
 	job.Spec.Steps = p.expandSteps(j, combo)
 	job.Spec.Artifacts = j.artifacts
@@ -245,7 +245,7 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 		if err != nil {
 			return fail("%v", err)
 		}
-		return expr.ToString(v)
+		return runnerSafe(expr.ToString(v), pl)
 	}
 	if _, ok := e.Contexts()["secrets"]; ok && pl.secrets {
 		return fail("a secret is used alone, as ${{ secrets.NAME }}")
@@ -265,6 +265,17 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 	}
 	p.readsNeeds = p.readsNeeds || reads
 	return "${{ " + e.Source + " }}"
+}
+
+// runnerSafe is a value the parser computed, as it goes into text the
+// runner evaluates (pl.runner): a value holding ${{ goes in as a string
+// literal, so that the runner puts it back as it is rather than evaluate
+// it a second time.
+func runnerSafe(v string, pl place) string {
+	if len(pl.runner) == 0 || !strings.Contains(v, "${{") {
+		return v
+	}
+	return domain.Literal(v)
 }
 
 // hasAxis reports whether the matrix has axis (an include entry may leave

@@ -84,7 +84,8 @@ func TestSecretsAsLiterals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{"plain", "it's", "${{ github.ref }}", "}} ${{ 'x' }}", "$", "'", "a''b", "${{", "\n}}\n"} {
+	for _, v := range []string{"plain", "it's", "${{ github.ref }}", "}} ${{ 'x' }}", "$", "'", "a''b", "${{", "\n}}\n",
+		strings.Repeat("'", 40000), strings.Repeat("é", 50000)} {
 		spec := p.Jobs[0].Spec
 		spec.Steps = append([]domain.Step{}, spec.Steps...)
 		spec.ExpandSecrets(map[string]string{"A": v, "B": v + "{{"}, true)
@@ -95,6 +96,35 @@ func TestSecretsAsLiterals(t *testing.T) {
 		got, err := tpl.Eval(&expr.Context{Vars: map[string]any{"github": map[string]any{"ref_name": "main"}}})
 		if want := "x " + v + "main " + v + "{{"; err != nil || got != want {
 			t.Fatalf("value %q: got %q, %v; want %q", v, got, err, want)
+		}
+	}
+}
+
+// TestParsedValuesNotEvaluatedTwice: a value the parser computed (a
+// literal, a matrix value) that holds ${{ reaches the runner as a
+// literal: the runner puts it back as it is.
+func TestParsedValuesNotEvaluatedTwice(t *testing.T) {
+	p, err := pipeline.Parse("p.yml", []byte(`jobs:
+  a:
+    strategy: {matrix: {v: ["${{ github.ref }}"]}}
+    steps:
+      - run: "echo ${{ '${{ github.ref }}' }} ${{ matrix.v }} ${{ github.ref_name }}"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := p.Jobs[0].Spec
+	c := &expr.Context{Vars: map[string]any{"github": map[string]any{"ref": "refs/heads/main", "ref_name": "main"}}}
+	for _, tc := range []struct{ text, want string }{
+		{spec.Steps[0].Run, "echo ${{ github.ref }} ${{ github.ref }} main"},
+		{spec.Env["FORGECI_MATRIX_V"], "${{ github.ref }}"},
+	} {
+		tpl, errs := expr.ParseTemplate(tc.text)
+		if len(errs) > 0 {
+			t.Fatalf("%q: %v", tc.text, errs[0])
+		}
+		if got, err := tpl.Eval(c); err != nil || got != tc.want {
+			t.Errorf("%q evaluates to %q, %v; want %q", tc.text, got, err, tc.want)
 		}
 	}
 }

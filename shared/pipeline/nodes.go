@@ -58,6 +58,11 @@ func (p *parseState) sequence(n ast.Node, path string) ([]ast.Node, bool) {
 func (p *parseState) str(n ast.Node, path string) (string, bool) {
 	switch v := unwrap(n).(type) {
 	case *ast.StringNode:
+		if strings.IndexByte(v.Value, 0) >= 0 {
+			// An escape (\0, \x00) can write one; no job could hold it.
+			p.errorf(n, path, "must not hold a NUL character")
+			return "", false
+		}
 		p.checkExprs(n, path, v.Value)
 		return v.Value, true
 	case *ast.LiteralNode:

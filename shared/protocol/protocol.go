@@ -9,6 +9,7 @@ package protocol
 import (
 	"math"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -193,10 +194,13 @@ type LogsResponse struct {
 	NextOffset int64 `json:"next_offset"`
 }
 
-// Limits of a job's outputs (the outputs route).
+// Limits of a job's outputs (the outputs route), and of the request's
+// body: outputs of control characters grow six times in JSON, and a
+// Lambda function's request is at most 6 MB.
 const (
 	MaxJobOutputs     = domain.MaxJobOutputs
 	MaxJobOutputBytes = domain.MaxJobOutputBytes
+	MaxOutputsBody    = 5 << 20
 )
 
 // outputNameRE is an output's name, as the pipeline's outputs: key.
@@ -221,6 +225,9 @@ func (r *OutputsRequest) Validate() error {
 	for k, v := range r.Outputs {
 		if !outputNameRE.MatchString(k) {
 			return domain.Errorf(domain.EInvalid, "output name %q must start with a letter or _ and hold letters, digits, _ and - (at most 100)", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return domain.Errorf(domain.EInvalid, "output %s holds a NUL byte: outputs are text", k)
 		}
 		size += len(k) + len(v)
 	}

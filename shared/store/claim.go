@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -266,11 +267,16 @@ func (s *Store) releaseUndelivered(ctx context.Context, l domain.Lease, cause er
 	s.signalQueued()
 }
 
+// truncate cuts s to at most n bytes, never inside a UTF-8 sequence (a
+// text column refuses a broken one, and the statement with it).
 func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
+	if len(s) <= n {
+		return s
 	}
-	return s
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func (s *Store) touchRunner(ctx context.Context, runnerID string) {

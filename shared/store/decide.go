@@ -60,8 +60,11 @@ ORDER BY d.id`
 // decisionJobsSQL reads the jobs of run $1 as conditions see them, in the
 // order they ended (a matrix's later outputs replace earlier ones).
 const decisionJobsSQL = `
-SELECT name, coalesce(job_group, name), needs, state, continue_on_error, coalesce(outputs, '{}'::jsonb)
+SELECT name, coalesce(job_group, name), needs, state, continue_on_error
 FROM jobs WHERE run_id = $1 ORDER BY finished_at NULLS LAST, id`
+
+// decisionOutputsSQL reads the outputs of the jobs of run $1 named in $2.
+const decisionOutputsSQL = `SELECT name, outputs FROM jobs WHERE run_id = $1 AND name = ANY ($2) AND outputs IS NOT NULL`
 
 // decideRunSQL lets job $1 be queued, with the needs context $2 (or
 // none) in its spec.
@@ -73,13 +76,16 @@ WHERE id = $1 AND state = 'PENDING'`
 // decideEndSQL ends job $1 without running it: state $2, reason $3.
 const decideEndSQL = `UPDATE jobs SET state = $2, reason = $3, finished_at = now() WHERE id = $1 AND state = 'PENDING'`
 
-// The work conditions may do (expr's units, about 64M a second): they are
-// evaluated while the run's row is locked, in the transaction of the
-// completion that ended their needs. One condition may read a few large
-// outputs; all decided at once, about a quarter of a second.
+// The work conditions may do (expr's units, about 64M a second; reading
+// outputs costs a unit a byte): they are evaluated while the run's row is
+// locked, in the transaction of the completion that ended their needs.
+// One condition may read a few large outputs; all that one completion
+// decides, about a quarter of a second. maxNeedsContext bounds the needs
+// context put into a job's spec (and so its claim).
 const (
-	conditionWork = 4 << 20
-	decisionWork  = 16 << 20
+	conditionWork   = 4 << 20
+	decisionWork    = 16 << 20
+	maxNeedsContext = 1 << 20
 )
 
 // undecided is a row of decidableSQL.
@@ -134,27 +140,41 @@ func (j runJob) result() string {
 // run's lock: a condition that holds lets the job be queued (with its
 // needs context when its runner reads it), one that does not ends it
 // SKIPPED, and one that cannot be evaluated ends it FAILED.
-func decideJobs(ctx context.Context, tx pgx.Tx, runID string, list []undecided) error {
+// decider is what one advanceRun's decisions share: the work they may
+// still do, and the outputs of the jobs they read, read once.
+type decider struct {
+	budget  int
+	outputs map[string]map[string]string
+}
+
+func newDecider() *decider {
+	return &decider{budget: decisionWork, outputs: map[string]map[string]string{}}
+}
+
+func decideJobs(ctx context.Context, tx pgx.Tx, runID string, list []undecided, d *decider) error {
 	rows, err := tx.Query(ctx, decisionJobsSQL, runID)
 	if err != nil {
 		return fmt.Errorf("read jobs: %w", err)
 	}
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runJob, error) {
 		var j runJob
-		err := row.Scan(&j.name, &j.group, &j.needs, &j.state, &j.continueOnError, &j.outputs)
+		err := row.Scan(&j.name, &j.group, &j.needs, &j.state, &j.continueOnError)
 		return j, err
 	})
 	if err != nil {
 		return fmt.Errorf("read jobs: %w", err)
 	}
+	if err := d.readOutputs(ctx, tx, runID, list); err != nil {
+		return err
+	}
 	byName := make(map[string]runJob, len(jobs))
-	for _, j := range jobs {
-		byName[j.name] = j
+	for i, j := range jobs {
+		jobs[i].outputs = d.outputs[j.name]
+		byName[j.name] = jobs[i]
 	}
 	b := &pgx.Batch{}
-	budget := decisionWork
 	for _, u := range list {
-		queueDecision(b, u, jobs, byName, &budget)
+		queueDecision(b, u, jobs, byName, d)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("decide jobs: %w", err)
@@ -162,11 +182,47 @@ func decideJobs(ctx context.Context, tx pgx.Tx, runID string, list []undecided) 
 	return nil
 }
 
+// readOutputs reads the outputs of the jobs list needs that it has not
+// read yet, charging their size to the budget.
+func (d *decider) readOutputs(ctx context.Context, tx pgx.Tx, runID string, list []undecided) error {
+	var names []string
+	for _, u := range list {
+		for _, n := range u.needs {
+			if _, ok := d.outputs[n]; !ok {
+				d.outputs[n] = nil
+				names = append(names, n)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, decisionOutputsSQL, runID, names)
+	if err != nil {
+		return fmt.Errorf("read outputs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var raw []byte
+		if err := rows.Scan(&name, &raw); err != nil {
+			return fmt.Errorf("read outputs: %w", err)
+		}
+		d.budget -= len(raw)
+		var m map[string]string
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("outputs of %s: %w", name, err)
+		}
+		d.outputs[name] = m
+	}
+	return rows.Err()
+}
+
 // queueDecision evaluates u's condition and queues the write it leads to.
-func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]runJob, budget *int) {
+func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]runJob, d *decider) {
 	needs := needsContext(u.needs, jobs)
 	if u.condition != "" {
-		ok, err := evalCondition(u, needs, byName, budget)
+		ok, err := evalCondition(u, needs, byName, &d.budget)
 		switch {
 		case err != nil:
 			b.Queue(decideEndSQL, u.id, domain.JobFailed, truncate("if: "+u.condition+": "+err.Error(), 300))
@@ -180,6 +236,11 @@ func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]r
 	if u.readsNeeds {
 		// Only strings and maps of strings: Marshal cannot fail.
 		ctxJSON, _ = json.Marshal(needs)
+		if len(ctxJSON) > maxNeedsContext {
+			b.Queue(decideEndSQL, u.id, domain.JobFailed, fmt.Sprintf(
+				"its needs' outputs are %d bytes of JSON, over the %d a job may read", len(ctxJSON), maxNeedsContext))
+			return
+		}
 	}
 	b.Queue(decideRunSQL, u.id, ctxJSON)
 }
@@ -227,7 +288,7 @@ func needsContext(needs []string, jobs []runJob) map[string]domain.NeedResult {
 // success() &&.
 func evalCondition(u undecided, needs map[string]domain.NeedResult, byName map[string]runJob, budget *int) (bool, error) {
 	if *budget <= 0 {
-		return false, fmt.Errorf("the conditions decided with this one do too much work together (over %d units)", decisionWork)
+		return false, fmt.Errorf("the conditions and outputs read with this one's are too much work together (over %d units)", decisionWork)
 	}
 	e, perr := expr.Parse(u.condition)
 	if perr != nil {

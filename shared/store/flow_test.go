@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
@@ -267,5 +268,57 @@ func TestRetryKeepsFlow(t *testing.T) {
 	}
 	if nr := job.NeedResults["a"]; nr.Result != "success" || len(nr.Outputs) != 0 {
 		t.Fatalf("retried reader's needs: %+v", job.NeedResults)
+	}
+}
+
+// TestReasonCutOnCharacter: a false condition's reason is cut at 300
+// bytes without splitting a character (a text column refuses a split one,
+// and the completion with it, forever).
+func TestReasonCutOnCharacter(t *testing.T) {
+	pad := strings.Repeat("x", 268) // "if: always() && github.ref == '" is 31 bytes: an é spans bytes 300 and 301
+	s, r, run := flowRun(t, "refs/heads/main", "jobs:\n  a: {steps: [{run: x}]}\n  b: {needs: a, if: \"always() && github.ref == '"+pad+"ééééééééééééé'\", steps: [{run: x}]}\n")
+	complete(t, s, r, claimAll(t, s, r)["a"], domain.OutcomePassed)
+	if st := states(t, s, run.ID)["b"]; st != "SKIPPED" {
+		t.Fatalf("b %s", st)
+	}
+	if why := reasons(t, s, run.ID)["b"]; !utf8.ValidString(why) || len(why) > 300 || !strings.HasPrefix(why, "if: always()") {
+		t.Fatalf("reason %q", why)
+	}
+}
+
+// TestCancelWaitingForApproval: a run still waiting for approval has run
+// nothing; its cancel ends every job, always() ones too.
+func TestCancelWaitingForApproval(t *testing.T) {
+	ctx := context.Background()
+	s, _, run := flowRun(t, "refs/heads/main", "jobs:\n  a: {steps: [{run: x}]}\n  cleanup: {needs: a, if: always(), steps: [{run: x}]}\n")
+	if _, err := s.Pool().Exec(ctx, `UPDATE runs SET approval = 'pending' WHERE id = $1`, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Cancel(ctx, pgtest.Admin(t, s, "root"), run.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunCanceled {
+		t.Fatalf("run %s, jobs %v", got.State, states(t, s, run.ID))
+	}
+}
+
+// TestNeedsContextBounded: the needs context put into a job's spec (and
+// so its claim) is at most 1 MiB; a job whose needs' outputs are more
+// ends FAILED, saying so, rather than never be claimable.
+func TestNeedsContextBounded(t *testing.T) {
+	ctx := context.Background()
+	s, r, run := flowRun(t, "refs/heads/main", `jobs:
+  a: {outputs: {o: "${{ steps.s.outputs.o }}"}, steps: [{id: s, run: x}]}
+  b: {outputs: {o: "${{ steps.s.outputs.o }}"}, steps: [{id: s, run: x}]}
+  reader: {needs: [a, b], env: {X: "${{ needs.a.outputs.o }}"}, steps: [{run: x}]}
+`)
+	for _, c := range claimAll(t, s, r) {
+		if err := s.SetOutputs(ctx, r.ID, c.Lease.JobID, c.Lease, map[string]string{"o": strings.Repeat("y", 600000)}); err != nil {
+			t.Fatal(err)
+		}
+		complete(t, s, r, c, domain.OutcomePassed)
+	}
+	if st, why := states(t, s, run.ID)["reader"], reasons(t, s, run.ID)["reader"]; st != "FAILED" || !strings.Contains(why, "a job may read") {
+		t.Fatalf("reader %s %q", st, why)
 	}
 }

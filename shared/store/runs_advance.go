@@ -144,7 +144,8 @@ func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run
 func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 	// Each round that decides a condition can end jobs, which can skip or
 	// queue others, or let another condition be decided: at most one round
-	// per job, and nearly always one.
+	// per job, and nearly always one. The rounds share one work budget.
+	d := newDecider()
 	for round := 0; ; round++ {
 		b := &pgx.Batch{}
 		if round == 0 {
@@ -168,7 +169,7 @@ func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 		if round > pipelineMaxJobs {
 			return fmt.Errorf("advance run %s: conditions still undecided after %d rounds", runID, round)
 		}
-		if err := decideJobs(ctx, tx, runID, list); err != nil {
+		if err := decideJobs(ctx, tx, runID, list, d); err != nil {
 			return err
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // clock (oldest expiry first), skipping jobs another transaction holds.
 const expiredLeaseSQL = `
 SELECT id, run_id, generation FROM jobs
-WHERE state = 'RUNNING' AND lease_expires_at <= now()
+WHERE state = 'RUNNING' AND lease_expires_at <= now() AND id <> ALL ($1::text[])
 ORDER BY lease_expires_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED`
@@ -36,12 +36,15 @@ type SweepResult struct {
 // calls: whoever holds the row decides, and the other sees the result.
 func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
+	// A job whose ending fails is passed over for the rest of this sweep
+	// (and said), so that one cannot keep every other lease from ending.
+	failed := []string{}
+	var errs []error
 	for {
-		var state, runID string
+		var state, jobID, runID string
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
-			var jobID string
 			var generation int
-			err := tx.QueryRow(ctx, expiredLeaseSQL).Scan(&jobID, &runID, &generation)
+			err := tx.QueryRow(ctx, expiredLeaseSQL, failed).Scan(&jobID, &runID, &generation)
 			if err != nil {
 				return err
 			}
@@ -51,15 +54,19 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 		if errors.Is(err, pgx.ErrNoRows) {
 			break
 		}
-		if err != nil {
-			return res, fmt.Errorf("sweep: %w", err)
+		if err != nil && (jobID == "" || ctx.Err() != nil) {
+			return res, errors.Join(append(errs, fmt.Errorf("sweep: %w", err))...)
 		}
-		if state == domain.JobQueued {
+		switch {
+		case err != nil:
+			failed = append(failed, jobID)
+			errs = append(errs, fmt.Errorf("sweep job %s: %w", jobID, err))
+		case state == domain.JobQueued:
 			res.Requeued++
-		} else {
+		default:
 			res.Aborted++
 			if _, err := s.failFast(ctx, runID); err != nil {
-				return res, fmt.Errorf("sweep: %w", err)
+				errs = append(errs, fmt.Errorf("sweep: fail-fast of run %s: %w", runID, err))
 			}
 		}
 		if ctx.Err() != nil {
@@ -69,5 +76,5 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	if res.Requeued > 0 {
 		s.signalQueued()
 	}
-	return res, nil
+	return res, errors.Join(errs...)
 }
