@@ -33,6 +33,32 @@ func flowRun(t *testing.T, ref, file string) (*store.Store, store.Runner, store.
 	return s, r, run
 }
 
+// claimOnly claims every job that can be claimed now, and fails unless
+// they are exactly names.
+func claimOnly(t *testing.T, s *store.Store, r store.Runner, runID string, names ...string) map[string]*store.Claim {
+	t.Helper()
+	got := claimAll(t, s, r)
+	ok := len(got) == len(names)
+	for _, n := range names {
+		ok = ok && got[n] != nil
+	}
+	if !ok {
+		t.Fatalf("claimed %v, want %v (%v)", got, names, states(t, s, runID))
+	}
+	return got
+}
+
+// passEach completes each claim passed, then checks the run's state.
+func passEach(t *testing.T, s *store.Store, r store.Runner, run store.Run, claims map[string]*store.Claim, want string) {
+	t.Helper()
+	for _, c := range claims {
+		complete(t, s, r, c, domain.OutcomePassed)
+	}
+	if got, _ := s.GetRun(context.Background(), run.ID); got.State != want {
+		t.Fatalf("run %s, want %s (%v)", got.State, want, states(t, s, run.ID))
+	}
+}
+
 func reasons(t *testing.T, s *store.Store, runID string) map[string]string {
 	t.Helper()
 	rows, err := s.Pool().Query(context.Background(), `SELECT name, coalesce(reason, '') FROM jobs WHERE run_id = $1`, runID)
@@ -76,10 +102,7 @@ func TestJobConditions(t *testing.T) {
   flaky: {continue-on-error: true, steps: [{run: x}]}
   after-flaky: {needs: flaky, if: "needs.flaky.result == 'success'", steps: [{run: x}]}
 `)
-	first := claimAll(t, s, r)
-	if len(first) != 2 || first["build"] == nil || first["flaky"] == nil {
-		t.Fatalf("claimed %v, want build and flaky", first)
-	}
+	first := claimOnly(t, s, r, run.ID, "build", "flaky")
 	b := first["build"]
 	if err := s.SetOutputs(ctx, r.ID, b.Lease.JobID, b.Lease, map[string]string{"version": "1.2.3"}); err != nil {
 		t.Fatal(err)
@@ -108,18 +131,11 @@ func TestJobConditions(t *testing.T) {
 		complete(t, s, r, second[name], domain.OutcomePassed)
 	}
 	complete(t, s, r, second["test"], domain.OutcomeFailed)
-	third := claimAll(t, s, r)
-	if len(third) != 2 || third["cleanup"] == nil || third["on-failure"] == nil {
-		t.Fatalf("after test failed claimed %v (%v)", third, states(t, s, run.ID))
-	}
+	third := claimOnly(t, s, r, run.ID, "cleanup", "on-failure")
 	if st := states(t, s, run.ID)["on-success"]; st != "SKIPPED" {
 		t.Fatalf("on-success %s", st)
 	}
-	complete(t, s, r, third["cleanup"], domain.OutcomePassed)
-	complete(t, s, r, third["on-failure"], domain.OutcomePassed)
-	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunFailed {
-		t.Fatalf("run %s", got.State)
-	}
+	passEach(t, s, r, run, third, domain.RunFailed)
 }
 
 // TestContinueOnErrorPasses: a run whose only failure is a job with
@@ -158,18 +174,11 @@ func TestCancelLeavesAlways(t *testing.T) {
 		t.Fatalf("after cancel: %v\nwant %v", got, want)
 	}
 	complete(t, s, r, a, domain.OutcomeCanceled)
-	after := claimAll(t, s, r)
-	if len(after) != 2 || after["always"] == nil || after["on-cancel"] == nil {
-		t.Fatalf("after a ended claimed %v (%v)", after, states(t, s, run.ID))
-	}
+	after := claimOnly(t, s, r, run.ID, "always", "on-cancel")
 	if st := states(t, s, run.ID)["always-not-main"]; st != "SKIPPED" {
 		t.Fatalf("always-not-main %s", st)
 	}
-	complete(t, s, r, after["always"], domain.OutcomePassed)
-	complete(t, s, r, after["on-cancel"], domain.OutcomePassed)
-	if got, _ := s.GetRun(ctx, run.ID); got.State != domain.RunCanceled {
-		t.Fatalf("run %s", got.State)
-	}
+	passEach(t, s, r, run, after, domain.RunCanceled)
 }
 
 // TestFailFastAndMaxParallel: a matrix combination's failure cancels the
