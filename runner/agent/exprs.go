@@ -95,6 +95,13 @@ func (j *job) resolveJob() error {
 		return err
 	}
 	spec.Env = env
+	if spec.DisplayName != "" {
+		name, err := j.expand(spec.DisplayName, j.exprContext(nil, nil))
+		if err != nil {
+			return fmt.Errorf("name: %w", err)
+		}
+		fmt.Fprintf(j.logs, "==> job %s\n", name)
+	}
 	if spec.Cache == nil {
 		return nil
 	}

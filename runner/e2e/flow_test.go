@@ -15,6 +15,7 @@ import (
 // script; hashFiles over the snapshot; fail-fast in a matrix.
 const flowPipeline = `jobs:
   build:
+    name: Build for ${{ github.event_name }}
     runs-on: linux
     outputs:
       version: ${{ steps.v.outputs.version }}

@@ -165,6 +165,7 @@ func (s JobSpec) hasExpressions() bool {
 	for _, st := range s.Steps {
 		look(st.Name)
 	}
+	look(s.DisplayName)
 	if s.Cache != nil {
 		look(s.Cache.Key)
 		for _, k := range s.Cache.RestoreKeys {
@@ -220,6 +221,9 @@ type JobSpec struct {
 	// Outputs maps each job output to the template the runner evaluates
 	// when the steps end (steps.<id>.outputs.<name>, ...).
 	Outputs map[string]string `json:"outputs,omitempty"`
+	// DisplayName is the job's name: as the pipeline names it (name:),
+	// shown at the top of its log; jobs are known by their ids.
+	DisplayName string `json:"display_name,omitempty"`
 	// NeedResults is the needs context (needs.<job>.result and .outputs),
 	// filled in by the control plane when the job is queued, for a job
 	// whose expressions read it.

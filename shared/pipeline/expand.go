@@ -93,6 +93,9 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 		}
 		job.Spec.Cache = &c
 	}
+	if j.displayName != "" {
+		job.Spec.DisplayName = p.substitute(j, j.path+".name", j.displayName, combo, place{runner: jobEnvContexts})
+	}
 	p.expandFlow(j, &job, combo)
 	return job
 }
@@ -103,8 +106,15 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 func (p *parseState) expandSteps(j *rawJob, combo map[string]string) []domain.Step {
 	var out []domain.Step
 	var ids []string
+	defaults := p.runDefaults.over(j.runDefaults)
 	for i, st := range j.steps {
 		sp := fmt.Sprintf("%s.steps[%d]", j.path, i)
+		if st.Shell == nil {
+			st.Shell = defaults.shell
+		}
+		if st.WorkingDirectory == "" {
+			st.WorkingDirectory = defaults.dir
+		}
 		at := place{secrets: true, runner: stepContexts, steps: ids}
 		// A name that shows a secret expression is never filled in.
 		st.Name = p.substitute(j, sp+".name", st.Name, combo, place{runner: stepContexts, steps: ids, maskSecrets: true})

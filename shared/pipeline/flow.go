@@ -76,6 +76,12 @@ func (p *parseState) flowKey(j *rawJob, key string, v ast.Node, kp string) bool 
 		}
 	case "outputs":
 		j.outputs = p.outputs(v, kp)
+	case "name":
+		j.displayName, _ = p.str(v, kp)
+	case "defaults":
+		j.runDefaults = p.defaults(v, kp)
+	case "permissions":
+		p.permissions(v, kp)
 	default:
 		return false
 	}

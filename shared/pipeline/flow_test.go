@@ -128,3 +128,47 @@ func TestParsedValuesNotEvaluatedTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultsPermissionsName: defaults.run (the file's, then the job's)
+// gives steps their shell and directory; permissions are checked and
+// accepted (a job gets no GitHub token), id-token: write refused; a job's
+// name is its display name.
+func TestDefaultsPermissionsName(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte(`permissions: {contents: read, pull-requests: write}
+defaults: {run: {shell: sh, working-directory: src}}
+jobs:
+  a:
+    name: Build ${{ matrix.os }}
+    strategy: {matrix: {os: [linux]}}
+    permissions: read-all
+    defaults: {run: {working-directory: app}}
+    steps:
+      - run: x
+      - {run: y, shell: bash, working-directory: .}
+  b:
+    steps: [{run: z}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := p.Jobs[0].Spec, p.Jobs[1].Spec
+	switch {
+	case a.DisplayName != "Build linux":
+		t.Fatalf("name %q", a.DisplayName)
+	case strings.Join(a.Steps[0].Shell, " ") != "sh -e {0}" || a.Steps[0].WorkingDirectory != "app":
+		t.Fatalf("a step 0 %+v", a.Steps[0])
+	case a.Steps[1].Shell[0] != "bash" || a.Steps[1].WorkingDirectory != ".":
+		t.Fatalf("a step 1 %+v", a.Steps[1])
+	case b.Steps[0].WorkingDirectory != "src" || strings.Join(b.Steps[0].Shell, " ") != "sh -e {0}":
+		t.Fatalf("b step %+v", b.Steps[0])
+	}
+	refuses(t, "jobs:\n  a:\n    %s\n    steps: [{run: x}]\n", map[string]string{
+		"permissions: {id-token: write}":           "identity tokens are not issued yet",
+		"permissions: {content: read}":             `unknown permission "content"`,
+		"permissions: {contents: admin}":           "is read, write or none",
+		"permissions: all":                         "read-all, write-all or a mapping",
+		"defaults: {run: {shell: zsh}}":            "shell is bash, sh, python",
+		"defaults: {run: {working-directory: /x}}": "must be a relative path inside the workspace",
+		"defaults: {shell: sh}":                    `unknown key "shell" (expected run)`,
+	})
+}

@@ -164,6 +164,8 @@ type parseState struct {
 	// readsNeeds: an expression of the job being expanded that the
 	// runner evaluates reads needs.
 	readsNeeds bool
+	// runDefaults are the file's defaults.run.
+	runDefaults runDefaults
 }
 
 func (p *parseState) errorf(n ast.Node, path, format string, args ...any) {
@@ -223,8 +225,12 @@ func Parse(file string, src []byte) (*Pipeline, error) {
 			}
 		case "jobs":
 			jobsNode = kv
+		case "defaults":
+			p.runDefaults = p.defaults(kv.Value, key)
+		case "permissions":
+			p.permissions(kv.Value, key)
 		default:
-			p.errorf(kv.Key, key, "unknown key %q (expected name, env or jobs)", key)
+			p.errorf(kv.Key, key, "unknown key %q (expected name, env, defaults, permissions or jobs)", key)
 		}
 	}
 	if jobsNode == nil {
@@ -273,6 +279,8 @@ type rawJob struct {
 	outputs         map[string]string
 	failFast        bool
 	maxParallel     int
+	displayName     string
+	runDefaults     runDefaults
 }
 
 func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
@@ -391,7 +399,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 			}
 		default:
 			if !p.flowKey(j, key, kv.Value, kp) {
-				p.errorf(kv.Key, kp, "unknown key %q (expected runs-on, needs, if, timeout-minutes, env, secrets, steps, outputs, artifacts, download, cache, retry, limits, strategy or continue-on-error)", key)
+				p.errorf(kv.Key, kp, "unknown key %q (expected name, runs-on, needs, if, timeout-minutes, env, defaults, permissions, secrets, steps, outputs, artifacts, download, cache, retry, limits, strategy or continue-on-error)", key)
 			}
 		}
 	}

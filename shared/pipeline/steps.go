@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -37,15 +36,7 @@ func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) d
 		"id":              func(v ast.Node, kp string) { st.ID = p.stepID(v, kp) },
 		"if":              func(v ast.Node, kp string) { st.If = p.condition(v, kp, stepContexts) },
 		"shell":           func(v ast.Node, kp string) { st.Shell = p.shell(v, kp) },
-		"working-directory": func(v ast.Node, kp string) {
-			if d, ok := p.str(v, kp); ok {
-				if c := filepath.Clean(d); !filepath.IsLocal(c) {
-					p.errorf(v, kp, "must be a relative path inside the workspace")
-				} else {
-					st.WorkingDirectory = c
-				}
-			}
-		},
+		"working-directory": func(v ast.Node, kp string) { st.WorkingDirectory = p.workDir(v, kp) },
 		"continue-on-error": func(v ast.Node, kp string) { st.ContinueOnError = p.boolean(v, kp) },
 		"uses": func(v ast.Node, kp string) {
 			p.errorf(v, kp, "uses (actions) is not supported: write the shell commands in run")
