@@ -31,11 +31,11 @@ func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) d
 				p.errorf(v, kp, "run must not be empty")
 			}
 		},
-		"env":             func(v ast.Node, kp string) { st.Env = p.env(v, kp) },
-		"timeout-minutes": func(v ast.Node, kp string) { st.TimeoutSeconds = p.minutes(v, kp) },
-		"id":              func(v ast.Node, kp string) { st.ID = p.stepID(v, kp) },
-		"if":              func(v ast.Node, kp string) { st.If = p.condition(v, kp, stepContexts) },
-		"shell":           func(v ast.Node, kp string) { st.Shell = p.shell(v, kp) },
+		"env":               func(v ast.Node, kp string) { st.Env = p.env(v, kp) },
+		"timeout-minutes":   func(v ast.Node, kp string) { st.TimeoutSeconds = p.minutes(v, kp) },
+		"id":                func(v ast.Node, kp string) { st.ID = p.stepID(v, kp) },
+		"if":                func(v ast.Node, kp string) { st.If = p.condition(v, kp, stepContexts) },
+		"shell":             func(v ast.Node, kp string) { st.Shell = p.shell(v, kp) },
 		"working-directory": func(v ast.Node, kp string) { st.WorkingDirectory = p.workDir(v, kp) },
 		"continue-on-error": func(v ast.Node, kp string) { st.ContinueOnError = p.boolean(v, kp) },
 		"uses": func(v ast.Node, kp string) {
