@@ -84,6 +84,9 @@ type Job = domain.PlannedJob
 type Pipeline struct {
 	Name string
 	Jobs []Job
+	// Triggers are the file's on: (nil without one: every push and pull
+	// request runs it).
+	Triggers *Triggers
 }
 
 // Error is one problem, located.
@@ -225,12 +228,14 @@ func Parse(file string, src []byte) (*Pipeline, error) {
 			}
 		case "jobs":
 			jobsNode = kv
+		case "on":
+			pl.Triggers = p.triggers(kv.Value, key)
 		case "defaults":
 			p.runDefaults = p.defaults(kv.Value, key)
 		case "permissions":
 			p.permissions(kv.Value, key)
 		default:
-			p.errorf(kv.Key, key, "unknown key %q (expected name, env, defaults, permissions or jobs)", key)
+			p.errorf(kv.Key, key, "unknown key %q (expected name, on, env, defaults, permissions or jobs)", key)
 		}
 	}
 	if jobsNode == nil {
