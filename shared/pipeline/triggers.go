@@ -43,10 +43,10 @@ func (r refFilter) accepts(name string) bool {
 	return r.f.matches(name) != r.ignore
 }
 
-// pullRequestTypes are the pull request activities ForgeCI runs for, and
+// PullRequestTypes are the pull request activities ForgeCI runs for, and
 // defaultTypes GitHub's default.
 var (
-	pullRequestTypes = []string{"opened", "synchronize", "reopened", "edited", "closed", "ready_for_review",
+	PullRequestTypes = []string{"opened", "synchronize", "reopened", "edited", "closed", "ready_for_review",
 		"labeled", "unlabeled", "assigned", "unassigned", "review_requested", "review_request_removed",
 		"converted_to_draft", "locked", "unlocked", "auto_merge_enabled", "auto_merge_disabled"}
 	defaultTypes = []string{"opened", "synchronize", "reopened"}
@@ -130,8 +130,8 @@ func (p *parseState) pullRequestTrigger(v ast.Node, path string) *PullRequestTri
 		"types": func(v ast.Node, kp string) {
 			t.types = p.strList(v, kp)
 			for _, ty := range t.types {
-				if !contains(pullRequestTypes, ty) {
-					p.errorf(v, kp, "unknown pull request activity %q (expected one of %s)", ty, strings.Join(pullRequestTypes, ", "))
+				if !contains(PullRequestTypes, ty) {
+					p.errorf(v, kp, "unknown pull request activity %q (expected one of %s)", ty, strings.Join(PullRequestTypes, ", "))
 				}
 			}
 		},

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pipeline"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -230,9 +232,9 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		sha, nr.GitRef, nr.Trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
 		nr.Scope, nr.Actor = e.GetRef(), fmt.Sprintf("github:%d", e.GetSender().GetID())
 	case *github.PullRequestEvent:
-		switch e.GetAction() {
-		case "opened", "synchronize", "reopened":
-		default:
+		// The pipeline's on.pull_request.types decide; an activity none
+		// can name is passed over before the commit is fetched.
+		if !slices.Contains(pipeline.PullRequestTypes, e.GetAction()) {
 			return nil, "pull request " + e.GetAction(), "", nil
 		}
 		if sha, err = w.pullRequestRun(ctx, gh, repo, owner, name, e.GetPullRequest().GetNumber(), &nr); err != nil {
@@ -248,6 +250,13 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	src, err := w.snapshotCommit(ctx, gh, owner, name, sha, store.BlobRef{ProjectID: repo.ProjectID, Trusted: !nr.Untrusted})
 	if err != nil {
 		return nil, "", sha, err
+	}
+	ok, why, err := w.triggered(ctx, gh, owner, name, ev, nr.BaseRef, src.Pipeline)
+	if err != nil {
+		return nil, "", sha, err
+	}
+	if !ok {
+		return nil, "no trigger in " + pipeline.FileName + " takes it: " + why, sha, nil
 	}
 	nr.Source, nr.Jobs = src.Source, src.Pipeline.Jobs
 	nr.Checks = &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha}

@@ -64,6 +64,7 @@ type GitHub struct {
 	tokens    map[string]int64  // installation token -> installation
 	checks    map[int64]*CheckRun
 	pulls     map[string]PullRequest // "owner/repo#number"
+	compares  map[string][]string    // "owner/repo@base...head" -> changed paths
 	nextID    int64
 	calls     []Call
 	// SetDown makes every API call answer 503; DropResponses takes a
@@ -81,7 +82,7 @@ func New(t testing.TB) *GitHub {
 		t.Fatal(err)
 	}
 	g := &GitHub{AppID: 4242, Key: key, tarballs: map[string][]byte{}, downloads: map[string]string{},
-		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, nextID: 9000}
+		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, compares: map[string][]string{}, nextID: 9000}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.accessToken)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/tarball/{ref}", g.tarballLink)
@@ -90,6 +91,8 @@ func New(t testing.TB) *GitHub {
 	mux.HandleFunc("PATCH /repos/{owner}/{repo}/check-runs/{id}", g.updateCheck)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref}/check-runs", g.listChecks)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/pulls/{number}", g.getPull)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/pulls/{number}/files", g.pullFiles)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/compare/{basehead}", g.compare)
 	g.Server = httptest.NewServer(g.faults(mux))
 	t.Cleanup(g.Server.Close)
 	return g

@@ -3,6 +3,7 @@ package fakegithub
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 )
 
 // PullRequest is a pull request as the fake serves it: enough of GitHub's
@@ -23,6 +24,8 @@ type PullRequest struct {
 	HeadSHA      string
 	UserID       int64
 	UserLogin    string
+	// Files are the paths the pull request changes (its files route).
+	Files []string
 }
 
 // AddPullRequest serves pr at GET /repos/{base}/pulls/{number}.
@@ -53,4 +56,65 @@ func (g *GitHub) getPull(w http.ResponseWriter, r *http.Request) {
 		"head": map[string]any{"ref": pr.HeadRef, "sha": pr.HeadSHA, "repo": head},
 		"base": map[string]any{"ref": pr.BaseRef, "repo": map[string]any{"id": pr.BaseRepoID, "full_name": pr.BaseFullName}},
 	})
+}
+
+// pullFiles serves a pull request's changed files, paged as GitHub's
+// (per_page, at most 100; page from 1).
+func (g *GitHub) pullFiles(w http.ResponseWriter, r *http.Request) {
+	if !g.authorized(w, r) {
+		return
+	}
+	g.mu.Lock()
+	pr, ok := g.pulls[fullName(r)+"#"+r.PathValue("number")]
+	g.mu.Unlock()
+	if !ok {
+		fail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	per, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
+	if per <= 0 || per > 100 {
+		per = 30
+	}
+	page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+	page = max(page, 1)
+	from := min((page-1)*per, len(pr.Files))
+	to := min(from+per, len(pr.Files))
+	if to < len(pr.Files) {
+		next := *r.URL
+		q := next.Query()
+		q.Set("page", strconv.Itoa(page+1))
+		next.RawQuery = q.Encode()
+		w.Header().Set("Link", fmt.Sprintf(`<%s%s>; rel="next"`, g.Server.URL, next.RequestURI()))
+	}
+	out := []map[string]any{}
+	for _, f := range pr.Files[from:to] {
+		out = append(out, map[string]any{"filename": f, "status": "modified"})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// AddComparison serves the paths changed between base and head at GET
+// /repos/{fullName}/compare/{base}...{head} (at most 300, as GitHub's).
+func (g *GitHub) AddComparison(fullName, base, head string, files []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.compares[fullName+"@"+base+"..."+head] = files
+}
+
+func (g *GitHub) compare(w http.ResponseWriter, r *http.Request) {
+	if !g.authorized(w, r) {
+		return
+	}
+	g.mu.Lock()
+	files, ok := g.compares[fullName(r)+"@"+r.PathValue("basehead")]
+	g.mu.Unlock()
+	if !ok {
+		fail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	out := []map[string]any{}
+	for _, f := range files[:min(len(files), 300)] {
+		out = append(out, map[string]any{"filename": f, "status": "modified"})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ahead", "files": out})
 }

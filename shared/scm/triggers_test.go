@@ -1,0 +1,111 @@
+package scm_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/scm/fakegithub"
+)
+
+const triggersYAML = `on:
+  push:
+    branches: [main]
+    paths: ['src/**', '.forgeci.yml']
+  pull_request:
+    paths-ignore: ['docs/**']
+jobs:
+  build:
+    runs-on: [linux]
+    steps: [{run: ./build.sh}]
+`
+
+// push is a push payload for ref from before to after whose commits
+// changed modified (nil: the payload lists no commits).
+func push(ref, before, after string, modified []string) []byte {
+	var commits []any
+	if modified != nil {
+		commits = []any{map[string]any{"id": after, "modified": modified, "added": []string{}, "removed": []string{}}}
+	}
+	b, _ := json.Marshal(map[string]any{
+		"ref": ref, "before": before, "after": after, "deleted": false, "commits": commits,
+		"pusher": map[string]any{"name": "octo"}, "sender": map[string]any{"id": 31, "login": "octo"},
+		"repository": map[string]any{"id": repoID, "full_name": repoName, "name": "hello", "default_branch": "main",
+			"owner": map[string]any{"login": "octo"}},
+		"installation": map[string]any{"id": installID},
+	})
+	return b
+}
+
+func prEvent(action, sha string, number int) []byte {
+	var m map[string]any
+	_ = json.Unmarshal(prPayload(sha, number, repoID), &m)
+	m["action"] = action
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// TestTriggersChooseDeliveries: a replayed sequence of pushes and pull
+// request activities against a pipeline with on: filters makes runs for
+// exactly those GitHub would run it for; each other delivery is recorded
+// IGNORED with the reason.
+func TestTriggersChooseDeliveries(t *testing.T) {
+	e := setup(t)
+	dir, sha := gitRepo(t, triggersYAML)
+	e.gh.AddGitCommit(t, repoName, dir, sha)
+	before := strings.Repeat("a", 40)
+	zero := strings.Repeat("0", 40)
+	e.gh.AddComparison(repoName, "main", sha, []string{"src/main.go"})
+	e.gh.AddPullRequest(fakegithub.PullRequest{Number: 7, BaseRepoID: repoID, BaseFullName: repoName, BaseRef: "main",
+		HeadRepoID: repoID, HeadFullName: repoName, HeadRef: "docs", HeadSHA: sha, UserID: 31, UserLogin: "octo",
+		Files: []string{"docs/a.md", "docs/b.md"}})
+	e.gh.AddPullRequest(fakegithub.PullRequest{Number: 8, BaseRepoID: repoID, BaseFullName: repoName, BaseRef: "main",
+		HeadRepoID: repoID, HeadFullName: repoName, HeadRef: "code", HeadSHA: sha, UserID: 31, UserLogin: "octo",
+		Files: append(manyDocs(150), "src/main.go")})
+	steps := []struct {
+		event string
+		body  []byte
+		run   bool
+		why   string
+	}{
+		{"push", push("refs/heads/dev", before, sha, []string{"src/main.go"}), false, "branch dev is not in on.push's branches"},
+		{"push", push("refs/tags/v1", before, sha, []string{"src/main.go"}), false, "on.push filters branches only"},
+		{"push", push("refs/heads/main", before, sha, []string{"docs/readme.md"}), false, "no changed path (of 1) is in on.push's paths"},
+		{"push", push("refs/heads/main", before, sha, []string{"docs/readme.md", "src/main.go"}), true, ""},
+		{"push", push("refs/heads/main", zero, sha, nil), true, ""}, // a new branch: compared with the default branch
+		{"pull_request", prEvent("opened", sha, 7), false, "every changed path (2) is in on.pull_request's paths-ignore"},
+		{"pull_request", prEvent("labeled", sha, 8), false, "pull request labeled is not in on.pull_request's types"},
+		{"pull_request", prEvent("synchronize", sha, 8), true, ""}, // the files route, paged past 100
+		{"pull_request", prEvent("merged", sha, 8), false, "pull request merged"},
+	}
+	for i, st := range steps {
+		guid := fmt.Sprintf("guid-trigger-%d", i)
+		if code, out := e.deliver(st.event, guid, st.body, sign(repoSecret, st.body)); code != http.StatusAccepted {
+			t.Fatalf("step %d: deliver %d %v", i, code, out)
+		}
+		res := e.runOnce()
+		var state, note string
+		var runID *string
+		if err := e.pool.QueryRow(context.Background(), `SELECT state, coalesce(note, ''), run_id FROM scm_deliveries WHERE guid = $1`, guid).
+			Scan(&state, &note, &runID); err != nil {
+			t.Fatal(err)
+		}
+		if st.run != (runID != nil) || res.Runs != map[bool]int{true: 1}[st.run] {
+			t.Errorf("step %d (%s): state %s, run %v, note %q, want a run: %v", i, st.event, state, runID != nil, note, st.run)
+		}
+		if !st.run && !strings.Contains(note, st.why) {
+			t.Errorf("step %d: note %q, want %q", i, note, st.why)
+		}
+	}
+}
+
+func manyDocs(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("docs/%03d.md", i))
+	}
+	return out
+}
