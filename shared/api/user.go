@@ -154,7 +154,8 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 		return err
 	}
 	run, err := s.Store.CreateRun(r.Context(), store.NewRun{Project: p.Name, By: &u, Untrusted: !p.Secrets,
-		GitSHA: req.GitSHA, GitDirty: req.GitDirty, Source: req.Source, Jobs: pl.Jobs})
+		GitSHA: req.GitSHA, GitDirty: req.GitDirty, Source: req.Source, Jobs: pl.Jobs,
+		Workflow: pl.WorkflowName(), Concurrency: pl.Concurrency})
 	if err != nil {
 		return err
 	}

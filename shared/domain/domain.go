@@ -247,6 +247,19 @@ type RunFacts struct {
 	Repository string `json:"repository"`
 	RunID      string `json:"run_id"`
 	RunNumber  int64  `json:"run_number"`
+	// Workflow is the pipeline's name (or its file's); HeadRef and
+	// BaseRef a pull request's branches (empty otherwise).
+	Workflow string `json:"workflow"`
+	HeadRef  string `json:"head_ref"`
+	BaseRef  string `json:"base_ref"`
+}
+
+// Concurrency is a pipeline's concurrency: its group (a template the
+// control plane evaluates when it makes the run) and whether a new run
+// cancels the group's run in progress.
+type Concurrency struct {
+	Group            string
+	CancelInProgress bool
 }
 
 // ClaimedJob is the "job" object of a claim response.

@@ -37,7 +37,7 @@ type place struct {
 // facts are the properties of forgeci (and github) a job has: the run's
 // (domain.RunFacts), and the job's own, which its runner adds.
 var facts = []string{"ref", "ref_name", "sha", "event_name", "actor", "repository", "run_id", "run_number",
-	"job", "workspace"}
+	"workflow", "head_ref", "base_ref", "job", "workspace"}
 
 // checkFacts refuses a forgeci.* or github.* property ForgeCI does not
 // have, rather than let it read as "".
@@ -82,6 +82,8 @@ func (p *parseState) flowKey(j *rawJob, key string, v ast.Node, kp string) bool 
 		j.runDefaults = p.defaults(v, kp)
 	case "permissions":
 		p.permissions(v, kp)
+	case "concurrency":
+		p.errorf(v, kp, "concurrency is supported for the whole pipeline (a top-level concurrency:), not yet for a job")
 	default:
 		return false
 	}

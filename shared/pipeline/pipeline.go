@@ -87,6 +87,16 @@ type Pipeline struct {
 	// Triggers are the file's on: (nil without one: every push and pull
 	// request runs it).
 	Triggers *Triggers
+	// Concurrency is the file's concurrency (nil: none).
+	Concurrency *domain.Concurrency
+}
+
+// WorkflowName is github.workflow: the pipeline's name, or its file's.
+func (pl *Pipeline) WorkflowName() string {
+	if pl.Name != "" {
+		return pl.Name
+	}
+	return FileName
 }
 
 // Error is one problem, located.
@@ -230,12 +240,14 @@ func Parse(file string, src []byte) (*Pipeline, error) {
 			jobsNode = kv
 		case "on":
 			pl.Triggers = p.triggers(kv.Value, key)
+		case "concurrency":
+			pl.Concurrency = p.concurrency(kv.Value, key)
 		case "defaults":
 			p.runDefaults = p.defaults(kv.Value, key)
 		case "permissions":
 			p.permissions(kv.Value, key)
 		default:
-			p.errorf(kv.Key, key, "unknown key %q (expected name, on, env, defaults, permissions or jobs)", key)
+			p.errorf(kv.Key, key, "unknown key %q (expected name, on, concurrency, env, defaults, permissions or jobs)", key)
 		}
 	}
 	if jobsNode == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pipeline"
 )
 
@@ -152,5 +153,34 @@ func TestPullRequestTriggers(t *testing.T) {
 		"{push: {branches: ['a[']}}":                    `pattern "a["`,
 		"{push: {branches: ['*+']}}":                    "must follow a character",
 		"release":                                       `event "release" is not supported`,
+	})
+}
+
+// TestConcurrency: concurrency is a group, or {group, cancel-in-progress};
+// the group reads the run's facts (GitHub's usual
+// ${{ github.workflow }}-${{ github.ref }}), nothing a run does not have
+// when it is made.
+func TestConcurrency(t *testing.T) {
+	for on, want := range map[string]domain.Concurrency{
+		"concurrency: deploy": {Group: "deploy"},
+		"concurrency: {group: '${{ github.workflow }}-${{ github.ref }}', cancel-in-progress: true}": {Group: "${{ github.workflow }}-${{ github.ref }}", CancelInProgress: true},
+		"concurrency: {group: 'pr-${{ github.head_ref || github.run_id }}'}":                         {Group: "pr-${{ github.head_ref || github.run_id }}"},
+	} {
+		p, err := pipeline.Parse("f.yml", []byte(on+"\njobs:\n  a: {steps: [{run: x}]}\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", on, err)
+		}
+		if p.Concurrency == nil || *p.Concurrency != want {
+			t.Errorf("%s: %+v", on, p.Concurrency)
+		}
+	}
+	refuses(t, "%s\njobs:\n  a: {steps: [{run: x}]}\n", map[string]string{
+		"concurrency: {cancel-in-progress: true}":   "group is required",
+		"concurrency: '${{ steps.a.outputs.x }}'":   `context "steps" is not available here`,
+		"concurrency: '${{ github.event.number }}'": "github.event is not available",
+		"concurrency: {group: g, cancel: true}":     `unknown key "cancel"`,
+	})
+	refuses(t, "jobs:\n  a:\n    %s\n    steps: [{run: x}]\n", map[string]string{
+		"concurrency: deploy": "not yet for a job",
 	})
 }

@@ -259,6 +259,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		return nil, "no trigger in " + pipeline.FileName + " takes it: " + why, sha, nil
 	}
 	nr.Source, nr.Jobs = src.Source, src.Pipeline.Jobs
+	nr.Workflow, nr.Concurrency = src.Pipeline.WorkflowName(), src.Pipeline.Concurrency
 	nr.Checks = &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha}
 	created, err := w.Store.CompleteDeliveryWithRun(ctx, d, nr)
 	if err != nil {
@@ -290,5 +291,6 @@ func (w *Worker) pullRequestRun(ctx context.Context, gh *github.Client, repo sto
 		nr.Trigger += " from fork " + pr.GetHead().GetRepo().GetFullName()
 	}
 	nr.Actor = fmt.Sprintf("github:%d", pr.GetUser().GetID())
+	nr.HeadRef = pr.GetHead().GetRef()
 	return pr.GetHead().GetSHA(), nil
 }

@@ -52,7 +52,7 @@ const decidableSQL = `
 SELECT d.id, coalesce(d.condition, ''), d.condition_status, d.reads_needs, d.needs, d.spec->'run', r.cancel_requested
 FROM jobs d JOIN runs r ON r.id = d.run_id
 WHERE d.run_id = $1 AND d.state = 'PENDING' AND NOT d.decided
-  AND (d.condition IS NOT NULL OR d.reads_needs) AND r.approval <> 'pending'
+  AND (d.condition IS NOT NULL OR d.reads_needs) AND r.approval <> 'pending' AND NOT r.concurrency_waiting
   AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
                   AND n.state IN ('PENDING', 'QUEUED', 'RUNNING'))
 ORDER BY d.id`

@@ -180,6 +180,10 @@ func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, 
 		// matrix's other combinations run to their ends.
 		_, _ = s.failFast(ctx, l.RunID)
 	}
+	if err == nil && !requeued {
+		// Likewise: the sweeper releases a group this leaves waiting.
+		_ = s.releaseGroup(ctx, l.RunID)
+	}
 	return c, err
 }
 

@@ -55,6 +55,11 @@ type NewRun struct {
 	// Checks, when set, mirrors every job to a GitHub Check run: the outbox
 	// rows are written with the run, in its transaction.
 	Checks *CheckTarget
+	// Workflow is the pipeline's name; HeadRef a pull request's branch
+	// (facts its expressions read).
+	Workflow, HeadRef string
+	// Concurrency is the pipeline's concurrency group (nil: none).
+	Concurrency *domain.Concurrency
 }
 
 // CheckTarget is where a run's check runs go.
@@ -99,7 +104,14 @@ type Run struct {
 	StartedAt      *time.Time `json:"started_at,omitempty"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 	// JobIDs maps job names to IDs (set by CreateRun).
-	JobIDs map[string]string `json:"job_ids,omitempty"`
+	JobIDs   map[string]string `json:"job_ids,omitempty"`
+	Workflow string            `json:"workflow,omitempty"`
+	HeadRef  string            `json:"head_ref,omitempty"`
+	// ConcurrencyGroup is the run's group (lower case); Waiting while the
+	// group's run in progress has not ended.
+	ConcurrencyGroup   string `json:"concurrency_group,omitempty"`
+	ConcurrencyWaiting bool   `json:"concurrency_waiting,omitempty"`
+	ConcurrencyCancel  bool   `json:"concurrency_cancel_in_progress,omitempty"`
 }
 
 // CreateRun stores a run and its jobs as PENDING, then queues the jobs that
@@ -149,7 +161,8 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	run := Run{ID: uuid.Must(uuid.NewV7()).String(), ProjectID: projectID, Project: nr.Project, Trigger: nr.Trigger,
 		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
 		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest, SourceSize: nr.Source.Size,
-		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone}
+		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone,
+		Workflow: nr.Workflow, HeadRef: nr.HeadRef}
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
@@ -167,10 +180,16 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 			return Run{}, err
 		}
 	}
+	if err := groupOf(&run, nr.Concurrency); err != nil {
+		return Run{}, err
+	}
 	if err := insertRun(ctx, tx, &run); err != nil {
 		return Run{}, err
 	}
 	if err := insertJobs(ctx, tx, &run, nr); err != nil {
+		return Run{}, err
+	}
+	if err := joinGroup(ctx, tx, &run, nr.Concurrency); err != nil {
 		return Run{}, err
 	}
 	if err := advanceRun(ctx, tx, run.ID); err != nil {
@@ -260,7 +279,12 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 	if len(jobs) == 0 {
 		return NewRun{}, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
 	}
+	var group *domain.Concurrency
+	if old.ConcurrencyGroup != "" {
+		group = &domain.Concurrency{Group: domain.Literal(old.ConcurrencyGroup), CancelInProgress: old.ConcurrencyCancel}
+	}
 	nr := NewRun{Project: old.Project, GitSHA: old.GitSHA, GitRef: old.GitRef, GitDirty: old.GitDirty,
+		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group,
 		Source:    domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize},
 		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor,
 		Trigger: fmt.Sprintf("retry of #%d by %s", old.Number, who), Jobs: jobs}
@@ -280,7 +304,7 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
-		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval)
+		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}
@@ -339,7 +363,8 @@ func runFacts(run *Run) domain.RunFacts {
 	}
 	name := strings.TrimPrefix(strings.TrimPrefix(run.GitRef, "refs/heads/"), "refs/tags/")
 	return domain.RunFacts{Ref: run.GitRef, RefName: name, SHA: run.GitSHA, EventName: event, Actor: run.Actor,
-		Repository: run.Project, RunID: run.ID, RunNumber: run.Number}
+		Repository: run.Project, RunID: run.ID, RunNumber: run.Number, Workflow: run.Workflow,
+		HeadRef: run.HeadRef, BaseRef: strings.TrimPrefix(run.BaseRef, "refs/heads/")}
 }
 
 func nonNil(s []string) []string {
@@ -397,7 +422,8 @@ func scanRun(row pgx.Row) (Run, error) {
 	var r Run
 	err := row.Scan(&r.ID, &r.ProjectID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef,
 		&r.GitDirty, &r.SourceDigest, &r.ManifestDigest, &r.SourceSize, &r.Trusted, &r.Scope, &r.BaseRef,
-		&r.Actor, &r.Approval, &r.ApprovalBy, &r.ApprovalAt, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
+		&r.Actor, &r.Approval, &r.ApprovalBy, &r.ApprovalAt, &r.CreatedAt, &r.StartedAt, &r.FinishedAt,
+		&r.Workflow, &r.HeadRef, &r.ConcurrencyGroup, &r.ConcurrencyWaiting, &r.ConcurrencyCancel)
 	return r, err
 }
 

@@ -61,6 +61,10 @@ func (s *Store) Cancel(ctx context.Context, u User, runID, jobID string) (cancel
 		}
 		return advanceRun(ctx, tx, runID)
 	})
+	if err == nil {
+		// A run that ended here lets its group's waiting run go on.
+		err = s.releaseGroup(ctx, runID)
+	}
 	return canceled, asked, err
 }
 
@@ -78,7 +82,11 @@ func (s *Store) Approve(ctx context.Context, u User, runID string) (Run, error) 
 // Reject ends a run that waits for approval: its jobs become CANCELED with
 // the reason "rejected by <user>".
 func (s *Store) Reject(ctx context.Context, u User, runID string) (Run, error) {
-	return s.decide(ctx, u, runID, ApprovalRejected)
+	run, err := s.decide(ctx, u, runID, ApprovalRejected)
+	if err == nil {
+		err = s.releaseGroup(ctx, runID)
+	}
+	return run, err
 }
 
 func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run, error) {

@@ -11,9 +11,10 @@ const actorApprovedSQL = `SELECT EXISTS (SELECT 1 FROM approved_actors WHERE pro
 
 const insertRunSQL = `
 INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
-                  source_digest, manifest_digest, source_size, trusted, scope, base_ref, actor, approval)
+                  source_digest, manifest_digest, source_size, trusted, scope, base_ref, actor, approval,
+                  workflow, head_ref, concurrency_group, concurrency_cancel)
 VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11,
-        $12, nullif($13, ''), $14, $15)`
+        $12, nullif($13, ''), $14, $15, nullif($16, ''), nullif($17, ''), nullif($18, ''), $19)`
 
 // insertJobSQL inserts a job PENDING: advanceRun queues it when its needs
 // have passed. project_id and trusted are copies of its run's, for the
@@ -37,7 +38,9 @@ const runStateSQL = `SELECT state, created_at FROM runs WHERE id = $1`
 const runColumns = `r.id, r.project_id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''),
 	coalesce(r.git_ref, ''), r.git_dirty, coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''),
 	coalesce(r.source_size, 0), r.trusted, r.scope, coalesce(r.base_ref, ''), r.actor, r.approval,
-	coalesce(r.approval_by, ''), r.approval_at, r.created_at, r.started_at, r.finished_at`
+	coalesce(r.approval_by, ''), r.approval_at, r.created_at, r.started_at, r.finished_at,
+	coalesce(r.workflow, ''), coalesce(r.head_ref, ''), coalesce(r.concurrency_group, ''), r.concurrency_waiting,
+	r.concurrency_cancel`
 
 const getRunSQL = `SELECT ` + runColumns + `
 FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`
@@ -106,7 +109,7 @@ WITH ready AS (
       AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
                       AND n.state <> 'PASSED' AND NOT (n.state = 'FAILED' AND n.continue_on_error)
                       AND NOT d.decided)
-      AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND r.approval = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND (r.approval = 'pending' OR r.concurrency_waiting))
 )
 UPDATE jobs d SET state = 'QUEUED', queued_at = now()
 FROM ready

@@ -68,6 +68,9 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			if _, err := s.failFast(ctx, runID); err != nil {
 				errs = append(errs, fmt.Errorf("sweep: fail-fast of run %s: %w", runID, err))
 			}
+			if err := s.releaseGroup(ctx, runID); err != nil {
+				errs = append(errs, fmt.Errorf("sweep: concurrency group of run %s: %w", runID, err))
+			}
 		}
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -76,5 +79,6 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	if res.Requeued > 0 {
 		s.signalQueued()
 	}
+	errs = append(errs, s.releaseStuckGroups(ctx))
 	return res, errors.Join(errs...)
 }

@@ -1,0 +1,222 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/expr"
+)
+
+// Concurrency groups (docs/pipeline.md), as GitHub's: a project's group
+// has at most one run in progress and one waiting. A new run supersedes
+// the waiting one (CANCELED, "superseded by #N"), cancels the one in
+// progress through the ordinary cancel path when cancel-in-progress is
+// set, and waits while a run of the group is open. A run's end releases
+// the waiting run, in a transaction of its own after the end commits
+// (releaseGroup): it takes the group's lock first, as a new run does,
+// then rows, so the two never wait for each other in a cycle. The sweeper
+// releases what a crash between the two left waiting.
+
+// groupLockSQL serializes the runs of group $2 of project $1.
+const groupLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 1873))`
+
+// groupOpenSQL lists the open runs of group $2 of project $1 other than
+// run $3, waiting ones first: id, number, waiting.
+const groupOpenSQL = `
+SELECT id, number, concurrency_waiting FROM runs
+WHERE project_id = $1 AND concurrency_group = $2 AND state IN ('PENDING', 'RUNNING') AND id <> $3
+ORDER BY concurrency_waiting DESC, number`
+
+// waitGroupSQL makes run $1 wait for its group; its pending jobs say so
+// ($2), unless they already say why they wait (approval).
+const waitGroupSQL = `
+WITH r AS (UPDATE runs SET concurrency_waiting = true WHERE id = $1)
+UPDATE jobs SET reason = $2 WHERE run_id = $1 AND state = 'PENDING' AND reason IS NULL`
+
+// cancelRunWhySQL cancels the waiting jobs of run $1 with reason $2; all
+// ($3) or all but those whose condition survives a cancel.
+const cancelRunWhySQL = `
+UPDATE jobs SET state = 'CANCELED', reason = $2, finished_at = now()
+WHERE run_id = $1 AND state IN ('PENDING', 'QUEUED') AND ($3 OR NOT survives_cancel)`
+
+// groupNextSQL locks the run waiting in group $2 of project $1, when no
+// run of the group is open but waiting ones.
+const groupNextSQL = `
+SELECT id FROM runs w
+WHERE project_id = $1 AND concurrency_group = $2 AND state = 'PENDING' AND concurrency_waiting
+  AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.project_id = $1 AND o.concurrency_group = $2
+                  AND o.state IN ('PENDING', 'RUNNING') AND NOT o.concurrency_waiting)
+ORDER BY number DESC LIMIT 1
+FOR UPDATE`
+
+// groupOfRunSQL reads run $1's project, group and state.
+const groupOfRunSQL = `SELECT project_id, coalesce(concurrency_group, ''), state FROM runs WHERE id = $1`
+
+// releaseRunSQL lets run $1 go on; its jobs' waiting reason $2 goes.
+const releaseRunSQL = `
+WITH r AS (UPDATE runs SET concurrency_waiting = false WHERE id = $1)
+UPDATE jobs SET reason = NULL WHERE run_id = $1 AND state = 'PENDING' AND reason = $2`
+
+// stuckGroupsSQL lists the groups with a waiting run, for the sweeper.
+const stuckGroupsSQL = `
+SELECT DISTINCT project_id, concurrency_group FROM runs
+WHERE concurrency_group IS NOT NULL AND state IN ('PENDING', 'RUNNING') AND concurrency_waiting`
+
+func waitingReason(group string) string { return "waiting for concurrency group " + group }
+
+// groupOf evaluates the run's concurrency group with its facts.
+func groupOf(run *Run, c *domain.Concurrency) error {
+	if c == nil || c.Group == "" {
+		return nil
+	}
+	tpl, errs := expr.ParseTemplate(c.Group)
+	if len(errs) > 0 {
+		return domain.Errorf(domain.EInvalid, "concurrency.group: %s", errs[0].Message)
+	}
+	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
+	g, err := tpl.Eval(&expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts, "inputs": map[string]any{}}})
+	if err != nil {
+		return domain.Errorf(domain.EInvalid, "concurrency.group: %v", err)
+	}
+	if g = strings.ToLower(strings.TrimSpace(g)); g == "" || len(g) > 400 {
+		return domain.Errorf(domain.EInvalid, "concurrency.group is %q here: a group is 1 to 400 characters", g)
+	}
+	run.ConcurrencyGroup, run.ConcurrencyCancel = g, c.CancelInProgress
+	return nil
+}
+
+// joinGroup puts a new run into its group, in its transaction: the run
+// waiting in the group is superseded, the one in progress canceled when
+// c.CancelInProgress, and the new run waits while one is open.
+func joinGroup(ctx context.Context, tx pgx.Tx, run *Run, c *domain.Concurrency) error {
+	if run.ConcurrencyGroup == "" {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, groupLockSQL, run.ProjectID, run.ConcurrencyGroup); err != nil {
+		return fmt.Errorf("lock concurrency group: %w", err)
+	}
+	rows, err := tx.Query(ctx, groupOpenSQL, run.ProjectID, run.ConcurrencyGroup, run.ID)
+	if err != nil {
+		return fmt.Errorf("concurrency group: %w", err)
+	}
+	type open struct {
+		id      string
+		number  int64
+		waiting bool
+	}
+	others, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (open, error) {
+		var o open
+		return o, row.Scan(&o.id, &o.number, &o.waiting)
+	})
+	if err != nil {
+		return fmt.Errorf("concurrency group: %w", err)
+	}
+	busy := false
+	for _, o := range others {
+		switch {
+		case o.waiting:
+			err = cancelRunTx(ctx, tx, o.id, fmt.Sprintf("superseded by #%d", run.Number), true)
+		case c.CancelInProgress:
+			err = cancelRunTx(ctx, tx, o.id, fmt.Sprintf("canceled by #%d (concurrency group %s)", run.Number, run.ConcurrencyGroup), false)
+			busy = true // until its running jobs have stopped
+		default:
+			busy = true
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if !busy {
+		return nil
+	}
+	run.ConcurrencyWaiting = true
+	if _, err := tx.Exec(ctx, waitGroupSQL, run.ID, waitingReason(run.ConcurrencyGroup)); err != nil {
+		return fmt.Errorf("wait for concurrency group: %w", err)
+	}
+	return nil
+}
+
+// cancelRunTx cancels run runID as Cancel does, in tx, saying why: its
+// waiting jobs end CANCELED (all, or all but those whose condition
+// survives a cancel), its running ones are asked to stop. Lock order as
+// Cancel's: the run's queued and running job rows, then the run.
+func cancelRunTx(ctx context.Context, tx pgx.Tx, runID, why string, all bool) error {
+	if _, err := tx.Exec(ctx, lockCancelTargetsSQL, runID, ""); err != nil {
+		return fmt.Errorf("lock jobs: %w", err)
+	}
+	b := &pgx.Batch{}
+	b.Queue(lockRunSQL, runID)
+	b.Queue(cancelRunWhySQL, runID, why, all)
+	b.Queue(askCancelSQL, runID, "")
+	b.Queue(cancelRunSQL, runID)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("cancel run %s: %w", runID, err)
+	}
+	return advanceRun(ctx, tx, runID)
+}
+
+// releaseGroup lets the run waiting in run runID's group go on once no
+// run of the group is open. Called after a transaction that may have
+// ended runID commits; a no-op for a run without a group or still open.
+func (s *Store) releaseGroup(ctx context.Context, runID string) error {
+	var projectID, group, state string
+	if err := s.pool.QueryRow(ctx, groupOfRunSQL, runID).Scan(&projectID, &group, &state); err != nil {
+		return fmt.Errorf("run %s: %w", runID, err)
+	}
+	if group == "" || !IsTerminalRun(state) {
+		return nil
+	}
+	return s.releaseGroupOf(ctx, projectID, group)
+}
+
+func (s *Store) releaseGroupOf(ctx context.Context, projectID, group string) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, groupLockSQL, projectID, group); err != nil {
+			return fmt.Errorf("lock concurrency group: %w", err)
+		}
+		var next string
+		err := tx.QueryRow(ctx, groupNextSQL, projectID, group).Scan(&next)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // none waits, or a run of the group is open: it releases when it ends
+		}
+		if err != nil {
+			return fmt.Errorf("concurrency group: %w", err)
+		}
+		if _, err := tx.Exec(ctx, releaseRunSQL, next, waitingReason(group)); err != nil {
+			return fmt.Errorf("release run: %w", err)
+		}
+		return advanceRun(ctx, tx, next)
+	})
+	if err == nil {
+		s.signalQueued()
+	}
+	return err
+}
+
+// releaseStuckGroups releases the groups whose waiting run was left
+// waiting (its predecessor ended, and the process that ended it did not
+// get to release it).
+func (s *Store) releaseStuckGroups(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, stuckGroupsSQL)
+	if err != nil {
+		return fmt.Errorf("concurrency groups: %w", err)
+	}
+	type group struct{ project, name string }
+	groups, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (group, error) {
+		var g group
+		return g, row.Scan(&g.project, &g.name)
+	})
+	if err != nil {
+		return fmt.Errorf("concurrency groups: %w", err)
+	}
+	var errs []error
+	for _, g := range groups {
+		errs = append(errs, s.releaseGroupOf(ctx, g.project, g.name))
+	}
+	return errors.Join(errs...)
+}
