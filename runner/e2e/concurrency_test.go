@@ -1,0 +1,48 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testConcurrency: with real runners, a newer run of a concurrency group
+// with cancel-in-progress cancels the running one (its runner hears it
+// and stops the step) and runs once it has ended; a run in another group
+// is not touched.
+func testConcurrency(s *stack) func(t *testing.T) {
+	return func(t *testing.T) {
+		marker := filepath.Join(s.channel(t), "started")
+		slow := "concurrency: {group: 'deploy-${{ github.workflow }}', cancel-in-progress: true}\njobs:\n" +
+			"  deploy:\n    runs-on: linux\n    steps:\n      - run: touch " + marker + "; sleep 120\n"
+		first, err := s.submit(writePipeline(t, slow), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if _, err := os.Stat(marker); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the first run's step never started")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		fast := strings.Replace(slow, "touch "+marker+"; sleep 120", "echo second", 1)
+		second, err := s.submit(writePipeline(t, fast), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v1 := s.waitRun(first, func(v runView) bool { return v.State == "CANCELED" }, 60*time.Second)
+		v2 := s.waitRun(second, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
+		if j := v1.Jobs[0]; j.State != "CANCELED" {
+			t.Fatalf("first run's job: %+v", j)
+		}
+		if log := s.log(second, v2.Jobs[0].ID); !strings.Contains(log, "second") {
+			t.Fatalf("second run's log:\n%s", log)
+		}
+	}
+}
