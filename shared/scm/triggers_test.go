@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -108,4 +110,72 @@ func manyDocs(n int) []string {
 		out = append(out, fmt.Sprintf("docs/%03d.md", i))
 	}
 	return out
+}
+
+// TestWorkflowTriggers: each realistic workflow of the end-to-end suite,
+// committed to a repository, gets the deliveries its triggers.txt lists
+// (pushes of branches and tags, pull request activities, with the paths
+// they change) and makes a run for exactly those the file says GitHub
+// would run it for.
+func TestWorkflowTriggers(t *testing.T) {
+	dirs, err := filepath.Glob("../../runner/e2e/testdata/workflows/*")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no workflows: %v", err)
+	}
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			e := setup(t)
+			repo := t.TempDir()
+			if err := os.CopyFS(repo, os.DirFS(dir)); err != nil {
+				t.Fatal(err)
+			}
+			git(t, repo, "init", "-q", "-b", "main")
+			git(t, repo, "add", "-A")
+			git(t, repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first")
+			sha := strings.TrimSpace(git(t, repo, "rev-parse", "HEAD"))
+			e.gh.AddGitCommit(t, repoName, repo, sha)
+			lines, err := os.ReadFile(filepath.Join(dir, "triggers.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+				if strings.HasPrefix(line, "#") {
+					continue
+				}
+				e.replay(t, i, line, sha)
+			}
+		})
+	}
+}
+
+// replay delivers one line of a triggers.txt ("push REF PATHS... -> run"
+// or "pull_request ACTION PATHS... -> skip") and checks its effect.
+func (e *env) replay(t *testing.T, i int, line, sha string) {
+	t.Helper()
+	what, want, ok := strings.Cut(line, " -> ")
+	f := strings.Fields(what)
+	if !ok || len(f) < 2 {
+		t.Fatalf("line %q", line)
+	}
+	var body []byte
+	switch f[0] {
+	case "push":
+		body = push(f[1], strings.Repeat("b", 40), sha, f[2:])
+	case "pull_request":
+		e.gh.AddPullRequest(fakegithub.PullRequest{Number: 100 + i, BaseRepoID: repoID, BaseFullName: repoName, BaseRef: "main",
+			HeadRepoID: repoID, HeadFullName: repoName, HeadRef: "topic", HeadSHA: sha, UserID: 31, UserLogin: "octo", Files: f[2:]})
+		body = prEvent(f[1], sha, 100+i)
+	}
+	guid := fmt.Sprintf("replay-%d", i)
+	if code, out := e.deliver(f[0], guid, body, sign(repoSecret, body)); code != http.StatusAccepted {
+		t.Fatalf("%s: deliver %d %v", line, code, out)
+	}
+	e.runOnce()
+	var state, note string
+	if err := e.pool.QueryRow(context.Background(), `SELECT state, coalesce(note, '') FROM scm_deliveries WHERE guid = $1`, guid).Scan(&state, &note); err != nil {
+		t.Fatal(err)
+	}
+	if got := map[string]string{"DONE": "run", "IGNORED": "skip"}[state]; got != want {
+		t.Errorf("%s: delivery %s (%s)", line, state, note)
+	}
 }
