@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 )
 
 // A filter is a list of GitHub's filter patterns (branches, tags, paths):
@@ -53,6 +54,9 @@ func globRegexp(p string) (*regexp.Regexp, error) {
 	if p == "" {
 		return nil, fmt.Errorf("empty")
 	}
+	if !utf8.ValidString(p) {
+		return nil, fmt.Errorf("not UTF-8 text")
+	}
 	var b strings.Builder
 	b.WriteString("^")
 	for i := 0; i < len(p); i++ {
@@ -92,7 +96,7 @@ func globRegexp(p string) (*regexp.Regexp, error) {
 			i++
 			b.WriteString(regexp.QuoteMeta(p[i : i+1]))
 		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
+			b.WriteString(regexp.QuoteMeta(p[i : i+1]))
 		}
 	}
 	b.WriteString("$")

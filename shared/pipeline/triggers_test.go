@@ -49,6 +49,7 @@ func TestFilterPatterns(t *testing.T) {
 		{"**/*-post.md", []string{"my-post.md", "path/their-post.md"}, []string{"post.md"}},
 		{"**/migrate-*.sql", []string{"migrate-10909.sql", "db/migrate-v1.0.sql", "db/sept/migrate-v1.sql"}, []string{"migrate.sql"}},
 		{`\*x`, []string{"*x"}, []string{"ax"}},
+		{"fix/ü*", []string{"fix/über", "fix/ü"}, []string{"fix/u"}}, // each byte of a character as it is
 	} {
 		tr := triggersOf(t, "on: {push: {branches: ['"+tc.pattern+"']}}")
 		for _, name := range tc.match {
