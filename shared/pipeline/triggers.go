@@ -14,6 +14,9 @@ import (
 type Triggers struct {
 	Push        *PushTrigger
 	PullRequest *PullRequestTrigger
+	// Dispatch is on.workflow_dispatch (nil: the pipeline is not run by
+	// hand).
+	Dispatch *Dispatch
 }
 
 // PushTrigger is on.push.
@@ -86,8 +89,10 @@ func (p *parseState) triggers(n ast.Node, path string) *Triggers {
 			t.Push = p.pushTrigger(v, ep)
 		case "pull_request":
 			t.PullRequest = p.pullRequestTrigger(v, ep)
+		case "workflow_dispatch":
+			t.Dispatch = p.dispatchTrigger(v, ep)
 		default:
-			p.errorf(at, ep, "event %q is not supported (ForgeCI runs on push and pull_request; forgeci submit runs at once)", event)
+			p.errorf(at, ep, "event %q is not supported (ForgeCI runs on push, pull_request and workflow_dispatch; forgeci submit runs at once)", event)
 		}
 	}
 	return t

@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -183,5 +185,49 @@ func TestConcurrency(t *testing.T) {
 	})
 	refuses(t, "jobs:\n  a:\n    %s\n    steps: [{run: x}]\n", map[string]string{
 		"concurrency: deploy": "not yet for a job",
+	})
+}
+
+// TestDispatchInputs: workflow_dispatch's typed inputs as GitHub's: the
+// types, defaults and required; a manual run's given values are checked
+// and typed, every problem said at once.
+func TestDispatchInputs(t *testing.T) {
+	tr := triggersOf(t, `on:
+  workflow_dispatch:
+    inputs:
+      environment: {type: choice, options: [staging, production], default: staging}
+      dry-run: {type: boolean, default: "true"}
+      replicas: {type: number, required: true}
+      note: {description: free text}
+`)
+	got, err := tr.DispatchInputs(map[string]string{"replicas": "3", "environment": "production"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"environment": "production", "dry-run": true, "replicas": 3.0, "note": ""}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("inputs %v, want %v", got, want)
+	}
+	_, err = tr.DispatchInputs(map[string]string{"environment": "prod", "dry-run": "maybe", "colour": "red"})
+	for _, w := range []string{"input replicas is required", "input environment is one of staging, production, not \"prod\"",
+		"input dry-run is a boolean", "the pipeline has no input colour"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("missing %q in %v", w, err)
+		}
+	}
+	if _, err := triggersOf(t, "on: push").DispatchInputs(nil); err == nil || !strings.Contains(err.Error(), "has no workflow_dispatch") {
+		t.Errorf("a pipeline without workflow_dispatch: %v", err)
+	}
+	var none *pipeline.Triggers
+	if in, err := none.DispatchInputs(nil); err != nil || len(in) != 0 {
+		t.Errorf("a pipeline without on:: %v %v", in, err)
+	}
+	refuses(t, "on:\n  workflow_dispatch:\n    inputs:\n      %s\njobs:\n  a: {steps: [{run: x}]}\n", map[string]string{
+		"x: {type: choice}":                           "a choice needs options",
+		"x: {type: string, options: [a]}":             "only a choice has options",
+		"x: {type: boolean, default: yes}":            "is a boolean",
+		"x: {type: color}":                            "type is string, boolean, choice or number",
+		"x: {type: choice, options: [a], default: b}": `one of a, not "b"`,
+		"1x: {}": `input name "1x"`,
 	})
 }
