@@ -286,7 +286,7 @@ func submit(ctx context.Context, c *apiClient, dir, project string, untracked bo
 	}
 	var run submitResult
 	err = c.do(ctx, "POST", "/v1/runs", map[string]any{
-		"project": project, "git_sha": tree.GitSHA, "git_dirty": tree.GitDirty,
+		"project": project, "git_sha": tree.GitSHA, "git_dirty": tree.GitDirty, "branch": tree.GitBranch,
 		"source": domain.Source{BlobDigest: res.BlobDigest, ManifestDigest: res.ManifestDigest, Size: res.Size},
 	}, &run)
 	if err != nil {

@@ -27,6 +27,10 @@ func (j *job) exprContext(seq *sequence, env map[string]string) *expr.Context {
 		}
 	}
 	facts["job"], facts["workspace"] = spec.Name, j.ws
+	inputs, _ := facts["inputs"].(map[string]any)
+	if inputs == nil {
+		inputs = map[string]any{}
+	}
 	envVar := map[string]any{}
 	for k, v := range env {
 		envVar[k] = v
@@ -49,7 +53,7 @@ func (j *job) exprContext(seq *sequence, env map[string]string) *expr.Context {
 	}
 	runner := map[string]any{"os": runnerOS(), "arch": runnerArch(), "name": hostname(), "temp": tmp}
 	c := &expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts, "matrix": expr.Matrix(spec.Matrix),
-		"env": envVar, "steps": steps, "needs": needs, "inputs": map[string]any{}, "runner": runner},
+		"env": envVar, "steps": steps, "needs": needs, "inputs": inputs, "runner": runner},
 		HashFiles: func(patterns []string) (string, error) { return hashFiles(j.ctx, j.ws, owner, patterns) }}
 	if seq != nil {
 		c.Status = seq.status

@@ -70,6 +70,7 @@ var functions = map[string][]route{
 	"api": {
 		{Route{"POST", "/v1/uploads"}, userRoute(anyUser, (*Server).createUpload)},
 		{Route{"POST", "/v1/runs"}, userRoute(anyUser, (*Server).createRun)},
+		{Route{"POST", "/v1/projects/{project}/dispatch"}, userRoute(anyUser, (*Server).dispatch)},
 		{Route{"GET", "/v1/runs/{run_id}"}, userRoute(anyUser, (*Server).getRun)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(anyUser, (*Server).getLog)},
 		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},

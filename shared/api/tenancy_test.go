@@ -50,6 +50,10 @@ func tenancyCases() []tenancyCase {
 			return map[string]any{"project": "acme/app", "digest": digestOf([]byte("new blob")), "size": 8}
 		}, 200, nil},
 		{"POST /v1/runs", "/v1/runs", needWrite, source, 201, nil},
+		// acme/app is on GitHub, whose manual runs are not supported yet:
+		// the writer gets that far (TestDispatch runs one).
+		{"POST /v1/projects/{project}/dispatch", "/v1/projects/{project}/dispatch", needWrite,
+			obj(map[string]any{"ref": "main"}), 409, nil},
 		{"GET /v1/runs/{run_id}", "/v1/runs/{done}", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/logs", "/v1/runs/{done}/jobs/{doneJob}/logs", needRead, noBody, 200, nil},
 		{"POST /v1/runs/{run_id}/cancel", "/v1/runs/{live}/cancel", needWrite, obj(nil), 202, nil},

@@ -102,6 +102,9 @@ type createRunRequest struct {
 	Source   domain.Source `json:"source"`
 	GitSHA   string        `json:"git_sha"`
 	GitDirty bool          `json:"git_dirty"`
+	// Branch is the submitter's checked-out branch: the run's ref
+	// (refs/heads/<branch>), which a manual run names to re-run it.
+	Branch string `json:"branch"`
 	// Trigger and GitRef are the server's to say; a client that sends them
 	// is told so rather than silently ignored.
 	Trigger *string `json:"trigger"`
@@ -144,17 +147,21 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	if req.GitSHA != "" && !gitSHARE.MatchString(req.GitSHA) {
 		return domain.Errorf(domain.EInvalid, "field git_sha must be a full commit SHA")
 	}
+	ref, err := branchRef(req.Branch)
+	if err != nil {
+		return err
+	}
 	p, err := s.writableProject(r.Context(), u, req.Project)
 	if err != nil {
 		return err
 	}
-	ref := store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: req.Source.BlobDigest}
-	pl, err := s.verifySource(r.Context(), ref, req.Source)
+	blob := store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: req.Source.BlobDigest}
+	pl, err := s.verifySource(r.Context(), blob, req.Source)
 	if err != nil {
 		return err
 	}
 	run, err := s.Store.CreateRun(r.Context(), store.NewRun{Project: p.Name, By: &u, Untrusted: !p.Secrets,
-		GitSHA: req.GitSHA, GitDirty: req.GitDirty, Source: req.Source, Jobs: pl.Jobs,
+		GitSHA: req.GitSHA, GitRef: ref, GitDirty: req.GitDirty, Source: req.Source, Jobs: pl.Jobs,
 		Workflow: pl.WorkflowName(), Concurrency: pl.Concurrency})
 	if err != nil {
 		return err

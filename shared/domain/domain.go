@@ -252,6 +252,8 @@ type RunFacts struct {
 	Workflow string `json:"workflow"`
 	HeadRef  string `json:"head_ref"`
 	BaseRef  string `json:"base_ref"`
+	// Inputs are a manual run's inputs, typed (the inputs context).
+	Inputs map[string]any `json:"inputs,omitempty"`
 }
 
 // Concurrency is a pipeline's concurrency: its group (a template the

@@ -44,6 +44,8 @@ type Tree struct {
 	Dirs     []string
 	GitSHA   string
 	GitDirty bool
+	// GitBranch is the checked-out branch (empty when detached).
+	GitBranch string
 }
 
 // MaxPathLen is the longest path a snapshot may hold (and extraction accepts).
@@ -117,6 +119,9 @@ func GitTree(root string, untracked bool) (*Tree, error) {
 	t.Paths = dedupe(t.Paths)
 	if sha, err := git(root, "rev-parse", "--verify", "-q", "HEAD"); err == nil {
 		t.GitSHA = strings.TrimSpace(string(sha))
+	}
+	if branch, err := git(root, "symbolic-ref", "-q", "--short", "HEAD"); err == nil {
+		t.GitBranch = strings.TrimSpace(string(branch))
 	}
 	status, err := git(root, "status", "--porcelain", "--untracked-files="+map[bool]string{true: "normal", false: "no"}[untracked])
 	if err != nil {

@@ -79,7 +79,7 @@ func groupOf(run *Run, c *domain.Concurrency) error {
 		return domain.Errorf(domain.EInvalid, "concurrency.group: %s", errs[0].Message)
 	}
 	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
-	g, err := tpl.Eval(&expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts, "inputs": map[string]any{}}})
+	g, err := tpl.Eval(&expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts, "inputs": inputsOf(facts)}})
 	if err != nil {
 		return domain.Errorf(domain.EInvalid, "concurrency.group: %v", err)
 	}
@@ -219,4 +219,12 @@ func (s *Store) releaseStuckGroups(ctx context.Context) error {
 		errs = append(errs, s.releaseGroupOf(ctx, g.project, g.name))
 	}
 	return errors.Join(errs...)
+}
+
+// inputsOf is the inputs context of a run's facts ({} when it has none).
+func inputsOf(facts map[string]any) map[string]any {
+	if in, ok := facts["inputs"].(map[string]any); ok {
+		return in
+	}
+	return map[string]any{}
 }

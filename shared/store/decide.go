@@ -325,7 +325,7 @@ func evalCondition(u undecided, needs map[string]domain.NeedResult, byName map[s
 		needsVar[k] = map[string]any{"result": v.Result, "outputs": outs}
 	}
 	c := &expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts,
-		"needs": needsVar, "inputs": map[string]any{}}, Status: status, Budget: min(*budget, conditionWork)}
+		"needs": needsVar, "inputs": inputsOf(facts)}, Status: status, Budget: min(*budget, conditionWork)}
 	v, err := e.Eval(c)
 	*budget -= c.Work
 	if err != nil {

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -62,7 +63,7 @@ func TestRunFactsInSpec(t *testing.T) {
 	}
 	want := domain.RunFacts{Ref: "refs/heads/main", RefName: "main", SHA: sha, EventName: "push", Actor: "github:42",
 		Repository: "p", RunID: run.ID, RunNumber: run.Number}
-	if job.Run == nil || *job.Run != want {
+	if job.Run == nil || !reflect.DeepEqual(*job.Run, want) {
 		t.Fatalf("run facts %+v, want %+v", job.Run, want)
 	}
 }

@@ -60,6 +60,8 @@ type NewRun struct {
 	Workflow, HeadRef string
 	// Concurrency is the pipeline's concurrency group (nil: none).
 	Concurrency *domain.Concurrency
+	// Inputs are a manual run's typed inputs.
+	Inputs map[string]any
 }
 
 // CheckTarget is where a run's check runs go.
@@ -112,6 +114,8 @@ type Run struct {
 	ConcurrencyGroup   string `json:"concurrency_group,omitempty"`
 	ConcurrencyWaiting bool   `json:"concurrency_waiting,omitempty"`
 	ConcurrencyCancel  bool   `json:"concurrency_cancel_in_progress,omitempty"`
+	// Inputs are a manual run's inputs.
+	Inputs map[string]any `json:"inputs,omitempty"`
 }
 
 // CreateRun stores a run and its jobs as PENDING, then queues the jobs that
@@ -162,7 +166,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
 		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest, SourceSize: nr.Source.Size,
 		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone,
-		Workflow: nr.Workflow, HeadRef: nr.HeadRef}
+		Workflow: nr.Workflow, HeadRef: nr.HeadRef, Inputs: nr.Inputs}
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
@@ -284,7 +288,7 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 		group = &domain.Concurrency{Group: domain.Literal(old.ConcurrencyGroup), CancelInProgress: old.ConcurrencyCancel}
 	}
 	nr := NewRun{Project: old.Project, GitSHA: old.GitSHA, GitRef: old.GitRef, GitDirty: old.GitDirty,
-		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group,
+		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group, Inputs: old.Inputs,
 		Source:    domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize},
 		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor,
 		Trigger: fmt.Sprintf("retry of #%d by %s", old.Number, who), Jobs: jobs}
@@ -304,7 +308,7 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
-		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel)
+		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}
@@ -360,11 +364,13 @@ func runFacts(run *Run) domain.RunFacts {
 		event = "submit"
 	case strings.HasPrefix(run.Trigger, "retry of"):
 		event = "retry"
+	case strings.HasPrefix(run.Trigger, "dispatch:"):
+		event = "workflow_dispatch"
 	}
 	name := strings.TrimPrefix(strings.TrimPrefix(run.GitRef, "refs/heads/"), "refs/tags/")
 	return domain.RunFacts{Ref: run.GitRef, RefName: name, SHA: run.GitSHA, EventName: event, Actor: run.Actor,
 		Repository: run.Project, RunID: run.ID, RunNumber: run.Number, Workflow: run.Workflow,
-		HeadRef: run.HeadRef, BaseRef: strings.TrimPrefix(run.BaseRef, "refs/heads/")}
+		HeadRef: run.HeadRef, BaseRef: strings.TrimPrefix(run.BaseRef, "refs/heads/"), Inputs: run.Inputs}
 }
 
 func nonNil(s []string) []string {
@@ -423,7 +429,7 @@ func scanRun(row pgx.Row) (Run, error) {
 	err := row.Scan(&r.ID, &r.ProjectID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef,
 		&r.GitDirty, &r.SourceDigest, &r.ManifestDigest, &r.SourceSize, &r.Trusted, &r.Scope, &r.BaseRef,
 		&r.Actor, &r.Approval, &r.ApprovalBy, &r.ApprovalAt, &r.CreatedAt, &r.StartedAt, &r.FinishedAt,
-		&r.Workflow, &r.HeadRef, &r.ConcurrencyGroup, &r.ConcurrencyWaiting, &r.ConcurrencyCancel)
+		&r.Workflow, &r.HeadRef, &r.ConcurrencyGroup, &r.ConcurrencyWaiting, &r.ConcurrencyCancel, &r.Inputs)
 	return r, err
 }
 

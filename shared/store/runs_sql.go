@@ -12,9 +12,9 @@ const actorApprovedSQL = `SELECT EXISTS (SELECT 1 FROM approved_actors WHERE pro
 const insertRunSQL = `
 INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
                   source_digest, manifest_digest, source_size, trusted, scope, base_ref, actor, approval,
-                  workflow, head_ref, concurrency_group, concurrency_cancel)
+                  workflow, head_ref, concurrency_group, concurrency_cancel, inputs)
 VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11,
-        $12, nullif($13, ''), $14, $15, nullif($16, ''), nullif($17, ''), nullif($18, ''), $19)`
+        $12, nullif($13, ''), $14, $15, nullif($16, ''), nullif($17, ''), nullif($18, ''), $19, $20)`
 
 // insertJobSQL inserts a job PENDING: advanceRun queues it when its needs
 // have passed. project_id and trusted are copies of its run's, for the
@@ -40,7 +40,7 @@ const runColumns = `r.id, r.project_id, p.name, r.number, r.state, r.trigger, co
 	coalesce(r.source_size, 0), r.trusted, r.scope, coalesce(r.base_ref, ''), r.actor, r.approval,
 	coalesce(r.approval_by, ''), r.approval_at, r.created_at, r.started_at, r.finished_at,
 	coalesce(r.workflow, ''), coalesce(r.head_ref, ''), coalesce(r.concurrency_group, ''), r.concurrency_waiting,
-	r.concurrency_cancel`
+	r.concurrency_cancel, r.inputs`
 
 const getRunSQL = `SELECT ` + runColumns + `
 FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`

@@ -1,0 +1,139 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/snapshot"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+const dispatchYAML = `on:
+  push: {branches: [main]}
+  workflow_dispatch:
+    inputs:
+      target: {type: choice, options: [staging, production], required: true}
+      dry-run: {type: boolean, default: "true"}
+jobs:
+  deploy:
+    if: inputs.target == 'production' && !inputs.dry-run
+    steps: [{run: ./deploy}]
+  plan:
+    steps: [{run: "echo ${{ inputs.target }}"}]
+`
+
+// TestDispatch: a manual run re-runs the newest snapshot submitted for
+// the ref, with the inputs its pipeline declares, checked and typed; in
+// the caller's tier; triggered as dispatch:<user>; every problem refused
+// with a clear error and nothing made.
+func TestDispatch(t *testing.T) {
+	e := setup(t)
+	sam := e.member("sam", e.project.ID, store.RoleWrite, true)
+	walter := e.member("walter", e.project.ID, store.RoleWrite, false)
+	src := e.uploadPipeline(dispatchYAML)
+	for _, branch := range []string{"dev", "main"} {
+		if code, body := e.post("/v1/runs", sam, map[string]any{"project": "acme/app", "source": src, "branch": branch}); code != 201 {
+			t.Fatalf("submit from %s: %d %s", branch, code, body)
+		}
+	}
+	path := "/v1/projects/" + e.project.ID + "/dispatch"
+	code, body := e.post(path, sam, map[string]any{"ref": "main", "inputs": map[string]string{"target": "production", "dry-run": "false"}})
+	if code != 201 {
+		t.Fatalf("dispatch: %d %s", code, body)
+	}
+	var run struct {
+		ID, Trigger, State string
+		GitRef             string         `json:"git_ref"`
+		Inputs             map[string]any `json:"inputs"`
+		Trusted            bool
+	}
+	_ = json.Unmarshal(body, &run)
+	if run.Trigger != "dispatch:sam" || run.GitRef != "refs/heads/main" || !run.Trusted ||
+		run.Inputs["target"] != "production" || run.Inputs["dry-run"] != false {
+		t.Fatalf("run %s", body)
+	}
+	// The job's facts carry the event and the inputs; its if: held.
+	var facts domain.RunFacts
+	if err := e.pool.QueryRow(context.Background(), `SELECT spec->'run' FROM jobs WHERE run_id = $1 AND name = 'plan'`, run.ID).Scan(&facts); err != nil {
+		t.Fatal(err)
+	}
+	if facts.EventName != "workflow_dispatch" || facts.Inputs["target"] != "production" {
+		t.Fatalf("facts %+v", facts)
+	}
+	if st := e.jobStateByName(run.ID, "deploy"); st == "SKIPPED" {
+		t.Fatalf("deploy %s: its if: reads the inputs", st)
+	}
+	runs := func() (n int) {
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM runs`).Scan(&n)
+		return n
+	}
+	before := runs()
+	for _, tc := range []struct {
+		token string
+		req   map[string]any
+		code  int
+		want  string
+	}{
+		{sam, map[string]any{"ref": "main", "inputs": map[string]string{"target": "prod", "colour": "red"}}, 400, `input target is one of staging, production, not \"prod\"; the pipeline has no input colour`},
+		{sam, map[string]any{"ref": "main"}, 400, "input target is required"},
+		{sam, map[string]any{"ref": "release"}, 404, "no snapshot of refs/heads/release"},
+		{sam, map[string]any{"ref": "../x"}, 400, "field ref must be a branch"},
+		{walter, map[string]any{"ref": "main", "inputs": map[string]string{"target": "staging"}}, 404, "in your tier (untrusted)"},
+	} {
+		code, body := e.post(path, tc.token, tc.req)
+		if code != tc.code || !strings.Contains(string(body), tc.want) {
+			t.Errorf("%v: %d %s, want %d %q", tc.req, code, body, tc.code, tc.want)
+		}
+	}
+	if after := runs(); after != before {
+		t.Fatalf("refused dispatches made %d runs", after-before)
+	}
+	// A pipeline without workflow_dispatch in its on: is not run by hand.
+	src = e.uploadPipeline("on: push\njobs:\n  a: {steps: [{run: x}]}\n")
+	if code, body := e.post("/v1/runs", sam, map[string]any{"project": "acme/app", "source": src, "branch": "main"}); code != 201 {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	if code, body := e.post(path, sam, map[string]any{"ref": "main"}); code != 400 || !strings.Contains(string(body), "has no workflow_dispatch") {
+		t.Fatalf("dispatch of a push-only pipeline: %d %s", code, body)
+	}
+}
+
+// uploadPipeline puts a snapshot holding the pipeline into acme/app's
+// trusted tier and returns its source.
+func (e *env) uploadPipeline(yml string) domain.Source {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte(yml), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	tree, err := snapshot.DirTree(dir)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var blob bytes.Buffer
+	res, err := snapshot.Write(&blob, tree)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.cas.Put(context.Background(), cas.BlobKey(e.project.ID, true, res.BlobDigest), res.BlobDigest,
+		bytes.NewReader(blob.Bytes()), res.Size); err != nil {
+		e.t.Fatal(err)
+	}
+	return domain.Source{BlobDigest: res.BlobDigest, ManifestDigest: res.ManifestDigest, Size: res.Size}
+}
+
+func (e *env) jobStateByName(runID, name string) string {
+	e.t.Helper()
+	var st string
+	if err := e.pool.QueryRow(context.Background(), `SELECT state FROM jobs WHERE run_id = $1 AND name = $2`, runID, name).Scan(&st); err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
