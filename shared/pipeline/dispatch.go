@@ -22,9 +22,9 @@ type Dispatch struct {
 // Input is one of workflow_dispatch's typed inputs.
 type Input struct {
 	Name, Description, Type string // Type: string, boolean, choice or number
-	Required                      bool
-	Default                       *string
-	Options                       []string
+	Required                bool
+	Default                 *string
+	Options                 []string
 }
 
 // maxInputs is GitHub's limit of a workflow_dispatch's inputs.
