@@ -27,14 +27,7 @@ jobs:
 // a bad input is refused with the pipeline's words.
 func testManualRun(s *stack) func(t *testing.T) {
 	return func(t *testing.T) {
-		dir := writePipeline(t, manualYAML)
-		for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"},
-			{"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first"}} {
-			if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
-				t.Fatalf("git %v: %v %s", args, err, out)
-			}
-		}
-		if _, err := s.submit(dir, false); err != nil {
+		if _, err := s.submit(gitCheckout(t, manualYAML), false); err != nil {
 			t.Fatal(err)
 		}
 		cli := func(args ...string) (string, error) {
@@ -52,4 +45,17 @@ func testManualRun(s *stack) func(t *testing.T) {
 			t.Fatalf("a bad input: %v\n%s", err, out)
 		}
 	}
+}
+
+// gitCheckout is a git checkout of branch main holding the pipeline.
+func gitCheckout(t *testing.T, yml string) string {
+	t.Helper()
+	dir := writePipeline(t, yml)
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"},
+		{"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first"}} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	return dir
 }

@@ -157,6 +157,24 @@ func TestDashboard(t *testing.T) {
 	do(chromedp.Click(chromedp.ID("approve-run")), chromedp.WaitVisible(chromedp.ID("run-approval")))
 	waitFor("the approval", func() bool { return strings.Contains(poll("run-approval"), "approved by admin") })
 	s.waitRun(waiting, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
+
+	// A manual run from the project page: the form asks for the inputs
+	// the branch's newest snapshot declares, typed.
+	if _, err := s.submit(gitCheckout(t, manualYAML), false); err != nil {
+		t.Fatal(err)
+	}
+	do(chromedp.Navigate(url+"/projects/e2e"), chromedp.WaitVisible(chromedp.ID("run-by-hand")),
+		chromedp.Click(chromedp.ID("run-by-hand")), chromedp.WaitVisible(chromedp.ID("dispatch")))
+	if v := eval(`document.getElementById('input-target').tagName + "," + document.getElementById('input-replicas').type + "," + document.getElementById('input-replicas').value`); v != "SELECT,number,2" {
+		t.Fatalf("the form's inputs: %s", v)
+	}
+	do(chromedp.SetValue(chromedp.ID("input-target"), "production"), chromedp.SetValue(chromedp.ID("input-replicas"), "5"),
+		chromedp.Click(chromedp.ID("dispatch-run")), chromedp.WaitVisible(chromedp.ID("run-state")))
+	manual := eval(`location.pathname.split('/')[2]`)
+	v := s.waitRun(manual, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
+	if log := s.log(manual, v.Jobs[0].ID); !strings.Contains(log, "deploying to production with 5 replicas from main") {
+		t.Fatalf("the manual run's log:\n%s", log)
+	}
 }
 
 // apiCall calls the user API with token and wants status; it returns the

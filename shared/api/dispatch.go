@@ -1,11 +1,13 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"regexp"
 	"strings"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pipeline"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -31,43 +33,84 @@ type dispatchRequest struct {
 	Inputs map[string]string `json:"inputs"`
 }
 
-// dispatch makes a manual run (workflow_dispatch): the newest snapshot
-// submitted for the ref, run again with the inputs its pipeline declares,
-// in the caller's tier, triggered as dispatch:<user>.
+// dispatch makes a manual run (workflow_dispatch): see Dispatch.
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, u store.User) error {
 	var req dispatchRequest
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	ref := req.Ref
-	if !strings.HasPrefix(ref, "refs/heads/") && !strings.HasPrefix(ref, "refs/tags/") {
-		var err error
-		if ref, err = branchRef(req.Ref); err != nil || ref == "" {
-			return domain.Errorf(domain.EInvalid, "field ref must be a branch (main) or a full ref (refs/heads/main, refs/tags/v1)")
-		}
-	}
-	p, err := s.writableProject(r.Context(), u, r.PathValue("project"))
-	if err != nil {
-		return err
-	}
-	old, err := s.Store.LatestSnapshot(r.Context(), p.ID, ref, p.Secrets)
-	if err != nil {
-		return err
-	}
-	src := domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize}
-	pl, err := s.verifySource(r.Context(), store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: src.BlobDigest}, src)
-	if err != nil {
-		return err
-	}
-	inputs, err := pl.Triggers.DispatchInputs(req.Inputs)
-	if err != nil {
-		return err
-	}
-	run, err := s.Store.CreateRun(r.Context(), store.NewRun{Project: p.Name, By: &u, Untrusted: !p.Secrets,
-		Trigger: "dispatch:" + u.Name, GitSHA: old.GitSHA, GitDirty: old.GitDirty, GitRef: ref, Source: src, Jobs: pl.Jobs,
-		Workflow: pl.WorkflowName(), Concurrency: pl.Concurrency, Inputs: inputs})
+	run, err := s.Dispatch(r.Context(), u, r.PathValue("project"), req.Ref, req.Inputs)
 	if err != nil {
 		return err
 	}
 	return s.writeRun(w, r, u, run.ID, http.StatusCreated)
+}
+
+// manual is what a manual run of a project's ref starts from: the newest
+// snapshot submitted for it in the user's tier, and its pipeline.
+type manual struct {
+	project store.Project
+	ref     string
+	old     store.Run
+	source  domain.Source
+	pl      *pipeline.Pipeline
+}
+
+// manualRun finds and verifies what a manual run of ref would run.
+func (s *Server) manualRun(ctx context.Context, u store.User, project, ref string) (*manual, error) {
+	if !strings.HasPrefix(ref, "refs/heads/") && !strings.HasPrefix(ref, "refs/tags/") {
+		full, err := branchRef(ref)
+		if err != nil || full == "" {
+			return nil, domain.Errorf(domain.EInvalid, "field ref must be a branch (main) or a full ref (refs/heads/main, refs/tags/v1)")
+		}
+		ref = full
+	}
+	p, err := s.writableProject(ctx, u, project)
+	if err != nil {
+		return nil, err
+	}
+	old, err := s.Store.LatestSnapshot(ctx, p.ID, ref, p.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	src := domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize}
+	pl, err := s.verifySource(ctx, store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: src.BlobDigest}, src)
+	if err != nil {
+		return nil, err
+	}
+	return &manual{project: p, ref: ref, old: old, source: src, pl: pl}, nil
+}
+
+// DispatchInputs are the inputs a manual run of the project's ref takes
+// (its newest snapshot's on.workflow_dispatch), for a form to ask for;
+// an error when it cannot be run by hand.
+func (s *Server) DispatchInputs(ctx context.Context, u store.User, project, ref string) ([]pipeline.Input, error) {
+	m, err := s.manualRun(ctx, u, project, ref)
+	if err != nil {
+		return nil, err
+	}
+	if t := m.pl.Triggers; t != nil {
+		if t.Dispatch == nil {
+			return nil, domain.Errorf(domain.EInvalid, "the pipeline's on: has no workflow_dispatch: it is not run by hand")
+		}
+		return t.Dispatch.Inputs, nil
+	}
+	return nil, nil
+}
+
+// Dispatch makes a manual run (workflow_dispatch): the newest snapshot
+// submitted for the ref, run again with the inputs its pipeline declares
+// (checked and typed), in the caller's tier, triggered as dispatch:<user>.
+func (s *Server) Dispatch(ctx context.Context, u store.User, project, ref string, given map[string]string) (store.Run, error) {
+	m, err := s.manualRun(ctx, u, project, ref)
+	if err != nil {
+		return store.Run{}, err
+	}
+	inputs, err := m.pl.Triggers.DispatchInputs(given)
+	if err != nil {
+		return store.Run{}, err
+	}
+	return s.Store.CreateRun(ctx, store.NewRun{Project: m.project.Name, By: &u, Untrusted: !m.project.Secrets,
+		Trigger: "dispatch:" + u.Name, GitSHA: m.old.GitSHA, GitDirty: m.old.GitDirty, GitRef: m.ref, Source: m.source,
+		Jobs: m.pl.Jobs, Workflow: m.pl.WorkflowName(), Concurrency: m.pl.Concurrency, Inputs: inputs})
 }

@@ -102,6 +102,10 @@ func tenancyCases() []tenancyCase {
 		{"GET /projects", "/projects", needList, noBody, 200, projectName},
 		{"POST /projects", "/projects", needGlobal, form("name=new%2Fproj"), 303, nil},
 		{"GET /projects/{project}", "/projects/{project}", needRead, noBody, 200, nil},
+		// A GitHub project's manual runs are not supported yet (409); a
+		// writer gets that far (TestDashboardDispatch runs one).
+		{"GET /projects/{project}/run", "/projects/{project}/run", needWrite, noBody, 409, nil},
+		{"POST /projects/{project}/run", "/projects/{project}/run", needWrite, form("ref=main"), 409, nil},
 		{"POST /projects/{project}/members", "/projects/{project}/members", needAdmin, form("user=nina&role=read"), 303, nil},
 		{"POST /projects/{project}/members/{user_id}/remove", "/projects/{project}/members/{reader}/remove", needAdmin, form(""), 303, nil},
 		{"GET /runners", "/runners", needGlobal, noBody, 200, nil},

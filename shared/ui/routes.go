@@ -9,7 +9,7 @@ import (
 // The dashboard's routes join the routes table of package api (and so
 // template.yaml's UiFunction) when this package is imported.
 func init() {
-	ui := func(s *api.Server) *UI { return &UI{Store: s.Store, Log: s.Log} }
+	ui := func(s *api.Server) *UI { return &UI{Store: s.Store, Log: s.Log, Runs: s} }
 	// anyUser pages are authorised by the store against the project of
 	// what they show or change; adminOnly pages need a global admin.
 	const anyUser, adminOnly = false, true
@@ -39,6 +39,8 @@ func init() {
 		route("GET", "/projects", page(anyUser, Projects)),
 		route("POST", "/projects", page(adminOnly, CreateProject)),
 		route("GET", "/projects/{project}", page(anyUser, Project)),
+		route("GET", "/projects/{project}/run", page(anyUser, DispatchForm)),
+		route("POST", "/projects/{project}/run", page(anyUser, DispatchRun)),
 		route("POST", "/projects/{project}/members", page(anyUser, SetMember)),
 		route("POST", "/projects/{project}/members/{user_id}/remove", page(anyUser, RemoveMember)),
 		route("GET", "/runners", page(adminOnly, Runners)),

@@ -1,0 +1,71 @@
+package ui
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+
+	"github.com/forgeci/forgeci/shared/pipeline"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// Dispatcher makes manual runs (package api's Server): the inputs a ref's
+// pipeline asks for, and the run.
+type Dispatcher interface {
+	DispatchInputs(ctx context.Context, u store.User, project, ref string) ([]pipeline.Input, error)
+	Dispatch(ctx context.Context, u store.User, project, ref string, inputs map[string]string) (store.Run, error)
+}
+
+type dispatchPage struct {
+	page
+	Project store.Project
+	Ref     string
+	Inputs  []pipeline.Input
+}
+
+// DispatchForm asks for a manual run of a project's ref: a field for each
+// input its newest snapshot's pipeline declares, typed.
+func DispatchForm(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	p, err := u.Store.GetProject(r.Context(), user, r.PathValue("project"))
+	if err != nil {
+		return err
+	}
+	ref := r.URL.Query().Get("ref")
+	if ref == "" {
+		ref = p.DefaultBranch
+	}
+	inputs, err := u.Runs.DispatchInputs(r.Context(), user, p.ID, ref)
+	if err != nil {
+		return err
+	}
+	u.render(w, http.StatusOK, "dispatch", dispatchPage{page: page{Title: "Run " + p.Name, User: user}, Project: p, Ref: ref, Inputs: inputs})
+	return nil
+}
+
+// DispatchRun starts the manual run the form asked for and opens it.
+func DispatchRun(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		return err
+	}
+	project, ref := r.PathValue("project"), r.PostForm.Get("ref")
+	inputs := map[string]string{}
+	for key, vals := range r.PostForm {
+		if name, ok := cutPrefix(key, "input."); ok && len(vals) > 0 {
+			inputs[name] = vals[len(vals)-1]
+		}
+	}
+	run, err := u.Runs.Dispatch(r.Context(), user, project, ref, inputs)
+	if err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/runs/"+url.PathEscape(run.ID), http.StatusSeeOther)
+	return nil
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):], true
+	}
+	return "", false
+}
