@@ -39,10 +39,13 @@ WITH r AS (UPDATE runs SET concurrency_waiting = true WHERE id = $1)
 UPDATE jobs SET reason = $2 WHERE run_id = $1 AND state = 'PENDING' AND reason IS NULL`
 
 // cancelRunWhySQL cancels the waiting jobs of run $1 with reason $2; all
-// ($3) or all but those whose condition survives a cancel.
+// ($3) or all but those whose condition survives a cancel (all the same
+// when the run has not started: it waits for approval or its group).
 const cancelRunWhySQL = `
 UPDATE jobs SET state = 'CANCELED', reason = $2, finished_at = now()
-WHERE run_id = $1 AND state IN ('PENDING', 'QUEUED') AND ($3 OR NOT survives_cancel)`
+WHERE run_id = $1 AND state IN ('PENDING', 'QUEUED')
+  AND ($3 OR NOT survives_cancel OR EXISTS (SELECT 1 FROM runs r WHERE r.id = $1
+                                            AND (r.approval = 'pending' OR r.concurrency_waiting)))`
 
 // groupNextSQL locks the run waiting in group $2 of project $1, when no
 // run of the group is open but waiting ones.
@@ -86,6 +89,12 @@ func groupOf(run *Run, c *domain.Concurrency) error {
 	if g = strings.ToLower(strings.TrimSpace(g)); g == "" || len(g) > 400 {
 		return domain.Errorf(domain.EInvalid, "concurrency.group is %q here: a group is 1 to 400 characters", g)
 	}
+	if !run.Trusted {
+		// An untrusted run (a fork's pull request) names its group from a
+		// pipeline its author wrote: it must never cancel, supersede or
+		// hold up a trusted run.
+		g = "untrusted:" + g
+	}
 	run.ConcurrencyGroup, run.ConcurrencyCancel = g, c.CancelInProgress
 	return nil
 }
@@ -121,9 +130,12 @@ func joinGroup(ctx context.Context, tx pgx.Tx, run *Run, c *domain.Concurrency) 
 		switch {
 		case o.waiting:
 			err = cancelRunTx(ctx, tx, o.id, fmt.Sprintf("superseded by #%d", run.Number), true)
-		case c.CancelInProgress:
+		case c.CancelInProgress && run.Approval != ApprovalPending:
+			// A run that waits for approval cancels nothing until approved.
 			err = cancelRunTx(ctx, tx, o.id, fmt.Sprintf("canceled by #%d (concurrency group %s)", run.Number, run.ConcurrencyGroup), false)
-			busy = true // until its running jobs have stopped
+			if err == nil {
+				busy, err = stillOpen(ctx, tx, o.id, busy) // until its running jobs have stopped
+			}
 		default:
 			busy = true
 		}
@@ -139,6 +151,15 @@ func joinGroup(ctx context.Context, tx pgx.Tx, run *Run, c *domain.Concurrency) 
 		return fmt.Errorf("wait for concurrency group: %w", err)
 	}
 	return nil
+}
+
+// stillOpen is busy, or whether run runID is still open.
+func stillOpen(ctx context.Context, tx pgx.Tx, runID string, busy bool) (bool, error) {
+	var state string
+	if err := tx.QueryRow(ctx, `SELECT state FROM runs WHERE id = $1`, runID).Scan(&state); err != nil {
+		return false, fmt.Errorf("run %s: %w", runID, err)
+	}
+	return busy || !IsTerminalRun(state), nil
 }
 
 // cancelRunTx cancels run runID as Cancel does, in tx, saying why: its

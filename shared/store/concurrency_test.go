@@ -146,3 +146,84 @@ func TestConcurrencyReleasedBySweeper(t *testing.T) {
 		t.Fatalf("second after a sweep: %+v %v", got, states(t, s, second.ID))
 	}
 }
+
+// forkRun makes an untrusted run of the pipeline for actor, as a fork's
+// pull request.
+func forkRun(t *testing.T, s *store.Store, actor, file string) store.Run {
+	t.Helper()
+	pl, err := pipeline.Parse("f.yml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: "refs/pull/9/head", Untrusted: true,
+		Actor: actor, Trigger: "github:pull_request #9 from fork evil/x", Jobs: pl.Jobs, Concurrency: pl.Concurrency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// TestConcurrencyTiers: an untrusted run's group is its own (a fork names
+// it in a pipeline its author wrote): it never cancels, supersedes or
+// holds up a trusted run, whatever it names.
+func TestConcurrencyTiers(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
+	r := newRunner(t, s)
+	trusted := "concurrency: deploy-prod\njobs:\n  a: {steps: [{run: deploy}]}\n"
+	first := groupRun(t, s, "refs/heads/main", trusted)
+	l := claimAll(t, s, r)["a"].Lease
+	waiting := groupRun(t, s, "refs/heads/main", trusted)
+	fork := forkRun(t, s, "github:666", "concurrency: {group: DEPLOY-PROD, cancel-in-progress: true}\njobs:\n  a: {steps: [{run: x}]}\n")
+	if _, cancel, err := s.Heartbeat(ctx, r.ID, l.JobID, l); err != nil || cancel {
+		t.Fatalf("the trusted run's job was asked to stop by a fork's run: %v %v", cancel, err)
+	}
+	if got := runState(t, s, waiting.ID); got.State != domain.RunPending || !got.ConcurrencyWaiting {
+		t.Fatalf("the trusted waiting run after the fork's: %+v", got)
+	}
+	if got := runState(t, s, fork.ID); got.ConcurrencyGroup != "untrusted:deploy-prod" || got.ConcurrencyWaiting {
+		t.Fatalf("the fork's run: %+v", got)
+	}
+	if _, err := s.Complete(ctx, r.ID, l.JobID, l, domain.OutcomePassed, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := runState(t, s, waiting.ID); got.ConcurrencyWaiting || runState(t, s, first.ID).State != domain.RunPassed {
+		t.Fatalf("the trusted waiting run was not released: %+v", got)
+	}
+}
+
+// TestConcurrencyCancelEndsAtOnce: cancel-in-progress of a run that has
+// nothing running (waiting for approval, with an always() job) ends it in
+// the new run's transaction, and the new run does not wait for it; a
+// run waiting in its group that a user cancels ends, always() jobs too.
+func TestConcurrencyCancelEndsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	pgtest.Project(t, s, "p")
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO approved_actors (project_id, actor, approved_by, run_id)
+		SELECT id, 'github:777', 'root', NULL FROM projects WHERE name = 'p'`); err != nil {
+		t.Fatal(err)
+	}
+	file := "concurrency: {group: g, cancel-in-progress: true}\njobs:\n  a: {steps: [{run: x}]}\n  b: {needs: a, if: always(), steps: [{run: x}]}\n"
+	pending := forkRun(t, s, "github:666", file)
+	approved := forkRun(t, s, "github:777", file)
+	if got := runState(t, s, pending.ID); got.State != domain.RunCanceled {
+		t.Fatalf("the run awaiting approval: %s %v", got.State, states(t, s, pending.ID))
+	}
+	if got := runState(t, s, approved.ID); got.ConcurrencyWaiting {
+		t.Fatalf("the new run waits for a run that has ended: %+v", got)
+	}
+
+	r := newRunner(t, s)
+	plain := "concurrency: h\njobs:\n  a: {steps: [{run: x}]}\n  b: {needs: a, if: always(), steps: [{run: x}]}\n"
+	groupRun(t, s, "refs/heads/main", plain)
+	claimAll(t, s, r)
+	second := groupRun(t, s, "refs/heads/main", plain)
+	if _, _, err := s.Cancel(ctx, pgtest.Admin(t, s, "root"), second.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := runState(t, s, second.ID); got.State != domain.RunCanceled {
+		t.Fatalf("a canceled waiting run: %s %v", got.State, states(t, s, second.ID))
+	}
+}

@@ -62,8 +62,9 @@ func (s *Store) Cancel(ctx context.Context, u User, runID, jobID string) (cancel
 		return advanceRun(ctx, tx, runID)
 	})
 	if err == nil {
-		// A run that ended here lets its group's waiting run go on.
-		err = s.releaseGroup(ctx, runID)
+		// A run that ended here lets its group's waiting run go on; the
+		// cancel stands whatever happens here (the sweeper releases it).
+		_ = s.releaseGroup(ctx, runID)
 	}
 	return canceled, asked, err
 }
@@ -84,7 +85,7 @@ func (s *Store) Approve(ctx context.Context, u User, runID string) (Run, error) 
 func (s *Store) Reject(ctx context.Context, u User, runID string) (Run, error) {
 	run, err := s.decide(ctx, u, runID, ApprovalRejected)
 	if err == nil {
-		err = s.releaseGroup(ctx, runID)
+		_ = s.releaseGroup(ctx, runID) // as Cancel
 	}
 	return run, err
 }

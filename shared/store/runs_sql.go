@@ -154,13 +154,13 @@ ORDER BY id FOR UPDATE`
 // cancelWaitingSQL cancels the jobs of run $1 (or job $2) not yet running;
 // a run's cancel leaves those whose condition calls always() or
 // cancelled() to it (they run after the canceled jobs, as GitHub's),
-// unless the run still waits for approval: then nothing has run, and
-// nothing may.
+// unless the run still waits for approval or for its concurrency group:
+// then nothing has run, and nothing may.
 const cancelWaitingSQL = `
 UPDATE jobs SET state = 'CANCELED', reason = 'canceled', finished_at = now()
 WHERE run_id = $1 AND ($2 = '' OR id = $2) AND state IN ('PENDING', 'QUEUED')
   AND ($2 <> '' OR NOT survives_cancel
-       OR EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND r.approval = 'pending'))`
+       OR EXISTS (SELECT 1 FROM runs r WHERE r.id = $1 AND (r.approval = 'pending' OR r.concurrency_waiting)))`
 
 // askCancelSQL asks the runners of the running jobs of run $1 (or job $2)
 // to stop: they hear it on their next heartbeat.
