@@ -23,9 +23,25 @@ type pattern struct {
 	text   string
 }
 
-// compileFilter compiles patterns, or says what is wrong with one.
+// classRE is what a [class] may hold: letters, digits, . and _, and
+// ranges of them (never ^, which would make it match /).
+var classRE = regexp.MustCompile(`^[A-Za-z0-9._]([A-Za-z0-9._-]*[A-Za-z0-9._])?$`)
+
+// compileFilter compiles patterns, or says what is wrong with one; a
+// filter needs a pattern, and one that is not a ! pattern (which alone
+// would match nothing).
 func compileFilter(patterns []string) (filter, error) {
 	var f filter
+	if len(patterns) == 0 {
+		return f, fmt.Errorf("a filter needs at least one pattern")
+	}
+	positive := false
+	for _, p := range patterns {
+		positive = positive || !strings.HasPrefix(p, "!")
+	}
+	if !positive {
+		return f, fmt.Errorf("a filter of ! patterns only matches nothing: add what to take first (for example '**')")
+	}
 	for _, p := range patterns {
 		neg := strings.HasPrefix(p, "!")
 		re, err := globRegexp(strings.TrimPrefix(p, "!"))
@@ -59,11 +75,13 @@ func globRegexp(p string) (*regexp.Regexp, error) {
 	}
 	var b strings.Builder
 	b.WriteString("^")
+	repeatable := false // the last piece was one character or a class: ? and + may follow
 	for i := 0; i < len(p); i++ {
-		switch c := p[i]; c {
+		c := p[i]
+		switch c {
 		case '*':
 			switch {
-			case strings.HasPrefix(p[i:], "**/"):
+			case strings.HasPrefix(p[i:], "**/") && (i == 0 || p[i-1] == '/'):
 				// Zero or more directories: **/README.md is README.md too.
 				b.WriteString("(?:.*/)?")
 				i += 2
@@ -74,7 +92,7 @@ func globRegexp(p string) (*regexp.Regexp, error) {
 				b.WriteString("[^/]*")
 			}
 		case '?', '+':
-			if i == 0 || p[i-1] == '*' || p[i-1] == '?' || p[i-1] == '+' {
+			if !repeatable {
 				return nil, fmt.Errorf("%c must follow a character or a [class]", c)
 			}
 			b.WriteByte(c)
@@ -84,8 +102,8 @@ func globRegexp(p string) (*regexp.Regexp, error) {
 				return nil, fmt.Errorf("[ without a class and a ]")
 			}
 			class := p[i+1 : i+end]
-			if strings.ContainsAny(class, "[\\") {
-				return nil, fmt.Errorf("a [class] holds letters, digits and ranges")
+			if !classRE.MatchString(class) {
+				return nil, fmt.Errorf("a [class] holds letters, digits, . _ and ranges such as a-z")
 			}
 			b.WriteString("[" + class + "]")
 			i += end
@@ -98,6 +116,7 @@ func globRegexp(p string) (*regexp.Regexp, error) {
 		default:
 			b.WriteString(regexp.QuoteMeta(p[i : i+1]))
 		}
+		repeatable = c != '*' && c != '?' && c != '+'
 	}
 	b.WriteString("$")
 	return regexp.Compile(b.String())

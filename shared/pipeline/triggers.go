@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -133,7 +134,9 @@ func (p *parseState) pullRequestTrigger(v ast.Node, path string) *PullRequestTri
 		"paths":           p.refFilter(&t.paths, false),
 		"paths-ignore":    p.refFilter(&t.paths, true),
 		"types": func(v ast.Node, kp string) {
-			t.types = p.strList(v, kp)
+			if t.types = p.strList(v, kp); len(t.types) == 0 {
+				p.errorf(v, kp, "types needs at least one activity")
+			}
 			for _, ty := range t.types {
 				if !contains(PullRequestTypes, ty) {
 					p.errorf(v, kp, "unknown pull request activity %q (expected one of %s)", ty, strings.Join(PullRequestTypes, ", "))
@@ -220,6 +223,11 @@ func (t *Triggers) RunsOnPullRequest(action, baseRef string, changed func() ([]s
 	return pathsMatch(pt.paths, "on.pull_request", changed)
 }
 
+// ErrPathsUnknown is what a changed-paths function returns when the paths
+// cannot be known (a force push, histories with nothing in common): then a
+// paths filter takes the delivery, as GitHub's does.
+var ErrPathsUnknown = errors.New("the changed paths cannot be known")
+
 // pathsMatch applies a paths filter: paths runs when a changed path is in
 // it; paths-ignore runs unless every changed path is in it.
 func pathsMatch(r refFilter, where string, changed func() ([]string, error)) (bool, string, error) {
@@ -227,6 +235,9 @@ func pathsMatch(r refFilter, where string, changed func() ([]string, error)) (bo
 		return true, "", nil
 	}
 	files, err := changed()
+	if errors.Is(err, ErrPathsUnknown) {
+		return true, "", nil
+	}
 	if err != nil {
 		return false, "", fmt.Errorf("changed paths for %s: %w", where, err)
 	}
@@ -236,7 +247,7 @@ func pathsMatch(r refFilter, where string, changed func() ([]string, error)) (bo
 		}
 	}
 	if r.ignore {
-		return false, fmt.Sprintf("every changed path (%d) is in %s's paths-ignore", len(files), where), nil
+		return false, fmt.Sprintf("no changed path (of %d) is outside %s's paths-ignore", len(files), where), nil
 	}
 	return false, fmt.Sprintf("no changed path (of %d) is in %s's paths", len(files), where), nil
 }

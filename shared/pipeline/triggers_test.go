@@ -52,6 +52,9 @@ func TestFilterPatterns(t *testing.T) {
 		{"**/migrate-*.sql", []string{"migrate-10909.sql", "db/migrate-v1.0.sql", "db/sept/migrate-v1.sql"}, []string{"migrate.sql"}},
 		{`\*x`, []string{"*x"}, []string{"ax"}},
 		{"fix/ü*", []string{"fix/über", "fix/ü"}, []string{"fix/u"}}, // each byte of a character as it is
+		{`a\*+`, []string{"a*", "a**"}, []string{"a", "ab"}},
+		{"a**/b", []string{"a/b", "ax/y/b"}, []string{"ab"}},
+		{"v[0-9_]", []string{"v1", "v_"}, []string{"v/", "va"}},
 	} {
 		tr := triggersOf(t, "on: {push: {branches: ['"+tc.pattern+"']}}")
 		for _, name := range tc.match {
@@ -156,6 +159,10 @@ func TestPullRequestTriggers(t *testing.T) {
 		"{push: {branches: ['a[']}}":                    `pattern "a["`,
 		"{push: {branches: ['*+']}}":                    "must follow a character",
 		"release":                                       `event "release" is not supported`,
+		"{push: {branches: ['!main']}}":                 "a filter of ! patterns only matches nothing",
+		"{push: {branches: []}}":                        "a filter needs at least one pattern",
+		"{pull_request: {types: []}}":                   "types needs at least one activity",
+		"{push: {branches: ['x[^a]y']}}":                "a [class] holds letters, digits",
 	})
 }
 

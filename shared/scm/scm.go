@@ -247,16 +247,19 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		return nil, "", "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
 	}
 	nr.GitSHA = sha
+	// The pipeline file alone first: a delivery no trigger takes costs no
+	// download of the tree.
+	if pl, ok := pipelineAt(ctx, gh, owner, name, sha); ok {
+		if note, err := w.untriggered(ctx, gh, owner, name, ev, nr.BaseRef, pl); note != "" || err != nil {
+			return nil, note, sha, err
+		}
+	}
 	src, err := w.snapshotCommit(ctx, gh, owner, name, sha, store.BlobRef{ProjectID: repo.ProjectID, Trusted: !nr.Untrusted})
 	if err != nil {
 		return nil, "", sha, err
 	}
-	ok, why, err := w.triggered(ctx, gh, owner, name, ev, nr.BaseRef, src.Pipeline)
-	if err != nil {
-		return nil, "", sha, err
-	}
-	if !ok {
-		return nil, "no trigger in " + pipeline.FileName + " takes it: " + why, sha, nil
+	if note, err := w.untriggered(ctx, gh, owner, name, ev, nr.BaseRef, src.Pipeline); note != "" || err != nil {
+		return nil, note, sha, err
 	}
 	nr.Source, nr.Jobs = src.Source, src.Pipeline.Jobs
 	nr.Workflow, nr.Concurrency = src.Pipeline.WorkflowName(), src.Pipeline.Concurrency

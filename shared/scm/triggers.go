@@ -3,6 +3,7 @@ package scm
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/google/go-github/v62/github"
@@ -33,11 +34,27 @@ func (w *Worker) triggered(ctx context.Context, gh *github.Client, owner, name s
 	return false, "", fmt.Errorf("no trigger for %T", ev)
 }
 
+// untriggered is why no trigger of pl takes the delivery ("" when one
+// does).
+func (w *Worker) untriggered(ctx context.Context, gh *github.Client, owner, name string, ev any, baseRef string,
+	pl *pipeline.Pipeline) (string, error) {
+	ok, why, err := w.triggered(ctx, gh, owner, name, ev, baseRef, pl)
+	if err != nil || ok {
+		return "", err
+	}
+	return "no trigger in " + pipeline.FileName + " takes it: " + why, nil
+}
+
 // pushChanges are the paths a push changed: from the payload's commits
 // when it lists them all, else from GitHub's comparison of the two
 // commits (of the default branch and the pushed commit, for a new
 // branch).
 func pushChanges(ctx context.Context, gh *github.Client, owner, name string, e *github.PushEvent) ([]string, error) {
+	if e.GetForced() {
+		// The commits a force push dropped changed paths too, which
+		// neither the payload nor a comparison lists: GitHub runs.
+		return nil, pipeline.ErrPathsUnknown
+	}
 	commits := e.Commits
 	if e.GetBefore() != zeroSHA && len(commits) > 0 && len(commits) < maxPushPayloadCommits {
 		var out []string
@@ -53,7 +70,11 @@ func pushChanges(ctx context.Context, gh *github.Client, owner, name string, e *
 	if base == zeroSHA || base == "" {
 		base = e.GetRepo().GetDefaultBranch()
 	}
-	cmp, _, err := gh.Repositories.CompareCommits(ctx, owner, name, base, e.GetAfter(), nil)
+	cmp, resp, err := gh.Repositories.CompareCommits(ctx, owner, name, base, e.GetAfter(), nil)
+	if err != nil && resp != nil && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnprocessableEntity) {
+		// No comparison (histories with nothing in common): GitHub runs.
+		return nil, pipeline.ErrPathsUnknown
+	}
 	if err != nil {
 		return nil, fmt.Errorf("compare %s...%s: %w", base, e.GetAfter(), err)
 	}
@@ -82,4 +103,25 @@ func pullChanges(ctx context.Context, gh *github.Client, owner, name string, num
 		opts.Page = resp.NextPage
 	}
 	return out, nil
+}
+
+// pipelineAt reads the pipeline file of commit sha alone, through the
+// contents API, so that a delivery no trigger takes costs no download of
+// the tree. Any failure here says "not known": the caller snapshots the
+// tree and reads the file there, with its own errors.
+func pipelineAt(ctx context.Context, gh *github.Client, owner, name, sha string) (*pipeline.Pipeline, bool) {
+	f, _, _, err := gh.Repositories.GetContents(ctx, owner, name, pipeline.FileName, &github.RepositoryContentGetOptions{Ref: sha})
+	if err != nil || f == nil {
+		return nil, false
+	}
+	text, err := f.GetContent() // decodes GitHub's base64
+	if err != nil || len(text) > pipeline.MaxFileBytes {
+		return nil, false
+	}
+	content := []byte(text)
+	pl, err := pipeline.Parse(pipeline.FileName, content)
+	if err != nil {
+		return nil, false
+	}
+	return pl, true
 }

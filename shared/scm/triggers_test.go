@@ -28,12 +28,16 @@ jobs:
 // push is a push payload for ref from before to after whose commits
 // changed modified (nil: the payload lists no commits).
 func push(ref, before, after string, modified []string) []byte {
+	return pushForced(ref, before, after, modified, false)
+}
+
+func pushForced(ref, before, after string, modified []string, forced bool) []byte {
 	var commits []any
 	if modified != nil {
 		commits = []any{map[string]any{"id": after, "modified": modified, "added": []string{}, "removed": []string{}}}
 	}
 	b, _ := json.Marshal(map[string]any{
-		"ref": ref, "before": before, "after": after, "deleted": false, "commits": commits,
+		"ref": ref, "before": before, "after": after, "deleted": false, "forced": forced, "commits": commits,
 		"pusher": map[string]any{"name": "octo"}, "sender": map[string]any{"id": 31, "login": "octo"},
 		"repository": map[string]any{"id": repoID, "full_name": repoName, "name": "hello", "default_branch": "main",
 			"owner": map[string]any{"login": "octo"}},
@@ -78,7 +82,9 @@ func TestTriggersChooseDeliveries(t *testing.T) {
 		{"push", push("refs/heads/main", before, sha, []string{"docs/readme.md"}), false, "no changed path (of 1) is in on.push's paths"},
 		{"push", push("refs/heads/main", before, sha, []string{"docs/readme.md", "src/main.go"}), true, ""},
 		{"push", push("refs/heads/main", zero, sha, nil), true, ""}, // a new branch: compared with the default branch
-		{"pull_request", prEvent("opened", sha, 7), false, "every changed path (2) is in on.pull_request's paths-ignore"},
+		// A force push dropped commits whose paths nobody lists: it runs.
+		{"push", pushForced("refs/heads/main", before, sha, []string{"docs/readme.md"}, true), true, ""},
+		{"pull_request", prEvent("opened", sha, 7), false, "no changed path (of 2) is outside on.pull_request's paths-ignore"},
 		{"pull_request", prEvent("labeled", sha, 8), false, "pull request labeled is not in on.pull_request's types"},
 		{"pull_request", prEvent("synchronize", sha, 8), true, ""}, // the files route, paged past 100
 		{"pull_request", prEvent("merged", sha, 8), false, "pull request merged"},
@@ -101,6 +107,11 @@ func TestTriggersChooseDeliveries(t *testing.T) {
 		if !st.run && !strings.Contains(note, st.why) {
 			t.Errorf("step %d: note %q, want %q", i, note, st.why)
 		}
+	}
+	// The pipeline file was read alone first: only the deliveries that
+	// made a run downloaded the tree.
+	if n := e.gh.CountCalls("GET", "/repos/"+repoName+"/tarball"); n != 4 {
+		t.Errorf("%d tarball downloads for 4 runs", n)
 	}
 }
 

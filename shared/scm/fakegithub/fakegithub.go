@@ -93,6 +93,7 @@ func New(t testing.TB) *GitHub {
 	mux.HandleFunc("GET /repos/{owner}/{repo}/pulls/{number}", g.getPull)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/pulls/{number}/files", g.pullFiles)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/compare/{basehead}", g.compare)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/contents/{path...}", g.contents)
 	g.Server = httptest.NewServer(g.faults(mux))
 	t.Cleanup(g.Server.Close)
 	return g

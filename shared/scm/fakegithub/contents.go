@@ -1,0 +1,47 @@
+package fakegithub
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// contents serves a file of a commit whose tarball the fake holds, at
+// GET /repos/{owner}/{repo}/contents/{path}?ref=SHA, as GitHub's contents
+// API does (base64).
+func (g *GitHub) contents(w http.ResponseWriter, r *http.Request) {
+	if !g.authorized(w, r) {
+		return
+	}
+	g.mu.Lock()
+	data, ok := g.tarballs[fullName(r)+"@"+r.URL.Query().Get("ref")]
+	g.mu.Unlock()
+	if !ok {
+		fail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	want := r.PathValue("path")
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		fail(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			fail(w, http.StatusNotFound, "Not Found")
+			return
+		}
+		if _, rest, ok := strings.Cut(h.Name, "/"); ok && rest == want && h.Typeflag == tar.TypeReg {
+			body, _ := io.ReadAll(tr)
+			writeJSON(w, http.StatusOK, map[string]any{"type": "file", "encoding": "base64", "name": want, "path": want,
+				"size": len(body), "content": base64.StdEncoding.EncodeToString(body)})
+			return
+		}
+	}
+}
