@@ -169,6 +169,11 @@ func sweepLoop(ctx context.Context, st *store.Store, every time.Duration, log *s
 		} else if res.Aborted+res.Requeued > 0 {
 			log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued)
 		}
+		if fired, err := st.FireSchedules(ctx); err != nil && ctx.Err() == nil {
+			log.Error("schedules", "err", err)
+		} else if fired.Fired+fired.Skipped > 0 {
+			log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped)
+		}
 	}
 }
 

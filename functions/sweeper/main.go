@@ -1,9 +1,11 @@
 // Command sweeper is the scheduled ForgeCI function that ends expired
-// leases (store.Sweep). EventBridge invokes it every minute. Wiring only.
+// leases (store.Sweep) and fires the pipelines' schedules
+// (store.FireSchedules). EventBridge invokes it every minute. Wiring only.
 package main
 
 import (
 	"context"
+	"errors"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
 )
@@ -13,6 +15,8 @@ func main() {
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
 		res, err := srv.Store.Sweep(ctx)
 		srv.Log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued, "err", err)
-		return err
+		fired, ferr := srv.Store.FireSchedules(ctx)
+		srv.Log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped, "err", ferr)
+		return errors.Join(err, ferr)
 	})
 }

@@ -162,7 +162,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	}
 	run, err := s.Store.CreateRun(r.Context(), store.NewRun{Project: p.Name, By: &u, Untrusted: !p.Secrets,
 		GitSHA: req.GitSHA, GitRef: ref, GitDirty: req.GitDirty, Source: req.Source, Jobs: pl.Jobs,
-		Workflow: pl.WorkflowName(), Concurrency: pl.Concurrency})
+		Workflow: pl.WorkflowName(), Concurrency: pl.Concurrency, Schedules: pl.Schedules()})
 	if err != nil {
 		return err
 	}

@@ -89,3 +89,11 @@ func NeedCycles(names []string, needs func(i int) []string) []NeedCycle {
 	}
 	return found
 }
+
+// Schedule is one of a pipeline's on.schedule entries: a five-field cron
+// in UTC, and what to do with a slot missed while the control plane was
+// down (run-once or skip).
+type Schedule struct {
+	Cron   string `json:"cron"`
+	Missed string `json:"missed"`
+}

@@ -91,6 +91,14 @@ type Pipeline struct {
 	Concurrency *domain.Concurrency
 }
 
+// Schedules are the pipeline's on.schedule entries (none without them).
+func (pl *Pipeline) Schedules() []domain.Schedule {
+	if pl.Triggers == nil || pl.Triggers.Schedules == nil {
+		return []domain.Schedule{}
+	}
+	return pl.Triggers.Schedules
+}
+
 // WorkflowName is github.workflow: the pipeline's name, or its file's.
 func (pl *Pipeline) WorkflowName() string {
 	if pl.Name != "" {

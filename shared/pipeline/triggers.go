@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
+
+	"github.com/forgeci/forgeci/shared/domain"
 )
 
 // Triggers are a pipeline's on:, as GitHub's: which GitHub deliveries
@@ -18,6 +20,8 @@ type Triggers struct {
 	// Dispatch is on.workflow_dispatch (nil: the pipeline is not run by
 	// hand).
 	Dispatch *Dispatch
+	// Schedules are on.schedule.
+	Schedules []domain.Schedule
 }
 
 // PushTrigger is on.push.
@@ -92,8 +96,14 @@ func (p *parseState) triggers(n ast.Node, path string) *Triggers {
 			t.PullRequest = p.pullRequestTrigger(v, ep)
 		case "workflow_dispatch":
 			t.Dispatch = p.dispatchTrigger(v, ep)
+		case "schedule":
+			if v == nil {
+				p.errorf(at, ep, "schedule needs its entries: schedule: [{cron: '0 3 * * *'}]")
+			} else {
+				t.Schedules = p.schedules(v, ep)
+			}
 		default:
-			p.errorf(at, ep, "event %q is not supported (ForgeCI runs on push, pull_request and workflow_dispatch; forgeci submit runs at once)", event)
+			p.errorf(at, ep, "event %q is not supported (ForgeCI runs on push, pull_request, schedule and workflow_dispatch; forgeci submit runs at once)", event)
 		}
 	}
 	return t

@@ -238,3 +238,27 @@ func TestDispatchInputs(t *testing.T) {
 		"1x: {}": `input name "1x"`,
 	})
 }
+
+// TestSchedules: on.schedule is a list of five-field crons (UTC), each
+// with what to do with a slot missed while ForgeCI was down.
+func TestSchedules(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte("on:\n  schedule:\n    - cron: '30  5 * * 1-5'\n    - {cron: '*/15 * * * *', missed: skip}\njobs:\n  a: {steps: [{run: x}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []domain.Schedule{{Cron: "30 5 * * 1-5", Missed: "run-once"}, {Cron: "*/15 * * * *", Missed: "skip"}}
+	if fmt.Sprint(p.Schedules()) != fmt.Sprint(want) {
+		t.Fatalf("schedules %v", p.Schedules())
+	}
+	if p2, _ := pipeline.Parse("f.yml", []byte("jobs:\n  a: {steps: [{run: x}]}\n")); p2.Schedules() == nil || len(p2.Schedules()) != 0 {
+		t.Fatalf("a pipeline without schedules: %v", p2.Schedules())
+	}
+	refuses(t, "on:\n  schedule: %s\njobs:\n  a: {steps: [{run: x}]}\n", map[string]string{
+		"[{cron: '@daily'}]":                         "is five fields",
+		"[{cron: '61 * * * *'}]":                     `cron "61 * * * *"`,
+		"[{cron: '0 3 * * *', missed: later}]":       "missed is run-once",
+		"[{cron: '0 3 * * *'}, {cron: '0 3 * * *'}]": "is listed twice",
+		"[{missed: skip}]":                           "cron is required",
+		"[]":                                         "schedule holds 1 to 20 entries",
+	})
+}

@@ -62,6 +62,10 @@ type NewRun struct {
 	Concurrency *domain.Concurrency
 	// Inputs are a manual run's typed inputs.
 	Inputs map[string]any
+	// Schedules are the pipeline's on.schedule (nil: not known, as for a
+	// retry): a trusted run of the default branch makes them the
+	// project's.
+	Schedules []domain.Schedule
 }
 
 // CheckTarget is where a run's check runs go.
@@ -196,6 +200,9 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := joinGroup(ctx, tx, &run, nr.Concurrency); err != nil {
 		return Run{}, err
 	}
+	if err := setSchedules(ctx, tx, &run, nr.Schedules); err != nil {
+		return Run{}, err
+	}
 	if err := advanceRun(ctx, tx, run.ID); err != nil {
 		return Run{}, err
 	}
@@ -246,63 +253,6 @@ func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, er
 		}
 		return s.createRunTx(ctx, tx, nr)
 	})
-}
-
-// retryOf is the NewRun that repeats a finished run (or one job of it).
-func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, error) {
-	old, err := scanRun(tx.QueryRow(ctx, getRunSQL, runID))
-	if err != nil {
-		return NewRun{}, fmt.Errorf("retry: %w", err)
-	}
-	if !IsTerminalRun(old.State) {
-		return NewRun{}, domain.Errorf(domain.EConflict, "run %s is %s; retry it once it has finished (or cancel it)", runID, old.State)
-	}
-	rows, err := tx.Query(ctx, retryJobsSQL, runID, jobID)
-	if err != nil {
-		return NewRun{}, err
-	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NewJob, error) {
-		var j NewJob
-		var spec []byte
-		if err := row.Scan(&j.Name, &j.Needs, &j.Labels, &spec, &j.TimeoutSeconds, &j.RetryLeaseLost, &j.RetryFailed,
-			&j.Group, &j.If, &j.ContinueOnError, &j.FailFast, &j.MaxParallel, &j.ReadsNeeds); err != nil {
-			return j, err
-		}
-		var cj domain.ClaimedJob
-		if err := json.Unmarshal(spec, &cj); err != nil {
-			return j, fmt.Errorf("job %s spec: %w", j.Name, err)
-		}
-		j.Spec = cj.JobSpec
-		// The old run's needs context is not the new run's.
-		j.Spec.NeedResults = nil
-		return j, nil
-	})
-	if err != nil {
-		return NewRun{}, err
-	}
-	if len(jobs) == 0 {
-		return NewRun{}, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
-	}
-	var group *domain.Concurrency
-	if old.ConcurrencyGroup != "" {
-		group = &domain.Concurrency{Group: domain.Literal(old.ConcurrencyGroup), CancelInProgress: old.ConcurrencyCancel}
-	}
-	nr := NewRun{Project: old.Project, GitSHA: old.GitSHA, GitRef: old.GitRef, GitDirty: old.GitDirty,
-		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group, Inputs: old.Inputs,
-		Source:    domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize},
-		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor,
-		Trigger: fmt.Sprintf("retry of #%d by %s", old.Number, who), Jobs: jobs}
-	if jobID != "" {
-		j := jobs[0]
-		if len(j.Needs) > 0 {
-			// Alone, it would run without the jobs it needs passing first
-			// (a deploy without its tests).
-			return NewRun{}, domain.Errorf(domain.EInvalid, "job %s needs %v; retry the whole run instead", j.Name, j.Needs)
-		}
-		nr.Jobs = []NewJob{j}
-		nr.Trigger = fmt.Sprintf("retry of #%d %s by %s", old.Number, j.Name, who)
-	}
-	return nr, nil
 }
 
 func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
@@ -366,6 +316,8 @@ func runFacts(run *Run) domain.RunFacts {
 		event = "retry"
 	case strings.HasPrefix(run.Trigger, "dispatch:"):
 		event = "workflow_dispatch"
+	case strings.HasPrefix(run.Trigger, "schedule:"):
+		event = "schedule"
 	}
 	name := strings.TrimPrefix(strings.TrimPrefix(run.GitRef, "refs/heads/"), "refs/tags/")
 	return domain.RunFacts{Ref: run.GitRef, RefName: name, SHA: run.GitSHA, EventName: event, Actor: run.Actor,

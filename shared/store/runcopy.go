@@ -1,0 +1,79 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// retryOf is the NewRun that repeats a finished run (or one job of it).
+func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, error) {
+	old, err := scanRun(tx.QueryRow(ctx, getRunSQL, runID))
+	if err != nil {
+		return NewRun{}, fmt.Errorf("retry: %w", err)
+	}
+	if !IsTerminalRun(old.State) {
+		return NewRun{}, domain.Errorf(domain.EConflict, "run %s is %s; retry it once it has finished (or cancel it)", runID, old.State)
+	}
+	nr, err := copyRun(ctx, tx, old, jobID)
+	if err != nil {
+		return NewRun{}, err
+	}
+	nr.Trigger = fmt.Sprintf("retry of #%d by %s", old.Number, who)
+	if jobID != "" {
+		j := nr.Jobs[0]
+		if len(j.Needs) > 0 {
+			// Alone, it would run without the jobs it needs passing first
+			// (a deploy without its tests).
+			return NewRun{}, domain.Errorf(domain.EInvalid, "job %s needs %v; retry the whole run instead", j.Name, j.Needs)
+		}
+		nr.Trigger = fmt.Sprintf("retry of #%d %s by %s", old.Number, j.Name, who)
+	}
+	return nr, nil
+}
+
+// copyRun is a NewRun of old's jobs (or only jobID) on its source, in its
+// tier and cache scope, with its facts and concurrency group; the caller
+// says its trigger.
+func copyRun(ctx context.Context, tx pgx.Tx, old Run, jobID string) (NewRun, error) {
+	rows, err := tx.Query(ctx, retryJobsSQL, old.ID, jobID)
+	if err != nil {
+		return NewRun{}, err
+	}
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NewJob, error) {
+		var j NewJob
+		var spec []byte
+		if err := row.Scan(&j.Name, &j.Needs, &j.Labels, &spec, &j.TimeoutSeconds, &j.RetryLeaseLost, &j.RetryFailed,
+			&j.Group, &j.If, &j.ContinueOnError, &j.FailFast, &j.MaxParallel, &j.ReadsNeeds); err != nil {
+			return j, err
+		}
+		var cj domain.ClaimedJob
+		if err := json.Unmarshal(spec, &cj); err != nil {
+			return j, fmt.Errorf("job %s spec: %w", j.Name, err)
+		}
+		j.Spec = cj.JobSpec
+		// The old run's needs context is not the new run's.
+		j.Spec.NeedResults = nil
+		return j, nil
+	})
+	if err != nil {
+		return NewRun{}, err
+	}
+	if len(jobs) == 0 {
+		return NewRun{}, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, old.ID)
+	}
+	var group *domain.Concurrency
+	if g, ok := strings.CutPrefix(old.ConcurrencyGroup, "untrusted:"); ok || g != "" {
+		// The group as evaluated (groupOf adds the tier's prefix again).
+		group = &domain.Concurrency{Group: domain.Literal(g), CancelInProgress: old.ConcurrencyCancel}
+	}
+	return NewRun{Project: old.Project, GitSHA: old.GitSHA, GitRef: old.GitRef, GitDirty: old.GitDirty,
+		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group, Inputs: old.Inputs,
+		Source:    domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize},
+		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor, Jobs: jobs}, nil
+}

@@ -1,0 +1,189 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/robfig/cron/v3"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// Schedules (docs/pipeline.md, "Schedules"): a trusted run of a project's
+// default branch made from a parsed pipeline replaces the project's
+// schedules with its pipeline's on.schedule; FireSchedules, called every
+// minute, fires each schedule's newest due slot, by the database's clock,
+// as a run of that run's snapshot and jobs. Each (project, cron, slot)
+// fires at most once: the firing row's primary key is inserted in the
+// transaction that makes the run.
+
+// scheduleGrace is how late a slot may fire and still be on time: a slot
+// later than that was missed (the control plane was down), and a schedule
+// with missed: skip skips it.
+const scheduleGrace = 5 * time.Minute
+
+// maxCatchUp bounds how far back a schedule's slots are looked for.
+const maxCatchUp = 7 * 24 * time.Hour
+
+const setSchedulesSQL = `
+WITH d AS (
+    DELETE FROM schedules WHERE project_id = $1
+      AND EXISTS (SELECT 1 FROM projects p WHERE p.id = $1 AND 'refs/heads/' || p.default_branch = $2)
+)
+INSERT INTO schedules (id, project_id, cron, missed, template_run_id)
+SELECT x.id, $1, x.cron, x.missed, $3
+FROM unnest($4::text[], $5::text[], $6::text[]) AS x (id, cron, missed)
+WHERE EXISTS (SELECT 1 FROM projects p WHERE p.id = $1 AND 'refs/heads/' || p.default_branch = $2)`
+
+// setSchedules makes run's pipeline's schedules the project's, when run is
+// a trusted run of the default branch.
+func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, list []domain.Schedule) error {
+	if list == nil || !run.Trusted || run.GitRef == "" {
+		return nil
+	}
+	ids, crons, missed := make([]string, len(list)), make([]string, len(list)), make([]string, len(list))
+	for i, s := range list {
+		ids[i], crons[i], missed[i] = uuid.Must(uuid.NewV7()).String(), s.Cron, s.Missed
+	}
+	if _, err := tx.Exec(ctx, setSchedulesSQL, run.ProjectID, run.GitRef, run.ID, ids, crons, missed); err != nil {
+		return fmt.Errorf("schedules: %w", err)
+	}
+	return nil
+}
+
+// schedulesDueSQL lists every schedule with the database's now and the
+// newest slot fired (or skipped) for its cron.
+const schedulesDueSQL = `
+SELECT s.project_id, s.cron, s.missed, s.template_run_id, s.created_at, now(),
+       (SELECT max(f.slot) FROM schedule_firings f WHERE f.project_id = s.project_id AND f.cron = s.cron)
+FROM schedules s ORDER BY s.project_id, s.cron`
+
+// claimSlotSQL records slot $3 of cron $2 of project $1 as fired (or
+// skipped, $4, with note $5); no row when it already was.
+const claimSlotSQL = `
+INSERT INTO schedule_firings (project_id, cron, slot, skipped, note) VALUES ($1, $2, $3, $4, nullif($5, ''))
+ON CONFLICT DO NOTHING RETURNING fired_at`
+
+const firedRunSQL = `UPDATE schedule_firings SET run_id = $4 WHERE project_id = $1 AND cron = $2 AND slot = $3`
+
+// ScheduleResult counts what one FireSchedules did.
+type ScheduleResult struct {
+	Fired, Skipped int
+}
+
+type dueSchedule struct {
+	projectID, cron, missed, templateRun string
+	created, now                         time.Time
+	last                                 *time.Time
+}
+
+// FireSchedules fires every schedule's newest slot due by the database's
+// clock that has not fired yet: once, even with several callers at once.
+// A slot later than scheduleGrace was missed: it fires (once, however many
+// slots were missed) under missed: run-once, and is recorded skipped under
+// missed: skip.
+func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
+	var res ScheduleResult
+	rows, err := s.pool.Query(ctx, schedulesDueSQL)
+	if err != nil {
+		return res, fmt.Errorf("schedules: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dueSchedule, error) {
+		var d dueSchedule
+		return d, row.Scan(&d.projectID, &d.cron, &d.missed, &d.templateRun, &d.created, &d.now, &d.last)
+	})
+	if err != nil {
+		return res, fmt.Errorf("schedules: %w", err)
+	}
+	var errs []error
+	for _, d := range list {
+		fired, skipped, err := s.fireSchedule(ctx, d)
+		res.Fired += fired
+		res.Skipped += skipped
+		errs = append(errs, err)
+	}
+	if res.Fired > 0 {
+		s.signalQueued()
+	}
+	return res, errors.Join(errs...)
+}
+
+// fireSchedule fires d's newest due slot, if any.
+func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped int, err error) {
+	slot, ok := dueSlot(d)
+	if !ok {
+		return 0, 0, nil
+	}
+	if d.missed == "skip" && d.now.Sub(slot) > scheduleGrace {
+		_, err := s.claimSlot(ctx, s.pool, d, slot, true, fmt.Sprintf("missed by %s (missed: skip)", d.now.Sub(slot).Round(time.Second)))
+		return 0, 1, err
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		claimed, err := s.claimSlot(ctx, tx, d, slot, false, "")
+		if err != nil || !claimed {
+			return err
+		}
+		old, err := scanRun(tx.QueryRow(ctx, getRunSQL, d.templateRun))
+		if err != nil {
+			return fmt.Errorf("the schedule's run %s: %w", d.templateRun, err)
+		}
+		nr, err := copyRun(ctx, tx, old, "")
+		if err != nil {
+			return err
+		}
+		nr.Trigger, nr.Inputs = "schedule: "+d.cron, nil
+		run, err := s.createRunTx(ctx, tx, nr)
+		if err != nil {
+			return err
+		}
+		fired = 1
+		_, err = tx.Exec(ctx, firedRunSQL, d.projectID, d.cron, slot, run.ID)
+		return err
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		// The slot is spent, and says why, rather than retried for ever
+		// (a run the retention removed, a pipeline that no longer fits).
+		_, serr := s.claimSlot(ctx, s.pool, d, slot, true, truncate("could not fire: "+err.Error(), 300))
+		return 0, 1, errors.Join(err, serr)
+	}
+	return fired, 0, err
+}
+
+func (s *Store) claimSlot(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, d dueSchedule, slot time.Time, skipped bool, note string) (bool, error) {
+	var at time.Time
+	err := q.QueryRow(ctx, claimSlotSQL, d.projectID, d.cron, slot, skipped, note).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("schedule slot: %w", err)
+	}
+	return true, nil
+}
+
+// dueSlot is the newest slot of d's cron at or before now, after the last
+// one fired (or the schedule's creation), within maxCatchUp.
+func dueSlot(d dueSchedule) (time.Time, bool) {
+	sched, err := cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow).Parse(d.cron)
+	if err != nil {
+		return time.Time{}, false
+	}
+	from := d.created
+	if d.last != nil && d.last.After(from) {
+		from = *d.last
+	}
+	if earliest := d.now.Add(-maxCatchUp); from.Before(earliest) {
+		from = earliest
+	}
+	var due time.Time
+	for t := sched.Next(from.UTC()); !t.IsZero() && !t.After(d.now); t = sched.Next(t) {
+		due = t
+	}
+	return due, !due.IsZero()
+}
