@@ -11,6 +11,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pipeline"
 	"github.com/forgeci/forgeci/shared/snapshot"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -136,4 +137,37 @@ func (e *env) jobStateByName(runID, name string) string {
 		e.t.Fatal(err)
 	}
 	return st
+}
+
+// TestProjectPageSchedules: the project page shows each schedule (of the
+// default branch's pipeline) with its next slot and its last firing: the
+// run it made and how late, or why it was skipped.
+func TestProjectPageSchedules(t *testing.T) {
+	f := newTenancy(t)
+	ctx := context.Background()
+	file := "on:\n  schedule: [{cron: '0 3 * * *'}, {cron: '30 4 * * 1', missed: skip}]\njobs:\n  a: {steps: [{run: x}]}\n"
+	pl, err := pipeline.Parse("f.yml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := f.store.CreateRun(ctx, store.NewRun{Project: "acme/app", GitRef: "refs/heads/main", Actor: "user:x",
+		Jobs: pl.Jobs, Schedules: pl.Schedules()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.exec(`INSERT INTO schedule_firings (project_id, cron, slot, fired_at, run_id) VALUES ($1, '0 3 * * *', '2026-12-01 03:00Z', '2026-12-01 03:00:42Z', $2)`, f.project.ID, run.ID)
+	f.exec(`INSERT INTO schedule_firings (project_id, cron, slot, fired_at, skipped, note) VALUES ($1, '30 4 * * 1', '2026-11-30 04:30Z', '2026-11-30 06:00Z', true, 'missed by 1h30m0s (missed: skip)')`, f.project.ID)
+	code, body := f.call("GET", "/projects/"+f.project.ID, f.readerA, nil, true)
+	if code != 200 {
+		t.Fatalf("project page: %d", code)
+	}
+	for _, want := range []string{"<code>0 3 * * *</code>", "run-once", "2026-12-01 03:00:00Z", `<a href="/runs/` + run.ID + `">fired</a> 42s late`,
+		"<code>30 4 * * 1</code>", "skipped (missed by 1h30m0s (missed: skip))"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if code, body := f.call("GET", "/projects/"+f.project.ID, f.memberB, nil, true); code != 404 || strings.Contains(body, "0 3 * * *") {
+		t.Errorf("another project's member: %d", code)
+	}
 }

@@ -53,6 +53,7 @@ type projectPage struct {
 	NextMembers string
 	Secrets     []store.SecretInfo
 	NextSecrets string
+	Schedules   []store.ScheduleInfo
 }
 
 // Project shows a project; its admins see and manage its members and see
@@ -67,6 +68,9 @@ func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 		return err
 	}
 	pp := projectPage{page: page{Title: p.Name, User: user}, Project: p, Storage: st, IsAdmin: p.Role == store.RoleAdmin}
+	if pp.Schedules, err = u.Store.Schedules(r.Context(), user, p.ID); err != nil {
+		return err
+	}
 	if pp.IsAdmin {
 		if pp.Members, pp.NextMembers, err = u.Store.Members(r.Context(), user, p.ID, pageOf(r, "members")); err != nil {
 			return err

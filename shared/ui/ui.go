@@ -48,10 +48,11 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return stop.Sub(*start).Round(100 * time.Millisecond).String()
 	},
-	"join":  func(s []string) string { return strings.Join(s, ", ") },
-	"bytes": humanBytes,
-	"deref": func(p *int) int { return *p },
-	"str":   func(p *string) string { return *p },
+	"join":      func(s []string) string { return strings.Join(s, ", ") },
+	"bytes":     humanBytes,
+	"deref":     func(p *int) int { return *p },
+	"str":       func(p *string) string { return *p },
+	"derefTime": func(p *time.Time) time.Time { return *p },
 }).ParseFS(templateFS, "templates/*.html"))
 
 // UI serves the dashboard.
