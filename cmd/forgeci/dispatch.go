@@ -37,10 +37,22 @@ func runCmd(g *global) *cobra.Command {
 }
 
 func dispatchCommand(ctx context.Context, cl *apiClient, g *global, project, ref string, inputs map[string]string, follow bool) error {
-	var run submitResult
+	var run struct {
+		submitResult
+		Delivery string `json:"delivery"`
+		Note     string `json:"note"`
+	}
 	if err := cl.do(ctx, "POST", "/v1/projects/"+url.PathEscape(project)+"/dispatch",
 		map[string]any{"ref": ref, "inputs": inputs}, &run); err != nil {
 		return err
+	}
+	if run.Delivery != "" {
+		if g.json {
+			return json.NewEncoder(os.Stdout).Encode(run)
+		}
+		// A GitHub project: the worker resolves the ref and makes the run.
+		fmt.Printf("queued as delivery %s: %s\n", run.Delivery, run.Note)
+		return nil
 	}
 	if g.json && !follow {
 		return json.NewEncoder(os.Stdout).Encode(run)

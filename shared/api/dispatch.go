@@ -33,17 +33,38 @@ type dispatchRequest struct {
 	Inputs map[string]string `json:"inputs"`
 }
 
-// dispatch makes a manual run (workflow_dispatch): see Dispatch.
+// dispatch makes a manual run (workflow_dispatch): see Dispatch. A
+// GitHub project's is 202 with the delivery that will make it.
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, u store.User) error {
 	var req dispatchRequest
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	run, err := s.Dispatch(r.Context(), u, r.PathValue("project"), req.Ref, req.Inputs)
+	d, err := s.Dispatch(r.Context(), u, r.PathValue("project"), req.Ref, req.Inputs)
 	if err != nil {
 		return err
 	}
-	return s.writeRun(w, r, u, run.ID, http.StatusCreated)
+	if d.Delivery != "" {
+		writeJSON(w, http.StatusAccepted, map[string]string{"delivery": d.Delivery,
+			"note": "the run is made when the GitHub worker has fetched the ref's commit (forgeci deliveries)"})
+		return nil
+	}
+	return s.writeRun(w, r, u, d.Run.ID, http.StatusCreated)
+}
+
+// fullRef is ref as a full ref: a branch name is refs/heads/<name>.
+func fullRef(ref string) (string, error) {
+	if strings.HasPrefix(ref, "refs/heads/") || strings.HasPrefix(ref, "refs/tags/") {
+		if _, err := branchRef(ref[strings.Index(ref[5:], "/")+6:]); err != nil {
+			return "", domain.Errorf(domain.EInvalid, "field ref %q is not a ref", ref)
+		}
+		return ref, nil
+	}
+	full, err := branchRef(ref)
+	if err != nil || full == "" {
+		return "", domain.Errorf(domain.EInvalid, "field ref must be a branch (main) or a full ref (refs/heads/main, refs/tags/v1)")
+	}
+	return full, nil
 }
 
 // manual is what a manual run of a project's ref starts from: the newest
@@ -56,19 +77,9 @@ type manual struct {
 	pl      *pipeline.Pipeline
 }
 
-// manualRun finds and verifies what a manual run of ref would run.
-func (s *Server) manualRun(ctx context.Context, u store.User, project, ref string) (*manual, error) {
-	if !strings.HasPrefix(ref, "refs/heads/") && !strings.HasPrefix(ref, "refs/tags/") {
-		full, err := branchRef(ref)
-		if err != nil || full == "" {
-			return nil, domain.Errorf(domain.EInvalid, "field ref must be a branch (main) or a full ref (refs/heads/main, refs/tags/v1)")
-		}
-		ref = full
-	}
-	p, err := s.writableProject(ctx, u, project)
-	if err != nil {
-		return nil, err
-	}
+// manualRun finds and verifies the newest snapshot of ref in the user's
+// tier.
+func (s *Server) manualRun(ctx context.Context, p store.Project, ref string) (*manual, error) {
 	old, err := s.Store.LatestSnapshot(ctx, p.ID, ref, p.Secrets)
 	if err != nil {
 		return nil, err
@@ -82,10 +93,18 @@ func (s *Server) manualRun(ctx context.Context, u store.User, project, ref strin
 }
 
 // DispatchInputs are the inputs a manual run of the project's ref takes
-// (its newest snapshot's on.workflow_dispatch), for a form to ask for;
-// an error when it cannot be run by hand.
+// (the on.workflow_dispatch of its newest snapshot ForgeCI has), for a
+// form to ask for; an error when it cannot be run by hand.
 func (s *Server) DispatchInputs(ctx context.Context, u store.User, project, ref string) ([]pipeline.Input, error) {
-	m, err := s.manualRun(ctx, u, project, ref)
+	ref, err := fullRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.writableProject(ctx, u, project)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.manualRun(ctx, p, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -98,19 +117,70 @@ func (s *Server) DispatchInputs(ctx context.Context, u store.User, project, ref 
 	return nil, nil
 }
 
-// Dispatch makes a manual run (workflow_dispatch): the newest snapshot
-// submitted for the ref, run again with the inputs its pipeline declares
-// (checked and typed), in the caller's tier, triggered as dispatch:<user>.
-func (s *Server) Dispatch(ctx context.Context, u store.User, project, ref string, given map[string]string) (store.Run, error) {
-	m, err := s.manualRun(ctx, u, project, ref)
+// Dispatched is a manual run made (Run), or, for a GitHub project, the
+// delivery that will make it once the worker has resolved the ref through
+// GitHub (Delivery).
+type Dispatched struct {
+	Run      store.Run
+	Delivery string
+}
+
+// Dispatch makes a manual run (workflow_dispatch) of the project's ref,
+// with the inputs its pipeline declares (checked and typed), in the
+// caller's tier, triggered as dispatch:<user>. A project fed by forgeci
+// submit runs its newest snapshot of the ref again; a GitHub project's
+// ref is resolved through GitHub by the worker, which checks the inputs
+// and the caller's permission again when it makes the run.
+func (s *Server) Dispatch(ctx context.Context, u store.User, project, ref string, given map[string]string) (Dispatched, error) {
+	ref, err := fullRef(ref)
 	if err != nil {
-		return store.Run{}, err
+		return Dispatched{}, err
+	}
+	if err := checkInputs(given); err != nil {
+		return Dispatched{}, err
+	}
+	p, err := s.writableProject(ctx, u, project)
+	if err != nil {
+		return Dispatched{}, err
+	}
+	if repo, onGitHub, err := s.Store.ProjectRepository(ctx, p.ID); err != nil || onGitHub {
+		if err != nil {
+			return Dispatched{}, err
+		}
+		guid, err := s.Store.RecordDispatch(ctx, repo, store.DispatchRequest{Ref: ref, Inputs: given,
+			UserID: u.ID, UserName: u.Name, Trusted: p.Secrets})
+		return Dispatched{Delivery: guid}, err
+	}
+	m, err := s.manualRun(ctx, p, ref)
+	if err != nil {
+		return Dispatched{}, err
 	}
 	inputs, err := m.pl.Triggers.DispatchInputs(given)
 	if err != nil {
-		return store.Run{}, err
+		return Dispatched{}, err
 	}
-	return s.Store.CreateRun(ctx, store.NewRun{Project: m.project.Name, By: &u, Untrusted: !m.project.Secrets,
+	run, err := s.Store.CreateRun(ctx, store.NewRun{Project: m.project.Name, By: &u, Untrusted: !m.project.Secrets,
 		Trigger: "dispatch:" + u.Name, GitSHA: m.old.GitSHA, GitDirty: m.old.GitDirty, GitRef: m.ref, Source: m.source,
 		Jobs: m.pl.Jobs, Workflow: m.pl.WorkflowName(), Concurrency: m.pl.Concurrency, Inputs: inputs, Schedules: m.pl.Schedules()})
+	return Dispatched{Run: run}, err
+}
+
+// Limits of a manual run's inputs as given (the pipeline's own limits
+// come after: at most 25 declared).
+const (
+	maxGivenInputs     = 25
+	maxInputValueBytes = 4 << 10
+)
+
+// checkInputs bounds what a caller gives before anything is read.
+func checkInputs(given map[string]string) error {
+	if len(given) > maxGivenInputs {
+		return domain.Errorf(domain.EInvalid, "field inputs holds %d names, over the limit of %d", len(given), maxGivenInputs)
+	}
+	for k, v := range given {
+		if len(k) > 100 || len(v) > maxInputValueBytes || strings.ContainsRune(k+v, 0) {
+			return domain.Errorf(domain.EInvalid, "input %.100q: names are at most 100 bytes, values %d, and neither holds NUL", k, maxInputValueBytes)
+		}
+	}
+	return nil
 }

@@ -207,10 +207,6 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if err != nil {
 		return nil, "", "", err
 	}
-	ev, err := github.ParseWebHook(d.Event, d.Payload)
-	if err != nil {
-		return nil, "", "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
-	}
 	owner, name, err := splitFullName(repo.FullName)
 	if err != nil {
 		return nil, "", "", err
@@ -218,6 +214,13 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	gh, err := w.App.Client(ctx, repo.InstallationID)
 	if err != nil {
 		return nil, "", "", err
+	}
+	if d.Event == store.EventDispatch {
+		return w.dispatch(ctx, gh, d, repo, owner, name)
+	}
+	ev, err := github.ParseWebHook(d.Event, d.Payload)
+	if err != nil {
+		return nil, "", "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
 	}
 	nr := store.NewRun{Project: repo.Project}
 	switch e := ev.(type) {

@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -17,21 +19,58 @@ FROM runs r JOIN projects p ON p.id = r.project_id
 WHERE r.project_id = $1 AND r.git_ref = $2 AND r.trusted = $3 AND r.source_digest IS NOT NULL
 ORDER BY r.number DESC LIMIT 1`
 
-// projectOnGitHubSQL reports whether project $1 has a GitHub repository.
-const projectOnGitHubSQL = `SELECT EXISTS (SELECT 1 FROM scm_repositories WHERE project_id = $1)`
+// projectRepositorySQL is project $1's GitHub repository, if it has one.
+const projectRepositorySQL = `SELECT github_id FROM scm_repositories WHERE project_id = $1 LIMIT 1`
+
+// EventDispatch is the event of a manual run of a GitHub project: a
+// delivery the API records (the webhook intake takes only push and
+// pull_request) for the GitHub worker, which resolves the ref as the App.
+const EventDispatch = "forgeci_dispatch"
+
+// DispatchRequest is an EventDispatch delivery's payload: who asked (the
+// worker makes the run as them, checking their permissions then), for
+// which ref, with which inputs, in which tier.
+type DispatchRequest struct {
+	Ref      string            `json:"ref"`
+	Inputs   map[string]string `json:"inputs"`
+	UserID   string            `json:"user_id"`
+	UserName string            `json:"user_name"`
+	Trusted  bool              `json:"trusted"`
+}
+
+// ProjectRepository is the GitHub repository of a project (ok false for
+// a project fed by forgeci submit).
+func (s *Store) ProjectRepository(ctx context.Context, projectID string) (int64, bool, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, projectRepositorySQL, projectID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("project repository: %w", err)
+	}
+	return id, true, nil
+}
+
+// RecordDispatch records a manual run of a GitHub project's ref as a
+// delivery for the GitHub worker, and returns its GUID.
+func (s *Store) RecordDispatch(ctx context.Context, repositoryID int64, req DispatchRequest) (string, error) {
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return "", err
+	}
+	guid := "dispatch-" + uuid.Must(uuid.NewV7()).String()
+	if _, err := s.RecordDelivery(ctx, guid, EventDispatch, repositoryID, payload); err != nil {
+		return "", err
+	}
+	return guid, nil
+}
 
 // LatestSnapshot is the newest run of ref in the project that has a
 // source snapshot in the given tier: what a manual run of a project fed
-// by forgeci submit runs again. A GitHub project's manual runs resolve the
-// ref through GitHub instead, which ForgeCI does not do yet.
+// by forgeci submit runs again (and, for a GitHub project, whose pipeline
+// the form reads the inputs of).
 func (s *Store) LatestSnapshot(ctx context.Context, projectID, ref string, trusted bool) (Run, error) {
-	var onGitHub bool
-	if err := s.pool.QueryRow(ctx, projectOnGitHubSQL, projectID).Scan(&onGitHub); err != nil {
-		return Run{}, fmt.Errorf("project repository: %w", err)
-	}
-	if onGitHub {
-		return Run{}, domain.Errorf(domain.EConflict, "this project's runs come from GitHub: running it by hand (resolving %s through GitHub) is not supported yet", ref)
-	}
 	run, err := scanRun(s.pool.QueryRow(ctx, latestSnapshotSQL, projectID, ref, trusted))
 	if errors.Is(err, pgx.ErrNoRows) {
 		tier := map[bool]string{true: "trusted", false: "untrusted"}[trusted]

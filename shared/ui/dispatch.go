@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 
+	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/pipeline"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -13,7 +14,7 @@ import (
 // pipeline asks for, and the run.
 type Dispatcher interface {
 	DispatchInputs(ctx context.Context, u store.User, project, ref string) ([]pipeline.Input, error)
-	Dispatch(ctx context.Context, u store.User, project, ref string, inputs map[string]string) (store.Run, error)
+	Dispatch(ctx context.Context, u store.User, project, ref string, inputs map[string]string) (api.Dispatched, error)
 }
 
 type dispatchPage struct {
@@ -55,11 +56,21 @@ func DispatchRun(u *UI, w http.ResponseWriter, r *http.Request, user store.User)
 			inputs[name] = vals[len(vals)-1]
 		}
 	}
-	run, err := u.Runs.Dispatch(r.Context(), user, project, ref, inputs)
+	d, err := u.Runs.Dispatch(r.Context(), user, project, ref, inputs)
 	if err != nil {
 		return err
 	}
-	http.Redirect(w, r, "/runs/"+url.PathEscape(run.ID), http.StatusSeeOther)
+	if d.Delivery != "" {
+		// A GitHub project's run appears once the worker has fetched the
+		// commit: its project's runs.
+		p, err := u.Store.GetProject(r.Context(), user, project)
+		if err != nil {
+			return err
+		}
+		http.Redirect(w, r, "/?project="+url.QueryEscape(p.Name), http.StatusSeeOther)
+		return nil
+	}
+	http.Redirect(w, r, "/runs/"+url.PathEscape(d.Run.ID), http.StatusSeeOther)
 	return nil
 }
 

@@ -45,3 +45,27 @@ func (g *GitHub) contents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// AddRef makes ref (a branch name, or refs/heads/..., refs/tags/...) of
+// fullName resolve to sha, as GET /repos/{owner}/{repo}/commits/{ref}
+// answers with the sha media type.
+func (g *GitHub) AddRef(fullName, ref, sha string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refs[fullName+"@"+ref] = sha
+}
+
+func (g *GitHub) commitSHA(w http.ResponseWriter, r *http.Request) {
+	if !g.authorized(w, r) {
+		return
+	}
+	g.mu.Lock()
+	sha, ok := g.refs[fullName(r)+"@"+r.PathValue("ref")]
+	g.mu.Unlock()
+	if !ok {
+		fail(w, http.StatusUnprocessableEntity, "No commit found for SHA: "+r.PathValue("ref"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/vnd.github.sha")
+	_, _ = io.WriteString(w, sha)
+}

@@ -65,6 +65,7 @@ type GitHub struct {
 	checks    map[int64]*CheckRun
 	pulls     map[string]PullRequest // "owner/repo#number"
 	compares  map[string][]string    // "owner/repo@base...head" -> changed paths
+	refs      map[string]string      // "owner/repo@ref" -> sha
 	nextID    int64
 	calls     []Call
 	// SetDown makes every API call answer 503; DropResponses takes a
@@ -82,7 +83,7 @@ func New(t testing.TB) *GitHub {
 		t.Fatal(err)
 	}
 	g := &GitHub{AppID: 4242, Key: key, tarballs: map[string][]byte{}, downloads: map[string]string{},
-		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, compares: map[string][]string{}, nextID: 9000}
+		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, compares: map[string][]string{}, refs: map[string]string{}, nextID: 9000}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.accessToken)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/tarball/{ref}", g.tarballLink)
@@ -94,6 +95,7 @@ func New(t testing.TB) *GitHub {
 	mux.HandleFunc("GET /repos/{owner}/{repo}/pulls/{number}/files", g.pullFiles)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/compare/{basehead}", g.compare)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/contents/{path...}", g.contents)
+	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", g.commitSHA)
 	g.Server = httptest.NewServer(g.faults(mux))
 	t.Cleanup(g.Server.Close)
 	return g
