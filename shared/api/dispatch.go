@@ -79,8 +79,8 @@ type manual struct {
 
 // manualRun finds and verifies the newest snapshot of ref in the user's
 // tier.
-func (s *Server) manualRun(ctx context.Context, p store.Project, ref string) (*manual, error) {
-	old, err := s.Store.LatestSnapshot(ctx, p.ID, ref, p.Secrets)
+func (s *Server) manualRun(ctx context.Context, u store.User, p store.Project, ref string) (*manual, error) {
+	old, err := s.Store.LatestSnapshot(ctx, p.ID, ref, p.Secrets, "user:"+u.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +104,7 @@ func (s *Server) DispatchInputs(ctx context.Context, u store.User, project, ref 
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.manualRun(ctx, p, ref)
+	m, err := s.manualRun(ctx, u, p, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (s *Server) Dispatch(ctx context.Context, u store.User, project, ref string
 			UserID: u.ID, UserName: u.Name, Trusted: p.Secrets})
 		return Dispatched{Delivery: guid}, err
 	}
-	m, err := s.manualRun(ctx, p, ref)
+	m, err := s.manualRun(ctx, u, p, ref)
 	if err != nil {
 		return Dispatched{}, err
 	}

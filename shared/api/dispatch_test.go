@@ -86,7 +86,7 @@ func TestDispatch(t *testing.T) {
 		{sam, map[string]any{"ref": "main"}, 400, "input target is required"},
 		{sam, map[string]any{"ref": "release"}, 404, "no snapshot of refs/heads/release"},
 		{sam, map[string]any{"ref": "../x"}, 400, "field ref must be a branch"},
-		{walter, map[string]any{"ref": "main", "inputs": map[string]string{"target": "staging"}}, 404, "in your tier (untrusted)"},
+		{walter, map[string]any{"ref": "main", "inputs": map[string]string{"target": "staging"}}, 404, "in your tier (untrusted, your own)"},
 	} {
 		code, body := e.post(path, tc.token, tc.req)
 		if code != tc.code || !strings.Contains(string(body), tc.want) {
@@ -169,5 +169,23 @@ func TestProjectPageSchedules(t *testing.T) {
 	}
 	if code, body := f.call("GET", "/projects/"+f.project.ID, f.memberB, nil, true); code != 404 || strings.Contains(body, "0 3 * * *") {
 		t.Errorf("another project's member: %d", code)
+	}
+}
+
+// TestGitHubProjectRefs: only GitHub states a GitHub project's refs: a
+// submit's branch is not its run's ref there (it is in a project fed by
+// forgeci submit, TestDispatch).
+func TestGitHubProjectRefs(t *testing.T) {
+	f := newTenancy(t)
+	code, body := f.call("POST", "/v1/runs", f.trustedWriter, map[string]any{"project": "acme/app", "source": f.source, "branch": "main"}, false)
+	if code != 201 {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	var run struct {
+		GitRef string `json:"git_ref"`
+	}
+	_ = json.Unmarshal([]byte(body), &run)
+	if run.GitRef != "" {
+		t.Fatalf("a submit to a GitHub project claimed ref %q", run.GitRef)
 	}
 }

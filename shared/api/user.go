@@ -155,6 +155,14 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	if err != nil {
 		return err
 	}
+	if _, onGitHub, err := s.Store.ProjectRepository(r.Context(), p.ID); err != nil {
+		return err
+	} else if onGitHub {
+		// Only GitHub states a GitHub project's refs: a submitted branch
+		// named main must not pass for a push to main (its schedules,
+		// github.ref conditions, concurrency groups).
+		ref = ""
+	}
 	blob := store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: req.Source.BlobDigest}
 	pl, err := s.verifySource(r.Context(), blob, req.Source)
 	if err != nil {

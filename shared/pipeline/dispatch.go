@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"sort"
@@ -82,8 +83,11 @@ func (p *parseState) input(kv *ast.MappingValueNode, path string) Input {
 		p.errorf(kv.Value, path+".options", "only a choice has options")
 	}
 	if in.Default != nil {
-		if _, err := in.value(*in.Default); err != nil {
+		if v, err := in.value(*in.Default); err != nil {
 			p.errorf(kv.Value, path+".default", "%v", err)
+		} else if b, ok := v.(bool); ok {
+			s := strconv.FormatBool(b) // True, FALSE: as the form shows it
+			in.Default = &s
 		}
 	}
 	return in
@@ -102,7 +106,7 @@ func (in Input) value(s string) (any, error) {
 		return nil, fmt.Errorf("input %s is a boolean: true or false, not %q", in.Name, s)
 	case "number":
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, fmt.Errorf("input %s is a number, not %q", in.Name, s)
 		}
 		return f, nil

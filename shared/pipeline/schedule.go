@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"strings"
+	"time"
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/robfig/cron/v3"
@@ -74,5 +75,24 @@ func ParseCron(c string) (cron.Schedule, error) {
 	if err != nil {
 		return nil, domain.Errorf(domain.EInvalid, "cron %q: %v", c, err)
 	}
+	// A year of slots from a fixed day: none means it never fires; two
+	// closer than GitHub's shortest interval are refused, as GitHub's.
+	t := s.Next(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))
+	if t.IsZero() {
+		return nil, domain.Errorf(domain.EInvalid, "cron %q never fires", c)
+	}
+	for range 400 {
+		next := s.Next(t)
+		if next.IsZero() {
+			break
+		}
+		if next.Sub(t) < minScheduleInterval {
+			return nil, domain.Errorf(domain.EInvalid, "cron %q fires more often than every 5 minutes, the shortest interval", c)
+		}
+		t = next
+	}
 	return s, nil
 }
+
+// minScheduleInterval is GitHub's shortest schedule interval.
+const minScheduleInterval = 5 * time.Minute

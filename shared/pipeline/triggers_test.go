@@ -235,7 +235,8 @@ func TestDispatchInputs(t *testing.T) {
 		"x: {type: boolean, default: yes}":            "is a boolean",
 		"x: {type: color}":                            "type is string, boolean, choice or number",
 		"x: {type: choice, options: [a], default: b}": `one of a, not "b"`,
-		"1x: {}": `input name "1x"`,
+		"x: {type: number, default: NaN}":             "is a number",
+		"1x: {}":                                      `input name "1x"`,
 	})
 }
 
@@ -260,5 +261,7 @@ func TestSchedules(t *testing.T) {
 		"[{cron: '0 3 * * *'}, {cron: '0 3 * * *'}]": "is listed twice",
 		"[{missed: skip}]":                           "cron is required",
 		"[]":                                         "schedule holds 1 to 20 entries",
+		"[{cron: '* * * * *'}]":                      "more often than every 5 minutes",
+		"[{cron: '0 0 30 2 *'}]":                     "never fires",
 	})
 }

@@ -17,6 +17,7 @@ import (
 const latestSnapshotSQL = `SELECT ` + runColumns + `
 FROM runs r JOIN projects p ON p.id = r.project_id
 WHERE r.project_id = $1 AND r.git_ref = $2 AND r.trusted = $3 AND r.source_digest IS NOT NULL
+  AND ($4 = '' OR r.actor = $4)
 ORDER BY r.number DESC LIMIT 1`
 
 // projectRepositorySQL is project $1's GitHub repository, if it has one.
@@ -70,11 +71,19 @@ func (s *Store) RecordDispatch(ctx context.Context, repositoryID int64, req Disp
 // source snapshot in the given tier: what a manual run of a project fed
 // by forgeci submit runs again (and, for a GitHub project, whose pipeline
 // the form reads the inputs of).
-func (s *Store) LatestSnapshot(ctx context.Context, projectID, ref string, trusted bool) (Run, error) {
-	run, err := scanRun(s.pool.QueryRow(ctx, latestSnapshotSQL, projectID, ref, trusted))
+//
+// In the untrusted tier it is only a snapshot of actor's own: another
+// member's untrusted run may wait for approval, and running it again as
+// actor would pass that gate.
+func (s *Store) LatestSnapshot(ctx context.Context, projectID, ref string, trusted bool, actor string) (Run, error) {
+	if trusted {
+		actor = ""
+	}
+	run, err := scanRun(s.pool.QueryRow(ctx, latestSnapshotSQL, projectID, ref, trusted, actor))
 	if errors.Is(err, pgx.ErrNoRows) {
 		tier := map[bool]string{true: "trusted", false: "untrusted"}[trusted]
-		return Run{}, domain.Errorf(domain.ENotFound, "no snapshot of %s was submitted to this project in your tier (%s): submit one from that branch first (forgeci submit)", ref, tier)
+		return Run{}, domain.Errorf(domain.ENotFound, "no snapshot of %s was submitted to this project in your tier (%s%s): submit one from that branch first (forgeci submit)",
+			ref, tier, map[bool]string{true: "", false: ", your own"}[trusted])
 	}
 	return run, err
 }

@@ -27,10 +27,11 @@ const unreferencedSQL = `
 	AND NOT EXISTS (SELECT 1 FROM pending_caches p WHERE (p.project_id, p.trusted, p.digest) = (b.project_id, b.trusted, b.digest))`
 
 // expireRunsSQL locks up to $1 finished runs past their project's
-// retention, oldest first.
+// retention, oldest first; a run a schedule fires again is kept.
 const expireRunsSQL = `
 SELECT r.id FROM runs r JOIN projects p ON p.id = r.project_id
 WHERE r.finished_at < now() - make_interval(days => p.retention_days)
+  AND NOT EXISTS (SELECT 1 FROM schedules s WHERE s.template_run_id = r.id)
 ORDER BY r.finished_at LIMIT $1 FOR UPDATE OF r SKIP LOCKED`
 
 // deleteRunAttemptsSQL deletes the attempts of runs $1 (they have no

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,15 +30,21 @@ const scheduleGrace = 5 * time.Minute
 // maxCatchUp bounds how far back a schedule's slots are looked for.
 const maxCatchUp = 7 * 24 * time.Hour
 
+// setSchedulesSQL makes crons $4 (with missed $5) project $1's
+// schedules, fired from run $3, when run $3's ref $2 is the project's
+// default branch: a cron kept keeps its creation time (a slot due
+// meanwhile still fires), the others go. $6 are new IDs.
 const setSchedulesSQL = `
 WITH d AS (
-    DELETE FROM schedules WHERE project_id = $1
-      AND EXISTS (SELECT 1 FROM projects p WHERE p.id = $1 AND 'refs/heads/' || p.default_branch = $2)
+    SELECT 1 FROM projects p WHERE p.id = $1 AND 'refs/heads/' || p.default_branch = $2
+), gone AS (
+    DELETE FROM schedules WHERE project_id = $1 AND EXISTS (SELECT 1 FROM d) AND cron <> ALL ($4::text[])
 )
 INSERT INTO schedules (id, project_id, cron, missed, template_run_id)
 SELECT x.id, $1, x.cron, x.missed, $3
-FROM unnest($4::text[], $5::text[], $6::text[]) AS x (id, cron, missed)
-WHERE EXISTS (SELECT 1 FROM projects p WHERE p.id = $1 AND 'refs/heads/' || p.default_branch = $2)`
+FROM unnest($6::text[], $4::text[], $5::text[]) AS x (id, cron, missed)
+WHERE EXISTS (SELECT 1 FROM d)
+ON CONFLICT (project_id, cron) DO UPDATE SET missed = excluded.missed, template_run_id = excluded.template_run_id`
 
 // setSchedules makes run's pipeline's schedules the project's, when run is
 // a trusted run of the default branch.
@@ -49,7 +56,7 @@ func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, list []domain.Schedu
 	for i, s := range list {
 		ids[i], crons[i], missed[i] = uuid.Must(uuid.NewV7()).String(), s.Cron, s.Missed
 	}
-	if _, err := tx.Exec(ctx, setSchedulesSQL, run.ProjectID, run.GitRef, run.ID, ids, crons, missed); err != nil {
+	if _, err := tx.Exec(ctx, setSchedulesSQL, run.ProjectID, run.GitRef, run.ID, crons, missed, ids); err != nil {
 		return fmt.Errorf("schedules: %w", err)
 	}
 	return nil
@@ -131,6 +138,9 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 		if err != nil {
 			return fmt.Errorf("the schedule's run %s: %w", d.templateRun, err)
 		}
+		if err := authorStillMay(ctx, tx, old); err != nil {
+			return err
+		}
 		nr, err := copyRun(ctx, tx, old, "")
 		if err != nil {
 			return err
@@ -144,13 +154,27 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 		_, err = tx.Exec(ctx, firedRunSQL, d.projectID, d.cron, slot, run.ID)
 		return err
 	})
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if err != nil && permanentFiring(err) {
 		// The slot is spent, and says why, rather than retried for ever
-		// (a run the retention removed, a pipeline that no longer fits).
+		// (a run that is gone, an author who may no longer run it). A
+		// transient failure is left for the next sweep.
 		_, serr := s.claimSlot(ctx, s.pool, d, slot, true, truncate("could not fire: "+err.Error(), 300))
-		return 0, 1, errors.Join(err, serr)
+		return 0, 1, serr
 	}
 	return fired, 0, err
+}
+
+// permanentFiring: the firing failed for a reason another try would meet
+// again.
+func permanentFiring(err error) bool {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true
+	}
+	switch domain.ErrorCode(err) {
+	case domain.EInvalid, domain.ENotFound, domain.EForbidden, domain.EConflict, domain.EUnauthorized:
+		return true
+	}
+	return false
 }
 
 func (s *Store) claimSlot(ctx context.Context, q interface {
@@ -186,4 +210,23 @@ func dueSlot(d dueSchedule) (time.Time, bool) {
 		due = t
 	}
 	return due, !due.IsZero()
+}
+
+// authorStillMay checks, when a schedule fires, that the member whose run
+// it fires again may still start it: the write role, and for a trusted
+// run the secrets permission. A run from a GitHub push has no member to
+// ask: it is the repository's own ref.
+func authorStillMay(ctx context.Context, tx pgx.Tx, old Run) error {
+	id, ok := strings.CutPrefix(old.Actor, "user:")
+	if !ok {
+		return nil
+	}
+	a, err := authorize(ctx, tx, User{ID: id}, old.ProjectID, RankWrite, "project "+old.Project)
+	if err != nil {
+		return domain.Errorf(domain.EForbidden, "the schedule's run was made by a member who may no longer start runs in %s (%v)", old.Project, err)
+	}
+	if old.Trusted && !a.Secrets {
+		return domain.Errorf(domain.EForbidden, "the schedule's run was made by a member who no longer has the secrets permission in %s", old.Project)
+	}
+	return nil
 }

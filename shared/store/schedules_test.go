@@ -28,7 +28,7 @@ func runOn(t *testing.T, s *store.Store, ref, file string, untrusted bool) store
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: ref, Untrusted: untrusted, Actor: "user:x",
+	run, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: ref, Untrusted: untrusted, Actor: "github:1",
 		Jobs: pl.Jobs, Schedules: pl.Schedules()})
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +60,16 @@ func TestSchedulesFollowTheDefaultBranch(t *testing.T) {
 	main := runOn(t, s, "refs/heads/main", scheduledPipeline(7, "run-once"), false)
 	if n := count(t, s, `SELECT count(*) FROM schedules WHERE cron = '7 * * * *' AND missed = 'run-once' AND template_run_id = $1`, main.ID); n != 1 {
 		t.Fatalf("the default branch's schedule: %d", n)
+	}
+	// The same cron again keeps its row (and creation time: a slot due
+	// meanwhile still fires), with the newer run to fire.
+	var created time.Time
+	if err := s.Pool().QueryRow(context.Background(), `SELECT created_at FROM schedules`).Scan(&created); err != nil {
+		t.Fatal(err)
+	}
+	again := runOn(t, s, "refs/heads/main", scheduledPipeline(7, "skip"), false)
+	if n := count(t, s, `SELECT count(*) FROM schedules WHERE missed = 'skip' AND template_run_id = $1 AND created_at = $2`, again.ID, created); n != 1 {
+		t.Fatalf("the same cron again: %d", n)
 	}
 	runOn(t, s, "refs/heads/main", "jobs:\n  a: {steps: [{run: x}]}\n", false)
 	if n := count(t, s, `SELECT count(*) FROM schedules`); n != 0 {
@@ -181,7 +191,7 @@ func pgtestProjectRun(t *testing.T, s *store.Store, crons map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: "refs/heads/main", Actor: "user:x",
+	if _, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: "refs/heads/main", Actor: "github:1",
 		Jobs: pl.Jobs, Schedules: pl.Schedules()}); err != nil {
 		t.Fatal(err)
 	}
@@ -196,4 +206,43 @@ func fakeTimeLibrary(t *testing.T) string {
 	}
 	t.Fatal("libfaketime not found: install Debian's faketime package (make deps does)")
 	return ""
+}
+
+// TestScheduleAuthorRevoked: a schedule fires a member's run again only
+// while they may still start it: once they lost the secrets permission,
+// its slot is recorded skipped, saying why, and nothing runs.
+func TestScheduleAuthorRevoked(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	p := pgtest.Project(t, s, "p")
+	root := pgtest.Admin(t, s, "root")
+	if _, _, err := s.CreateUser(ctx, "alice", store.RoleUser); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.SetMember(ctx, root, p.ID, "alice", store.RoleWrite, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minute := (time.Now().UTC().Minute() + 59) % 60
+	pl, err := pipeline.Parse("f.yml", []byte(scheduledPipeline(minute, "run-once")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", GitRef: "refs/heads/main", Actor: "user:" + m.UserID,
+		Jobs: pl.Jobs, Schedules: pl.Schedules()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE schedules SET created_at = now() - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetMember(ctx, root, p.ID, "alice", store.RoleWrite, false); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.FireSchedules(ctx)
+	if err != nil || res.Fired != 0 || res.Skipped != 1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM schedule_firings WHERE skipped AND note LIKE '%no longer has the secrets permission%'`); n != 1 {
+		t.Fatal("the skipped slot does not say why")
+	}
 }
