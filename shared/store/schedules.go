@@ -116,8 +116,20 @@ func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 	if res.Fired > 0 {
 		s.signalQueued()
 	}
+	if _, err := s.pool.Exec(ctx, pruneFiringsSQL); err != nil {
+		errs = append(errs, fmt.Errorf("prune schedule firings: %w", err))
+	}
 	return res, errors.Join(errs...)
 }
+
+// pruneFiringsSQL deletes up to 1000 firings older than 30 days, but never
+// a cron's newest (what its next slot is counted from).
+const pruneFiringsSQL = `
+DELETE FROM schedule_firings WHERE (project_id, cron, slot) IN (
+    SELECT f.project_id, f.cron, f.slot FROM schedule_firings f
+    WHERE f.fired_at < now() - interval '30 days'
+      AND f.slot < (SELECT max(g.slot) FROM schedule_firings g WHERE g.project_id = f.project_id AND g.cron = f.cron)
+    LIMIT 1000)`
 
 // fireSchedule fires d's newest due slot, if any.
 func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped int, err error) {

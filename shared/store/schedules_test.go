@@ -110,6 +110,20 @@ func TestScheduleFiresOnce(t *testing.T) {
 	if r, err := s.FireSchedules(ctx); err != nil || r.Fired+r.Skipped != 0 {
 		t.Fatalf("again: %+v %v", r, err)
 	}
+	// Firings past 30 days go, but never a cron's newest.
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO schedule_firings (project_id, cron, slot, fired_at, skipped)
+		SELECT project_id, cron, slot - interval '40 days', fired_at - interval '40 days', true FROM schedule_firings`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE schedule_firings SET fired_at = now() - interval '35 days'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.FireSchedules(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM schedule_firings`); n != 1 {
+		t.Fatalf("%d firings kept, want the newest", n)
+	}
 	if n := count(t, s, `SELECT count(*) FROM jobs j JOIN runs r ON r.id = j.run_id WHERE r.trigger LIKE 'schedule:%' AND j.spec->'run'->>'event_name' = 'schedule'`); n != 1 {
 		t.Fatalf("the scheduled run's job reads event_name schedule: %d", n)
 	}
