@@ -21,16 +21,7 @@ func testConcurrency(s *stack) func(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			if _, err := os.Stat(marker); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the first run's step never started")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitForFile(t, marker, "the first run's step never started")
 		fast := strings.Replace(slow, "touch "+marker+"; sleep 120", "echo second", 1)
 		second, err := s.submit(writePipeline(t, fast), false)
 		if err != nil {
@@ -44,5 +35,21 @@ func testConcurrency(s *stack) func(t *testing.T) {
 		if log := s.log(second, v2.Jobs[0].ID); !strings.Contains(log, "second") {
 			t.Fatalf("second run's log:\n%s", log)
 		}
+	}
+}
+
+// waitForFile waits up to a minute for a step to make path, or fails
+// with what.
+func waitForFile(t *testing.T, path, what string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

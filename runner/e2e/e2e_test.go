@@ -341,16 +341,7 @@ func TestEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			if _, err := os.Stat(marker); err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("step never started")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitForFile(t, marker, "step never started")
 		_ = s.runner.Process.Signal(syscall.SIGKILL)
 		_, _ = s.runner.Process.Wait()
 		v := s.waitRun(id, func(v runView) bool { return v.State == "ABORTED" }, 30*time.Second)

@@ -107,8 +107,8 @@ func TestDispatch(t *testing.T) {
 }
 
 // uploadPipeline puts a snapshot holding the pipeline into acme/app's
-// trusted tier and returns its source.
-func (e *env) uploadPipeline(yml string) domain.Source {
+// tiers (trusted when none are named) and returns its source.
+func (e *env) uploadPipeline(yml string, tiers ...bool) domain.Source {
 	e.t.Helper()
 	dir := e.t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte(yml), 0o644); err != nil {
@@ -123,9 +123,14 @@ func (e *env) uploadPipeline(yml string) domain.Source {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.cas.Put(context.Background(), cas.BlobKey(e.project.ID, true, res.BlobDigest), res.BlobDigest,
-		bytes.NewReader(blob.Bytes()), res.Size); err != nil {
-		e.t.Fatal(err)
+	if len(tiers) == 0 {
+		tiers = []bool{true}
+	}
+	for _, trusted := range tiers {
+		if err := e.cas.Put(context.Background(), cas.BlobKey(e.project.ID, trusted, res.BlobDigest), res.BlobDigest,
+			bytes.NewReader(blob.Bytes()), res.Size); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 	return domain.Source{BlobDigest: res.BlobDigest, ManifestDigest: res.ManifestDigest, Size: res.Size}
 }

@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/secretbox"
-	"github.com/forgeci/forgeci/shared/snapshot"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -108,28 +105,7 @@ func (f *tenancy) userID(name string) string {
 
 // uploadSource puts a real snapshot with the pipeline yml into both tiers
 // of acme/app (unregistered), as a trusted and an untrusted member would.
-func (f *tenancy) uploadSource(yml string) domain.Source {
-	dir := f.t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte(yml), 0o644); err != nil {
-		f.t.Fatal(err)
-	}
-	tree, err := snapshot.DirTree(dir)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var blob bytes.Buffer
-	res, err := snapshot.Write(&blob, tree)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	for _, trusted := range []bool{true, false} {
-		key := cas.BlobKey(f.project.ID, trusted, res.BlobDigest)
-		if err := f.cas.Put(context.Background(), key, res.BlobDigest, bytes.NewReader(blob.Bytes()), res.Size); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	return domain.Source{BlobDigest: res.BlobDigest, ManifestDigest: res.ManifestDigest, Size: res.Size}
-}
+func (f *tenancy) uploadSource(yml string) domain.Source { return f.uploadPipeline(yml, true, false) }
 
 // expand fills a path template's {placeholders} from the fixture.
 func (f *tenancy) expand(path string) string {

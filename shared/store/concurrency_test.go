@@ -16,12 +16,18 @@ import (
 // groupRun makes a run of the pipeline in project p on ref.
 func groupRun(t *testing.T, s *store.Store, ref, file string) store.Run {
 	t.Helper()
+	return pipelineRun(t, s, store.NewRun{Project: "p", GitRef: ref, Trigger: "github:push " + ref}, file)
+}
+
+// pipelineRun makes nr a run of the pipeline's jobs, facts and group.
+func pipelineRun(t *testing.T, s *store.Store, nr store.NewRun, file string) store.Run {
+	t.Helper()
 	pl, err := pipeline.Parse("f.yml", []byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: ref, Trigger: "github:push " + ref,
-		Jobs: pl.Jobs, Workflow: pl.WorkflowName(), Concurrency: pl.Concurrency})
+	nr.Jobs, nr.Workflow, nr.Concurrency = pl.Jobs, pl.WorkflowName(), pl.Concurrency
+	run, err := s.CreateRun(context.Background(), nr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,16 +157,8 @@ func TestConcurrencyReleasedBySweeper(t *testing.T) {
 // pull request.
 func forkRun(t *testing.T, s *store.Store, actor, file string) store.Run {
 	t.Helper()
-	pl, err := pipeline.Parse("f.yml", []byte(file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	run, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: "refs/pull/9/head", Untrusted: true,
-		Actor: actor, Trigger: "github:pull_request #9 from fork evil/x", Jobs: pl.Jobs, Concurrency: pl.Concurrency})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return run
+	return pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/pull/9/head", Untrusted: true,
+		Actor: actor, Trigger: "github:pull_request #9 from fork evil/x"}, file)
 }
 
 // TestConcurrencyTiers: an untrusted run's group is its own (a fork names

@@ -61,18 +61,7 @@ func passEach(t *testing.T, s *store.Store, r store.Runner, run store.Run, claim
 
 func reasons(t *testing.T, s *store.Store, runID string) map[string]string {
 	t.Helper()
-	rows, err := s.Pool().Query(context.Background(), `SELECT name, coalesce(reason, '') FROM jobs WHERE run_id = $1`, runID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var n, r string
-		_ = rows.Scan(&n, &r)
-		out[n] = r
-	}
-	return out
+	return jobColumn(t, s, runID, "reason")
 }
 
 // TestJobConditions: the control plane decides a job's if: when its needs

@@ -52,16 +52,22 @@ func scopedRunner(t *testing.T, s *store.Store, scope store.Scope, labels ...str
 
 func states(t *testing.T, s *store.Store, runID string) map[string]string {
 	t.Helper()
-	rows, err := s.Pool().Query(context.Background(), `SELECT name, state FROM jobs WHERE run_id = $1`, runID)
+	return jobColumn(t, s, runID, "state")
+}
+
+// jobColumn is each job of the run's value of column (as text), by name.
+func jobColumn(t *testing.T, s *store.Store, runID, column string) map[string]string {
+	t.Helper()
+	rows, err := s.Pool().Query(context.Background(), `SELECT name, coalesce(`+column+`::text, '') FROM jobs WHERE run_id = $1`, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
 	out := map[string]string{}
 	for rows.Next() {
-		var n, st string
-		_ = rows.Scan(&n, &st)
-		out[n] = st
+		var n, v string
+		_ = rows.Scan(&n, &v)
+		out[n] = v
 	}
 	return out
 }

@@ -14,14 +14,8 @@ import (
 // GET /repos/{owner}/{repo}/contents/{path}?ref=SHA, as GitHub's contents
 // API does (base64).
 func (g *GitHub) contents(w http.ResponseWriter, r *http.Request) {
-	if !g.authorized(w, r) {
-		return
-	}
-	g.mu.Lock()
-	data, ok := g.tarballs[fullName(r)+"@"+r.URL.Query().Get("ref")]
-	g.mu.Unlock()
+	data, ok := find(g, w, r, g.tarballs, fullName(r)+"@"+r.URL.Query().Get("ref"), http.StatusNotFound, "Not Found")
 	if !ok {
-		fail(w, http.StatusNotFound, "Not Found")
 		return
 	}
 	want := r.PathValue("path")
@@ -56,14 +50,8 @@ func (g *GitHub) AddRef(fullName, ref, sha string) {
 }
 
 func (g *GitHub) commitSHA(w http.ResponseWriter, r *http.Request) {
-	if !g.authorized(w, r) {
-		return
-	}
-	g.mu.Lock()
-	sha, ok := g.refs[fullName(r)+"@"+r.PathValue("ref")]
-	g.mu.Unlock()
+	sha, ok := find(g, w, r, g.refs, fullName(r)+"@"+r.PathValue("ref"), http.StatusUnprocessableEntity, "No commit found for SHA: "+r.PathValue("ref"))
 	if !ok {
-		fail(w, http.StatusUnprocessableEntity, "No commit found for SHA: "+r.PathValue("ref"))
 		return
 	}
 	w.Header().Set("Content-Type", "application/vnd.github.sha")

@@ -36,14 +36,8 @@ func (g *GitHub) AddPullRequest(pr PullRequest) {
 }
 
 func (g *GitHub) getPull(w http.ResponseWriter, r *http.Request) {
-	if !g.authorized(w, r) {
-		return
-	}
-	g.mu.Lock()
-	pr, ok := g.pulls[fullName(r)+"#"+r.PathValue("number")]
-	g.mu.Unlock()
+	pr, ok := find(g, w, r, g.pulls, fullName(r)+"#"+r.PathValue("number"), http.StatusNotFound, "Not Found")
 	if !ok {
-		fail(w, http.StatusNotFound, "Not Found")
 		return
 	}
 	var head any
@@ -61,14 +55,8 @@ func (g *GitHub) getPull(w http.ResponseWriter, r *http.Request) {
 // pullFiles serves a pull request's changed files, paged as GitHub's
 // (per_page, at most 100; page from 1).
 func (g *GitHub) pullFiles(w http.ResponseWriter, r *http.Request) {
-	if !g.authorized(w, r) {
-		return
-	}
-	g.mu.Lock()
-	pr, ok := g.pulls[fullName(r)+"#"+r.PathValue("number")]
-	g.mu.Unlock()
+	pr, ok := find(g, w, r, g.pulls, fullName(r)+"#"+r.PathValue("number"), http.StatusNotFound, "Not Found")
 	if !ok {
-		fail(w, http.StatusNotFound, "Not Found")
 		return
 	}
 	per, _ := strconv.Atoi(r.URL.Query().Get("per_page"))
@@ -102,14 +90,8 @@ func (g *GitHub) AddComparison(fullName, base, head string, files []string) {
 }
 
 func (g *GitHub) compare(w http.ResponseWriter, r *http.Request) {
-	if !g.authorized(w, r) {
-		return
-	}
-	g.mu.Lock()
-	files, ok := g.compares[fullName(r)+"@"+r.PathValue("basehead")]
-	g.mu.Unlock()
+	files, ok := find(g, w, r, g.compares, fullName(r)+"@"+r.PathValue("basehead"), http.StatusNotFound, "Not Found")
 	if !ok {
-		fail(w, http.StatusNotFound, "Not Found")
 		return
 	}
 	out := []map[string]any{}
@@ -117,4 +99,20 @@ func (g *GitHub) compare(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]any{"filename": f, "status": "modified"})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"status": "ahead", "files": out})
+}
+
+// find answers an authorized request with what m holds at key; otherwise
+// it writes the error (status, message) and reports false.
+func find[T any](g *GitHub, w http.ResponseWriter, r *http.Request, m map[string]T, key string, status int, message string) (T, bool) {
+	var v T
+	if !g.authorized(w, r) {
+		return v, false
+	}
+	g.mu.Lock()
+	v, ok := m[key]
+	g.mu.Unlock()
+	if !ok {
+		fail(w, status, message)
+	}
+	return v, ok
 }
