@@ -155,8 +155,11 @@ func TestProjectPageSchedules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := f.store.CreateRun(ctx, store.NewRun{Project: "acme/app", GitRef: "refs/heads/main", Actor: "user:x",
-		Jobs: pl.Jobs, Schedules: pl.Schedules()})
+	// acme/app is on GitHub: its schedules follow its pushes to main.
+	if err := f.store.SetRepoSchedules(ctx, f.project.ID, "refs/heads/main", pl.Schedules()); err != nil {
+		t.Fatal(err)
+	}
+	run, err := f.store.CreateRun(ctx, store.NewRun{Project: "acme/app", GitRef: "refs/heads/main", Actor: "github:1", Jobs: pl.Jobs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-github/v62/github"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pipeline"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -24,15 +25,9 @@ func (w *Worker) dispatch(ctx context.Context, gh *github.Client, d *store.Deliv
 	if err := json.Unmarshal(d.Payload, &req); err != nil || req.UserID == "" || req.Ref == "" {
 		return nil, "", "", domain.Errorf(domain.EInvalid, "the dispatch payload does not parse")
 	}
-	sha, resp, err := gh.Repositories.GetCommitSHA1(ctx, owner, name, req.Ref, "")
-	if err != nil && resp != nil && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnprocessableEntity) {
-		return nil, "", "", domain.Errorf(domain.ENotFound, "%s has no %s", repo.FullName, req.Ref)
-	}
+	sha, err := w.resolve(ctx, gh, repo, owner, name, req.Ref)
 	if err != nil {
-		return nil, "", "", fmt.Errorf("resolve %s: %w", req.Ref, err)
-	}
-	if !shaRE.MatchString(sha) {
-		return nil, "", "", domain.Errorf(domain.EInvalid, "GitHub resolved %s to %q, not a commit", req.Ref, sha)
+		return nil, "", "", err
 	}
 	src, err := w.snapshotCommit(ctx, gh, owner, name, sha, store.BlobRef{ProjectID: repo.ProjectID, Trusted: req.Trusted})
 	if err != nil {
@@ -55,4 +50,62 @@ func (w *Worker) dispatch(ctx context.Context, gh *github.Client, d *store.Deliv
 		return nil, "", "", err
 	}
 	return &created, "", sha, nil
+}
+
+// followSchedules makes the schedules of a push to the repository's
+// default branch the project's (whether or not the push makes a run), as
+// GitHub reads the default branch's workflow file for its schedules.
+func (w *Worker) followSchedules(ctx context.Context, ev any, repo store.Repository, pl *pipeline.Pipeline) error {
+	e, ok := ev.(*github.PushEvent)
+	if !ok || e.GetRepo().GetDefaultBranch() == "" || e.GetRef() != "refs/heads/"+e.GetRepo().GetDefaultBranch() {
+		return nil
+	}
+	return w.Store.SetRepoSchedules(ctx, repo.ProjectID, e.GetRef(), pl.Schedules())
+}
+
+// scheduled makes the run of a GitHub project's schedule firing
+// (store.EventSchedule): its ref (the default branch) resolved through
+// GitHub as the App now, as GitHub runs a schedule on the branch's latest
+// commit; a trusted run of the repository's own ref.
+func (w *Worker) scheduled(ctx context.Context, gh *github.Client, d *store.Delivery, repo store.Repository,
+	owner, name string) (*store.Run, string, string, error) {
+	var req store.ScheduleRequest
+	if err := json.Unmarshal(d.Payload, &req); err != nil || req.Ref == "" || req.Cron == "" {
+		return nil, "", "", domain.Errorf(domain.EInvalid, "the schedule payload does not parse")
+	}
+	sha, err := w.resolve(ctx, gh, repo, owner, name, req.Ref)
+	if err != nil {
+		return nil, "", "", err
+	}
+	src, err := w.snapshotCommit(ctx, gh, owner, name, sha, store.BlobRef{ProjectID: repo.ProjectID, Trusted: true})
+	if err != nil {
+		return nil, "", "", err
+	}
+	nr := store.NewRun{Project: repo.Project, Trigger: "schedule: " + req.Cron, Actor: "github:schedule",
+		GitSHA: sha, GitRef: req.Ref, Scope: req.Ref, Source: src.Source, Jobs: src.Pipeline.Jobs,
+		Workflow: src.Pipeline.WorkflowName(), Concurrency: src.Pipeline.Concurrency,
+		Checks: &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha}}
+	created, err := w.Store.CompleteDeliveryWithRun(ctx, d, nr)
+	if err != nil {
+		return nil, "", "", err
+	}
+	// For the project page; the run stands whatever happens here.
+	_ = w.Store.SetFiringRun(ctx, repo.ProjectID, req, created.ID)
+	return &created, "", sha, nil
+}
+
+// resolve is the commit ref names in the repository now, as the App sees
+// it.
+func (w *Worker) resolve(ctx context.Context, gh *github.Client, repo store.Repository, owner, name, ref string) (string, error) {
+	sha, resp, err := gh.Repositories.GetCommitSHA1(ctx, owner, name, ref, "")
+	if err != nil && resp != nil && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnprocessableEntity) {
+		return "", domain.Errorf(domain.ENotFound, "%s has no %s", repo.FullName, ref)
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", ref, err)
+	}
+	if !shaRE.MatchString(sha) {
+		return "", domain.Errorf(domain.EInvalid, "GitHub resolved %s to %q, not a commit", ref, sha)
+	}
+	return sha, nil
 }

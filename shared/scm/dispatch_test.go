@@ -103,3 +103,49 @@ func TestGitHubDispatch(t *testing.T) {
 		t.Fatalf("a request of a member who lost the write role made a run: %s %q", state, why)
 	}
 }
+
+// TestGitHubSchedules: a GitHub project's schedules follow every push to
+// its default branch, even one its on: takes no run for; a firing asks
+// the worker, which resolves the branch through GitHub then and makes a
+// trusted run of its newest commit, mirrored to check runs.
+func TestGitHubSchedules(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	dir, sha := gitRepo(t, "on:\n  schedule: [{cron: '17 3 * * *'}]\n  workflow_dispatch:\njobs:\n  nightly:\n    runs-on: [linux]\n    steps: [{run: ./build.sh}]\n")
+	e.gh.AddGitCommit(t, repoName, dir, sha)
+	e.gh.AddRef(repoName, "refs/heads/main", sha)
+	body := pushForced("refs/heads/main", strings.Repeat("b", 40), sha, []string{"build.sh"}, false)
+	if code, out := e.deliver("push", "guid-schedule-push", body, sign(repoSecret, body)); code != 202 {
+		t.Fatalf("deliver: %d %v", code, out)
+	}
+	if res := e.runOnce(); res.Runs != 0 || res.Ignored != 1 {
+		t.Fatalf("a push the pipeline's on: has no trigger for: %+v", res)
+	}
+	if n := e.count(`SELECT count(*) FROM schedules WHERE cron = '17 3 * * *' AND template_run_id IS NULL AND ref = 'refs/heads/main'`); n != 1 {
+		t.Fatalf("the default branch's schedule: %d", n)
+	}
+	// A day passed since the schedule was made: its 03:17 slot is due.
+	if _, err := e.pool.Exec(ctx, `UPDATE schedules SET created_at = now() - interval '1 day 1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.store.FireSchedules(ctx)
+	if err != nil || res.Fired != 1 {
+		t.Fatalf("fire: %+v %v", res, err)
+	}
+	if res := e.runOnce(); res.Runs != 1 {
+		t.Fatalf("the worker made %+v", res)
+	}
+	run := e.onlyRun()
+	if run.Trigger != "schedule: 17 3 * * *" || run.GitSHA != sha || run.GitRef != "refs/heads/main" || !run.Trusted {
+		t.Fatalf("scheduled run %+v", run)
+	}
+	if n := e.count(`SELECT count(*) FROM check_runs c JOIN jobs j ON j.id = c.job_id WHERE j.run_id = $1`, run.ID); n != 1 {
+		t.Fatalf("%d check runs", n)
+	}
+	if res, err := e.store.FireSchedules(ctx); err != nil || res.Fired != 0 {
+		t.Fatalf("the same slot again: %+v %v", res, err)
+	}
+	if n := e.count(`SELECT count(*) FROM schedule_firings WHERE run_id = $1 AND note LIKE 'delivery schedule-%'`, run.ID); n != 1 {
+		t.Fatal("the firing does not name its delivery and run")
+	}
+}

@@ -215,8 +215,11 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if err != nil {
 		return nil, "", "", err
 	}
-	if d.Event == store.EventDispatch {
+	switch d.Event {
+	case store.EventDispatch:
 		return w.dispatch(ctx, gh, d, repo, owner, name)
+	case store.EventSchedule:
+		return w.scheduled(ctx, gh, d, repo, owner, name)
 	}
 	ev, err := github.ParseWebHook(d.Event, d.Payload)
 	if err != nil {
@@ -253,12 +256,18 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	// The pipeline file alone first: a delivery no trigger takes costs no
 	// download of the tree.
 	if pl, ok := pipelineAt(ctx, gh, owner, name, sha); ok {
+		if err := w.followSchedules(ctx, ev, repo, pl); err != nil {
+			return nil, "", sha, err
+		}
 		if note, err := w.untriggered(ctx, gh, owner, name, ev, nr.BaseRef, pl); note != "" || err != nil {
 			return nil, note, sha, err
 		}
 	}
 	src, err := w.snapshotCommit(ctx, gh, owner, name, sha, store.BlobRef{ProjectID: repo.ProjectID, Trusted: !nr.Untrusted})
 	if err != nil {
+		return nil, "", sha, err
+	}
+	if err := w.followSchedules(ctx, ev, repo, src.Pipeline); err != nil {
 		return nil, "", sha, err
 	}
 	if note, err := w.untriggered(ctx, gh, owner, name, ev, nr.BaseRef, src.Pipeline); note != "" || err != nil {

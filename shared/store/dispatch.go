@@ -32,6 +32,9 @@ const EventDispatch = "forgeci_dispatch"
 // worker makes the run as them, checking their permissions then), for
 // which ref, with which inputs, in which tier.
 type DispatchRequest struct {
+	// ID tells two requests with the same fields apart (the delivery's
+	// GUID; deliveries are also unique by body).
+	ID       string            `json:"id"`
 	Ref      string            `json:"ref"`
 	Inputs   map[string]string `json:"inputs"`
 	UserID   string            `json:"user_id"`
@@ -56,11 +59,12 @@ func (s *Store) ProjectRepository(ctx context.Context, projectID string) (int64,
 // RecordDispatch records a manual run of a GitHub project's ref as a
 // delivery for the GitHub worker, and returns its GUID.
 func (s *Store) RecordDispatch(ctx context.Context, repositoryID int64, req DispatchRequest) (string, error) {
+	guid := "dispatch-" + uuid.Must(uuid.NewV7()).String()
+	req.ID = guid
 	payload, err := json.Marshal(req)
 	if err != nil {
 		return "", err
 	}
-	guid := "dispatch-" + uuid.Must(uuid.NewV7()).String()
 	if _, err := s.RecordDelivery(ctx, guid, EventDispatch, repositoryID, payload); err != nil {
 		return "", err
 	}

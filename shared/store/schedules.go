@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,11 +33,13 @@ const maxCatchUp = 7 * 24 * time.Hour
 
 // setSchedulesSQL makes crons $4 (with missed $5) project $1's
 // schedules, fired from run $3, when run $3's ref $2 is the project's
-// default branch: a cron kept keeps its creation time (a slot due
-// meanwhile still fires), the others go. $6 are new IDs.
+// default branch and the project is not on GitHub (whose worker sets
+// them: repoSchedulesSQL): a cron kept keeps its creation time (a slot
+// due meanwhile still fires), the others go. $6 are new IDs.
 const setSchedulesSQL = `
 WITH d AS (
     SELECT 1 FROM projects p WHERE p.id = $1 AND 'refs/heads/' || p.default_branch = $2
+      AND NOT EXISTS (SELECT 1 FROM scm_repositories r WHERE r.project_id = p.id)
 ), gone AS (
     DELETE FROM schedules WHERE project_id = $1 AND EXISTS (SELECT 1 FROM d) AND cron <> ALL ($4::text[])
 )
@@ -46,16 +49,43 @@ FROM unnest($6::text[], $4::text[], $5::text[]) AS x (id, cron, missed)
 WHERE EXISTS (SELECT 1 FROM d)
 ON CONFLICT (project_id, cron) DO UPDATE SET missed = excluded.missed, template_run_id = excluded.template_run_id`
 
+// repoSchedulesSQL makes crons $3 (missed $4) GitHub project $1's
+// schedules, fired from ref $2 as GitHub resolves it then. $5 are new IDs.
+const repoSchedulesSQL = `
+WITH gone AS (
+    DELETE FROM schedules WHERE project_id = $1 AND cron <> ALL ($3::text[])
+)
+INSERT INTO schedules (id, project_id, cron, missed, template_run_id, ref)
+SELECT x.id, $1, x.cron, x.missed, NULL, $2
+FROM unnest($5::text[], $3::text[], $4::text[]) AS x (id, cron, missed)
+ON CONFLICT (project_id, cron) DO UPDATE SET missed = excluded.missed, template_run_id = NULL, ref = excluded.ref`
+
+// SetRepoSchedules makes the schedules of a GitHub project's default
+// branch pipeline (seen in a push to ref, that branch) the project's. The
+// GitHub worker calls it for every such push, whether it makes a run.
+func (s *Store) SetRepoSchedules(ctx context.Context, projectID, ref string, list []domain.Schedule) error {
+	ids, crons, missed := scheduleColumns(list)
+	if _, err := s.pool.Exec(ctx, repoSchedulesSQL, projectID, ref, crons, missed, ids); err != nil {
+		return fmt.Errorf("schedules: %w", err)
+	}
+	return nil
+}
+
+func scheduleColumns(list []domain.Schedule) (ids, crons, missed []string) {
+	ids, crons, missed = make([]string, len(list)), make([]string, len(list)), make([]string, len(list))
+	for i, s := range list {
+		ids[i], crons[i], missed[i] = uuid.Must(uuid.NewV7()).String(), s.Cron, s.Missed
+	}
+	return ids, crons, missed
+}
+
 // setSchedules makes run's pipeline's schedules the project's, when run is
 // a trusted run of the default branch.
 func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, list []domain.Schedule) error {
 	if list == nil || !run.Trusted || run.GitRef == "" {
 		return nil
 	}
-	ids, crons, missed := make([]string, len(list)), make([]string, len(list)), make([]string, len(list))
-	for i, s := range list {
-		ids[i], crons[i], missed[i] = uuid.Must(uuid.NewV7()).String(), s.Cron, s.Missed
-	}
+	ids, crons, missed := scheduleColumns(list)
 	if _, err := tx.Exec(ctx, setSchedulesSQL, run.ProjectID, run.GitRef, run.ID, crons, missed, ids); err != nil {
 		return fmt.Errorf("schedules: %w", err)
 	}
@@ -65,7 +95,7 @@ func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, list []domain.Schedu
 // schedulesDueSQL lists every schedule with the database's now and the
 // newest slot fired (or skipped) for its cron.
 const schedulesDueSQL = `
-SELECT s.project_id, s.cron, s.missed, s.template_run_id, s.created_at, now(),
+SELECT s.project_id, s.cron, s.missed, coalesce(s.template_run_id, ''), coalesce(s.ref, ''), s.created_at, now(),
        (SELECT max(f.slot) FROM schedule_firings f WHERE f.project_id = s.project_id AND f.cron = s.cron)
 FROM schedules s ORDER BY s.project_id, s.cron`
 
@@ -83,8 +113,8 @@ type ScheduleResult struct {
 }
 
 type dueSchedule struct {
-	projectID, cron, missed, templateRun string
-	created, now                         time.Time
+	projectID, cron, missed, templateRun, ref string
+	created, now                              time.Time
 	last                                 *time.Time
 }
 
@@ -101,7 +131,7 @@ func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dueSchedule, error) {
 		var d dueSchedule
-		return d, row.Scan(&d.projectID, &d.cron, &d.missed, &d.templateRun, &d.created, &d.now, &d.last)
+		return d, row.Scan(&d.projectID, &d.cron, &d.missed, &d.templateRun, &d.ref, &d.created, &d.now, &d.last)
 	})
 	if err != nil {
 		return res, fmt.Errorf("schedules: %w", err)
@@ -145,6 +175,10 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 		claimed, err := s.claimSlot(ctx, tx, d, slot, false, "")
 		if err != nil || !claimed {
 			return err
+		}
+		if d.templateRun == "" {
+			fired = 1
+			return askGitHubWorker(ctx, tx, d, slot)
 		}
 		old, err := scanRun(tx.QueryRow(ctx, getRunSQL, d.templateRun))
 		if err != nil {
@@ -241,4 +275,48 @@ func authorStillMay(ctx context.Context, tx pgx.Tx, old Run) error {
 		return domain.Errorf(domain.EForbidden, "the schedule's run was made by a member who no longer has the secrets permission in %s", old.Project)
 	}
 	return nil
+}
+
+// EventSchedule is the event of a GitHub project's schedule firing: a
+// delivery FireSchedules records for the GitHub worker, which resolves the
+// schedule's ref as the App and makes the run.
+const EventSchedule = "forgeci_schedule"
+
+// ScheduleRequest is an EventSchedule delivery's payload.
+type ScheduleRequest struct {
+	Cron string    `json:"cron"`
+	Slot time.Time `json:"slot"`
+	Ref  string    `json:"ref"`
+}
+
+// recordScheduleSQL records the EventSchedule delivery $1 for project
+// $2's repository, and notes it on the firing.
+const recordScheduleSQL = `
+WITH d AS (
+    INSERT INTO scm_deliveries (guid, event, repository_id, payload, body_sha256)
+    SELECT $1, '` + EventSchedule + `', r.github_id, $3, sha256($3::bytea) FROM scm_repositories r WHERE r.project_id = $2 LIMIT 1
+    RETURNING guid
+)
+UPDATE schedule_firings SET note = 'delivery ' || (SELECT guid FROM d)
+WHERE project_id = $2 AND cron = $4 AND slot = $5 AND EXISTS (SELECT 1 FROM d)`
+
+// askGitHubWorker records, in the firing's transaction, the delivery that
+// makes a GitHub project's scheduled run.
+func askGitHubWorker(ctx context.Context, tx pgx.Tx, d dueSchedule, slot time.Time) error {
+	payload, _ := json.Marshal(ScheduleRequest{Cron: d.cron, Slot: slot, Ref: d.ref}) // strings and a time
+	tag, err := tx.Exec(ctx, recordScheduleSQL, "schedule-"+uuid.Must(uuid.NewV7()).String(), d.projectID, payload, d.cron, slot)
+	if err != nil {
+		return fmt.Errorf("schedule delivery: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return domain.Errorf(domain.ENotFound, "the project has no GitHub repository any more")
+	}
+	return nil
+}
+
+// SetFiringRun records the run a GitHub project's schedule firing made
+// (the worker made it after the firing committed).
+func (s *Store) SetFiringRun(ctx context.Context, projectID string, req ScheduleRequest, runID string) error {
+	_, err := s.pool.Exec(ctx, firedRunSQL, projectID, req.Cron, req.Slot, runID)
+	return err
 }
