@@ -115,7 +115,7 @@ type ScheduleResult struct {
 type dueSchedule struct {
 	projectID, cron, missed, templateRun, ref string
 	created, now                              time.Time
-	last                                 *time.Time
+	last                                      *time.Time
 }
 
 // FireSchedules fires every schedule's newest slot due by the database's
