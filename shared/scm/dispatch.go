@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/google/go-github/v62/github"
 
@@ -55,9 +56,18 @@ func (w *Worker) dispatch(ctx context.Context, gh *github.Client, d *store.Deliv
 // followSchedules makes the schedules of a push to the repository's
 // default branch the project's (whether or not the push makes a run), as
 // GitHub reads the default branch's workflow file for its schedules.
-func (w *Worker) followSchedules(ctx context.Context, ev any, repo store.Repository, pl *pipeline.Pipeline) error {
+//
+// Pushes are processed in any order (retries, workers side by side): the
+// pushed commit sets the schedules only while it is still the branch's
+// head, as the App sees it now; a firing repairs what a race leaves
+// (scheduled).
+func (w *Worker) followSchedules(ctx context.Context, gh *github.Client, owner, name string, ev any, repo store.Repository,
+	pl *pipeline.Pipeline) error {
 	e, ok := ev.(*github.PushEvent)
 	if !ok || e.GetRepo().GetDefaultBranch() == "" || e.GetRef() != "refs/heads/"+e.GetRepo().GetDefaultBranch() {
+		return nil
+	}
+	if head, err := w.resolve(ctx, gh, repo, owner, name, e.GetRef()); err != nil || head != e.GetAfter() {
 		return nil
 	}
 	return w.Store.SetRepoSchedules(ctx, repo.ProjectID, e.GetRef(), pl.Schedules())
@@ -78,8 +88,20 @@ func (w *Worker) scheduled(ctx context.Context, gh *github.Client, d *store.Deli
 		return nil, "", "", err
 	}
 	src, err := w.snapshotCommit(ctx, gh, owner, name, sha, store.BlobRef{ProjectID: repo.ProjectID, Trusted: true})
+	if domain.ErrorCode(err) == domain.EInvalid {
+		// The branch has no valid pipeline now: it schedules nothing.
+		_ = w.Store.SetRepoSchedules(ctx, repo.ProjectID, req.Ref, nil)
+	}
 	if err != nil {
 		return nil, "", "", err
+	}
+	if !slices.ContainsFunc(src.Pipeline.Schedules(), func(s domain.Schedule) bool { return s.Cron == req.Cron }) {
+		// The branch's pipeline dropped this schedule since it was set
+		// (a push processed out of order): it follows the head now.
+		if err := w.Store.SetRepoSchedules(ctx, repo.ProjectID, req.Ref, src.Pipeline.Schedules()); err != nil {
+			return nil, "", "", err
+		}
+		return nil, "the pipeline of " + req.Ref + " at " + sha[:12] + " has no schedule " + req.Cron + " any more", sha, nil
 	}
 	nr := store.NewRun{Project: repo.Project, Trigger: "schedule: " + req.Cron, Actor: "github:schedule",
 		GitSHA: sha, GitRef: req.Ref, Scope: req.Ref, Source: src.Source, Jobs: src.Pipeline.Jobs,

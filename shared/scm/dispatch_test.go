@@ -148,4 +148,37 @@ func TestGitHubSchedules(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM schedule_firings WHERE run_id = $1 AND note LIKE 'delivery schedule-%'`, run.ID); n != 1 {
 		t.Fatal("the firing does not name its delivery and run")
 	}
+
+	// main moves on to a pipeline without the schedule; the older push,
+	// processed again late, does not put the schedule back (it is not the
+	// head); a firing meanwhile finds the head without it, makes no run,
+	// and the schedules follow the head.
+	dir2, sha2 := gitRepo(t, "on: workflow_dispatch\njobs:\n  other:\n    runs-on: [linux]\n    steps: [{run: ./build.sh}]\n")
+	e.gh.AddGitCommit(t, repoName, dir2, sha2)
+	e.gh.AddRef(repoName, "refs/heads/main", sha2)
+	late := pushForced("refs/heads/main", strings.Repeat("c", 40), sha, []string{"build.sh"}, false)
+	if code, out := e.deliver("push", "guid-schedule-late", late, sign(repoSecret, late)); code != 202 {
+		t.Fatalf("deliver: %d %v", code, out)
+	}
+	e.runOnce()
+	if _, err := e.pool.Exec(ctx, `DELETE FROM schedule_firings`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.store.FireSchedules(ctx); err != nil || res.Fired != 1 {
+		t.Fatalf("fire again: %+v %v", res, err)
+	}
+	if res := e.runOnce(); res.Runs != 0 || res.Ignored != 1 {
+		t.Fatalf("a firing of a schedule the head dropped: %+v", res)
+	}
+	if n := e.count(`SELECT count(*) FROM schedules`); n != 0 {
+		t.Fatalf("%d schedules left after the head dropped them", n)
+	}
+	later := pushForced("refs/heads/main", strings.Repeat("d", 40), sha, []string{"build.sh"}, false)
+	if code, out := e.deliver("push", "guid-schedule-later", later, sign(repoSecret, later)); code != 202 {
+		t.Fatalf("deliver: %d %v", code, out)
+	}
+	e.runOnce()
+	if n := e.count(`SELECT count(*) FROM schedules`); n != 0 {
+		t.Fatalf("a push of a commit that is no longer the head put %d schedules back", n)
+	}
 }

@@ -256,7 +256,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	// The pipeline file alone first: a delivery no trigger takes costs no
 	// download of the tree.
 	if pl, ok := pipelineAt(ctx, gh, owner, name, sha); ok {
-		if err := w.followSchedules(ctx, ev, repo, pl); err != nil {
+		if err := w.followSchedules(ctx, gh, owner, name, ev, repo, pl); err != nil {
 			return nil, "", sha, err
 		}
 		if note, err := w.untriggered(ctx, gh, owner, name, ev, nr.BaseRef, pl); note != "" || err != nil {
@@ -267,7 +267,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if err != nil {
 		return nil, "", sha, err
 	}
-	if err := w.followSchedules(ctx, ev, repo, src.Pipeline); err != nil {
+	if err := w.followSchedules(ctx, gh, owner, name, ev, repo, src.Pipeline); err != nil {
 		return nil, "", sha, err
 	}
 	if note, err := w.untriggered(ctx, gh, owner, name, ev, nr.BaseRef, src.Pipeline); note != "" || err != nil {

@@ -177,8 +177,11 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 			return err
 		}
 		if d.templateRun == "" {
+			if err := askGitHubWorker(ctx, tx, d, slot); err != nil {
+				return err
+			}
 			fired = 1
-			return askGitHubWorker(ctx, tx, d, slot)
+			return nil
 		}
 		old, err := scanRun(tx.QueryRow(ctx, getRunSQL, d.templateRun))
 		if err != nil {
@@ -284,6 +287,7 @@ const EventSchedule = "forgeci_schedule"
 
 // ScheduleRequest is an EventSchedule delivery's payload.
 type ScheduleRequest struct {
+	ID   string    `json:"id"` // the delivery's GUID (deliveries are unique by body too)
 	Cron string    `json:"cron"`
 	Slot time.Time `json:"slot"`
 	Ref  string    `json:"ref"`
@@ -303,8 +307,9 @@ WHERE project_id = $2 AND cron = $4 AND slot = $5 AND EXISTS (SELECT 1 FROM d)`
 // askGitHubWorker records, in the firing's transaction, the delivery that
 // makes a GitHub project's scheduled run.
 func askGitHubWorker(ctx context.Context, tx pgx.Tx, d dueSchedule, slot time.Time) error {
-	payload, _ := json.Marshal(ScheduleRequest{Cron: d.cron, Slot: slot, Ref: d.ref}) // strings and a time
-	tag, err := tx.Exec(ctx, recordScheduleSQL, "schedule-"+uuid.Must(uuid.NewV7()).String(), d.projectID, payload, d.cron, slot)
+	guid := "schedule-" + uuid.Must(uuid.NewV7()).String()
+	payload, _ := json.Marshal(ScheduleRequest{ID: guid, Cron: d.cron, Slot: slot, Ref: d.ref}) // strings and a time
+	tag, err := tx.Exec(ctx, recordScheduleSQL, guid, d.projectID, payload, d.cron, slot)
 	if err != nil {
 		return fmt.Errorf("schedule delivery: %w", err)
 	}
