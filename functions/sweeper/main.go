@@ -5,12 +5,19 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/scm/kick"
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	ctx := context.Background()
+	srv := lambdaapp.MustServer(ctx)
+	// A GitHub project's schedule firing is a delivery: wake the scm
+	// function for it rather than wait for its next pass.
+	wake, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
+	lambdaapp.MustNot(srv.Log, "lambda client", err)
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
 		res, err := srv.Store.Sweep(ctx)
 		srv.Log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued, "err", err)
@@ -18,6 +25,9 @@ func main() {
 		// says why): it does not fail the sweep.
 		fired, ferr := srv.Store.FireSchedules(ctx)
 		srv.Log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped, "err", ferr)
+		if fired.Fired > 0 && wake != nil {
+			wake(ctx)
+		}
 		return err
 	})
 }
