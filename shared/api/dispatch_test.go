@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
@@ -195,5 +198,42 @@ func TestGitHubProjectRefs(t *testing.T) {
 	_ = json.Unmarshal([]byte(body), &run)
 	if run.GitRef != "" {
 		t.Fatalf("a submit to a GitHub project claimed ref %q", run.GitRef)
+	}
+}
+
+// TestRunArtifacts: a run's readers list its artifacts (size, digest,
+// when they go) and get a presigned download of one, whose bytes are the
+// artifact's.
+func TestRunArtifacts(t *testing.T) {
+	f := newTenancy(t)
+	code, body := f.call("GET", "/v1/runs/"+f.done.ID+"/artifacts", f.readerA, nil, false)
+	var list struct{ Artifacts []store.ArtifactInfo }
+	if err := json.Unmarshal([]byte(body), &list); code != 200 || err != nil || len(list.Artifacts) != 1 {
+		t.Fatalf("list: %d %s", code, body)
+	}
+	a := list.Artifacts[0]
+	if a.Job != "finished" || a.Name != "report" || a.Size != int64(len("a report")) || a.ExpiresAt == nil ||
+		a.ExpiresAt.Before(time.Now().Add(89*24*time.Hour)) {
+		t.Fatalf("artifact %+v", a)
+	}
+	code, body = f.call("GET", "/v1/runs/"+f.done.ID+"/jobs/"+a.JobID+"/artifacts/report", f.readerA, nil, false)
+	var dl struct {
+		URL, Digest string
+		Size        int64
+	}
+	if err := json.Unmarshal([]byte(body), &dl); code != 200 || err != nil || dl.Digest != a.Digest {
+		t.Fatalf("download: %d %s", code, body)
+	}
+	resp, err := http.Get(dl.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	if string(got) != "a report" {
+		t.Fatalf("downloaded %q", got)
+	}
+	if code, _ := f.call("GET", "/v1/runs/"+f.done.ID+"/jobs/"+a.JobID+"/artifacts/nope", f.readerA, nil, false); code != 404 {
+		t.Fatalf("an artifact that is not there: %d", code)
 	}
 }

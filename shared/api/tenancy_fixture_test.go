@@ -60,6 +60,11 @@ func newTenancy(t *testing.T) *tenancy {
 	f.done = e.createRun("finished")
 	c := e.claim(f.runner)
 	f.doneJob = c.Lease.JobID
+	// Its artifact "report", which its readers may download.
+	report, size := e.putBlob([]byte("a report"))
+	if err := e.store.CommitArtifact(ctx, f.runner.ID, c.Lease.JobID, c.Lease, "report", report, size); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.store.Complete(ctx, f.runner.ID, c.Lease.JobID, c.Lease, domain.OutcomeFailed, 1); err != nil {
 		t.Fatal(err)
 	}

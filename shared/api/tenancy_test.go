@@ -56,6 +56,8 @@ func tenancyCases() []tenancyCase {
 			obj(map[string]any{"ref": "main"}), 202, nil},
 		{"GET /v1/runs/{run_id}", "/v1/runs/{done}", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/logs", "/v1/runs/{done}/jobs/{doneJob}/logs", needRead, noBody, 200, nil},
+		{"GET /v1/runs/{run_id}/artifacts", "/v1/runs/{done}/artifacts", needRead, noBody, 200, nil},
+		{"GET /v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}", "/v1/runs/{done}/jobs/{doneJob}/artifacts/report", needRead, noBody, 200, nil},
 		{"POST /v1/runs/{run_id}/cancel", "/v1/runs/{live}/cancel", needWrite, obj(nil), 202, nil},
 		{"POST /v1/runs/{run_id}/jobs/{job_id}/cancel", "/v1/runs/{live}/jobs/{liveJob}/cancel", needWrite, obj(nil), 202, nil},
 		{"POST /v1/runs/{run_id}/approve", "/v1/runs/{waiting}/approve", needWrite, obj(nil), 200, nil},

@@ -211,6 +211,9 @@ func (s *Store) Delete(ctx context.Context, keys []string) error {
 }
 
 // PresignGet returns a short-lived URL to download the object at key.
+// PresignExpiry is how long a presigned URL works.
+func (s *Store) PresignExpiry() time.Duration { return s.expiry }
+
 func (s *Store) PresignGet(ctx context.Context, key string) (string, error) {
 	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(key)},
 		s3.WithPresignExpires(s.expiry))
