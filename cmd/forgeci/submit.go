@@ -264,7 +264,7 @@ func submit(ctx context.Context, c *apiClient, dir, project string, untracked bo
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return nil, err
 		}
-		req, err := http.NewRequestWithContext(ctx, up.Method, up.URL, &progressReader{r: f, total: res.Size, w: progress})
+		req, err := http.NewRequestWithContext(ctx, up.Method, up.URL, &progressReader{r: f, total: res.Size, w: progress, label: "upload"})
 		if err != nil {
 			return nil, err
 		}
@@ -301,6 +301,7 @@ type progressReader struct {
 	n     int64
 	w     io.Writer
 	last  time.Time
+	label string
 }
 
 func (p *progressReader) Read(b []byte) (int, error) {
@@ -314,7 +315,7 @@ func (p *progressReader) Read(b []byte) (int, error) {
 		}
 		width := 30
 		done := int(pct / 100 * float64(width))
-		fmt.Fprintf(p.w, "\rupload: [%s%s] %5.1f%% of %d bytes", strings.Repeat("#", done), strings.Repeat(".", width-done), pct, p.total)
+		fmt.Fprintf(p.w, "\r%s: [%s%s] %5.1f%% of %d bytes", p.label, strings.Repeat("#", done), strings.Repeat(".", width-done), pct, p.total)
 	}
 	return n, err
 }
