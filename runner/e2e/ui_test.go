@@ -3,14 +3,19 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 )
 
@@ -174,6 +179,36 @@ func TestDashboard(t *testing.T) {
 	v := s.waitRun(manual, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
 	if log := s.log(manual, v.Jobs[0].ID); !strings.Contains(log, "deploying to production with 5 replicas from main") {
 		t.Fatalf("the manual run's log:\n%s", log)
+	}
+
+	// An artifact downloaded from the run page is the artifact: its bytes
+	// hash to the digest the page shows.
+	built, err := s.submit(writePipeline(t, "jobs:\n  build:\n    runs-on: linux\n    steps:\n      - run: mkdir -p dist && echo built > dist/out.txt\n    artifacts: [{name: dist, paths: [dist/]}]\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitRun(built, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
+	downloads := t.TempDir()
+	if _, err := chromedp.CallBrowser(ctx, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+		Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: downloads}); err != nil {
+		t.Fatal(err)
+	}
+	do(chromedp.Navigate(url+"/runs/"+built), chromedp.WaitVisible(chromedp.ID("artifacts")))
+	digest := eval(`document.querySelector('#artifacts code').title`)
+	do(chromedp.Click(chromedp.ID("artifact-build-dist")))
+	var got []byte
+	waitFor("the download", func() bool {
+		entries, _ := os.ReadDir(downloads)
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".crdownload") {
+				got, _ = os.ReadFile(filepath.Join(downloads, e.Name()))
+				return len(got) > 0
+			}
+		}
+		return false
+	})
+	if sum := sha256.Sum256(got); "sha256:"+hex.EncodeToString(sum[:]) != digest {
+		t.Fatalf("the downloaded %d bytes do not hash to %s", len(got), digest)
 	}
 }
 

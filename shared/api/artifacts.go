@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -42,4 +43,14 @@ func (s *Server) downloadArtifact(w http.ResponseWriter, r *http.Request, u stor
 	}
 	writeJSON(w, http.StatusOK, artifactDownload{URL: url, Digest: b.Digest, Size: b.Size, ExpiresAt: time.Now().Add(s.CAS.PresignExpiry()).UTC()})
 	return nil
+}
+
+// ArtifactURL is a presigned download of an artifact, issued only after
+// the store found u may read the run (the dashboard's download link).
+func (s *Server) ArtifactURL(ctx context.Context, u store.User, runID, jobID, name string) (string, error) {
+	b, err := s.Store.ArtifactBlob(ctx, u, runID, jobID, name)
+	if err != nil {
+		return "", err
+	}
+	return s.CAS.PresignGet(ctx, b.Key)
 }

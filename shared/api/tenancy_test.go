@@ -100,6 +100,7 @@ func tenancyCases() []tenancyCase {
 		{"POST /runs/{run_id}/reject", "/runs/{waiting}/reject", needWrite, form(""), 303, nil},
 		{"GET /runs/{run_id}/jobs/{job_id}", "/runs/{done}/jobs/{doneJob}", needRead, noBody, 200, nil},
 		{"GET /runs/{run_id}/jobs/{job_id}/log", "/runs/{done}/jobs/{doneJob}/log", needRead, noBody, 200, nil},
+		{"GET /runs/{run_id}/jobs/{job_id}/artifacts/{name}", "/runs/{done}/jobs/{doneJob}/artifacts/report", needRead, noBody, 302, nil},
 		{"POST /runs/{run_id}/jobs/{job_id}/cancel", "/runs/{live}/jobs/{liveJob}/cancel", needWrite, form(""), 303, nil},
 		{"GET /projects", "/projects", needList, noBody, 200, projectName},
 		{"POST /projects", "/projects", needGlobal, form("name=new%2Fproj"), 303, nil},

@@ -15,6 +15,20 @@ import (
 type Dispatcher interface {
 	DispatchInputs(ctx context.Context, u store.User, project, ref string) ([]pipeline.Input, error)
 	Dispatch(ctx context.Context, u store.User, project, ref string, inputs map[string]string) (api.Dispatched, error)
+	// ArtifactURL is a presigned download of an artifact, for a user
+	// who may read its run.
+	ArtifactURL(ctx context.Context, u store.User, runID, jobID, name string) (string, error)
+}
+
+// Artifact sends the browser to a presigned download of an artifact,
+// issued only after the read check.
+func Artifact(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	url, err := u.Runs.ArtifactURL(r.Context(), user, r.PathValue("run_id"), r.PathValue("job_id"), r.PathValue("name"))
+	if err != nil {
+		return err
+	}
+	http.Redirect(w, r, url, http.StatusFound)
+	return nil
 }
 
 type dispatchPage struct {

@@ -55,6 +55,7 @@ type runPage struct {
 	CanWrite bool
 	// CanDecide: the run waits for approval and this user may decide.
 	CanDecide bool
+	Artifacts []store.ArtifactInfo
 }
 
 // canWrite reports whether user has the write role in a project.
@@ -73,9 +74,13 @@ func Run(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	if err != nil {
 		return err
 	}
+	arts, err := u.Store.RunArtifacts(r.Context(), user, run.ID)
+	if err != nil {
+		return err
+	}
 	write := u.canWrite(r.Context(), user, run.ProjectID)
 	u.render(w, http.StatusOK, "run", runPage{page: page{Title: fmt.Sprintf("%s #%d", run.Project, run.Number), User: user},
-		Run: run, Stages: stages(jobs), Terminal: store.IsTerminalRun(run.State), CanWrite: write,
+		Run: run, Stages: stages(jobs), Terminal: store.IsTerminalRun(run.State), CanWrite: write, Artifacts: arts,
 		CanDecide: write && run.Approval == store.ApprovalPending && !store.IsTerminalRun(run.State) && run.Actor != "user:"+user.ID})
 	return nil
 }
