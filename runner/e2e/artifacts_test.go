@@ -26,13 +26,11 @@ func testArtifactsCLI(s *stack) func(t *testing.T) {
 		}
 		s.waitRun(id, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
 		cli := func(args ...string) string {
-			cmd := exec.Command(filepath.Join(s.bin, "forgeci"), args...)
-			cmd.Env = append(os.Environ(), "FORGECI_URL="+s.vals["FORGECI_URL"], "FORGECI_TOKEN="+s.vals["FORGECI_TOKEN"])
-			out, err := cmd.CombinedOutput()
+			out, err := s.cli(args...)
 			if err != nil {
 				t.Fatalf("forgeci %v: %v\n%s", args, err, out)
 			}
-			return string(out)
+			return out
 		}
 		if out := cli("artifacts", id); !strings.Contains(out, "build") || !strings.Contains(out, "dist") || !strings.Contains(out, "sha256:") {
 			t.Fatalf("list:\n%s", out)
@@ -46,4 +44,12 @@ func testArtifactsCLI(s *stack) func(t *testing.T) {
 			}
 		}
 	}
+}
+
+// cli runs the forgeci CLI as the stack's admin and returns its output.
+func (s *stack) cli(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(s.bin, "forgeci"), args...)
+	cmd.Env = append(os.Environ(), "FORGECI_URL="+s.vals["FORGECI_URL"], "FORGECI_TOKEN="+s.vals["FORGECI_TOKEN"])
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -30,17 +28,11 @@ func testManualRun(s *stack) func(t *testing.T) {
 		if _, err := s.submit(gitCheckout(t, manualYAML), false); err != nil {
 			t.Fatal(err)
 		}
-		cli := func(args ...string) (string, error) {
-			cmd := exec.Command(filepath.Join(s.bin, "forgeci"), args...)
-			cmd.Env = append(os.Environ(), "FORGECI_URL="+s.vals["FORGECI_URL"], "FORGECI_TOKEN="+s.vals["FORGECI_TOKEN"])
-			out, err := cmd.CombinedOutput()
-			return string(out), err
-		}
-		out, err := cli("run", "e2e", "--ref", "main", "-i", "target=production", "--follow")
+		out, err := s.cli("run", "e2e", "--ref", "main", "-i", "target=production", "--follow")
 		if err != nil || !strings.Contains(out, "deploying to production with 2 replicas from main") || !strings.Contains(out, "PASSED") {
 			t.Fatalf("forgeci run: %v\n%s", err, out)
 		}
-		out, err = cli("run", "e2e", "--ref", "main", "-i", "target=moon")
+		out, err = s.cli("run", "e2e", "--ref", "main", "-i", "target=moon")
 		if err == nil || !strings.Contains(out, `input target is one of staging, production, not "moon"`) {
 			t.Fatalf("a bad input: %v\n%s", err, out)
 		}
