@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: a local ForgeCI (PostgreSQL, versitygw, every function's
 # handler, the sweeper), one runner, and this repository's .forgeci.yml
-# submitted and followed to the end. Exits 0 only if every job PASSED.
+# submitted and followed to the end. Exits 0 only if every job PASSED. In
+# a terminal it then keeps the stack up and says how to look at the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d /tmp/forgeci-demo-XXXXXX)
@@ -39,4 +40,20 @@ export FORGECI_URL FORGECI_TOKEN
 bin/forgeci project create forgeci/demo
 if ! bin/forgeci submit --dir . --project forgeci/demo --follow; then
   echo "demo: the run did not pass; runner log:"; tail -50 "$work/runner.log"; exit 1
+fi
+
+# In a terminal the stack stays up to be looked at; without one (CI) the
+# demo ends here.
+if [ -t 0 ] && [ -t 1 ]; then
+  run_id=$(bin/forgeci runs -p forgeci/demo --json | grep -o '"id": *"[^"]*"' | head -1 | sed 's/.*"\([^"]*\)"$/\1/')
+  cat <<EOT
+
+demo: the stack stays up. Open the dashboard and log in with the token:
+  dashboard:  $FORGECI_URL/runs/$run_id
+  token:      $FORGECI_TOKEN
+Download the run's artifacts (checked against their digests):
+  FORGECI_URL=$FORGECI_URL FORGECI_TOKEN=$FORGECI_TOKEN bin/forgeci artifacts $run_id -o ./demo-artifacts
+Press Ctrl-C to stop.
+EOT
+  wait "${pids[0]}"
 fi
