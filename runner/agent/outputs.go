@@ -3,14 +3,13 @@ package agent
 import (
 	"bytes"
 	"fmt"
-	"regexp"
 	"strings"
+
+	"github.com/forgeci/forgeci/shared/domain"
 )
 
 // MaxOutputs bounds how many outputs a step may set.
 const MaxOutputs = 100
-
-var outputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
 // parseOutputs reads a step's $FORGECI_OUTPUT in GitHub's $GITHUB_OUTPUT
 // format: lines NAME=value, or NAME<<DELIMITER, the value's lines, and
@@ -43,7 +42,7 @@ func parseOutputs(data []byte) (map[string]string, error) {
 		} else {
 			name, value, ok = strings.Cut(line, "=")
 		}
-		if !ok || !outputNameRE.MatchString(name) {
+		if !ok || !domain.OutputNameRE.MatchString(name) {
 			return nil, fmt.Errorf("line %d is not NAME=value or NAME<<DELIMITER", i+1)
 		}
 		out[name] = value

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/domain"
 )
 
 // TestParseOutputs: GitHub's $GITHUB_OUTPUT format, single-line and
@@ -59,7 +61,7 @@ func FuzzParseOutputs(f *testing.F) {
 			t.Fatalf("%d outputs", len(out))
 		}
 		for k := range out {
-			if !outputNameRE.MatchString(k) {
+			if !domain.OutputNameRE.MatchString(k) {
 				t.Fatalf("output name %q", k)
 			}
 		}

@@ -54,11 +54,13 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, u store.User) 
 
 // fullRef is ref as a full ref: a branch name is refs/heads/<name>.
 func fullRef(ref string) (string, error) {
-	if strings.HasPrefix(ref, "refs/heads/") || strings.HasPrefix(ref, "refs/tags/") {
-		if _, err := branchRef(ref[strings.Index(ref[5:], "/")+6:]); err != nil {
-			return "", domain.Errorf(domain.EInvalid, "field ref %q is not a ref", ref)
+	for _, prefix := range []string{"refs/heads/", "refs/tags/"} {
+		if name, ok := strings.CutPrefix(ref, prefix); ok {
+			if _, err := branchRef(name); err != nil {
+				return "", domain.Errorf(domain.EInvalid, "field ref %q is not a ref", ref)
+			}
+			return ref, nil
 		}
-		return ref, nil
 	}
 	full, err := branchRef(ref)
 	if err != nil || full == "" {

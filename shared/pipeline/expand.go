@@ -235,7 +235,7 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 		return m
 	}
 	for _, axis := range e.Properties("matrix") {
-		if !hasAxis(p.matrixKeys, axis) {
+		if !containsFold(p.matrixKeys, axis) { // an include entry may leave it out of some combinations: there it is null
 			return fail("matrix has no axis %q", axis)
 		}
 	}
@@ -286,16 +286,4 @@ func runnerSafe(v string, pl place) string {
 		return v
 	}
 	return domain.Literal(v)
-}
-
-// hasAxis reports whether the matrix has axis (an include entry may leave
-// it out of some combinations: there it is null), ignoring case as
-// expressions do.
-func hasAxis(keys []string, axis string) bool {
-	for _, k := range keys {
-		if strings.EqualFold(k, axis) {
-			return true
-		}
-	}
-	return false
 }

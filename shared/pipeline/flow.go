@@ -1,11 +1,11 @@
 package pipeline
 
 import (
-	"regexp"
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/expr"
 )
 
@@ -52,12 +52,6 @@ func checkFacts(e *expr.Expr) *expr.Error {
 	return nil
 }
 
-var outputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
-
-// maxJobOutputs is the most outputs a job may map (the outputs route's
-// limit).
-const maxJobOutputs = 100
-
 // flowKey reads the job keys of flow control; it reports whether key was
 // one of them.
 func (p *parseState) flowKey(j *rawJob, key string, v ast.Node, kp string) bool {
@@ -97,14 +91,14 @@ func (p *parseState) outputs(n ast.Node, path string) map[string]string {
 	if !ok {
 		return nil
 	}
-	if len(kvs) > maxJobOutputs {
-		p.errorf(n, path, "holds %d outputs, over the limit of %d", len(kvs), maxJobOutputs)
+	if len(kvs) > domain.MaxJobOutputs {
+		p.errorf(n, path, "holds %d outputs, over the limit of %d", len(kvs), domain.MaxJobOutputs)
 		return nil
 	}
 	out := map[string]string{}
 	for _, kv := range kvs {
 		name, kp := keyOf(kv), path+"."+keyOf(kv)
-		if !outputNameRE.MatchString(name) {
+		if !domain.OutputNameRE.MatchString(name) {
 			p.errorf(kv.Key, kp, "output name %q must start with a letter or _ and hold letters, digits, _ and -", name)
 		}
 		if s, ok := p.str(kv.Value, kp); ok {

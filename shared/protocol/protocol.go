@@ -203,9 +203,6 @@ const (
 	MaxOutputsBody    = 5 << 20
 )
 
-// outputNameRE is an output's name, as the pipeline's outputs: key.
-var outputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
-
 // OutputsRequest sets the job's outputs for the current attempt: each
 // name's value replaces any sent before in the same attempt.
 type OutputsRequest struct {
@@ -223,7 +220,7 @@ func (r *OutputsRequest) Validate() error {
 	}
 	size := 0
 	for k, v := range r.Outputs {
-		if !outputNameRE.MatchString(k) {
+		if !domain.OutputNameRE.MatchString(k) {
 			return domain.Errorf(domain.EInvalid, "output name %q must start with a letter or _ and hold letters, digits, _ and - (at most 100)", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {

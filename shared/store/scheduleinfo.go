@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/robfig/cron/v3"
 )
 
 // ScheduleInfo is a project's schedule as people see it: when it fires
@@ -46,14 +45,13 @@ func (s *Store) Schedules(ctx context.Context, u User, projectID string) ([]Sche
 	if err != nil {
 		return nil, fmt.Errorf("schedules: %w", err)
 	}
-	parser := cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ScheduleInfo, error) {
 		var i ScheduleInfo
 		var now time.Time
 		if err := row.Scan(&i.Cron, &i.Missed, &now, &i.LastSlot, &i.LastFiredAt, &i.LastRunID, &i.LastSkipped, &i.LastNote); err != nil {
 			return i, err
 		}
-		if sched, err := parser.Parse(i.Cron); err == nil {
+		if sched, err := cronParser.Parse(i.Cron); err == nil {
 			i.Next = sched.Next(now.UTC())
 		}
 		return i, nil

@@ -23,6 +23,9 @@ import (
 // fires at most once: the firing row's primary key is inserted in the
 // transaction that makes the run.
 
+// cronParser reads the five-field crons the pipeline parser accepted.
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
+
 // scheduleGrace is how late a slot may fire and still be on time: a slot
 // later than that was missed (the control plane was down), and a schedule
 // with missed: skip skips it.
@@ -243,7 +246,7 @@ func (s *Store) claimSlot(ctx context.Context, q interface {
 // dueSlot is the newest slot of d's cron at or before now, after the last
 // one fired (or the schedule's creation), within maxCatchUp.
 func dueSlot(d dueSchedule) (time.Time, bool) {
-	sched, err := cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow).Parse(d.cron)
+	sched, err := cronParser.Parse(d.cron)
 	if err != nil {
 		return time.Time{}, false
 	}

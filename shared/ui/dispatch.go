@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/pipeline"
@@ -66,7 +67,7 @@ func DispatchRun(u *UI, w http.ResponseWriter, r *http.Request, user store.User)
 	project, ref := r.PathValue("project"), r.PostForm.Get("ref")
 	inputs := map[string]string{}
 	for key, vals := range r.PostForm {
-		if name, ok := cutPrefix(key, "input."); ok && len(vals) > 0 {
+		if name, ok := strings.CutPrefix(key, "input."); ok && name != "" && len(vals) > 0 {
 			inputs[name] = vals[len(vals)-1]
 		}
 	}
@@ -86,11 +87,4 @@ func DispatchRun(u *UI, w http.ResponseWriter, r *http.Request, user store.User)
 	}
 	http.Redirect(w, r, "/runs/"+url.PathEscape(d.Run.ID), http.StatusSeeOther)
 	return nil
-}
-
-func cutPrefix(s, prefix string) (string, bool) {
-	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):], true
-	}
-	return "", false
 }
