@@ -75,7 +75,6 @@ func (j *job) cleanUp(log *slog.Logger) bool {
 		}
 	}
 	_ = os.RemoveAll(filepath.Join(jobDir, l.LeaseID))
-	_ = os.Remove(jobDir)
-	_ = os.Remove(filepath.Dir(jobDir))
+	isolate.RemoveParents(filepath.Join(jobDir, l.LeaseID))
 	return ok
 }

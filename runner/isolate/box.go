@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 )
@@ -33,14 +34,7 @@ func (i *Isolator) NewBox(slot int, dir string, job Limits) (*Box, error) {
 	if i.cfg.Mode != None {
 		b.su = i.slots[slot]
 	}
-	// The attempt's parent directories are the runner's: others may pass
-	// through them (0711) to their own attempt, not list them.
-	for _, d := range []string{filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir)} {
-		if err := mkdirMode(d, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, err
-		}
-	}
-	if err := mkdirMode(dir, 0o711); err != nil {
+	if err := mkdirAttempt(dir); err != nil {
 		return nil, err
 	}
 	// The workspace stays the runner's (0700) while the runner fills it;
@@ -340,4 +334,34 @@ func writeOwned(path string, content []byte, su slotUser) error {
 		return err
 	}
 	return f.Close()
+}
+
+// parentsMu orders the making of an attempt's parent directories (the
+// run's and the job's) with their removal when another slot ends a job of
+// the same run (RemoveParents): they are empty, so removable, until the
+// attempt's directory is made in them.
+var parentsMu sync.Mutex
+
+// mkdirAttempt makes an attempt's directory and its parents. The parents
+// are the runner's: others may pass through them (0711) to their own
+// attempt, not list them.
+func mkdirAttempt(dir string) error {
+	parentsMu.Lock()
+	defer parentsMu.Unlock()
+	for _, d := range []string{filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir)} {
+		if err := mkdirMode(d, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return mkdirMode(dir, 0o711)
+}
+
+// RemoveParents removes the job's and the run's directories of attempt
+// directory dir, each only if it is empty: the next attempt of the same
+// job, or other jobs of the run, may be using them.
+func RemoveParents(dir string) {
+	parentsMu.Lock()
+	defer parentsMu.Unlock()
+	_ = os.Remove(filepath.Dir(dir))
+	_ = os.Remove(filepath.Dir(filepath.Dir(dir)))
 }
