@@ -262,6 +262,9 @@ type RunFacts struct {
 type Concurrency struct {
 	Group            string
 	CancelInProgress bool
+	// CancelExpr is cancel-in-progress as one ${{ }} expression (then
+	// CancelInProgress is not read), evaluated where the group is.
+	CancelExpr string
 }
 
 // ClaimedJob is the "job" object of a claim response.

@@ -1,6 +1,10 @@
 package domain
 
-import "slices"
+import (
+	"regexp"
+	"slices"
+	"strings"
+)
 
 // PlannedJob is one job of a run as its pipeline plans it (after matrix
 // expansion): what the parser produces (pipeline.Job) and what the store
@@ -34,6 +38,10 @@ type PlannedJob struct {
 	// control plane puts the needs context into the spec when it queues
 	// the job.
 	ReadsNeeds bool
+	// Concurrency is the job's concurrency group (nil: none): a template
+	// the control plane evaluates when the job's needs have ended (the
+	// matrix already filled in).
+	Concurrency *Concurrency
 }
 
 // NeedCycle is a walk along needs that comes back to a job: Path runs from
@@ -96,4 +104,15 @@ func NeedCycles(names []string, needs func(i int) []string) []NeedCycle {
 type Schedule struct {
 	Cron   string `json:"cron"`
 	Missed string `json:"missed"`
+}
+
+// branchRE is a branch name as ForgeCI takes one (git's rules, simply:
+// no .., //, trailing / or ., or .lock; see ValidBranch).
+var branchRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$`)
+
+// ValidBranch reports whether name is a branch name ForgeCI takes (a
+// client's, or one GitHub names).
+func ValidBranch(name string) bool {
+	return branchRE.MatchString(name) && !strings.Contains(name, "..") && !strings.Contains(name, "//") &&
+		!strings.HasSuffix(name, "/") && !strings.HasSuffix(name, ".") && !strings.HasSuffix(name, ".lock")
 }

@@ -13,17 +13,32 @@ import (
 // control plane when it makes the run.
 var groupContexts = []string{"forgeci", "github", "inputs"}
 
-// concurrency reads concurrency: a group, or {group, cancel-in-progress}.
-func (p *parseState) concurrency(n ast.Node, path string) *domain.Concurrency {
+// concurrency reads concurrency: a group, or {group, cancel-in-progress};
+// its group may read contexts.
+func (p *parseState) concurrency(n ast.Node, path string, contexts []string) *domain.Concurrency {
 	c := &domain.Concurrency{}
+	if p.nodes == nil {
+		p.nodes = map[string]ast.Node{}
+	}
 	if _, ok := unwrap(n).(*ast.MappingNode); !ok {
-		c.Group = p.group(n, path)
+		c.Group = p.group(n, path, contexts)
+		p.nodes[path+".group"] = n // where the expansion reports a problem
 		return c
 	}
 	kvs, _ := p.mapping(n, path)
 	p.keys(kvs, path, "group or cancel-in-progress", map[string]func(ast.Node, string){
-		"group":              func(v ast.Node, kp string) { c.Group = p.group(v, kp) },
-		"cancel-in-progress": func(v ast.Node, kp string) { c.CancelInProgress = p.boolean(v, kp) },
+		"group": func(v ast.Node, kp string) {
+			c.Group = p.group(v, kp, contexts)
+			p.nodes[kp] = v
+		},
+		"cancel-in-progress": func(v ast.Node, kp string) {
+			if sn, ok := unwrap(v).(*ast.StringNode); ok && strings.Contains(sn.Value, "${{") {
+				c.CancelExpr = p.cancelExpr(v, kp, contexts)
+				p.nodes[kp] = v
+			} else {
+				c.CancelInProgress = p.boolean(v, kp)
+			}
+		},
 	})
 	if c.Group == "" {
 		p.errorf(n, path+".group", "group is required")
@@ -31,9 +46,8 @@ func (p *parseState) concurrency(n ast.Node, path string) *domain.Concurrency {
 	return c
 }
 
-// group reads a concurrency group: text with expressions over the run's
-// facts and inputs.
-func (p *parseState) group(v ast.Node, kp string) string {
+// group reads a concurrency group: text with expressions over contexts.
+func (p *parseState) group(v ast.Node, kp string, contexts []string) string {
 	s, ok := p.str(v, kp)
 	if !ok {
 		return ""
@@ -50,7 +64,38 @@ func (p *parseState) group(v ast.Node, kp string) string {
 		if piece.Expr == nil {
 			continue
 		}
-		err := piece.Expr.Allow(groupContexts...)
+		err := piece.Expr.Allow(contexts...)
+		if err == nil {
+			err = checkFacts(piece.Expr)
+		}
+		if err != nil {
+			p.errorAtOffset(v, kp, s, piece.Offset, "%s: %s", strings.TrimSpace(piece.Text), err.Message)
+			return ""
+		}
+	}
+	return s
+}
+
+// cancelExpr reads a cancel-in-progress that is one ${{ }} expression
+// over contexts, as GitHub's (${{ github.ref != 'refs/heads/main' }}).
+func (p *parseState) cancelExpr(v ast.Node, kp string, contexts []string) string {
+	s, ok := p.str(v, kp)
+	if !ok {
+		return ""
+	}
+	tpl, errs := expr.ParseTemplate(s)
+	if len(errs) > 0 {
+		return "" // checkExprs has said where
+	}
+	if !tpl.IsExpr() {
+		p.errorf(v, kp, "is true, false or one ${{ }} expression")
+		return ""
+	}
+	for _, piece := range tpl.Pieces() {
+		if piece.Expr == nil {
+			continue
+		}
+		err := piece.Expr.Allow(contexts...)
 		if err == nil {
 			err = checkFacts(piece.Expr)
 		}

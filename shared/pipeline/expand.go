@@ -162,6 +162,18 @@ func (p *parseState) expandFlow(j *rawJob, job *Job, combo map[string]string) {
 		}
 	}
 	job.ReadsNeeds = p.readsNeeds
+	if c := j.concurrency; c != nil && c.Group != "" {
+		// The control plane evaluates the rest: what it reads of needs
+		// is not the runner's.
+		reads := p.readsNeeds
+		at := place{runner: jobGroupContexts}
+		job.Concurrency = &domain.Concurrency{Group: p.substitute(j, j.path+".concurrency.group", c.Group, combo, at),
+			CancelInProgress: c.CancelInProgress}
+		if c.CancelExpr != "" {
+			job.Concurrency.CancelExpr = p.substitute(j, j.path+".concurrency.cancel-in-progress", c.CancelExpr, combo, at)
+		}
+		p.readsNeeds = reads
+	}
 }
 
 // checkCondition checks what a step's if: names (its syntax and contexts

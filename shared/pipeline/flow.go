@@ -15,6 +15,10 @@ import (
 // used (docs/pipeline.md, "Expressions").
 var (
 	jobIfContexts  = []string{"forgeci", "github", "needs", "inputs"}
+	// jobGroupContexts are what a job's concurrency group reads: the
+	// parser fills in the matrix, the control plane the rest when the
+	// job's needs have ended.
+	jobGroupContexts = []string{"forgeci", "github", "needs", "inputs", "matrix"}
 	jobEnvContexts = []string{"forgeci", "github", "matrix", "needs", "inputs"}
 	cacheContexts  = []string{"forgeci", "github", "matrix", "needs", "inputs", "env", "runner"}
 	// stepContexts are what a step's fields and if: read on the runner.
@@ -77,7 +81,7 @@ func (p *parseState) flowKey(j *rawJob, key string, v ast.Node, kp string) bool 
 	case "permissions":
 		p.permissions(v, kp)
 	case "concurrency":
-		p.errorf(v, kp, "concurrency is supported for the whole pipeline (a top-level concurrency:), not yet for a job")
+		j.concurrency = p.concurrency(v, kp, jobGroupContexts)
 	default:
 		return false
 	}

@@ -249,7 +249,7 @@ func Parse(file string, src []byte) (*Pipeline, error) {
 		case "on":
 			pl.Triggers = p.triggers(kv.Value, key)
 		case "concurrency":
-			pl.Concurrency = p.concurrency(kv.Value, key)
+			pl.Concurrency = p.concurrency(kv.Value, key, groupContexts)
 		case "defaults":
 			p.runDefaults = p.defaults(kv.Value, key)
 		case "permissions":
@@ -306,6 +306,7 @@ type rawJob struct {
 	maxParallel     int
 	displayName     string
 	runDefaults     runDefaults
+	concurrency     *domain.Concurrency
 }
 
 func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {

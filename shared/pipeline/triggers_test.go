@@ -175,6 +175,7 @@ func TestConcurrency(t *testing.T) {
 		"concurrency: deploy": {Group: "deploy"},
 		"concurrency: {group: '${{ github.workflow }}-${{ github.ref }}', cancel-in-progress: true}": {Group: "${{ github.workflow }}-${{ github.ref }}", CancelInProgress: true},
 		"concurrency: {group: 'pr-${{ github.head_ref || github.run_id }}'}":                         {Group: "pr-${{ github.head_ref || github.run_id }}"},
+		"concurrency: {group: g, cancel-in-progress: \"${{ github.ref != 'refs/heads/main' }}\"}":    {Group: "g", CancelExpr: "${{ github.ref != 'refs/heads/main' }}"},
 	} {
 		p, err := pipeline.Parse("f.yml", []byte(on+"\njobs:\n  a: {steps: [{run: x}]}\n"))
 		if err != nil {
@@ -185,14 +186,57 @@ func TestConcurrency(t *testing.T) {
 		}
 	}
 	refuses(t, "%s\njobs:\n  a: {steps: [{run: x}]}\n", map[string]string{
-		"concurrency: {cancel-in-progress: true}":   "group is required",
-		"concurrency: '${{ steps.a.outputs.x }}'":   `context "steps" is not available here`,
-		"concurrency: '${{ github.event.number }}'": "github.event is not available",
-		"concurrency: {group: g, cancel: true}":     `unknown key "cancel"`,
+		"concurrency: {cancel-in-progress: true}":                              "group is required",
+		"concurrency: '${{ steps.a.outputs.x }}'":                              `context "steps" is not available here`,
+		"concurrency: '${{ github.event.number }}'":                            "github.event is not available",
+		"concurrency: {group: g, cancel: true}":                                `unknown key "cancel"`,
+		"concurrency: {group: g, cancel-in-progress: 'x-${{ github.ref }}'}":   "is true, false or one ${{ }} expression",
+		"concurrency: {group: g, cancel-in-progress: '${{ needs.a.result }}'}": `context "needs" is not available here`,
 	})
-	refuses(t, "jobs:\n  a:\n    %s\n    steps: [{run: x}]\n", map[string]string{
-		"concurrency: deploy": "not yet for a job",
+	refuses(t, "jobs:\n  b: {steps: [{run: x}]}\n  a:\n    needs: b\n    strategy: {matrix: {env: [x]}}\n    %s\n    steps: [{run: x}]\n", map[string]string{
+		"concurrency: '${{ steps.a.outputs.x }}'":            `context "steps" is not available here`,
+		"concurrency: '${{ needs.c.result }}'":               `job "c" is not in this job's needs`,
+		"concurrency: '${{ matrix.os }}'":                    `matrix has no axis "os"`,
+		"concurrency: '${{ secrets.TOKEN }}'":                `context "secrets" is not available here`,
+		"concurrency: {group: '', cancel-in-progress: true}": "1 to 400 characters",
 	})
+}
+
+// TestJobConcurrency: a job's group reads the run's facts, its needs and
+// its matrix combination; the parser fills in the matrix, the control
+// plane the rest when the job's needs have ended.
+func TestJobConcurrency(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte(`jobs:
+  build: {steps: [{run: x}]}
+  deploy:
+    needs: build
+    strategy: {matrix: {env: [staging, production]}}
+    concurrency: {group: 'deploy-${{ matrix.env }}-${{ needs.build.result }}', cancel-in-progress: "${{ matrix.env == 'staging' }}"}
+    steps: [{run: x}]
+  plain:
+    concurrency: '${{ github.ref }}'
+    steps: [{run: x}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]domain.Concurrency{}
+	for _, j := range p.Jobs {
+		if j.Concurrency != nil {
+			got[j.Name] = *j.Concurrency
+		}
+		if j.ReadsNeeds {
+			t.Errorf("%s: a group's needs are not the runner's to read", j.Name)
+		}
+	}
+	want := map[string]domain.Concurrency{
+		"deploy (staging)":    {Group: "deploy-staging-${{ needs.build.result }}", CancelExpr: "true"},
+		"deploy (production)": {Group: "deploy-production-${{ needs.build.result }}", CancelExpr: "false"},
+		"plain":               {Group: "${{ github.ref }}"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("groups %v, want %v", got, want)
+	}
 }
 
 // TestDispatchInputs: workflow_dispatch's typed inputs as GitHub's: the

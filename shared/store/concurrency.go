@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,7 +17,7 @@ import (
 // progress through the ordinary cancel path when cancel-in-progress is
 // set, and waits while a run of the group is open. A run's end releases
 // the waiting run, in a transaction of its own after the end commits
-// (releaseGroup): it takes the group's lock first, as a new run does,
+// (afterRun): it takes the group's lock first, as a new run does,
 // then rows, so the two never wait for each other in a cycle. The sweeper
 // releases what a crash between the two left waiting.
 
@@ -57,8 +56,12 @@ WHERE project_id = $1 AND concurrency_group = $2 AND state = 'PENDING' AND concu
 ORDER BY number DESC LIMIT 1
 FOR UPDATE`
 
-// groupOfRunSQL reads run $1's project, group and state.
-const groupOfRunSQL = `SELECT project_id, coalesce(concurrency_group, ''), state FROM runs WHERE id = $1`
+// groupOfRunSQL reads run $1's project, group and state, and the groups
+// its jobs joined.
+const groupOfRunSQL = `
+SELECT project_id, coalesce(concurrency_group, ''), state,
+       ARRAY(SELECT DISTINCT concurrency_group FROM jobs WHERE run_id = $1 AND concurrency_group IS NOT NULL)
+FROM runs WHERE id = $1`
 
 // releaseRunSQL lets run $1 go on; its jobs' waiting reason $2 goes.
 const releaseRunSQL = `
@@ -77,25 +80,17 @@ func groupOf(run *Run, c *domain.Concurrency) error {
 	if c == nil || c.Group == "" {
 		return nil
 	}
-	tpl, errs := expr.ParseTemplate(c.Group)
-	if len(errs) > 0 {
-		return domain.Errorf(domain.EInvalid, "concurrency.group: %s", errs[0].Message)
-	}
 	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
-	g, err := tpl.Eval(&expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts, "inputs": inputsOf(facts)}})
+	vars := map[string]any{"forgeci": facts, "github": facts, "inputs": inputsOf(facts)}
+	g, err := groupName(c.Group, vars, run.Trusted, nil)
 	if err != nil {
 		return domain.Errorf(domain.EInvalid, "concurrency.group: %v", err)
 	}
-	if g = strings.ToLower(strings.TrimSpace(g)); g == "" || len(g) > 400 {
-		return domain.Errorf(domain.EInvalid, "concurrency.group is %q here: a group is 1 to 400 characters", g)
+	cancel, err := cancelOf(c.CancelInProgress, c.CancelExpr, vars, nil)
+	if err != nil {
+		return domain.Errorf(domain.EInvalid, "%v", err)
 	}
-	if !run.Trusted {
-		// An untrusted run (a fork's pull request) names its group from a
-		// pipeline its author wrote: it must never cancel, supersede or
-		// hold up a trusted run.
-		g = "untrusted:" + g
-	}
-	run.ConcurrencyGroup, run.ConcurrencyCancel = g, c.CancelInProgress
+	run.ConcurrencyGroup, run.ConcurrencyCancel = g, cancel
 	return nil
 }
 
@@ -130,8 +125,9 @@ func joinGroup(ctx context.Context, tx pgx.Tx, run *Run, c *domain.Concurrency) 
 		switch {
 		case o.waiting:
 			err = cancelRunTx(ctx, tx, o.id, fmt.Sprintf("superseded by #%d", run.Number), true)
-		case c.CancelInProgress && run.Approval != ApprovalPending:
+		case run.ConcurrencyCancel && run.Approval != ApprovalPending:
 			// A run that waits for approval cancels nothing until approved.
+			run.canceled = append(run.canceled, o.id)
 			err = cancelRunTx(ctx, tx, o.id, fmt.Sprintf("canceled by #%d (concurrency group %s)", run.Number, run.ConcurrencyGroup), false)
 			if err == nil {
 				busy, err = stillOpen(ctx, tx, o.id, busy) // until its running jobs have stopped
@@ -181,26 +177,33 @@ func cancelRunTx(ctx context.Context, tx pgx.Tx, runID, why string, all bool) er
 	return advanceRun(ctx, tx, runID)
 }
 
-// releaseGroup lets the run waiting in run runID's group go on once no
-// run of the group is open. Called after a transaction that may have
-// ended runID commits; a no-op for a run without a group or still open.
-func (s *Store) releaseGroup(ctx context.Context, runID string) error {
+// afterRun settles the groups run runID is in after a transaction that
+// moved it on commits: its own, whose waiting run goes on once no run of
+// the group is open (a no-op while runID is open), and those its jobs
+// joined (settleJobGroup). The change stands whatever happens here: the
+// sweeper settles what this leaves.
+func (s *Store) afterRun(ctx context.Context, runID string) error {
 	var projectID, group, state string
-	if err := s.pool.QueryRow(ctx, groupOfRunSQL, runID).Scan(&projectID, &group, &state); err != nil {
+	var jobGroups []string
+	if err := s.pool.QueryRow(ctx, groupOfRunSQL, runID).Scan(&projectID, &group, &state, &jobGroups); err != nil {
 		return fmt.Errorf("run %s: %w", runID, err)
 	}
-	if group == "" || !IsTerminalRun(state) {
-		return nil
+	var errs []error
+	if group != "" && IsTerminalRun(state) {
+		errs = append(errs, s.releaseGroupOf(ctx, projectID, group))
 	}
-	return s.releaseGroupOf(ctx, projectID, group)
+	for _, g := range jobGroups {
+		errs = append(errs, s.settleJobGroup(ctx, projectID, g))
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Store) releaseGroupOf(ctx context.Context, projectID, group string) error {
+	var next string
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, groupLockSQL, projectID, group); err != nil {
 			return fmt.Errorf("lock concurrency group: %w", err)
 		}
-		var next string
 		err := tx.QueryRow(ctx, groupNextSQL, projectID, group).Scan(&next)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // none waits, or a run of the group is open: it releases when it ends
@@ -213,10 +216,12 @@ func (s *Store) releaseGroupOf(ctx context.Context, projectID, group string) err
 		}
 		return advanceRun(ctx, tx, next)
 	})
-	if err == nil {
-		s.signalQueued()
+	if err != nil || next == "" {
+		return err
 	}
-	return err
+	s.signalQueued()
+	// Its jobs that need nothing have joined their groups.
+	return s.settleRunJobs(ctx, next)
 }
 
 // releaseStuckGroups releases the groups whose waiting run was left

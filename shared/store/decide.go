@@ -25,10 +25,17 @@ type jobCondition struct {
 	condition      *string
 	status         bool // calls a status function
 	survivesCancel bool // calls always() or cancelled()
+	// concurrency is the job's concurrency group's template ("" none).
+	concurrency      string
+	cancelInProgress bool
+	cancelExpr       string
 }
 
 func conditionOf(j NewJob) jobCondition {
 	c := jobCondition{group: j.Group}
+	if j.Concurrency != nil {
+		c.concurrency, c.cancelInProgress, c.cancelExpr = j.Concurrency.Group, j.Concurrency.CancelInProgress, j.Concurrency.CancelExpr
+	}
 	if c.group == "" {
 		c.group = j.Name
 	}
@@ -45,14 +52,16 @@ func conditionOf(j NewJob) jobCondition {
 	return c
 }
 
-// decidableSQL lists the pending jobs of run $1 with a condition or a
-// needs context whose needs have all ended (and not while the run waits
+// decidableSQL lists the pending jobs of run $1 with a condition, a
+// needs context or a concurrency group whose needs have all ended (and not while the run waits
 // for approval).
 const decidableSQL = `
-SELECT d.id, coalesce(d.condition, ''), d.condition_status, d.reads_needs, d.needs, d.spec->'run', r.cancel_requested
+SELECT d.id, coalesce(d.condition, ''), d.condition_status, d.reads_needs, d.needs, d.spec->'run', r.cancel_requested,
+       coalesce(d.concurrency_template, ''), d.concurrency_cancel, coalesce(d.concurrency_cancel_expr, ''), d.trusted
 FROM jobs d JOIN runs r ON r.id = d.run_id
 WHERE d.run_id = $1 AND d.state = 'PENDING' AND NOT d.decided
-  AND (d.condition IS NOT NULL OR d.reads_needs) AND r.approval <> 'pending' AND NOT r.concurrency_waiting
+  AND (d.condition IS NOT NULL OR d.reads_needs OR d.concurrency_template IS NOT NULL)
+  AND r.approval <> 'pending' AND NOT r.concurrency_waiting
   AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
                   AND n.state IN ('PENDING', 'QUEUED', 'RUNNING'))
 ORDER BY d.id`
@@ -95,12 +104,17 @@ type undecided struct {
 	needs              []string
 	facts              json.RawMessage
 	cancelRequested    bool
+	group              string // the concurrency group's template
+	cancel             bool   // its cancel-in-progress, or
+	cancelExpr         string // that as an expression
+	trusted            bool
 }
 
 func scanUndecided(rows pgx.Rows) ([]undecided, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (undecided, error) {
 		var u undecided
-		err := row.Scan(&u.id, &u.condition, &u.status, &u.readsNeeds, &u.needs, &u.facts, &u.cancelRequested)
+		err := row.Scan(&u.id, &u.condition, &u.status, &u.readsNeeds, &u.needs, &u.facts, &u.cancelRequested,
+			&u.group, &u.cancel, &u.cancelExpr, &u.trusted)
 		return u, err
 	})
 }
@@ -242,7 +256,16 @@ func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]r
 			return
 		}
 	}
-	b.Queue(decideRunSQL, u.id, ctxJSON)
+	if u.group == "" {
+		b.Queue(decideRunSQL, u.id, ctxJSON)
+		return
+	}
+	group, cancel, err := evalJobGroup(u, needs, &d.budget)
+	if err != nil {
+		b.Queue(decideEndSQL, u.id, domain.JobFailed, truncate(err.Error(), 300))
+		return
+	}
+	b.Queue(decideJoinSQL, u.id, ctxJSON, group, waitingReason(group), cancel)
 }
 
 // needsContext is needs.<job> for each job named in needs, by its name
@@ -312,6 +335,20 @@ func evalCondition(u undecided, needs map[string]domain.NeedResult, byName map[s
 		}
 		return true
 	}
+	c := &expr.Context{Vars: decisionVars(u, needs), Status: status, Budget: min(*budget, conditionWork)}
+	v, err := e.Eval(c)
+	*budget -= c.Work
+	if err != nil {
+		return false, err
+	}
+	if !u.status && !success {
+		return false, nil
+	}
+	return expr.Truthy(v), nil
+}
+
+// decisionVars are the contexts a job's if: and concurrency group read.
+func decisionVars(u undecided, needs map[string]domain.NeedResult) map[string]any {
 	var facts map[string]any
 	if len(u.facts) > 0 {
 		_ = json.Unmarshal(u.facts, &facts)
@@ -324,17 +361,7 @@ func evalCondition(u undecided, needs map[string]domain.NeedResult, byName map[s
 		}
 		needsVar[k] = map[string]any{"result": v.Result, "outputs": outs}
 	}
-	c := &expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts,
-		"needs": needsVar, "inputs": inputsOf(facts)}, Status: status, Budget: min(*budget, conditionWork)}
-	v, err := e.Eval(c)
-	*budget -= c.Work
-	if err != nil {
-		return false, err
-	}
-	if !u.status && !success {
-		return false, nil
-	}
-	return expr.Truthy(v), nil
+	return map[string]any{"forgeci": facts, "github": facts, "needs": needsVar, "inputs": inputsOf(facts)}
 }
 
 // upstreamFailed reports whether a job needs names, or one they need in

@@ -182,7 +182,7 @@ func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, 
 	}
 	if err == nil && !requeued {
 		// Likewise: the sweeper releases a group this leaves waiting.
-		_ = s.releaseGroup(ctx, l.RunID)
+		_ = s.afterRun(ctx, l.RunID)
 	}
 	return c, err
 }

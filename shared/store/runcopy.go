@@ -48,9 +48,14 @@ func copyRun(ctx context.Context, tx pgx.Tx, old Run, jobID string) (NewRun, err
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NewJob, error) {
 		var j NewJob
 		var spec []byte
+		var c domain.Concurrency
 		if err := row.Scan(&j.Name, &j.Needs, &j.Labels, &spec, &j.TimeoutSeconds, &j.RetryLeaseLost, &j.RetryFailed,
-			&j.Group, &j.If, &j.ContinueOnError, &j.FailFast, &j.MaxParallel, &j.ReadsNeeds); err != nil {
+			&j.Group, &j.If, &j.ContinueOnError, &j.FailFast, &j.MaxParallel, &j.ReadsNeeds, &c.Group, &c.CancelInProgress, &c.CancelExpr); err != nil {
 			return j, err
+		}
+		if c.Group != "" {
+			// The template: the new run's needs and facts decide the group.
+			j.Concurrency = &c
 		}
 		var cj domain.ClaimedJob
 		if err := json.Unmarshal(spec, &cj); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -120,6 +121,11 @@ type Run struct {
 	ConcurrencyCancel  bool   `json:"concurrency_cancel_in_progress,omitempty"`
 	// Inputs are a manual run's inputs.
 	Inputs map[string]any `json:"inputs,omitempty"`
+	// jobGroups: a job of the new run has a concurrency group; canceled
+	// are the runs its group's cancel-in-progress canceled. Their groups
+	// are settled once the new run commits (afterCreate).
+	jobGroups bool
+	canceled  []string
 }
 
 // CreateRun stores a run and its jobs as PENDING, then queues the jobs that
@@ -138,7 +144,20 @@ func (s *Store) queueRun(ctx context.Context, fn func(tx pgx.Tx) (Run, error)) (
 		return Run{}, err
 	}
 	s.signalQueued()
+	s.afterCreate(ctx, run)
 	return run, nil
+}
+
+// afterCreate settles, once a new run has committed, the groups its jobs
+// that need nothing joined, and those of the runs it canceled. The run
+// stands whatever happens here (the sweeper settles what this leaves).
+func (s *Store) afterCreate(ctx context.Context, run Run) {
+	if run.jobGroups {
+		_ = s.settleRunJobs(ctx, run.ID)
+	}
+	for _, id := range run.canceled {
+		_ = s.afterRun(ctx, id)
+	}
 }
 
 // createRunTx is CreateRun inside tx, for callers whose own change must
@@ -207,6 +226,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		return Run{}, err
 	}
 	err = tx.QueryRow(ctx, runStateSQL, run.ID).Scan(&run.State, &run.CreatedAt)
+	run.jobGroups = slices.ContainsFunc(nr.Jobs, func(j NewJob) bool { return j.Concurrency != nil })
 	return run, err
 }
 
@@ -290,7 +310,8 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		c := conditionOf(j)
 		if _, err := tx.Exec(ctx, insertJobSQL, id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
 			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted, nonNil(features),
-			c.group, c.condition, c.status, c.survivesCancel, j.ContinueOnError, j.FailFast, j.MaxParallel, j.ReadsNeeds); err != nil {
+			c.group, c.condition, c.status, c.survivesCancel, j.ContinueOnError, j.FailFast, j.MaxParallel, j.ReadsNeeds,
+			c.concurrency, c.cancelInProgress, c.cancelExpr); err != nil {
 			return fmt.Errorf("insert job %s: %w", j.Name, err)
 		}
 		if nr.Checks != nil {

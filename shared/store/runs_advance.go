@@ -64,7 +64,7 @@ func (s *Store) Cancel(ctx context.Context, u User, runID, jobID string) (cancel
 	if err == nil {
 		// A run that ended here lets its group's waiting run go on; the
 		// cancel stands whatever happens here (the sweeper releases it).
-		_ = s.releaseGroup(ctx, runID)
+		_ = s.afterRun(ctx, runID)
 	}
 	return canceled, asked, err
 }
@@ -76,6 +76,7 @@ func (s *Store) Approve(ctx context.Context, u User, runID string) (Run, error) 
 	run, err := s.decide(ctx, u, runID, ApprovalApproved)
 	if err == nil {
 		s.signalQueued()
+		_ = s.afterRun(ctx, runID) // its jobs may have joined their groups
 	}
 	return run, err
 }
@@ -85,7 +86,7 @@ func (s *Store) Approve(ctx context.Context, u User, runID string) (Run, error) 
 func (s *Store) Reject(ctx context.Context, u User, runID string) (Run, error) {
 	run, err := s.decide(ctx, u, runID, ApprovalRejected)
 	if err == nil {
-		_ = s.releaseGroup(ctx, runID) // as Cancel
+		_ = s.afterRun(ctx, runID) // as Cancel
 	}
 	return run, err
 }

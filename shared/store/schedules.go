@@ -52,23 +52,32 @@ FROM unnest($6::text[], $4::text[], $5::text[]) AS x (id, cron, missed)
 WHERE EXISTS (SELECT 1 FROM d)
 ON CONFLICT (project_id, cron) DO UPDATE SET missed = excluded.missed, template_run_id = excluded.template_run_id`
 
-// repoSchedulesSQL makes crons $3 (missed $4) GitHub project $1's
-// schedules, fired from ref $2 as GitHub resolves it then. $5 are new IDs.
+// repoSchedulesSQL makes crons $3 (missed $4) the schedules of GitHub
+// project $1's repository $6, fired from ref $2 (its default branch) as
+// GitHub resolves it then; they replace that repository's and any a CLI
+// run set, not another repository's. $5 are new IDs.
 const repoSchedulesSQL = `
-WITH gone AS (
-    DELETE FROM schedules WHERE project_id = $1 AND cron <> ALL ($3::text[])
+WITH r AS (
+    SELECT 1 FROM scm_repositories WHERE github_id = $6 AND project_id = $1
+), gone AS (
+    DELETE FROM schedules WHERE project_id = $1 AND EXISTS (SELECT 1 FROM r)
+      AND (repository_id = $6 OR template_run_id IS NOT NULL) AND cron <> ALL ($3::text[])
 )
-INSERT INTO schedules (id, project_id, cron, missed, template_run_id, ref)
-SELECT x.id, $1, x.cron, x.missed, NULL, $2
+INSERT INTO schedules (id, project_id, cron, missed, template_run_id, ref, repository_id)
+SELECT x.id, $1, x.cron, x.missed, NULL, $2, $6
 FROM unnest($5::text[], $3::text[], $4::text[]) AS x (id, cron, missed)
-ON CONFLICT (project_id, cron) DO UPDATE SET missed = excluded.missed, template_run_id = NULL, ref = excluded.ref`
+WHERE EXISTS (SELECT 1 FROM r)
+ON CONFLICT (project_id, cron) DO UPDATE
+SET missed = excluded.missed, template_run_id = NULL, ref = excluded.ref, repository_id = excluded.repository_id`
 
-// SetRepoSchedules makes the schedules of a GitHub project's default
-// branch pipeline (seen in a push to ref, that branch) the project's. The
-// GitHub worker calls it for every such push, whether it makes a run.
-func (s *Store) SetRepoSchedules(ctx context.Context, projectID, ref string, list []domain.Schedule) error {
+// SetRepoSchedules makes the schedules of the pipeline on repository
+// repositoryID's default branch (ref, as a push to it or a firing found
+// it) the repository's in project projectID. The GitHub worker calls it
+// for every such push, whether it makes a run. The same cron in two
+// repositories of a project is the one that set it last.
+func (s *Store) SetRepoSchedules(ctx context.Context, projectID string, repositoryID int64, ref string, list []domain.Schedule) error {
 	ids, crons, missed := scheduleColumns(list)
-	if _, err := s.pool.Exec(ctx, repoSchedulesSQL, projectID, ref, crons, missed, ids); err != nil {
+	if _, err := s.pool.Exec(ctx, repoSchedulesSQL, projectID, ref, crons, missed, ids, repositoryID); err != nil {
 		return fmt.Errorf("schedules: %w", err)
 	}
 	return nil
@@ -98,7 +107,8 @@ func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, list []domain.Schedu
 // schedulesDueSQL lists every schedule with the database's now and the
 // newest slot fired (or skipped) for its cron.
 const schedulesDueSQL = `
-SELECT s.project_id, s.cron, s.missed, coalesce(s.template_run_id, ''), coalesce(s.ref, ''), s.created_at, now(),
+SELECT s.project_id, s.cron, s.missed, coalesce(s.template_run_id, ''), coalesce(s.ref, ''), coalesce(s.repository_id, 0),
+       s.created_at, now(),
        (SELECT max(f.slot) FROM schedule_firings f WHERE f.project_id = s.project_id AND f.cron = s.cron)
 FROM schedules s ORDER BY s.project_id, s.cron`
 
@@ -117,9 +127,16 @@ type ScheduleResult struct {
 
 type dueSchedule struct {
 	projectID, cron, missed, templateRun, ref string
+	repositoryID                              int64
 	created, now                              time.Time
 	last                                      *time.Time
 }
+
+// movedSchedulesSQL deletes the schedules of repositories linked to
+// another project since they were set (a removed one's go with it).
+const movedSchedulesSQL = `
+DELETE FROM schedules s WHERE s.repository_id IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM scm_repositories r WHERE r.github_id = s.repository_id AND r.project_id = s.project_id)`
 
 // FireSchedules fires every schedule's newest slot due by the database's
 // clock that has not fired yet: once, even with several callers at once.
@@ -128,13 +145,16 @@ type dueSchedule struct {
 // missed: skip.
 func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 	var res ScheduleResult
+	if _, err := s.pool.Exec(ctx, movedSchedulesSQL); err != nil {
+		return res, fmt.Errorf("schedules: %w", err)
+	}
 	rows, err := s.pool.Query(ctx, schedulesDueSQL)
 	if err != nil {
 		return res, fmt.Errorf("schedules: %w", err)
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dueSchedule, error) {
 		var d dueSchedule
-		return d, row.Scan(&d.projectID, &d.cron, &d.missed, &d.templateRun, &d.ref, &d.created, &d.now, &d.last)
+		return d, row.Scan(&d.projectID, &d.cron, &d.missed, &d.templateRun, &d.ref, &d.repositoryID, &d.created, &d.now, &d.last)
 	})
 	if err != nil {
 		return res, fmt.Errorf("schedules: %w", err)
@@ -174,6 +194,7 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 		_, err := s.claimSlot(ctx, s.pool, d, slot, true, fmt.Sprintf("missed by %s (missed: skip)", d.now.Sub(slot).Round(time.Second)))
 		return 0, 1, err
 	}
+	var made Run
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		claimed, err := s.claimSlot(ctx, tx, d, slot, false, "")
 		if err != nil || !claimed {
@@ -202,10 +223,13 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 		if err != nil {
 			return err
 		}
-		fired = 1
+		fired, made = 1, run
 		_, err = tx.Exec(ctx, firedRunSQL, d.projectID, d.cron, slot, run.ID)
 		return err
 	})
+	if err == nil && made.ID != "" {
+		s.afterCreate(ctx, made)
+	}
 	if err != nil && permanentFiring(err) {
 		// The slot is spent, and says why, rather than retried for ever
 		// (a run that is gone, an author who may no longer run it). A
@@ -297,11 +321,12 @@ type ScheduleRequest struct {
 }
 
 // recordScheduleSQL records the EventSchedule delivery $1 for project
-// $2's repository, and notes it on the firing.
+// $2's repository $6, and notes it on the firing.
 const recordScheduleSQL = `
 WITH d AS (
     INSERT INTO scm_deliveries (guid, event, repository_id, payload, body_sha256)
-    SELECT $1, '` + EventSchedule + `', r.github_id, $3, sha256($3::bytea) FROM scm_repositories r WHERE r.project_id = $2 LIMIT 1
+    SELECT $1, '` + EventSchedule + `', r.github_id, $3, sha256($3::bytea) FROM scm_repositories r
+    WHERE r.github_id = $6 AND r.project_id = $2
     RETURNING guid
 )
 UPDATE schedule_firings SET note = 'delivery ' || (SELECT guid FROM d)
@@ -312,12 +337,12 @@ WHERE project_id = $2 AND cron = $4 AND slot = $5 AND EXISTS (SELECT 1 FROM d)`
 func askGitHubWorker(ctx context.Context, tx pgx.Tx, d dueSchedule, slot time.Time) error {
 	guid := "schedule-" + uuid.Must(uuid.NewV7()).String()
 	payload, _ := json.Marshal(ScheduleRequest{ID: guid, Cron: d.cron, Slot: slot, Ref: d.ref}) // strings and a time
-	tag, err := tx.Exec(ctx, recordScheduleSQL, guid, d.projectID, payload, d.cron, slot)
+	tag, err := tx.Exec(ctx, recordScheduleSQL, guid, d.projectID, payload, d.cron, slot, d.repositoryID)
 	if err != nil {
 		return fmt.Errorf("schedule delivery: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
-		return domain.Errorf(domain.ENotFound, "the project has no GitHub repository any more")
+		return domain.Errorf(domain.ENotFound, "the schedule's repository is not the project's any more")
 	}
 	return nil
 }

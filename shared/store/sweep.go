@@ -68,7 +68,7 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			if _, err := s.failFast(ctx, runID); err != nil {
 				errs = append(errs, fmt.Errorf("sweep: fail-fast of run %s: %w", runID, err))
 			}
-			if err := s.releaseGroup(ctx, runID); err != nil {
+			if err := s.afterRun(ctx, runID); err != nil {
 				errs = append(errs, fmt.Errorf("sweep: concurrency group of run %s: %w", runID, err))
 			}
 		}
@@ -79,6 +79,6 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	if res.Requeued > 0 {
 		s.signalQueued()
 	}
-	errs = append(errs, s.releaseStuckGroups(ctx))
+	errs = append(errs, s.releaseStuckGroups(ctx), s.settleWaitingJobGroups(ctx))
 	return res, errors.Join(errs...)
 }
