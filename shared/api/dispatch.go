@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -11,17 +10,12 @@ import (
 	"github.com/forgeci/forgeci/shared/store"
 )
 
-// branchRE is a branch name as ForgeCI takes one (git's rules, simply:
-// no .., //, trailing / or ., or .lock).
-var branchRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$`)
-
 // branchRef is refs/heads/<branch>, or "" for no branch.
 func branchRef(branch string) (string, error) {
 	if branch == "" {
 		return "", nil
 	}
-	if !branchRE.MatchString(branch) || strings.Contains(branch, "..") || strings.Contains(branch, "//") ||
-		strings.HasSuffix(branch, "/") || strings.HasSuffix(branch, ".") || strings.HasSuffix(branch, ".lock") {
+	if !domain.ValidBranch(branch) {
 		return "", domain.Errorf(domain.EInvalid, "field branch %q is not a branch name", branch)
 	}
 	return "refs/heads/" + branch, nil

@@ -159,7 +159,7 @@ func TestProjectPageSchedules(t *testing.T) {
 		t.Fatal(err)
 	}
 	// acme/app is on GitHub: its schedules follow its pushes to main.
-	if err := f.store.SetRepoSchedules(ctx, f.project.ID, "refs/heads/main", pl.Schedules()); err != nil {
+	if err := f.store.SetRepoSchedules(ctx, f.project.ID, 5, "refs/heads/main", pl.Schedules()); err != nil {
 		t.Fatal(err)
 	}
 	run, err := f.store.CreateRun(ctx, store.NewRun{Project: "acme/app", GitRef: "refs/heads/main", Actor: "github:1", Jobs: pl.Jobs})

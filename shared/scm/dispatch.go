@@ -70,39 +70,50 @@ func (w *Worker) followSchedules(ctx context.Context, gh *github.Client, owner, 
 	if head, err := w.resolve(ctx, gh, repo, owner, name, e.GetRef()); err != nil || head != e.GetAfter() {
 		return nil
 	}
-	return w.Store.SetRepoSchedules(ctx, repo.ProjectID, e.GetRef(), pl.Schedules())
+	return w.Store.SetRepoSchedules(ctx, repo.ProjectID, repo.GitHubID, e.GetRef(), pl.Schedules())
 }
 
 // scheduled makes the run of a GitHub project's schedule firing
-// (store.EventSchedule): its ref (the default branch) resolved through
-// GitHub as the App now, as GitHub runs a schedule on the branch's latest
-// commit; a trusted run of the repository's own ref.
+// (store.EventSchedule): on the repository's default branch as GitHub
+// names it now (renamed since the schedule was set, it is followed),
+// resolved through GitHub as the App, as GitHub runs a schedule on the
+// default branch's latest commit; a trusted run of the repository's own
+// ref.
 func (w *Worker) scheduled(ctx context.Context, gh *github.Client, d *store.Delivery, repo store.Repository,
 	owner, name string) (*store.Run, string, string, error) {
 	var req store.ScheduleRequest
 	if err := json.Unmarshal(d.Payload, &req); err != nil || req.Ref == "" || req.Cron == "" {
 		return nil, "", "", domain.Errorf(domain.EInvalid, "the schedule payload does not parse")
 	}
-	sha, err := w.resolve(ctx, gh, repo, owner, name, req.Ref)
+	ref, err := w.defaultBranch(ctx, gh, repo, owner, name)
+	if err != nil {
+		return nil, "", "", err
+	}
+	sha, err := w.resolve(ctx, gh, repo, owner, name, ref)
 	if err != nil {
 		return nil, "", "", err
 	}
 	src, err := w.snapshotCommit(ctx, gh, owner, name, sha, store.BlobRef{ProjectID: repo.ProjectID, Trusted: true})
 	if domain.ErrorCode(err) == domain.EInvalid {
 		// The branch has no valid pipeline now: it schedules nothing.
-		_ = w.Store.SetRepoSchedules(ctx, repo.ProjectID, req.Ref, nil)
+		_ = w.Store.SetRepoSchedules(ctx, repo.ProjectID, repo.GitHubID, ref, nil)
 	}
 	if err != nil {
 		return nil, "", "", err
 	}
-	if !slices.ContainsFunc(src.Pipeline.Schedules(), func(s domain.Schedule) bool { return s.Cron == req.Cron }) {
+	has := slices.ContainsFunc(src.Pipeline.Schedules(), func(s domain.Schedule) bool { return s.Cron == req.Cron })
+	if !has || ref != req.Ref {
 		// The branch's pipeline dropped this schedule since it was set
-		// (a push processed out of order): it follows the head now.
-		if err := w.Store.SetRepoSchedules(ctx, repo.ProjectID, req.Ref, src.Pipeline.Schedules()); err != nil {
+		// (a push processed out of order), or the default branch is
+		// another now: the schedules follow its head.
+		if err := w.Store.SetRepoSchedules(ctx, repo.ProjectID, repo.GitHubID, ref, src.Pipeline.Schedules()); err != nil {
 			return nil, "", "", err
 		}
-		return nil, "the pipeline of " + req.Ref + " at " + sha[:12] + " has no schedule " + req.Cron + " any more", sha, nil
 	}
+	if !has {
+		return nil, "the pipeline of " + ref + " at " + sha[:12] + " has no schedule " + req.Cron + " any more", sha, nil
+	}
+	req.Ref = ref
 	nr := store.NewRun{Project: repo.Project, Trigger: "schedule: " + req.Cron, Actor: "github:schedule",
 		GitSHA: sha, GitRef: req.Ref, Scope: req.Ref, Source: src.Source, Jobs: src.Pipeline.Jobs,
 		Workflow: src.Pipeline.WorkflowName(), Concurrency: src.Pipeline.Concurrency,
@@ -114,6 +125,23 @@ func (w *Worker) scheduled(ctx context.Context, gh *github.Client, d *store.Deli
 	// For the project page; the run stands whatever happens here.
 	_ = w.Store.SetFiringRun(ctx, repo.ProjectID, req, created.ID)
 	return &created, "", sha, nil
+}
+
+// defaultBranch is the repository's default branch as GitHub names it
+// now, as a ref.
+func (w *Worker) defaultBranch(ctx context.Context, gh *github.Client, repo store.Repository, owner, name string) (string, error) {
+	r, resp, err := gh.Repositories.Get(ctx, owner, name)
+	if err != nil && resp != nil && resp.StatusCode == http.StatusNotFound {
+		return "", domain.Errorf(domain.ENotFound, "%s is not on GitHub any more", repo.FullName)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", repo.FullName, err)
+	}
+	b := r.GetDefaultBranch()
+	if !domain.ValidBranch(b) {
+		return "", domain.Errorf(domain.EInvalid, "GitHub names %q the default branch of %s", b, repo.FullName)
+	}
+	return "refs/heads/" + b, nil
 }
 
 // resolve is the commit ref names in the repository now, as the App sees

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -180,5 +181,77 @@ func TestGitHubSchedules(t *testing.T) {
 	e.runOnce()
 	if n := e.count(`SELECT count(*) FROM schedules`); n != 0 {
 		t.Fatalf("a push of a commit that is no longer the head put %d schedules back", n)
+	}
+}
+
+// TestGitHubSchedulesFollowTheRepository: a schedule belongs to the
+// repository whose default branch set it: a firing after the default
+// branch was renamed runs the new one (and the schedule follows it); a
+// second repository of the project keeps its own schedules, and a
+// repository linked to another project takes its schedules with it.
+func TestGitHubSchedulesFollowTheRepository(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	dir, sha := gitRepo(t, "on:\n  schedule: [{cron: '17 3 * * *'}]\njobs:\n  nightly:\n    runs-on: [linux]\n    steps: [{run: ./build.sh}]\n")
+	e.gh.AddGitCommit(t, repoName, dir, sha)
+	e.gh.AddRef(repoName, "refs/heads/main", sha)
+	body := pushForced("refs/heads/main", strings.Repeat("b", 40), sha, []string{"build.sh"}, false)
+	if code, out := e.deliver("push", "guid-rename-push", body, sign(repoSecret, body)); code != 202 {
+		t.Fatalf("deliver: %d %v", code, out)
+	}
+	e.runOnce()
+	if n := e.count(`SELECT count(*) FROM schedules WHERE repository_id = $1 AND ref = 'refs/heads/main'`, repoID); n != 1 {
+		t.Fatalf("the schedule of main: %d", n)
+	}
+	// main is renamed trunk on GitHub; no push comes.
+	e.gh.SetDefaultBranch(repoName, "trunk")
+	e.gh.AddRef(repoName, "refs/heads/trunk", sha)
+	if _, err := e.pool.Exec(ctx, `UPDATE schedules SET created_at = now() - interval '1 day 1 minute'`); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.store.FireSchedules(ctx); err != nil || res.Fired != 1 {
+		t.Fatalf("fire: %+v %v", res, err)
+	}
+	if res := e.runOnce(); res.Runs != 1 {
+		t.Fatalf("the worker made %+v", res)
+	}
+	if run := e.onlyRun(); run.GitRef != "refs/heads/trunk" || run.GitSHA != sha {
+		t.Fatalf("the scheduled run after the rename: %s %s", run.GitRef, run.GitSHA)
+	}
+	if n := e.count(`SELECT count(*) FROM schedules WHERE ref = 'refs/heads/trunk'`); n != 1 {
+		t.Fatalf("the schedule did not follow the rename: %d", n)
+	}
+
+	// A second repository of the project sets its own schedule; the
+	// first's next push leaves it alone.
+	if err := e.store.AddRepository(ctx, store.Repository{GitHubID: 77, FullName: "octo/other",
+		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	project := e.onlyRun().ProjectID
+	if err := e.store.SetRepoSchedules(ctx, project, 77, "refs/heads/main", []domain.Schedule{{Cron: "0 5 * * *", Missed: "run-once"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.SetRepoSchedules(ctx, project, repoID, "refs/heads/trunk", nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT count(*) FROM schedules WHERE repository_id = 77 AND cron = '0 5 * * *'`); n != 1 {
+		t.Fatalf("the first repository's schedules took the second's: %d left", n)
+	}
+	if n := e.count(`SELECT count(*) FROM schedules WHERE repository_id = $1`, repoID); n != 0 {
+		t.Fatalf("the first repository's dropped schedule: %d", n)
+	}
+	// Linked to another project, the second takes its schedule along.
+	if _, err := e.pool.Exec(ctx, `INSERT INTO projects (id, name) VALUES ('p-else', 'else')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE scm_repositories SET project_id = 'p-else' WHERE github_id = 77`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.FireSchedules(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT count(*) FROM schedules`); n != 0 {
+		t.Fatalf("%d schedules left of a repository that moved", n)
 	}
 }

@@ -40,6 +40,40 @@ func (g *GitHub) contents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// SetDefaultBranch makes branch fullName's default branch (main until
+// set), as GET /repos/{owner}/{repo} answers.
+func (g *GitHub) SetDefaultBranch(fullName, branch string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.defaults[fullName] = branch
+}
+
+// repository answers GET /repos/{owner}/{repo} for a repository the fake
+// holds a commit or a ref of: its name and default branch.
+func (g *GitHub) repository(w http.ResponseWriter, r *http.Request) {
+	if !g.authorized(w, r) {
+		return
+	}
+	name := fullName(r)
+	g.mu.Lock()
+	branch, known := g.defaults[name]
+	for k := range g.refs {
+		known = known || strings.HasPrefix(k, name+"@")
+	}
+	for k := range g.tarballs {
+		known = known || strings.HasPrefix(k, name+"@")
+	}
+	g.mu.Unlock()
+	if !known {
+		fail(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if branch == "" {
+		branch = "main"
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"full_name": name, "name": r.PathValue("repo"), "default_branch": branch})
+}
+
 // AddRef makes ref (a branch name, or refs/heads/..., refs/tags/...) of
 // fullName resolve to sha, as GET /repos/{owner}/{repo}/commits/{ref}
 // answers with the sha media type.

@@ -66,6 +66,7 @@ type GitHub struct {
 	pulls     map[string]PullRequest // "owner/repo#number"
 	compares  map[string][]string    // "owner/repo@base...head" -> changed paths
 	refs      map[string]string      // "owner/repo@ref" -> sha
+	defaults  map[string]string      // "owner/repo" -> default branch (main)
 	nextID    int64
 	calls     []Call
 	// SetDown makes every API call answer 503; DropResponses takes a
@@ -83,7 +84,7 @@ func New(t testing.TB) *GitHub {
 		t.Fatal(err)
 	}
 	g := &GitHub{AppID: 4242, Key: key, tarballs: map[string][]byte{}, downloads: map[string]string{},
-		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, compares: map[string][]string{}, refs: map[string]string{}, nextID: 9000}
+		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, compares: map[string][]string{}, refs: map[string]string{}, defaults: map[string]string{}, nextID: 9000}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.accessToken)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/tarball/{ref}", g.tarballLink)
@@ -96,6 +97,7 @@ func New(t testing.TB) *GitHub {
 	mux.HandleFunc("GET /repos/{owner}/{repo}/compare/{basehead}", g.compare)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/contents/{path...}", g.contents)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", g.commitSHA)
+	mux.HandleFunc("GET /repos/{owner}/{repo}", g.repository)
 	g.Server = httptest.NewServer(g.faults(mux))
 	t.Cleanup(g.Server.Close)
 	return g
