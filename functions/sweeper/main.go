@@ -24,7 +24,7 @@ func main() {
 		// One project's schedule that cannot fire is its own (the slot
 		// says why): it does not fail the sweep.
 		fired, ferr := srv.Store.FireSchedules(ctx)
-		srv.Log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped, "err", ferr)
+		srv.Log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped, "left", fired.Left, "err", ferr)
 		if fired.Fired > 0 && wake != nil {
 			wake(ctx)
 		}

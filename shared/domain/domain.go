@@ -260,11 +260,11 @@ type RunFacts struct {
 // control plane evaluates when it makes the run) and whether a new run
 // cancels the group's run in progress.
 type Concurrency struct {
-	Group            string
-	CancelInProgress bool
+	Group            string `json:"group"`
+	CancelInProgress bool   `json:"cancel_in_progress,omitempty"`
 	// CancelExpr is cancel-in-progress as one ${{ }} expression (then
 	// CancelInProgress is not read), evaluated where the group is.
-	CancelExpr string
+	CancelExpr string `json:"cancel_expr,omitempty"`
 }
 
 // ClaimedJob is the "job" object of a claim response.

@@ -126,6 +126,8 @@ type Run struct {
 	// are settled once the new run commits (afterCreate).
 	jobGroups bool
 	canceled  []string
+	// concurrencySpec is the pipeline's concurrency, kept for schedules.
+	concurrencySpec *domain.Concurrency
 }
 
 // CreateRun stores a run and its jobs as PENDING, then queues the jobs that
@@ -210,6 +212,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := groupOf(&run, nr.Concurrency); err != nil {
 		return Run{}, err
 	}
+	run.concurrencySpec = nr.Concurrency
 	if err := insertRun(ctx, tx, &run); err != nil {
 		return Run{}, err
 	}
@@ -278,7 +281,8 @@ func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, er
 func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
-		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs)
+		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
+		run.concurrencySpec)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}

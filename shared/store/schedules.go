@@ -120,10 +120,15 @@ ON CONFLICT DO NOTHING RETURNING fired_at`
 
 const firedRunSQL = `UPDATE schedule_firings SET run_id = $4 WHERE project_id = $1 AND cron = $2 AND slot = $3`
 
-// ScheduleResult counts what one FireSchedules did.
+// ScheduleResult counts what one FireSchedules did, and the schedules it
+// left for the next call (out of time).
 type ScheduleResult struct {
-	Fired, Skipped int
+	Fired, Skipped, Left int
 }
+
+// scheduleBudget bounds one FireSchedules (it runs in the sweeper's
+// invocation, beside the lease expiry).
+const scheduleBudget = 20 * time.Second
 
 type dueSchedule struct {
 	projectID, cron, missed, templateRun, ref string
@@ -160,7 +165,14 @@ func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 		return res, fmt.Errorf("schedules: %w", err)
 	}
 	var errs []error
-	for _, d := range list {
+	start := time.Now()
+	for i, d := range list {
+		if ctx.Err() != nil || time.Since(start) > scheduleBudget {
+			// The rest fire on the next call, late but once.
+			res.Left = len(list) - i
+			errs = append(errs, ctx.Err())
+			break
+		}
 		fired, skipped, err := s.fireSchedule(ctx, d)
 		res.Fired += fired
 		res.Skipped += skipped
@@ -219,6 +231,14 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 			return err
 		}
 		nr.Trigger, nr.Inputs = "schedule: "+d.cron, nil
+		// The group as the pipeline says it, of this run's facts.
+		var spec *domain.Concurrency
+		if err := tx.QueryRow(ctx, concurrencySpecSQL, old.ID).Scan(&spec); err != nil {
+			return fmt.Errorf("the schedule's run %s: %w", old.ID, err)
+		}
+		if spec != nil {
+			nr.Concurrency = spec
+		}
 		run, err := s.createRunTx(ctx, tx, nr)
 		if err != nil {
 			return err

@@ -29,7 +29,7 @@ func runOn(t *testing.T, s *store.Store, ref, file string, untrusted bool) store
 		t.Fatal(err)
 	}
 	run, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: ref, Untrusted: untrusted, Actor: "github:1",
-		Jobs: pl.Jobs, Schedules: pl.Schedules()})
+		Jobs: pl.Jobs, Schedules: pl.Schedules(), Concurrency: pl.Concurrency})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestScheduleFiresOnce(t *testing.T) {
 	s := pgtest.NewStore(t, store.Limits{})
 	pgtest.Project(t, s, "p")
 	minute := (time.Now().UTC().Minute() + 59) % 60 // the slot a minute ago, not again for an hour
-	runOn(t, s, "refs/heads/main", scheduledPipeline(minute, "skip"), false)
+	runOn(t, s, "refs/heads/main", "concurrency: ${{ github.event_name }}-nightly\n"+scheduledPipeline(minute, "skip"), false)
 	if _, err := s.Pool().Exec(ctx, `UPDATE schedules SET created_at = now() - interval '2 hours'`); err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +110,12 @@ func TestScheduleFiresOnce(t *testing.T) {
 	if r, err := s.FireSchedules(ctx); err != nil || r.Fired+r.Skipped != 0 {
 		t.Fatalf("again: %+v %v", r, err)
 	}
+	// Out of time, a call fires nothing and says so.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if r, err := s.FireSchedules(done); err == nil || r.Fired != 0 {
+		t.Fatalf("a call out of time: %+v %v", r, err)
+	}
 	// Firings past 30 days go, but never a cron's newest.
 	if _, err := s.Pool().Exec(ctx, `INSERT INTO schedule_firings (project_id, cron, slot, fired_at, skipped)
 		SELECT project_id, cron, slot - interval '40 days', fired_at - interval '40 days', true FROM schedule_firings`); err != nil {
@@ -126,6 +132,10 @@ func TestScheduleFiresOnce(t *testing.T) {
 	}
 	if n := count(t, s, `SELECT count(*) FROM jobs j JOIN runs r ON r.id = j.run_id WHERE r.trigger LIKE 'schedule:%' AND j.spec->'run'->>'event_name' = 'schedule'`); n != 1 {
 		t.Fatalf("the scheduled run's job reads event_name schedule: %d", n)
+	}
+	// Its concurrency group is evaluated with its own facts.
+	if n := count(t, s, `SELECT count(*) FROM runs WHERE trigger LIKE 'schedule:%' AND concurrency_group = 'schedule-nightly'`); n != 1 {
+		t.Fatal("the scheduled run's group is not of its own facts")
 	}
 }
 
@@ -206,7 +216,7 @@ func pgtestProjectRun(t *testing.T, s *store.Store, crons map[string]string) {
 		t.Fatal(err)
 	}
 	if _, err := s.CreateRun(context.Background(), store.NewRun{Project: "p", GitRef: "refs/heads/main", Actor: "github:1",
-		Jobs: pl.Jobs, Schedules: pl.Schedules()}); err != nil {
+		Jobs: pl.Jobs, Schedules: pl.Schedules(), Concurrency: pl.Concurrency}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -243,7 +253,7 @@ func TestScheduleAuthorRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", GitRef: "refs/heads/main", Actor: "user:" + m.UserID,
-		Jobs: pl.Jobs, Schedules: pl.Schedules()}); err != nil {
+		Jobs: pl.Jobs, Schedules: pl.Schedules(), Concurrency: pl.Concurrency}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE schedules SET created_at = now() - interval '2 hours'`); err != nil {
