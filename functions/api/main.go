@@ -4,11 +4,19 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/scm/kick"
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	ctx := context.Background()
+	srv := lambdaapp.MustServer(ctx)
+	// A GitHub project's manual run, or a retried delivery, is a
+	// delivery: wake the scm function for it.
+	wake, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
+	lambdaapp.MustNot(srv.Log, "lambda client", err)
+	srv.OnDelivery = wake
 	lambdaapp.StartHTTP(srv.Handler("api"))
 }

@@ -4,12 +4,20 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/scm/kick"
 	_ "github.com/forgeci/forgeci/shared/ui" // registers the dashboard's routes
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	ctx := context.Background()
+	srv := lambdaapp.MustServer(ctx)
+	// A GitHub project's run from the Run form is a delivery: wake the
+	// scm function for it.
+	wake, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
+	lambdaapp.MustNot(srv.Log, "lambda client", err)
+	srv.OnDelivery = wake
 	lambdaapp.StartHTTP(srv.Handler("ui"))
 }

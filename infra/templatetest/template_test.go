@@ -469,28 +469,34 @@ func checkPolicies(t *testing.T, tmpl *cloudformation.Template, generic map[stri
 			}
 		}
 	}
-	// The webhook function kicks the scm function by name (a Ref would be
-	// a dependency cycle: scm refers to the Api, the Api to the webhook).
+	// The functions that record deliveries (webhooks, manual runs and
+	// retried deliveries, schedule firings) kick the scm function by
+	// name (a Ref would be a dependency cycle: scm refers to the Api, the
+	// Api to the webhook).
 	const scmName = "${AWS::StackName}-scm"
-	webhook := tmpl.GetAllServerlessFunctionResources()["WebhookFunction"]
-	if webhook != nil {
+	for _, name := range []string{"WebhookFunction", "ApiFunction", "UiFunction", "SweeperFunction"} {
+		fn := tmpl.GetAllServerlessFunctionResources()[name]
+		if fn == nil {
+			t.Errorf("no %s", name)
+			continue
+		}
 		var invokes bool
-		for _, doc := range *webhook.Policies.IAMPolicyDocumentArray {
-			for _, s := range statements("WebhookFunction", doc.Statement) {
+		for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
+			for _, s := range statements(name, doc.Statement) {
 				invokes = invokes || (slices.Contains(s.actions, "lambda:InvokeFunction") &&
 					slices.Equal(s.resources, []string{"sub:arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:" + scmName}))
 			}
 		}
 		if !invokes {
-			t.Error("WebhookFunction may not invoke ScmFunction (lambda:InvokeFunction on the scm function's ARN only)")
+			t.Errorf("%s may not invoke ScmFunction (lambda:InvokeFunction on the scm function's ARN only)", name)
 		}
-		if functionEnv(webhook)["FORGECI_SCM_FUNCTION"] != "sub:"+scmName {
-			t.Errorf("WebhookFunction needs FORGECI_SCM_FUNCTION: !Sub %s", scmName)
+		if functionEnv(fn)["FORGECI_SCM_FUNCTION"] != "sub:"+scmName {
+			t.Errorf("%s needs FORGECI_SCM_FUNCTION: !Sub %s", name, scmName)
 		}
-		scm := tmpl.GetAllServerlessFunctionResources()["ScmFunction"]
-		if scm == nil || scm.FunctionName == nil || *scm.FunctionName != "sub:"+scmName {
-			t.Errorf("ScmFunction needs FunctionName: !Sub %s", scmName)
-		}
+	}
+	scm := tmpl.GetAllServerlessFunctionResources()["ScmFunction"]
+	if scm == nil || scm.FunctionName == nil || *scm.FunctionName != "sub:"+scmName {
+		t.Errorf("ScmFunction needs FunctionName: !Sub %s", scmName)
 	}
 }
 
