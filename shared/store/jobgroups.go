@@ -152,8 +152,8 @@ func cancelOf(static bool, expression string, vars map[string]any, budget *int) 
 
 // groupMember is a row of jobGroupSQL.
 type groupMember struct {
-	id, runID, name, state    string
-	number                    int64
+	id, runID, name, state       string
+	number                       int64
 	waiting, cancel, cancelAsked bool
 }
 
