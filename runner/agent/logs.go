@@ -5,9 +5,11 @@ import (
 	"context"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/shared/mask"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // logAppender sends a job's output to the control plane in order, in
@@ -23,14 +25,18 @@ import (
 // and kept until acknowledged, so a resend repeats them exactly.
 type logAppender struct {
 	lease *client.Lease
+	set   *mask.Set // masks step names too
 
 	mu      sync.Mutex
-	mask    *mask.Stream // writes into pending
+	mask    *mask.Stream // writes into lines, which writes into pending
+	lines   lineMarks
 	pending bytes.Buffer
+	events  []protocol.StepEvent // step events not yet sent
+	started map[int]protocol.StepEvent
 	wake    chan struct{}
 	done    chan struct{}
 	closed  bool
-	offset  int64
+	offset  int64 // acknowledged: where the next batch starts
 	failed  error
 	every   time.Duration // how often queued output is sent
 }
@@ -41,9 +47,12 @@ const (
 )
 
 func newLogAppender(h *client.Lease, redact []string) *logAppender {
-	a := &logAppender{lease: h, wake: make(chan struct{}, 1), done: make(chan struct{}), every: flushEvery}
+	a := &logAppender{lease: h, wake: make(chan struct{}, 1), done: make(chan struct{}), every: flushEvery,
+		started: map[int]protocol.StepEvent{}}
 	// Values under mask.MinLen bytes are left out by mask.New.
-	a.mask = mask.New(redact).NewStream(&a.pending)
+	a.set = mask.New(redact)
+	a.lines = lineMarks{dst: &a.pending, start: true, now: time.Now}
+	a.mask = a.set.NewStream(&a.lines)
 	return a
 }
 
@@ -96,14 +105,15 @@ func (a *logAppender) loop() {
 			a.mu.Lock()
 			closed := a.closed
 			batch := append([]byte(nil), a.pending.Next(maxBatch)...)
+			req := a.cut(batch)
 			a.mu.Unlock()
-			if len(batch) == 0 {
+			if len(batch) == 0 && len(req.Steps) == 0 {
 				if closed {
 					return
 				}
 				break
 			}
-			if err := a.send(batch); err != nil {
+			if err := a.send(req); err != nil {
 				a.failed = err // a lost lease has ended the job already
 				return
 			}
@@ -111,16 +121,42 @@ func (a *logAppender) loop() {
 	}
 }
 
+// cut is the append of batch, the next bytes from a.offset: with the
+// marks of its lines and the step events whose offsets it reaches.
+func (a *logAppender) cut(batch []byte) logBatch {
+	end := a.offset + int64(len(batch))
+	b := logBatch{Data: batch, Times: a.lines.take(a.offset, batch)}
+	var rest []protocol.StepEvent
+	for _, e := range a.events {
+		if e.LogOffset <= end && (e.EndOffset == nil || *e.EndOffset <= end) {
+			b.Steps = append(b.Steps, e)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	a.events = rest
+	return b
+}
+
+// logBatch is one append's data, marks and step events.
+type logBatch struct {
+	Data  []byte
+	Times []protocol.LineTime
+	Steps []protocol.StepEvent
+}
+
 // send appends one batch at the current offset, retrying until it lands
 // or the lease ends: the log outlives the job's cancel or timeout (its
 // last lines say why), not its lease.
-func (a *logAppender) send(batch []byte) error {
+func (a *logAppender) send(batch logBatch) error {
 	ctx := a.lease.Context()
 	b := client.Backoff{Base: 250 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 0; ; attempt++ {
-		next, err := a.lease.AppendLog(ctx, a.offset, batch)
+		next, err := a.lease.AppendLogWith(ctx, a.offset, batch.Data, batch.Times, batch.Steps)
 		if err == nil {
+			a.mu.Lock()
 			a.offset = next
+			a.mu.Unlock()
 			return nil
 		}
 		// A resend after a lost answer is accepted by the server as a
@@ -132,4 +168,58 @@ func (a *logAppender) send(batch []byte) error {
 			return err
 		}
 	}
+}
+
+// stepStarted records that step index (named name) starts here: its
+// section of the log begins at the "==> step" line written next. What
+// the masker held back is passed on first (the step's output before has
+// ended), so the offset is exact.
+func (a *logAppender) stepStarted(index int, name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.endLine()
+	e := protocol.StepEvent{Index: index, Name: truncateName(a.set.String(name)), LogOffset: a.lines.written,
+		StartedAt: time.Now().UTC()}
+	a.started[index] = e
+	a.events = append(a.events, e)
+}
+
+// stepEnded records the end of step index, started before, with its
+// exit code (nil when it never ran) and conclusion.
+func (a *logAppender) stepEnded(index int, exit *int, conclusion string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.started[index]
+	if !ok {
+		return
+	}
+	a.endLine()
+	end, now := a.lines.written, time.Now().UTC()
+	if now.Before(e.StartedAt) {
+		now = e.StartedAt // the clock stepped back
+	}
+	e.EndOffset, e.FinishedAt, e.ExitCode, e.Conclusion = &end, &now, exit, conclusion
+	a.events = append(a.events, e)
+}
+
+// endLine passes on what the masker held back (the output before has
+// ended) and ends its last line, so that a section starts at a line.
+func (a *logAppender) endLine() {
+	_ = a.mask.Close()
+	if !a.lines.start && a.lines.written > 0 {
+		_, _ = a.mask.Write([]byte("\n"))
+		_ = a.mask.Close()
+	}
+}
+
+// truncateName cuts a step's name to what the protocol takes, on a rune.
+func truncateName(s string) string {
+	if s == "" {
+		return "step"
+	}
+	for len(s) > protocol.MaxStepNameBytes {
+		_, n := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-n]
+	}
+	return s
 }

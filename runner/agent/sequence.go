@@ -30,27 +30,34 @@ func (j *job) runSteps() *sequence {
 			seq.failed = true
 			return seq
 		}
+		// Each step is a section of the log from its "==> step" line,
+		// with its times, exit code and conclusion (logAppender).
+		j.logs.stepStarted(i, st.Name)
 		run, err := j.condition(st, seq)
 		if err != nil {
 			fmt.Fprintf(j.logs, "==> step %d/%d: %s: if: %v\n", i+1, len(steps), st.Name, err)
 			seq.fail(1)
+			j.logs.stepEnded(i, nil, "failure")
 			continue
 		}
 		if !run {
 			fmt.Fprintf(j.logs, "==> step %d/%d: %s skipped (if: %s was false)\n", i+1, len(steps), st.Name, ifText(st))
 			seq.record(st, "skipped", "skipped", nil)
+			j.logs.stepEnded(i, nil, "skipped")
 			continue
 		}
 		resolved, err := j.resolveStep(st, seq)
 		if err != nil {
 			fmt.Fprintf(j.logs, "==> step %d/%d: %s: %v\n", i+1, len(steps), st.Name, err)
 			seq.end(j, st, 1, nil)
+			j.logs.stepEnded(i, nil, "failure")
 			continue
 		}
 		fmt.Fprintf(j.logs, "==> step %d/%d: %s\n", i+1, len(steps), resolved.Name)
 		code, outputs := j.runStep(resolved)
 		if j.stopped() != nil {
 			seq.failed, seq.exit = true, code
+			j.logs.stepEnded(i, &code, "cancelled")
 			return seq
 		}
 		if n := outputsSize(outputs); seq.outputBytes+n > MaxJobOutputBytes {
@@ -62,23 +69,27 @@ func (j *job) runSteps() *sequence {
 		} else {
 			seq.outputBytes += n
 		}
-		seq.end(j, resolved, code, outputs)
+		j.logs.stepEnded(i, &code, seq.end(j, resolved, code, outputs))
 	}
 	return seq
 }
 
-// end records a step that ran (or could not start) with its exit code.
-func (s *sequence) end(j *job, st domain.Step, code int, outputs map[string]string) {
+// end records a step that ran (or could not start) with its exit code,
+// and returns its conclusion.
+func (s *sequence) end(j *job, st domain.Step, code int, outputs map[string]string) string {
 	switch {
 	case code == 0:
 		s.record(st, "success", "success", outputs)
+		return "success"
 	case st.ContinueOnError:
 		fmt.Fprintf(j.logs, "==> step %q failed with exit code %d; continuing (continue-on-error)\n", st.Name, code)
 		s.record(st, "failure", "success", outputs)
+		return "success"
 	default:
 		fmt.Fprintf(j.logs, "==> step %q failed with exit code %d\n", st.Name, code)
 		s.record(st, "failure", "failure", outputs)
 		s.fail(code)
+		return "failure"
 	}
 }
 

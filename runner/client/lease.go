@@ -86,8 +86,15 @@ func (h *Lease) Source(ctx context.Context) (protocol.SourceResponse, error) {
 // AppendLog appends data at offset and returns the new end. A 416 comes
 // back as a *domain.Error with NextOffset.
 func (h *Lease) AppendLog(ctx context.Context, offset int64, data []byte) (int64, error) {
+	return h.AppendLogWith(ctx, offset, data, nil, nil)
+}
+
+// AppendLogWith is AppendLog with the marks of data's lines and the step
+// events the append carries.
+func (h *Lease) AppendLogWith(ctx context.Context, offset int64, data []byte, times []protocol.LineTime, steps []protocol.StepEvent) (int64, error) {
 	var out protocol.LogsResponse
-	_, err := h.call(ctx, protocol.RouteLogs, protocol.LogsRequest{Leased: h.tuple, Offset: &offset, Data: data}, &out)
+	_, err := h.call(ctx, protocol.RouteLogs, protocol.LogsRequest{Leased: h.tuple, Offset: &offset, Data: data,
+		Times: times, Steps: steps}, &out)
 	return out.NextOffset, err
 }
 

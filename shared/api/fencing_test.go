@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -30,6 +31,9 @@ func jobRoutes(e *env) []routeCase {
 		{"heartbeat", nil, 200},
 		{"source", nil, 200},
 		{"logs", map[string]any{"offset": 0, "data": []byte("hello\n")}, 200},
+		// With step events and line times: the slow path, one transaction.
+		{"logs", map[string]any{"offset": 0, "data": []byte("==> step 1/1: x\n"), "times": [][2]int64{{0, time.Now().UnixMilli()}},
+			"steps": []map[string]any{{"index": 0, "name": "x", "log_offset": 0, "started_at": time.Now().UTC()}}}, 200},
 		{"artifacts", map[string]any{"name": "out", "digest": "sha256:" + strings.Repeat("a", 64), "size": 3}, 200},
 		{"artifacts/commit", map[string]any{"name": "out", "digest": art, "size": artSize}, 201},
 		{"artifacts/fetch", map[string]any{"job": "up", "name": "dist"}, 200},
@@ -158,6 +162,12 @@ func TestFencingMatrix(t *testing.T) {
 			}
 			if route.path == "complete" && str(body, "state") != domain.JobPassed {
 				t.Fatalf("complete: %s", body)
+			}
+			if route.path == "logs" && route.extra["steps"] != nil {
+				var n int
+				if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM job_steps WHERE job_id = $1`, c.Job.ID).Scan(&n); err != nil || n != 1 {
+					t.Fatalf("steps stored: %d %v", n, err)
+				}
 			}
 			if route.path == "outputs" {
 				var got string

@@ -73,6 +73,7 @@ var functions = map[string][]route{
 		{Route{"POST", "/v1/projects/{project}/dispatch"}, userRoute(anyUser, (*Server).dispatch)},
 		{Route{"GET", "/v1/runs/{run_id}"}, userRoute(anyUser, (*Server).getRun)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(anyUser, (*Server).getLog)},
+		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/steps"}, userRoute(anyUser, (*Server).getLogIndex)},
 		{Route{"GET", "/v1/runs/{run_id}/artifacts"}, userRoute(anyUser, (*Server).listArtifacts)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}"}, userRoute(anyUser, (*Server).downloadArtifact)},
 		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},

@@ -135,7 +135,8 @@ func (s *Server) logs(ctx context.Context, l held, req *protocol.LogsRequest) (*
 	if max := s.Store.Limits().MaxLogBytes; *req.Offset > max {
 		return nil, domain.Errorf(domain.EInvalid, "field offset must be from 0 to %d (the log limit)", max)
 	}
-	next, err := s.Store.AppendLog(ctx, l.Runner.ID, l.JobID, l.Lease, *req.Offset, req.Data)
+	next, err := s.Store.AppendLogWith(ctx, l.Runner.ID, l.JobID, l.Lease,
+		store.LogAppend{Offset: *req.Offset, Data: req.Data, Times: req.Times, Steps: req.Steps})
 	if err != nil {
 		return nil, err
 	}

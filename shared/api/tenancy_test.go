@@ -56,6 +56,7 @@ func tenancyCases() []tenancyCase {
 			obj(map[string]any{"ref": "main"}), 202, nil},
 		{"GET /v1/runs/{run_id}", "/v1/runs/{done}", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/logs", "/v1/runs/{done}/jobs/{doneJob}/logs", needRead, noBody, 200, nil},
+		{"GET /v1/runs/{run_id}/jobs/{job_id}/steps", "/v1/runs/{done}/jobs/{doneJob}/steps?times=1", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/artifacts", "/v1/runs/{done}/artifacts", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}", "/v1/runs/{done}/jobs/{doneJob}/artifacts/report", needRead, noBody, 200, nil},
 		{"POST /v1/runs/{run_id}/cancel", "/v1/runs/{live}/cancel", needWrite, obj(nil), 202, nil},
@@ -100,6 +101,8 @@ func tenancyCases() []tenancyCase {
 		{"POST /runs/{run_id}/reject", "/runs/{waiting}/reject", needWrite, form(""), 303, nil},
 		{"GET /runs/{run_id}/jobs/{job_id}", "/runs/{done}/jobs/{doneJob}", needRead, noBody, 200, nil},
 		{"GET /runs/{run_id}/jobs/{job_id}/log", "/runs/{done}/jobs/{doneJob}/log", needRead, noBody, 200, nil},
+		{"GET /runs/{run_id}/jobs/{job_id}/steps", "/runs/{done}/jobs/{doneJob}/steps?times=1", needRead, noBody, 200, nil},
+		{"GET /runs/{run_id}/jobs/{job_id}/raw", "/runs/{done}/jobs/{doneJob}/raw", needRead, noBody, 200, nil},
 		{"GET /runs/{run_id}/jobs/{job_id}/artifacts/{name}", "/runs/{done}/jobs/{doneJob}/artifacts/report", needRead, noBody, 302, nil},
 		{"POST /runs/{run_id}/jobs/{job_id}/cancel", "/runs/{live}/jobs/{liveJob}/cancel", needWrite, form(""), 303, nil},
 		{"GET /projects", "/projects", needList, noBody, 200, projectName},
@@ -193,7 +196,7 @@ type refusal struct {
 // what they may read), with the status each must get.
 func (f *tenancy) refused(c tenancyCase) []refusal {
 	runner := http.StatusUnauthorized
-	if c.page() && strings.HasPrefix(c.route, "GET") && !strings.HasSuffix(c.route, "/log") {
+	if c.page() && strings.HasPrefix(c.route, "GET") && !strings.HasSuffix(c.route, "/log") && !strings.HasSuffix(c.route, "/steps") {
 		runner = http.StatusSeeOther // to the login page (the log feed is the script's: 401)
 	}
 	out := []refusal{{"runner token", f.runner.Token, runner}}

@@ -170,23 +170,30 @@ type SourceResponse struct {
 	domain.Source
 }
 
-// LogsRequest appends Data at Offset, which must be the log's current end.
+// LogsRequest appends Data at Offset, which must be the log's current end,
+// with the times the runner saw the data's lines (Times, see LineTime)
+// and the steps that started or ended (Steps, see StepEvent).
 type LogsRequest struct {
 	Leased
-	Offset *int64 `json:"offset"`
-	Data   []byte `json:"data"` // base64 on the wire
+	Offset *int64      `json:"offset"`
+	Data   []byte      `json:"data"` // base64 on the wire
+	Times  []LineTime  `json:"times,omitempty"`
+	Steps  []StepEvent `json:"steps,omitempty"`
 }
 
-// Validate checks the offset is present and not negative; the server also
-// bounds it by the log limit.
+// Validate checks the offset is present and not negative (the server also
+// bounds it by the log limit), and the marks and step events.
 func (r *LogsRequest) Validate() error {
 	if r.Offset == nil {
 		return domain.Errorf(domain.EInvalid, "field offset is required")
 	}
-	if *r.Offset < 0 {
+	if *r.Offset < 0 || *r.Offset > math.MaxInt64/2 {
 		return domain.Errorf(domain.EInvalid, "field offset must be from 0 to the log limit")
 	}
-	return nil
+	if err := checkTimes(r.Times, len(r.Data)); err != nil {
+		return err
+	}
+	return checkSteps(r.Steps, *r.Offset+int64(len(r.Data)))
 }
 
 // LogsResponse is the log's new end.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/mask"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // Logs: appended by runners under their lease (the fast path one
@@ -27,8 +28,8 @@ import (
 // nothing, and the slow path takes over (with exact limits), for every
 // other case.
 const appendLogSQL = `
-INSERT INTO log_chunks (job_id, generation, start_offset, data)
-SELECT j.id, j.generation, $6, $7 FROM jobs j
+INSERT INTO log_chunks (job_id, generation, start_offset, data, times)
+SELECT j.id, j.generation, $6, $7, $9 FROM jobs j
 WHERE ` + leaseMatchSQL + `
   AND ` + logEndSQL + ` = $6 AND $6 + $8::bigint <= j.log_limit
 FOR KEY SHARE OF j`
@@ -40,7 +41,7 @@ const logEndOfJobSQL = `SELECT ` + logEndSQL + ` FROM jobs j WHERE j.id = $1 AND
 // setLogLimitSQL sets job $1's log budget for the fast path.
 const setLogLimitSQL = `UPDATE jobs SET log_limit = $2 WHERE id = $1`
 
-const insertLogChunkSQL = `INSERT INTO log_chunks (job_id, generation, start_offset, data) VALUES ($1, $2, $3, $4)`
+const insertLogChunkSQL = `INSERT INTO log_chunks (job_id, generation, start_offset, data, times) VALUES ($1, $2, $3, $4, $5)`
 
 // otherLogsSQL is the size of the logs of run $1's jobs other than $2:
 // running attempts' logs as they stand, ended ones exact.
@@ -78,6 +79,24 @@ const MaxLogChunk = 1 << 20
 // runner may retry after a lost response; anything else is EOffsetMismatch
 // carrying the current end. It returns the log's end after the call.
 func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.Lease, offset int64, data []byte) (next int64, err error) {
+	return s.AppendLogWith(ctx, runnerID, jobID, l, LogAppend{Offset: offset, Data: data})
+}
+
+// LogAppend is one append: data at offset, the times the runner saw its
+// lines, and the steps that started or ended (protocol.LogsRequest).
+type LogAppend struct {
+	Offset int64
+	Data   []byte
+	Times  []protocol.LineTime
+	Steps  []protocol.StepEvent
+}
+
+// AppendLogWith is AppendLog with the lines' times, kept beside the
+// chunk, and step events, recorded in the same transaction once the
+// append is accepted (a resend repeats them, and the first report of a
+// step's start or end stands).
+func (s *Store) AppendLogWith(ctx context.Context, runnerID, jobID string, l domain.Lease, a LogAppend) (next int64, err error) {
+	offset, data := a.Offset, a.Data
 	if offset < 0 {
 		return 0, domain.Errorf(domain.EInvalid, "field offset must not be negative")
 	}
@@ -87,10 +106,14 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 	if err := checkTuple(runnerID, jobID, l); err != nil {
 		return 0, err
 	}
+	times, err := timesJSON(a.Times)
+	if err != nil {
+		return 0, err
+	}
 	// The fast path: the common append, at the end, in one statement.
-	if len(data) > 0 {
+	if len(data) > 0 && len(a.Steps) == 0 {
 		tag, err := s.pool.Exec(ctx, appendLogSQL, l.JobID, l.RunID, l.RunnerID, l.LeaseID, l.Generation,
-			offset, data, int64(len(data)))
+			offset, data, int64(len(data)), times)
 		switch {
 		case err == nil && tag.RowsAffected() == 1:
 			return offset + int64(len(data)), nil
@@ -102,8 +125,10 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 	}
 	err = s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
 		var err error
-		next, err = s.appendLocked(ctx, tx, job, offset, data)
-		return err
+		if next, err = s.appendLocked(ctx, tx, job, offset, data, times); err != nil {
+			return err
+		}
+		return recordSteps(ctx, tx, job, a.Steps)
 	})
 	return next, err
 }
@@ -112,7 +137,7 @@ func (s *Store) AppendLog(ctx context.Context, runnerID, jobID string, l domain.
 // UPDATE, so no append is in flight): the exact limits, a new budget for
 // the fast path, an identical resend accepted, anything else refused with
 // the log's end.
-func (s *Store) appendLocked(ctx context.Context, tx pgx.Tx, job *LeasedJob, offset int64, data []byte) (int64, error) {
+func (s *Store) appendLocked(ctx context.Context, tx pgx.Tx, job *LeasedJob, offset int64, data, times []byte) (int64, error) {
 	var end int64
 	if err := tx.QueryRow(ctx, logEndOfJobSQL, job.ID, job.Generation).Scan(&end); err != nil {
 		return 0, fmt.Errorf("log end: %w", err)
@@ -138,7 +163,7 @@ func (s *Store) appendLocked(ctx context.Context, tx pgx.Tx, job *LeasedJob, off
 		if _, err := tx.Exec(ctx, setLogLimitSQL, job.ID, min(s.limits.MaxLogBytes, end+n+grant)); err != nil {
 			return 0, fmt.Errorf("log budget: %w", err)
 		}
-		if _, err := tx.Exec(ctx, insertLogChunkSQL, job.ID, job.Generation, end, data); err != nil {
+		if _, err := tx.Exec(ctx, insertLogChunkSQL, job.ID, job.Generation, end, data, times); err != nil {
 			return 0, fmt.Errorf("insert log chunk: %w", err)
 		}
 		return end + n, nil

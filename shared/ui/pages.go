@@ -159,7 +159,12 @@ func JobLog(u *UI, w http.ResponseWriter, r *http.Request, user store.User) erro
 	if err != nil {
 		return err
 	}
-	lw, err := u.Store.ReadLogAs(r.Context(), user, job.RunID, job.ID, gen, offset, 256<<10)
+	// ?limit= keeps a read within one step's section.
+	limit, err := strconv.ParseInt(r.URL.Query().Get("limit"), 10, 64)
+	if err != nil || limit <= 0 || limit > 256<<10 {
+		limit = 256 << 10
+	}
+	lw, err := u.Store.ReadLogAs(r.Context(), user, job.RunID, job.ID, gen, offset, limit)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,8 @@ func init() {
 		route("POST", "/runs/{run_id}/reject", page(anyUser, Reject)),
 		route("GET", "/runs/{run_id}/jobs/{job_id}", page(anyUser, Job)),
 		route("GET", "/runs/{run_id}/jobs/{job_id}/log", page(anyUser, JobLog)),
+		route("GET", "/runs/{run_id}/jobs/{job_id}/steps", page(anyUser, JobSteps)),
+		route("GET", "/runs/{run_id}/jobs/{job_id}/raw", page(anyUser, JobRaw)),
 		route("GET", "/runs/{run_id}/jobs/{job_id}/artifacts/{name}", page(anyUser, Artifact)),
 		route("POST", "/runs/{run_id}/jobs/{job_id}/cancel", page(anyUser, Cancel)),
 		route("GET", "/projects", page(anyUser, Projects)),

@@ -105,7 +105,7 @@ func (u *UI) Page(adminOnly bool, h Handler) http.HandlerFunc {
 			user, err = u.Store.AuthenticateUser(r.Context(), c.Value)
 		}
 		if err != nil {
-			if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/log") {
+			if r.Method == http.MethodGet && !scriptFeed(r.URL.Path) {
 				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 				return
 			}
