@@ -193,7 +193,7 @@ func runOrJobPath(ctx context.Context, cl *apiClient, args []string) (string, er
 }
 
 func logsCmd(g *global) *cobra.Command {
-	var follow bool
+	var follow, timestamps bool
 	var generation int
 	c := command("logs RUN_ID [JOB]", "Print a job's log (every job's, prefixed, without JOB); -f follows until the run ends", cobra.RangeArgs(1, 2), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
 		if len(args) == 1 {
@@ -214,23 +214,38 @@ func logsCmd(g *global) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return printLog(ctx, cl, args[0], jobID, generation, follow, os.Stdout)
+		var stamps *stamper
+		if timestamps {
+			stamps = newStamper(os.Stdout)
+		}
+		return printLog(ctx, cl, args[0], jobID, generation, follow, os.Stdout, stamps)
 	}))
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the log grows, until the job ends")
+	c.Flags().BoolVarP(&timestamps, "timestamps", "t", false, "begin each line with the time (UTC) its runner saw it")
 	c.Flags().IntVar(&generation, "generation", 0, "the attempt to print (default: the current one)")
 	return c
 }
 
 // printLog prints one job's log from the start; with follow it polls until
-// the job has ended and everything is read.
-func printLog(ctx context.Context, cl *apiClient, runID, jobID string, gen int, follow bool, out io.Writer) error {
+// the job has ended and everything is read; with stamps, each line begins
+// with its time.
+func printLog(ctx context.Context, cl *apiClient, runID, jobID string, gen int, follow bool, out io.Writer, stamps *stamper) error {
 	var offset int64
 	for {
 		data, next, err := cl.log(ctx, runID, jobID, gen, offset)
 		if err != nil {
 			return err
 		}
-		_, _ = out.Write(data)
+		if stamps == nil {
+			_, _ = out.Write(data)
+		} else if next > offset {
+			if err := stamps.fetch(ctx, cl, runID, jobID, gen, offset, next); err != nil {
+				return err
+			}
+			if err := stamps.write(data, next); err != nil {
+				return err
+			}
+		}
 		if next > offset { // offsets count stored bytes, not the masked text
 			offset = next
 			continue

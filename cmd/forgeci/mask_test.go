@@ -80,7 +80,7 @@ func TestCLIMaskedLog(t *testing.T) {
 	}
 	var out bytes.Buffer
 	done := make(chan error, 1)
-	go func() { done <- printLog(ctx, newClient(srv.URL, token), run.ID, l.JobID, 0, true, &out) }()
+	go func() { done <- printLog(ctx, newClient(srv.URL, token), run.ID, l.JobID, 0, true, &out, nil) }()
 	time.Sleep(700 * time.Millisecond) // the follower polls the held-back end
 	if _, err := st.AppendLog(ctx, runner.ID, l.JobID, l, int64(len(first)), []byte(secret[6:]+"\nbye\n")); err != nil {
 		t.Fatal(err)

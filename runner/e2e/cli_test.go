@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -72,6 +73,17 @@ func TestCLI(t *testing.T) {
 	}
 	if out := cli(true, "logs", "-f", runID, "after"); !strings.Contains(out, "second job") {
 		t.Fatalf("logs -f: %s", out)
+	}
+	// --timestamps: every line begins with the time its runner saw it.
+	stamped := strings.TrimSuffix(cli(true, "logs", "--timestamps", runID, "hello"), "\n")
+	stampRE := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z `)
+	for _, line := range strings.Split(stamped, "\n") {
+		if !stampRE.MatchString(line) {
+			t.Fatalf("logs --timestamps: a line without its time: %q in\n%s", line, stamped)
+		}
+	}
+	if !strings.Contains(stamped, "Z hello from the cli test") {
+		t.Fatalf("logs --timestamps:\n%s", stamped)
 	}
 	if out := cli(false, "logs", runID, "nosuch"); !strings.Contains(out, "its jobs: hello, after") {
 		t.Fatalf("unknown job: %s", out)

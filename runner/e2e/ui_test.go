@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,8 +82,10 @@ func TestDashboard(t *testing.T) {
 		}
 		return v
 	}
-	do(chromedp.Navigate(url+"/runs/"+runID), chromedp.WaitVisible(chromedp.ID("token")),
-		chromedp.SendKeys(chromedp.ID("token"), "fru_wrong"), chromedp.Click(chromedp.ID("login")),
+	watchCSP(t, ctx)
+	do(chromedp.Navigate(url+"/runs/"+runID), chromedp.WaitVisible(chromedp.ID("token")))
+	screenshot(t, ctx, "login")
+	do(chromedp.SendKeys(chromedp.ID("token"), "fru_wrong"), chromedp.Click(chromedp.ID("login")),
 		chromedp.WaitVisible(chromedp.ID("error")))
 	if e := text("error"); !strings.Contains(e, "unknown") {
 		t.Fatalf("bad token: %q", e)
@@ -112,6 +115,13 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	waitFor("line 3", func() bool { return strings.Contains(poll("log"), "line 3\n") })
+	// The live log shows its lines' times on demand, as they come.
+	do(chromedp.Click(chromedp.ID("log-times")))
+	waitFor("a line's time", func() bool {
+		return regexp.MustCompile(`^"\d\d:\d\d:\d\d\.\d{3} "$`).MatchString(eval(`(function () { var l = [].filter.call(document.querySelectorAll('#log .line'),
+			function (e) { return /line 3\n/.test(e.textContent) })[0]; return l ? getComputedStyle(l, '::before').content : 'none' })()`))
+	})
+	noCSPViolation(t, ctx, "the live job page")
 	n1 := len(text("log"))
 	waitFor("the log to grow", func() bool { return len(poll("log")) > n1+20 })
 
@@ -209,6 +219,15 @@ func TestDashboard(t *testing.T) {
 	})
 	if sum := sha256.Sum256(got); "sha256:"+hex.EncodeToString(sum[:]) != digest {
 		t.Fatalf("the downloaded %d bytes do not hash to %s", len(got), digest)
+	}
+	screenshot(t, ctx, "run")
+	noCSPViolation(t, ctx, "the run page")
+	testLogSections(t, s, ctx)
+	for _, p := range []struct{ name, path, ready string }{{"runs", "/", "table.runs"}, {"projects", "/projects", "table.projects"},
+		{"project", "/projects/e2e", "#storage"}, {"dispatch", "/projects/e2e/run", "#dispatch"}, {"runners", "/runners", "table.runners"}} {
+		do(chromedp.Navigate(url+p.path), chromedp.WaitVisible(chromedp.CSS(p.ready)))
+		screenshot(t, ctx, p.name)
+		noCSPViolation(t, ctx, p.path)
 	}
 }
 
