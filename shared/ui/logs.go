@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-		"strconv"
+	"strconv"
 	"strings"
 
 	"github.com/forgeci/forgeci/shared/api"
