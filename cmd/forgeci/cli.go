@@ -156,9 +156,13 @@ func showRun(ctx context.Context, cl *apiClient, id string, asJSON bool) error {
 	}
 	fmt.Printf("%s #%d %s  (%s)\nsource %s\nmanifest %s\n", v.Project, v.Number, v.State, v.Trigger, v.SourceDigest, v.ManifestDigest)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tREASON\tID")
+	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tTESTS\tREASON\tID")
 	for _, j := range v.Jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", j.Name, j.State, j.Generation, j.Reason, j.ID)
+		tests := ""
+		if t := j.Tests; t != nil {
+			tests = fmt.Sprintf("%d passed, %d failed", t.Passed, t.Failed+t.Errored)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", j.Name, j.State, j.Generation, tests, j.Reason, j.ID)
 	}
 	return tw.Flush()
 }

@@ -225,6 +225,7 @@ func (j *job) execute(slot int) (domain.Outcome, int) {
 			return fail("the job's outputs: %v", err)
 		}
 	}
+	j.sendReports()
 	if seq.failed {
 		return domain.OutcomeFailed, seq.exit
 	}

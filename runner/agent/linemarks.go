@@ -63,6 +63,9 @@ func (l *lineMarks) take(start int64, batch []byte) []protocol.LineTime {
 		out = append(out, protocol.LineTime{first, l.takenMS})
 	}
 	for _, m := range own {
+		if len(out) == protocol.MaxLineTimes {
+			break // lines of a few bytes each: the first ones' times tell enough
+		}
 		out = append(out, protocol.LineTime{m.Offset() - start, m[1]})
 	}
 	if len(own) > 0 {

@@ -135,6 +135,12 @@ func (h *Lease) CommitCache(ctx context.Context, key, digest string, size int64)
 	return err
 }
 
+// SendReport sends the summary of the job's test reports.
+func (h *Lease) SendReport(ctx context.Context, sum protocol.TestSummary) error {
+	_, err := h.call(ctx, protocol.RouteReport, protocol.ReportRequest{Leased: h.tuple, Summary: sum}, nil)
+	return err
+}
+
 // SetOutputs sends the job's outputs (a name sent again replaces its
 // value).
 func (h *Lease) SetOutputs(ctx context.Context, outputs map[string]string) error {

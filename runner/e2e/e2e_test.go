@@ -270,6 +270,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("concurrency: cancel-in-progress cancels the running run", testConcurrency(s))
 	t.Run("manual run with inputs", testManualRun(s))
 	t.Run("artifacts: list and download with the CLI", testArtifactsCLI(s))
+	t.Run("test reports: summed up, kept, shown", testReports(s))
 	t.Run("starter workflows", testWorkflows(s))
 
 	t.Run("timeout fails the job with a reason", func(t *testing.T) {

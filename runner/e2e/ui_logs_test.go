@@ -69,8 +69,10 @@ func testLogSections(t *testing.T, s *stack, ctx context.Context) {
           echo a needle in the log
       - name: Fail
         run: |
+          echo '<testsuite name="s"><testcase classname="pkg" name="TestOne"/><testcase classname="pkg" name="TestTwo" file="pkg/two_test.go" line="9"><failure message="&lt;b&gt;two&lt;/b&gt; failed"/></testcase></testsuite>' > report.xml
           echo about to fail
           exit 3
+    reports: {junit: [report.xml]}
 `), false)
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +118,10 @@ func testLogSections(t *testing.T, s *stack, ctx context.Context) {
 	}
 	if got := eval(`document.getElementById('log-found').textContent + ',' + document.getElementById('step-1').open + ',' + document.querySelector('.line.hit').textContent`); got != "1 line,true,a needle in the log\n" {
 		t.Fatalf("find: %q", got)
+	}
+	// The test report: counts, and the failure where it is, as text.
+	if got := eval(`document.getElementById('tests-summary').textContent.split(' (')[0] + '|' + document.querySelector('#test-failures tbody').innerText.replace(/\s+/g, ' ').trim()`); got != "1 passed, 1 failed, 0 errored, 0 skipped|pkg.TestTwo failure pkg/two_test.go:9 <b>two</b> failed" {
+		t.Fatalf("tests on the job page: %q", got)
 	}
 	screenshot(t, ctx, "job")
 	noCSPViolation(t, ctx, "the job page")

@@ -41,6 +41,8 @@ func jobRoutes(e *env) []routeCase {
 		{"cache/save", map[string]any{"key": "go-1", "digest": "sha256:" + strings.Repeat("b", 64), "size": 3}, 200},
 		{"cache/commit", map[string]any{"key": "go-1", "digest": cache, "size": cacheSize}, 201},
 		{"outputs", map[string]any{"outputs": map[string]string{"version": "1.2.3"}}, 200},
+		{"report", map[string]any{"summary": map[string]any{"files": 1, "tests": 2, "passed": 1, "failed": 1,
+			"failures": []map[string]any{{"name": "TestX", "kind": "failure", "message": "boom", "file": "x_test.go", "line": 3}}}}, 200},
 		{"complete", map[string]any{"outcome": "passed", "exit_code": 0}, 200},
 	}
 }
@@ -167,6 +169,12 @@ func TestFencingMatrix(t *testing.T) {
 				var n int
 				if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM job_steps WHERE job_id = $1`, c.Job.ID).Scan(&n); err != nil || n != 1 {
 					t.Fatalf("steps stored: %d %v", n, err)
+				}
+			}
+			if route.path == "report" {
+				var failed int
+				if err := e.pool.QueryRow(context.Background(), `SELECT failed FROM job_reports WHERE job_id = $1`, c.Job.ID).Scan(&failed); err != nil || failed != 1 {
+					t.Fatalf("report stored: %d %v", failed, err)
 				}
 			}
 			if route.path == "outputs" {

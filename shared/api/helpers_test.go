@@ -153,7 +153,7 @@ func (e *env) jobState(jobID string) string {
 func (e *env) snapshot() string {
 	e.t.Helper()
 	var b strings.Builder
-	for _, table := range []string{"runs", "jobs", "job_attempts", "log_chunks", "job_steps", "artifacts",
+	for _, table := range []string{"runs", "jobs", "job_attempts", "log_chunks", "job_steps", "job_reports", "artifacts",
 		"caches", "pending_caches", "blobs", "runners", "registration_tokens", "projects"} {
 		rows, err := e.pool.Query(context.Background(), `SELECT to_jsonb(t)::text FROM `+table+` t ORDER BY 1`)
 		if err != nil {

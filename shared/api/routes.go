@@ -74,6 +74,7 @@ var functions = map[string][]route{
 		{Route{"GET", "/v1/runs/{run_id}"}, userRoute(anyUser, (*Server).getRun)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(anyUser, (*Server).getLog)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/steps"}, userRoute(anyUser, (*Server).getLogIndex)},
+		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/report"}, userRoute(anyUser, (*Server).getReport)},
 		{Route{"GET", "/v1/runs/{run_id}/artifacts"}, userRoute(anyUser, (*Server).listArtifacts)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}"}, userRoute(anyUser, (*Server).downloadArtifact)},
 		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},
@@ -115,6 +116,7 @@ var functions = map[string][]route{
 	"complete": {
 		{jobRoute(protocol.RouteComplete), leasedRoute(maxBody, http.StatusOK, (*Server).complete)},
 		{jobRoute(protocol.RouteOutputs), leasedRoute(protocol.MaxOutputsBody, http.StatusOK, (*Server).outputs)},
+		{jobRoute(protocol.RouteReport), leasedRoute(protocol.MaxReportBody, http.StatusOK, (*Server).report)},
 	},
 }
 

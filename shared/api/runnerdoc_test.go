@@ -29,6 +29,7 @@ var runnerBodies = map[string][2]any{
 	protocol.JobPattern(protocol.RouteCacheCommit):    {protocol.CacheRequest{}, protocol.CacheCommitResponse{}},
 	protocol.JobPattern(protocol.RouteComplete):       {protocol.CompleteRequest{}, protocol.CompleteResponse{}},
 	protocol.JobPattern(protocol.RouteOutputs):        {protocol.OutputsRequest{}, protocol.OutputsResponse{}},
+	protocol.JobPattern(protocol.RouteReport):         {protocol.ReportRequest{}, protocol.ReportResponse{}},
 }
 
 // TestRunnerProtocolDocumented: docs/runner-protocol.md documents exactly

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -63,6 +64,11 @@ func newTenancy(t *testing.T) *tenancy {
 	// Its artifact "report", which its readers may download.
 	report, size := e.putBlob([]byte("a report"))
 	if err := e.store.CommitArtifact(ctx, f.runner.ID, c.Lease.JobID, c.Lease, "report", report, size); err != nil {
+		t.Fatal(err)
+	}
+	// And a test report, which its readers may read.
+	if err := e.store.SetReport(ctx, f.runner.ID, c.Lease.JobID, c.Lease, protocol.TestSummary{Files: 1, Tests: 1, Failed: 1,
+		Failures: []protocol.TestFailure{{Name: "TestTenancy", Kind: "failure", Message: "boom"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Complete(ctx, f.runner.ID, c.Lease.JobID, c.Lease, domain.OutcomeFailed, 1); err != nil {

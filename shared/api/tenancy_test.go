@@ -57,6 +57,7 @@ func tenancyCases() []tenancyCase {
 		{"GET /v1/runs/{run_id}", "/v1/runs/{done}", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/logs", "/v1/runs/{done}/jobs/{doneJob}/logs", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/steps", "/v1/runs/{done}/jobs/{doneJob}/steps?times=1", needRead, noBody, 200, nil},
+		{"GET /v1/runs/{run_id}/jobs/{job_id}/report", "/v1/runs/{done}/jobs/{doneJob}/report", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/artifacts", "/v1/runs/{done}/artifacts", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}", "/v1/runs/{done}/jobs/{doneJob}/artifacts/report", needRead, noBody, 200, nil},
 		{"POST /v1/runs/{run_id}/cancel", "/v1/runs/{live}/cancel", needWrite, obj(nil), 202, nil},

@@ -130,6 +130,9 @@ const (
 	// FeatureSteps: step id, if, shell, working-directory,
 	// continue-on-error and $FORGECI_OUTPUT.
 	FeatureSteps = "steps"
+	// FeatureReports: the runner reads the job's test reports (reports:)
+	// and sends their summary (the report route).
+	FeatureReports = "reports"
 )
 
 // Features are the runner features the job needs, sorted.
@@ -140,6 +143,9 @@ func (s JobSpec) Features() []string {
 	}
 	if len(s.Outputs) > 0 {
 		out = append(out, FeatureOutputs)
+	}
+	if s.Reports != nil {
+		out = append(out, FeatureReports)
 	}
 	for _, st := range s.Steps {
 		if st.ID != "" || st.If != "" || len(st.Shell) > 0 || st.WorkingDirectory != "" || st.ContinueOnError {
@@ -191,6 +197,15 @@ type CacheSpec struct {
 	Paths       []string `json:"paths"`
 }
 
+// ReportsSpec names a job's test reports: workspace globs (** allowed)
+// of JUnit XML files.
+type ReportsSpec struct {
+	JUnit []string `json:"junit"`
+}
+
+// ReportArtifact is the artifact a job's test report files are kept as.
+const ReportArtifact = "test-reports"
+
 // NeedArtifact is an artifact of a needed job that this job downloads.
 type NeedArtifact struct {
 	Job  string `json:"job"`
@@ -224,6 +239,10 @@ type JobSpec struct {
 	// DisplayName is the job's name: as the pipeline names it (name:),
 	// shown at the top of its log; jobs are known by their ids.
 	DisplayName string `json:"display_name,omitempty"`
+	// Reports are the job's test reports: files the runner reads when the
+	// steps end (passed or not), uploads as the artifact ReportArtifact
+	// and sums up.
+	Reports *ReportsSpec `json:"reports,omitempty"`
 	// NeedResults is the needs context (needs.<job>.result and .outputs),
 	// filled in by the control plane when the job is queued, for a job
 	// whose expressions read it.

@@ -79,6 +79,7 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 	}
 	job.Spec.Steps = p.expandSteps(j, combo)
 	job.Spec.Artifacts = j.artifacts
+	job.Spec.Reports = j.reports
 	job.Spec.Secrets = j.secrets
 	for _, d := range j.download {
 		job.Spec.NeedArtifacts = append(job.Spec.NeedArtifacts, domain.NeedArtifact{Job: names[d.Job][0], Name: d.Name})

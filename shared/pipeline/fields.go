@@ -2,9 +2,12 @@ package pipeline
 
 import (
 	"fmt"
+	pathpkg "path"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/bmatcuk/doublestar/v4"
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -45,6 +48,9 @@ func (p *parseState) artifacts(n ast.Node, path string) []domain.ArtifactSpec {
 		}
 		if seen[a.Name] {
 			p.errorf(an, ap+".name", "artifact %q is declared twice", a.Name)
+		}
+		if a.Name == domain.ReportArtifact {
+			p.errorf(an, ap+".name", "artifact name %q is the test reports' (reports:)", a.Name)
 		}
 		seen[a.Name] = true
 		if len(a.Paths) == 0 {
@@ -215,4 +221,32 @@ func (p *parseState) checkCycles(raws []*rawJob) {
 		j := raws[c.Job]
 		p.errorf(j.needsNode, j.path+".needs", "needs form a cycle: %s", strings.Join(c.Path, " -> "))
 	}
+}
+
+// maxReportGlobs bounds a job's report patterns.
+const maxReportGlobs = 20
+
+// reports reads reports: {junit: [globs]}: workspace patterns (doublestar,
+// ** crossing directories) of JUnit XML files the runner reads when the
+// steps end.
+func (p *parseState) reports(n ast.Node, path string) *domain.ReportsSpec {
+	kvs, ok := p.mapping(n, path)
+	if !ok {
+		return nil
+	}
+	r := &domain.ReportsSpec{}
+	p.keys(kvs, path, "junit", map[string]func(ast.Node, string){
+		"junit": func(v ast.Node, kp string) { r.JUnit = p.strList(v, kp) },
+	})
+	if len(r.JUnit) == 0 || len(r.JUnit) > maxReportGlobs {
+		p.errorf(n, path+".junit", "junit is a list of 1 to %d patterns of report files", maxReportGlobs)
+		return nil
+	}
+	for _, g := range r.JUnit {
+		c := pathpkg.Clean(g)
+		if !doublestar.ValidatePattern(g) || g == "" || c == "." || !filepath.IsLocal(c) || strings.Contains(g, "${{") {
+			p.errorf(n, path+".junit", "pattern %q must be a valid glob, relative and inside the workspace", g)
+		}
+	}
+	return r
 }

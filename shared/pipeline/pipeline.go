@@ -287,6 +287,7 @@ type rawJob struct {
 	env        map[string]string
 	steps      []domain.Step
 	artifacts  []domain.ArtifactSpec
+	reports    *domain.ReportsSpec
 	download   []domain.NeedArtifact
 	dlNode     ast.Node
 	cache      *domain.CacheSpec
@@ -406,6 +407,8 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 			j.steps = p.steps(kv.Value, kp)
 		case "artifacts":
 			j.artifacts = p.artifacts(kv.Value, kp)
+		case "reports":
+			j.reports = p.reports(kv.Value, kp)
 		case "download":
 			j.download, j.dlNode = p.downloads(kv.Value, kp), kv.Value
 		case "cache":
@@ -425,7 +428,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 			}
 		default:
 			if !p.flowKey(j, key, kv.Value, kp) {
-				p.errorf(kv.Key, kp, "unknown key %q (expected name, runs-on, needs, if, timeout-minutes, env, defaults, permissions, secrets, steps, outputs, artifacts, download, cache, retry, limits, strategy or continue-on-error)", key)
+				p.errorf(kv.Key, kp, "unknown key %q (expected name, runs-on, needs, if, timeout-minutes, env, defaults, permissions, secrets, steps, outputs, artifacts, reports, download, cache, retry, limits, strategy or continue-on-error)", key)
 			}
 		}
 	}

@@ -45,9 +45,12 @@ const (
 // conclusions are a step's ends, as GitHub names them.
 var conclusions = map[string]bool{"success": true, "failure": true, "skipped": true, "cancelled": true}
 
-// checkTimes checks the marks lie in the data, in order, at plausible
-// times (a runner's clock is its own, but not before 2000 or after 2200).
-func checkTimes(times []LineTime, n int) error {
+// checkTimes checks the marks lie in the data, in order, at line starts
+// (the data's first byte, or one after a newline: so no more marks than
+// lines), at plausible times (a runner's clock is its own, but not before
+// 2000 or after 2200).
+func checkTimes(times []LineTime, data []byte) error {
+	n := len(data)
 	if len(times) > MaxLineTimes || len(times) > n {
 		return domain.Errorf(domain.EInvalid, "field times holds %d marks for %d bytes (at most one a byte, and %d)", len(times), n, MaxLineTimes)
 	}
@@ -56,6 +59,9 @@ func checkTimes(times []LineTime, n int) error {
 	for _, t := range times {
 		if t.Offset() <= prev || t.Offset() >= int64(n) {
 			return domain.Errorf(domain.EInvalid, "field times: offsets rise and lie in the data, not %d", t.Offset())
+		}
+		if t.Offset() > 0 && data[t.Offset()-1] != '\n' {
+			return domain.Errorf(domain.EInvalid, "field times: offset %d does not start a line", t.Offset())
 		}
 		if t[1] < lo || t[1] >= hi {
 			return domain.Errorf(domain.EInvalid, "field times: %d is not a time in milliseconds since 1970 from 2000 to 2200", t[1])

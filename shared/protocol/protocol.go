@@ -33,6 +33,7 @@ const (
 	RouteCacheSave      = "cache/save"
 	RouteCacheCommit    = "cache/commit"
 	RouteOutputs        = "outputs"
+	RouteReport         = "report"
 	RouteComplete       = "complete"
 )
 
@@ -190,7 +191,7 @@ func (r *LogsRequest) Validate() error {
 	if *r.Offset < 0 || *r.Offset > math.MaxInt64/2 {
 		return domain.Errorf(domain.EInvalid, "field offset must be from 0 to the log limit")
 	}
-	if err := checkTimes(r.Times, len(r.Data)); err != nil {
+	if err := checkTimes(r.Times, r.Data); err != nil {
 		return err
 	}
 	return checkSteps(r.Steps, *r.Offset+int64(len(r.Data)))

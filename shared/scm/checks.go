@@ -186,5 +186,8 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 		summary += fmt.Sprintf("\n\n[Log](%s)", u)
 	}
 	v.output = &github.CheckRunOutput{Title: github.String(title), Summary: github.String(summary)}
+	if conclusion != "" {
+		withReport(v.output, title, cw.Report)
+	}
 	return v
 }

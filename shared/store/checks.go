@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // GitHub check runs: an outbox of rows, one per job of a run from GitHub
@@ -34,11 +35,12 @@ SELECT l.id, coalesce(l.job_id, ''), coalesce(l.job_id, 'delivery:' || l.deliver
        r.full_name, r.installation_id, l.head_sha, l.name,
        coalesce(j.run_id, ''), coalesce(ru.number, 0), p.name, coalesce(j.state, 'FAILED'),
        coalesce(j.reason, ''), j.exit_code, coalesce(j.generation, 0), j.started_at, j.finished_at,
-       coalesce(ru.approval, 'none'), coalesce(ru.approval_by, ''), ru.approval_at
+       coalesce(ru.approval, 'none'), coalesce(ru.approval_by, ''), ru.approval_at, rep.summary
 FROM leased l
 JOIN scm_repositories r ON r.github_id = l.repository_id
 LEFT JOIN jobs j ON j.id = l.job_id
 LEFT JOIN runs ru ON ru.id = j.run_id
+LEFT JOIN job_reports rep ON rep.job_id = j.id AND rep.generation = j.generation
 JOIN projects p ON p.id = r.project_id`
 
 // The updates of a leased check run: $1 its ID, $2 its lease.
@@ -93,6 +95,9 @@ type CheckWork struct {
 	Generation int
 	StartedAt  *time.Time
 	FinishedAt *time.Time
+	// Report is the attempt's test report summary (nil: none), shown
+	// in the check run with an annotation at each failure's file:line.
+	Report *protocol.TestSummary
 	// The run's approval: approved or rejected by whom and when, for a
 	// run from a first-time contributor.
 	Approval   string
@@ -113,7 +118,7 @@ func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) (
 		err := row.Scan(&w.ID, &w.JobID, &w.ExternalID, &w.Notice, &w.LeaseID, &w.Version, &w.GitHubID, &w.CreateAttempted,
 			&w.Attempts, &w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
 			&w.RunID, &w.RunNumber, &w.Project, &w.JobState, &w.Reason, &w.ExitCode, &w.Generation,
-			&w.StartedAt, &w.FinishedAt, &w.Approval, &w.ApprovalBy, &w.ApprovalAt)
+			&w.StartedAt, &w.FinishedAt, &w.Approval, &w.ApprovalBy, &w.ApprovalAt, &w.Report)
 		return w, err
 	})
 }

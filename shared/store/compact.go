@@ -29,15 +29,20 @@ const chunkSpansSQL = `
 SELECT start_offset, length(data) FROM log_chunks WHERE job_id = $1 AND generation = $2 ORDER BY start_offset`
 
 // mergeChunksSQL replaces the chunks of job $1's log of generation $2
-// that start from $3 to $4 by one chunk at $3, in one statement (readers
-// see all of them or the merged one).
+// that start from $3 to $4 by one chunk at $3, with their lines' marks
+// (moved to the merged chunk's offsets), in one statement (readers see
+// all of them or the merged one).
 const mergeChunksSQL = `
 WITH gone AS (
     DELETE FROM log_chunks WHERE job_id = $1 AND generation = $2 AND start_offset BETWEEN $3 AND $4
-    RETURNING start_offset, data
+    RETURNING start_offset, data, times
+), marks AS (
+    SELECT jsonb_agg(jsonb_build_array((m.mark->>0)::bigint + g.start_offset - $3, m.mark->1)
+                     ORDER BY g.start_offset, m.n) AS times
+    FROM gone g, jsonb_array_elements(coalesce(g.times, '[]'::jsonb)) WITH ORDINALITY AS m (mark, n)
 )
-INSERT INTO log_chunks (job_id, generation, start_offset, data)
-SELECT $1, $2, $3, string_agg(data, ''::bytea ORDER BY start_offset) FROM gone`
+INSERT INTO log_chunks (job_id, generation, start_offset, data, times)
+SELECT $1, $2, $3, string_agg(data, ''::bytea ORDER BY start_offset), (SELECT times FROM marks) FROM gone`
 
 const compactChunk = 256 << 10
 

@@ -65,9 +65,10 @@ WHERE id = $1`
 
 // runJobsSQL lists the jobs of run $1 in creation order.
 const runJobsSQL = `
-SELECT id, name, state, needs, generation, coalesce(runner_id, ''), coalesce(reason, ''), exit_code,
-       log_size, started_at, finished_at
-FROM jobs WHERE run_id = $1 ORDER BY created_at, id`
+SELECT j.id, j.name, j.state, j.needs, j.generation, coalesce(j.runner_id, ''), coalesce(j.reason, ''), j.exit_code,
+       j.log_size, j.started_at, j.finished_at, t.tests, t.passed, t.failed, t.errored, t.skipped
+FROM jobs j LEFT JOIN job_reports t ON t.job_id = j.id AND t.generation = j.generation
+WHERE j.run_id = $1 ORDER BY j.created_at, j.id`
 
 // getJobSQL reads job $1 of run $2 if user $3 may read its project.
 const getJobSQL = `
@@ -236,6 +237,18 @@ type JobInfo struct {
 	LogSize    int64      `json:"log_size"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Tests are the counts of the current attempt's test reports (nil:
+	// it sent none).
+	Tests *TestCounts `json:"tests,omitempty"`
+}
+
+// TestCounts are a test report's counts.
+type TestCounts struct {
+	Tests   int `json:"tests"`
+	Passed  int `json:"passed"`
+	Failed  int `json:"failed"`
+	Errored int `json:"errored"`
+	Skipped int `json:"skipped"`
 }
 
 // RunJobs returns the jobs of a run in creation order.
@@ -246,8 +259,12 @@ func (s *Store) RunJobs(ctx context.Context, runID string) ([]JobInfo, error) {
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (JobInfo, error) {
 		var j JobInfo
+		var tests, passed, failed, errored, skipped *int
 		err := row.Scan(&j.ID, &j.Name, &j.State, &j.Needs, &j.Generation, &j.RunnerID, &j.Reason, &j.ExitCode,
-			&j.LogSize, &j.StartedAt, &j.FinishedAt)
+			&j.LogSize, &j.StartedAt, &j.FinishedAt, &tests, &passed, &failed, &errored, &skipped)
+		if tests != nil {
+			j.Tests = &TestCounts{*tests, *passed, *failed, *errored, *skipped}
+		}
 		return j, err
 	})
 }

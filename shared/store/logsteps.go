@@ -94,9 +94,15 @@ type LogIndex struct {
 	Generation int `json:"generation"`
 	// LogEnd is the stored log's end when the steps were read: every
 	// step whose section starts before it is in Steps.
-	LogEnd int64               `json:"log_end"`
-	Steps  []Step              `json:"steps"`
-	Times  []protocol.LineTime `json:"times,omitempty"`
+	LogEnd int64 `json:"log_end"`
+	// JobState is the job's state, so a follower knows when to stop.
+	JobState string              `json:"job_state"`
+	Steps    []Step              `json:"steps"`
+	Times    []protocol.LineTime `json:"times,omitempty"`
+	// TimesTo is where the marks returned end: those of the stored bytes
+	// from the range's start up to it are all in Times; ask again from
+	// there for the rest (one read returns a bounded number).
+	TimesTo int64 `json:"times_to,omitempty"`
 }
 
 // LogIndexAs returns the steps of the attempt generation (0: the
@@ -112,7 +118,7 @@ func (s *Store) LogIndexAs(ctx context.Context, u User, runID, jobID string, gen
 	if err != nil {
 		return LogIndex{}, err
 	}
-	idx := LogIndex{Generation: job.generation, Steps: []Step{}}
+	idx := LogIndex{Generation: job.generation, Steps: []Step{}, JobState: job.state}
 	// The end first: a step's start is recorded with (or before) the
 	// bytes of its section, so none that starts before it is missed.
 	if err := s.pool.QueryRow(ctx, attemptLogEndSQL, jobID, job.generation).Scan(&idx.LogEnd); err != nil {
@@ -128,8 +134,11 @@ func (s *Store) LogIndexAs(ctx context.Context, u User, runID, jobID string, gen
 		err := row.Scan(&st.Index, &st.Name, &st.LogOffset, &st.StartedAt, &st.EndOffset, &st.FinishedAt, &st.ExitCode, &st.Conclusion)
 		st.Name = m.String(st.Name)
 		end := now
-		if st.FinishedAt != nil {
+		switch {
+		case st.FinishedAt != nil:
 			end = *st.FinishedAt
+		case domain.JobTerminal(job.state):
+			end = st.StartedAt // it never ended (its runner was lost): no time is known
 		}
 		st.Seconds = max(end.Sub(st.StartedAt).Seconds(), 0)
 		return st, err
@@ -137,34 +146,42 @@ func (s *Store) LogIndexAs(ctx context.Context, u User, runID, jobID string, gen
 	if err != nil || !times {
 		return idx, err
 	}
-	idx.Times, err = s.logTimes(ctx, jobID, job.generation, from, to)
+	// Marks of bytes past the end read first may be missing yet: they
+	// are for a later read.
+	idx.Times, idx.TimesTo, err = s.logTimes(ctx, jobID, job.generation, min(from, idx.LogEnd), min(to, idx.LogEnd))
 	return idx, err
 }
 
-// maxTimesRead bounds the marks one read returns.
-const maxTimesRead = 1 << 18
+// maxTimesRead bounds the marks one read returns (about 30 bytes each in
+// JSON: well within a Lambda response).
+const maxTimesRead = 1 << 16
 
 // logTimes reads the marks of the chunks overlapping [from, to), as
-// absolute offsets.
-func (s *Store) logTimes(ctx context.Context, jobID string, generation int, from, to int64) ([]protocol.LineTime, error) {
+// absolute offsets, whole chunks at a time up to maxTimesRead, and where
+// what it read ends: to, or the start of the first chunk left out.
+func (s *Store) logTimes(ctx context.Context, jobID string, generation int, from, to int64) ([]protocol.LineTime, int64, error) {
 	if from < 0 || to < from {
-		return nil, domain.Errorf(domain.EInvalid, "a range of the log is from 0 up, and ends after it starts")
+		return nil, 0, domain.Errorf(domain.EInvalid, "a range of the log is from 0 up, and ends after it starts")
 	}
 	rows, err := s.pool.Query(ctx, timesSQL, jobID, generation, from, to)
 	if err != nil {
-		return nil, fmt.Errorf("log times: %w", err)
+		return nil, 0, fmt.Errorf("log times: %w", err)
 	}
 	defer rows.Close()
-	out := []protocol.LineTime{}
-	for rows.Next() && len(out) < maxTimesRead {
+	out, end := []protocol.LineTime{}, to
+	for rows.Next() {
 		var start int64
 		var marks []protocol.LineTime
 		if err := rows.Scan(&start, &marks); err != nil {
-			return nil, fmt.Errorf("log times: %w", err)
+			return nil, 0, fmt.Errorf("log times: %w", err)
+		}
+		if len(out)+len(marks) > maxTimesRead && len(out) > 0 {
+			end = max(start, from)
+			break
 		}
 		for _, t := range marks {
 			out = append(out, protocol.LineTime{start + t.Offset(), t[1]})
 		}
 	}
-	return out, rows.Err()
+	return out, end, rows.Err()
 }

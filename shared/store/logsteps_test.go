@@ -69,6 +69,20 @@ func TestLogIndex(t *testing.T) {
 	if got := fmt.Sprint(idx.Times); got != fmt.Sprint([]protocol.LineTime{{0, t0.UnixMilli()}, {6, t0.UnixMilli() + 5}, {19, t0.UnixMilli() + 2000}}) {
 		t.Fatalf("times %v", got)
 	}
+	// Compacted once the attempt has ended, the log keeps its marks.
+	if _, err := s.Complete(ctx, r.ID, l.JobID, l, domain.OutcomePassed, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CollectGarbage(ctx, store.GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM log_chunks WHERE job_id = $1`, l.JobID); n != 1 {
+		t.Fatalf("%d chunks after compaction", n)
+	}
+	again, err := s.LogIndexAs(ctx, root, l.RunID, l.JobID, 0, true, 0, 100)
+	if err != nil || fmt.Sprint(again.Times) != fmt.Sprint(idx.Times) || again.JobState != domain.JobPassed || again.TimesTo != 24 {
+		t.Fatalf("after compaction: %+v %v", again, err)
+	}
 	stranger, _, err := s.CreateUser(ctx, "stranger", store.RoleUser)
 	if err != nil {
 		t.Fatal(err)

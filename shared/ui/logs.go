@@ -35,8 +35,9 @@ func JobSteps(u *UI, w http.ResponseWriter, r *http.Request, user store.User) er
 }
 
 // rawPart is the most one raw log response carries (a Lambda response
-// is at most 6 MB); a Link header names the next part.
-const rawPart = 4 << 20
+// is at most 6 MB, and text of control characters grows six times in its
+// JSON); a Link header names the next part.
+const rawPart = 1 << 20
 
 // JobRaw is a job attempt's log as plain text, masked, from ?offset=:
 // never a page (text/plain, sandboxed, nosniff).

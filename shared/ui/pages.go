@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -125,6 +126,8 @@ type jobPage struct {
 	Generation  int
 	JobTerminal bool
 	CanWrite    bool
+	// Report is the attempt's test report summary (nil: none).
+	Report *protocol.TestSummary
 }
 
 // Job shows a job's attempts and follows its log.
@@ -141,8 +144,16 @@ func Job(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	if err != nil || gen < 0 || gen > job.Generation {
 		gen = 0 // the current attempt
 	}
-	u.render(w, http.StatusOK, "job", jobPage{page: page{Title: job.Name, User: user}, Run: run, Job: job,
-		Generation: gen, JobTerminal: domain.JobTerminal(job.State), CanWrite: u.canWrite(r.Context(), user, run.ProjectID)})
+	jp := jobPage{page: page{Title: job.Name, User: user}, Run: run, Job: job,
+		Generation: gen, JobTerminal: domain.JobTerminal(job.State), CanWrite: u.canWrite(r.Context(), user, run.ProjectID)}
+	sum, _, err := u.Store.ReportAs(r.Context(), user, run.ID, job.ID, gen)
+	switch {
+	case err == nil:
+		jp.Report = &sum
+	case domain.ErrorCode(err) != domain.ENotFound:
+		return err
+	}
+	u.render(w, http.StatusOK, "job", jp)
 	return nil
 }
 

@@ -42,6 +42,9 @@ type CheckRun struct {
 		Title   string `json:"title"`
 		Summary string `json:"summary"`
 	} `json:"output"`
+	// Annotations are every annotation sent (GitHub adds each request's
+	// to the check run's).
+	Annotations []Annotation `json:"-"`
 	// Updates counts PATCHes applied.
 	Updates int `json:"-"`
 }
@@ -297,9 +300,21 @@ type checkRequest struct {
 	Conclusion *string `json:"conclusion"`
 	DetailsURL *string `json:"details_url"`
 	Output     *struct {
-		Title   string `json:"title"`
-		Summary string `json:"summary"`
+		Title       string       `json:"title"`
+		Summary     string       `json:"summary"`
+		Annotations []Annotation `json:"annotations"`
 	} `json:"output"`
+}
+
+// Annotation is a check run annotation as GitHub takes one.
+type Annotation struct {
+	Path            string `json:"path"`
+	StartLine       int    `json:"start_line"`
+	EndLine         int    `json:"end_line"`
+	AnnotationLevel string `json:"annotation_level"`
+	Message         string `json:"message"`
+	Title           string `json:"title,omitempty"`
+	RawDetails      string `json:"raw_details,omitempty"`
 }
 
 var validConclusions = map[string]bool{"success": true, "failure": true, "neutral": true, "cancelled": true,
@@ -342,6 +357,16 @@ func apply(c *CheckRun, req checkRequest) string {
 			return "output needs a title and a summary"
 		}
 		c.Output.Title, c.Output.Summary = req.Output.Title, req.Output.Summary
+		if len(req.Output.Annotations) > 50 {
+			return "at most 50 annotations a request"
+		}
+		for _, a := range req.Output.Annotations {
+			if a.Path == "" || a.StartLine <= 0 || a.EndLine < a.StartLine || a.Message == "" ||
+				(a.AnnotationLevel != "notice" && a.AnnotationLevel != "warning" && a.AnnotationLevel != "failure") {
+				return "an annotation needs path, start_line, end_line, annotation_level and message"
+			}
+		}
+		c.Annotations = append(append([]Annotation(nil), c.Annotations...), req.Output.Annotations...)
 	}
 	return ""
 }

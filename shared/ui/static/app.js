@@ -64,7 +64,7 @@
   Section.prototype.line = function (view, bytes, offset) {
     var text = view.decoder.decode(bytes);
     var m = /^::group::(.*)/.exec(text);
-    if (m) {
+    if (m && this.groups.length < 16) {
       var g = document.createElement("details");
       g.className = "group";
       var s = document.createElement("summary");
@@ -196,6 +196,8 @@
         p.set(this.partial); p.set(rest, this.partial.length); rest = p;
       } else this.partialAt = this.offset + i;
       this.partial = rest;
+      // A line without end is shown in pieces, not copied for ever.
+      if (rest.length > 65536) this.flush();
     }
     this.offset = next;
   };
@@ -238,6 +240,16 @@
     });
   };
 
+  LogView.prototype.setState = function (state) {
+    if (this.badge && state && this.badge.textContent !== state) {
+      this.badge.textContent = state;
+      this.badge.className = "state " + state;
+    }
+  };
+
+  // poll reads the index (steps, times, the stored end, the job's state)
+  // and then the log from where it stands: up to the next section, and
+  // no further than the lines whose times are known.
   LogView.prototype.poll = function () {
     var view = this, idx;
     this.fetchIndex().then(function (i) {
@@ -246,28 +258,24 @@
         var n = view.times.length;
         if (!n || t[0] > view.times[n - 1][0]) view.times.push(t);
       });
-      view.timesTo = idx.log_end;
+      view.timesTo = Math.max(view.timesTo, idx.times_to || idx.log_end);
       view.update(idx);
-      var to = Math.min(view.nextBoundary(idx), idx.log_end);
-      if (to <= view.offset) return { next: view.offset, jobState: "", bytes: new ArrayBuffer(0) };
+      view.setState(idx.job_state);
+      var to = Math.min(view.nextBoundary(idx), idx.log_end, view.timesTo);
+      if (to <= view.offset) return { next: view.offset, bytes: new ArrayBuffer(0) };
       return fetch(view.base + "?offset=" + view.offset + "&limit=" + Math.min(to - view.offset, 262144) + "&generation=" + view.gen,
         { credentials: "same-origin" }).then(function (r) {
         if (!r.ok) throw new Error("log: " + r.status);
         var next = parseInt(r.headers.get("X-Next-Offset") || "0", 10);
-        var jobState = r.headers.get("X-Job-State") || "";
-        return r.arrayBuffer().then(function (b) { return { next: next, jobState: jobState, bytes: b }; });
+        view.setState(r.headers.get("X-Job-State"));
+        return r.arrayBuffer().then(function (b) { return { next: next, bytes: b }; });
       });
     }).then(function (res) {
       // Offsets count stored bytes; the text is masked, so its length
       // may differ, and be empty while the offset moves on.
       var moved = res.next > view.offset;
       if (moved || res.bytes.byteLength) view.take(new Uint8Array(res.bytes), Math.max(res.next, view.offset), idx);
-      if (view.badge && res.jobState && view.badge.textContent !== res.jobState) {
-        view.badge.textContent = res.jobState;
-        view.badge.className = "state " + res.jobState;
-      }
-      var state = res.jobState || (view.badge && view.badge.textContent);
-      var done = (TERMINAL[state] || view.gen !== "0") && view.offset >= idx.log_end;
+      var done = (TERMINAL[idx.job_state] || view.gen !== "0") && view.offset >= idx.log_end;
       if (done && !moved) {
         view.flush();
         view.root.setAttribute("data-complete", "true"); // all shown: the log will not grow

@@ -1,0 +1,40 @@
+package api
+
+import (
+	"context"
+	"math"
+	"net/http"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// report records the summary of a job's test reports, under the lease.
+func (s *Server) report(ctx context.Context, l held, req *protocol.ReportRequest) (*protocol.ReportResponse, error) {
+	if err := s.Store.SetReport(ctx, l.Runner.ID, l.JobID, l.Lease, req.Summary); err != nil {
+		return nil, err
+	}
+	return &protocol.ReportResponse{}, nil
+}
+
+// reportView is an attempt's test report summary as the API shows it.
+type reportView struct {
+	Generation int `json:"generation"`
+	protocol.TestSummary
+}
+
+// getReport answers the test report summary of the current or
+// ?generation= attempt of a job.
+func (s *Server) getReport(w http.ResponseWriter, r *http.Request, u store.User) error {
+	gen, err := queryInt(r.URL.Query().Get("generation"), 0)
+	if err != nil || gen < 0 || gen > math.MaxInt32 {
+		return domain.Errorf(domain.EInvalid, "generation must be an integer from 0 to %d", math.MaxInt32)
+	}
+	sum, g, err := s.Store.ReportAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), int(gen))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, reportView{Generation: g, TestSummary: sum})
+	return nil
+}

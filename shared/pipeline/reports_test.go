@@ -1,0 +1,33 @@
+package pipeline_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pipeline"
+)
+
+// TestReports: reports: {junit: [globs]} names a job's JUnit files; the
+// job then needs a runner with the reports feature.
+func TestReports(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte("jobs:\n  test:\n    steps: [{run: go test}]\n    reports: {junit: ['reports/*.xml', '**/TEST-*.xml']}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := p.Jobs[0]
+	if j.Spec.Reports == nil || !slices.Equal(j.Spec.Reports.JUnit, []string{"reports/*.xml", "**/TEST-*.xml"}) {
+		t.Fatalf("reports %+v", j.Spec.Reports)
+	}
+	if !slices.Contains(j.Spec.Features(), domain.FeatureReports) {
+		t.Fatalf("features %v", j.Spec.Features())
+	}
+	refuses(t, "jobs:\n  a:\n    steps: [{run: x}]\n    %s\n", map[string]string{
+		"reports: {junit: []}":                 "junit is a list of 1 to 20 patterns",
+		"reports: {junit: ['/etc/*.xml']}":     `pattern "/etc/*.xml" must be`,
+		"reports: {junit: ['../up.xml']}":      `pattern "../up.xml" must be`,
+		"reports: {junit: ['a/[b.xml']}":       `pattern "a/[b.xml" must be a valid glob`,
+		"reports: {xunit: [a.xml]}":            `unknown key "xunit"`,
+		"artifacts: [{name: test-reports, paths: [x]}]": "is the test reports'",
+	})
+}

@@ -1,0 +1,83 @@
+package scm
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/google/go-github/v62/github"
+
+	"github.com/forgeci/forgeci/shared/protocol"
+)
+
+// maxAnnotations is what GitHub takes in one check run request.
+const maxAnnotations = 50
+
+// withReport adds a job's test report to its check run's output: the
+// counts in the title and summary, the first failures listed, and an
+// annotation at each failure's file:line (GitHub shows them on the pull
+// request's diff).
+func withReport(out *github.CheckRunOutput, title string, r *protocol.TestSummary) {
+	if r == nil {
+		return
+	}
+	bad := r.Failed + r.Errored
+	if bad > 0 {
+		title = fmt.Sprintf("%s: %d of %d tests failed", title, bad, r.Tests)
+	} else {
+		title = fmt.Sprintf("%s: %d tests passed", title, r.Passed)
+	}
+	out.Title = github.String(title)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\n**Tests**: %d passed, %d failed, %d errored, %d skipped (%d report files).",
+		out.GetSummary(), r.Passed, r.Failed, r.Errored, r.Skipped, r.Files)
+	for i, f := range r.Failures {
+		if i == 10 {
+			fmt.Fprintf(&b, "\n- … and %d more", len(r.Failures)-10)
+			break
+		}
+		fmt.Fprintf(&b, "\n- `%s`%s: %s", testName(f), where(f), firstLine(f.Message))
+	}
+	out.Summary = github.String(b.String())
+	for _, f := range r.Failures {
+		if f.File == "" || f.Line <= 0 || strings.HasPrefix(f.File, "/") || len(out.Annotations) == maxAnnotations {
+			continue
+		}
+		msg := f.Message
+		if msg == "" {
+			msg = f.Kind
+		}
+		out.Annotations = append(out.Annotations, &github.CheckRunAnnotation{
+			Path: github.String(f.File), StartLine: github.Int(f.Line), EndLine: github.Int(f.Line),
+			AnnotationLevel: github.String("failure"), Title: github.String(testName(f)),
+			Message: github.String(msg), RawDetails: nonEmpty(f.Text)})
+	}
+}
+
+func testName(f protocol.TestFailure) string {
+	if f.Class != "" {
+		return f.Class + "." + f.Name
+	}
+	return f.Name
+}
+
+func where(f protocol.TestFailure) string {
+	if f.File == "" {
+		return ""
+	}
+	if f.Line > 0 {
+		return fmt.Sprintf(" (%s:%d)", f.File, f.Line)
+	}
+	return " (" + f.File + ")"
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return github.String(s)
+}
