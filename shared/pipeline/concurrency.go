@@ -60,20 +60,7 @@ func (p *parseState) group(v ast.Node, kp string, contexts []string) string {
 	if len(errs) > 0 {
 		return "" // checkExprs has said where
 	}
-	for _, piece := range tpl.Pieces() {
-		if piece.Expr == nil {
-			continue
-		}
-		err := piece.Expr.Allow(contexts...)
-		if err == nil {
-			err = checkFacts(piece.Expr)
-		}
-		if err != nil {
-			p.errorAtOffset(v, kp, s, piece.Offset, "%s: %s", strings.TrimSpace(piece.Text), err.Message)
-			return ""
-		}
-	}
-	return s
+	return p.readsOnly(v, kp, s, tpl, contexts)
 }
 
 // cancelExpr reads a cancel-in-progress that is one ${{ }} expression
@@ -91,6 +78,12 @@ func (p *parseState) cancelExpr(v ast.Node, kp string, contexts []string) string
 		p.errorf(v, kp, "is true, false or one ${{ }} expression")
 		return ""
 	}
+	return p.readsOnly(v, kp, s, tpl, contexts)
+}
+
+// readsOnly is s, the template tpl of node v, if its expressions read
+// only contexts (and facts that exist), else "" (said where).
+func (p *parseState) readsOnly(v ast.Node, kp, s string, tpl *expr.Template, contexts []string) string {
 	for _, piece := range tpl.Pieces() {
 		if piece.Expr == nil {
 			continue
