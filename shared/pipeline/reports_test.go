@@ -23,11 +23,11 @@ func TestReports(t *testing.T) {
 		t.Fatalf("features %v", j.Spec.Features())
 	}
 	refuses(t, "jobs:\n  a:\n    steps: [{run: x}]\n    %s\n", map[string]string{
-		"reports: {junit: []}":                 "junit is a list of 1 to 20 patterns",
-		"reports: {junit: ['/etc/*.xml']}":     `pattern "/etc/*.xml" must be`,
-		"reports: {junit: ['../up.xml']}":      `pattern "../up.xml" must be`,
-		"reports: {junit: ['a/[b.xml']}":       `pattern "a/[b.xml" must be a valid glob`,
-		"reports: {xunit: [a.xml]}":            `unknown key "xunit"`,
+		"reports: {junit: []}":                          "junit is a list of 1 to 20 patterns",
+		"reports: {junit: ['/etc/*.xml']}":              `pattern "/etc/*.xml" must be`,
+		"reports: {junit: ['../up.xml']}":               `pattern "../up.xml" must be`,
+		"reports: {junit: ['a/[b.xml']}":                `pattern "a/[b.xml" must be a valid glob`,
+		"reports: {xunit: [a.xml]}":                     `unknown key "xunit"`,
 		"artifacts: [{name: test-reports, paths: [x]}]": "is the test reports'",
 	})
 }
