@@ -111,7 +111,7 @@ func submitCmd(g *global) *cobra.Command {
 }
 
 func runsCmd(g *global) *cobra.Command {
-	var project string
+	var project, branch, state, trigger string
 	var limit int
 	c := command("runs [RUN_ID]", "List runs, newest first, or show one run and its jobs", cobra.MaximumNArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
 		if len(args) == 1 {
@@ -121,8 +121,10 @@ func runsCmd(g *global) *cobra.Command {
 			Runs []store.Run `json:"runs"`
 		}
 		q := url.Values{"limit": {fmt.Sprint(limit)}}
-		if project != "" {
-			q.Set("project", project)
+		for k, v := range map[string]string{"project": project, "branch": branch, "state": strings.ToUpper(state), "trigger": trigger} {
+			if v != "" {
+				q.Set(k, v)
+			}
 		}
 		if err := cl.do(ctx, "GET", "/v1/runs?"+q.Encode(), nil, &out); err != nil {
 			return err
@@ -137,6 +139,9 @@ func runsCmd(g *global) *cobra.Command {
 		})
 	}))
 	c.Flags().StringVarP(&project, "project", "p", "", "only this project's runs")
+	c.Flags().StringVarP(&branch, "branch", "b", "", "only this branch's (or full ref's) runs")
+	c.Flags().StringVarP(&state, "state", "s", "", "only runs in this state (pending, running, passed, failed, canceled)")
+	c.Flags().StringVarP(&trigger, "trigger", "t", "", "only runs whose trigger starts so (github:push, github:pull_request, schedule, dispatch, cli, retry)")
 	c.Flags().IntVarP(&limit, "limit", "n", 20, "how many (at most 200)")
 	return c
 }

@@ -223,6 +223,14 @@ func TestDashboard(t *testing.T) {
 	screenshot(t, ctx, "run")
 	noCSPViolation(t, ctx, "the run page")
 	testLogSections(t, s, ctx)
+	// The runs list, filtered by state from its form: only failed runs.
+	do(chromedp.Navigate(url+"/"), chromedp.WaitVisible(chromedp.ID("run-filters")),
+		chromedp.SetValue(chromedp.ID("filter-state"), "FAILED"), chromedp.Click(chromedp.ID("filter-runs")),
+		chromedp.WaitVisible(chromedp.CSS("table.runs")))
+	waitFor("the filtered list", func() bool { return strings.Contains(eval(`location.search`), "state=FAILED") })
+	if got := eval(`[].map.call(document.querySelectorAll('table.runs tbody tr td:nth-child(2)'), function (e) { return e.textContent }).join()`); got == "" || strings.Trim(strings.ReplaceAll(got, "FAILED", ""), ",") != "" {
+		t.Fatalf("runs filtered by FAILED: %s", got)
+	}
 	for _, p := range []struct{ name, path, ready string }{{"runs", "/", "table.runs"}, {"projects", "/projects", "table.projects"},
 		{"project", "/projects/e2e", "#storage"}, {"dispatch", "/projects/e2e/run", "#dispatch"}, {"runners", "/runners", "table.runners"}} {
 		do(chromedp.Navigate(url+p.path), chromedp.WaitVisible(chromedp.CSS(p.ready)))

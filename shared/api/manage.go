@@ -76,7 +76,9 @@ func (s *Server) writeRun(w http.ResponseWriter, r *http.Request, u store.User, 
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, u store.User) error {
 	return writeList(w, r, "runs", func(pg store.Page) ([]store.Run, string, error) {
-		return s.Store.ListRuns(r.Context(), u, store.RunFilter{Project: r.URL.Query().Get("project"), Page: pg})
+		q := r.URL.Query()
+		return s.Store.ListRuns(r.Context(), u, store.RunFilter{Project: q.Get("project"), Branch: q.Get("branch"),
+			State: q.Get("state"), Trigger: q.Get("trigger"), Page: pg})
 	})
 }
 

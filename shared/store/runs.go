@@ -437,7 +437,25 @@ func (s *Store) GetRunAs(ctx context.Context, u User, runID string) (Run, error)
 // RunFilter selects runs, newest first.
 type RunFilter struct {
 	Project string // a name or ID; "" for every project the user may read
+	// Branch is a branch name or a full ref; State a run state; Trigger
+	// what the trigger starts with (github:push, github:pull_request,
+	// schedule, dispatch, cli, retry...). "" matches any.
+	Branch, State, Trigger string
 	Page
+}
+
+// runStates are the states a run may be in, for filters.
+var runStates = []string{domain.RunPending, domain.RunRunning, domain.RunPassed, domain.RunFailed, domain.RunCanceled}
+
+// check refuses a filter that can match nothing by mistake.
+func (f RunFilter) check() error {
+	if f.State != "" && !slices.Contains(runStates, f.State) {
+		return domain.Errorf(domain.EInvalid, "state must be one of %s, not %q", strings.Join(runStates, ", "), f.State)
+	}
+	if len(f.Branch) > 255 || len(f.Trigger) > 255 {
+		return domain.Errorf(domain.EInvalid, "branch and trigger are at most 255 characters")
+	}
+	return nil
 }
 
 // ListRuns returns a page of the runs u may read, newest first. A project
@@ -448,12 +466,15 @@ func (s *Store) ListRuns(ctx context.Context, u User, f RunFilter) ([]Run, strin
 	if err != nil {
 		return nil, "", err
 	}
+	if err := f.check(); err != nil {
+		return nil, "", err
+	}
 	if f.Project != "" {
 		if _, err := s.GetProject(ctx, u, f.Project); err != nil {
 			return nil, "", err
 		}
 	}
-	rows, err := s.pool.Query(ctx, listRunsSQL, f.Project, f.Cursor, limit+1, u.ID)
+	rows, err := s.pool.Query(ctx, listRunsSQL, f.Project, f.Cursor, limit+1, u.ID, f.Branch, f.State, f.Trigger)
 	if err != nil {
 		return nil, "", fmt.Errorf("list runs: %w", err)
 	}

@@ -55,7 +55,8 @@ FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1 AND project_r
 
 // listRunsSQL is a page of the runs user $4 may read, newest first: of
 // project $1 (a name or an ID; empty for all), before run $2 (the
-// cursor; empty for the first page), at most $3.
+// cursor; empty for the first page), at most $3; of branch or ref $5,
+// state $6 and a trigger that starts with $7 (each empty for any).
 const listRunsSQL = `
 SELECT ` + runColumns + `
 FROM runs r JOIN projects p ON p.id = r.project_id
@@ -63,6 +64,9 @@ WHERE ($1 = '' OR p.name = $1 OR p.id = $1)
   AND ($2 = '' OR (r.created_at, r.id) < (SELECT b.created_at, b.id FROM runs b
                                            WHERE b.id = $2 AND project_rank($4, b.project_id) >= 1))
   AND project_rank($4, r.project_id) >= 1
+  AND ($5 = '' OR r.git_ref = $5 OR r.git_ref = 'refs/heads/' || $5)
+  AND ($6 = '' OR r.state = $6)
+  AND ($7 = '' OR starts_with(r.trigger, $7))
 ORDER BY r.created_at DESC, r.id DESC LIMIT $3`
 
 // retryJobsSQL reads the jobs of run $1 (or only job $2) as a retry

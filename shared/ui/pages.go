@@ -3,6 +3,7 @@ package ui
 import (
 	"context"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"sort"
@@ -19,6 +20,9 @@ import (
 
 type runsPage struct {
 	page
+	Filter       store.RunFilter
+	States       []string
+	NextURL      template.URL // the next page's link, with the filter (encoded here)
 	Project      string
 	Projects     []store.Project
 	MoreProjects bool
@@ -34,7 +38,15 @@ func pageOf(r *http.Request, name string) store.Page {
 // Runs lists the runs the user may read, newest first, a page at a time.
 func Runs(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	q := r.URL.Query()
-	runs, next, err := u.Store.ListRuns(r.Context(), user, store.RunFilter{Project: q.Get("project"), Page: pageOf(r, "before")})
+	f := store.RunFilter{Project: q.Get("project"), Branch: q.Get("branch"), State: q.Get("state"), Trigger: q.Get("trigger")}
+	filter := url.Values{}
+	for k, v := range map[string]string{"project": f.Project, "branch": f.Branch, "state": f.State, "trigger": f.Trigger} {
+		if v != "" {
+			filter.Set(k, v)
+		}
+	}
+	f.Page = pageOf(r, "before")
+	runs, next, err := u.Store.ListRuns(r.Context(), user, f)
 	if err != nil {
 		return err
 	}
@@ -43,9 +55,19 @@ func Runs(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error 
 	if err != nil {
 		return err
 	}
-	u.render(w, http.StatusOK, "runs", runsPage{page: page{Title: "Runs", User: user}, Project: q.Get("project"),
+	u.render(w, http.StatusOK, "runs", runsPage{page: page{Title: "Runs", User: user}, Filter: f, NextURL: nextRuns(filter, next),
+		States: []string{"PENDING", "RUNNING", "PASSED", "FAILED", "CANCELED"}, Project: q.Get("project"),
 		Projects: projects, MoreProjects: more != "", Runs: runs, Next: next})
 	return nil
+}
+
+// nextRuns is the link to the runs after cursor, filtered as now.
+func nextRuns(filter url.Values, cursor string) template.URL {
+	if cursor == "" {
+		return ""
+	}
+	filter.Set("before", cursor)
+	return template.URL("/?" + filter.Encode()) // every value is encoded
 }
 
 type runPage struct {

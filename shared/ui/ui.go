@@ -49,6 +49,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		return stop.Sub(*start).Round(100 * time.Millisecond).String()
 	},
 	"join":      func(s []string) string { return strings.Join(s, ", ") },
+	"list":      func(s ...string) []string { return s },
 	"bytes":     humanBytes,
 	"deref":     func(p *int) int { return *p },
 	"str":       func(p *string) string { return *p },
