@@ -281,8 +281,9 @@ func storageCmds(g *global) []*cobra.Command {
 	}
 	var retention int
 	var cacheQuota, storageQuota int64
+	var badges string
 	set := &cobra.Command{
-		Use: "set PROJECT", Short: "Set a project's retention (days) and quotas (bytes); the storage quota needs a global admin",
+		Use: "set PROJECT", Short: "Set a project's retention (days), quotas (bytes) and badges; the storage quota needs a global admin",
 		Args: cobra.ExactArgs(1),
 		RunE: inProject(g, nil, func(ctx context.Context, cl *apiClient, path string, args []string) error {
 			body := map[string]any{}
@@ -295,6 +296,13 @@ func storageCmds(g *global) []*cobra.Command {
 			if storageQuota != 0 {
 				body["storage_quota_bytes"] = storageQuota
 			}
+			switch badges {
+			case "":
+			case "public", "private":
+				body["badges_public"] = badges == "public"
+			default:
+				return fmt.Errorf("--badges is public or private, not %q", badges)
+			}
 			var st store.Storage
 			if err := cl.do(ctx, "POST", path+"/settings", body, &st); err != nil {
 				return err
@@ -305,6 +313,7 @@ func storageCmds(g *global) []*cobra.Command {
 	set.Flags().IntVar(&retention, "retention-days", 0, "keep finished runs, their logs and artifacts this many days (1-3650)")
 	set.Flags().Int64Var(&cacheQuota, "cache-quota", 0, "bytes of caches kept; beyond, the least recently restored go")
 	set.Flags().Int64Var(&storageQuota, "storage-quota", 0, "bytes of blobs the project may hold (global admins)")
+	set.Flags().StringVar(&badges, "badges", "", "public: serve the status badges without login (GET /v1/projects/ID/badge.svg); private: members only")
 	return []*cobra.Command{show, set}
 }
 
@@ -312,8 +321,12 @@ func printStorage(g *global, st store.Storage) error {
 	if g.json {
 		return printJSON(st)
 	}
-	fmt.Printf("runs %d; logs %d bytes, artifacts %d, caches %d (quota %d), blobs held %d (quota %d); runs kept %d days\n",
-		st.Runs, st.LogBytes, st.ArtifactBytes, st.CacheBytes, st.CacheQuotaBytes, st.BlobBytes, st.StorageQuotaBytes, st.RetentionDays)
+	badges := "private"
+	if st.BadgesPublic {
+		badges = "public"
+	}
+	fmt.Printf("runs %d; logs %d bytes, artifacts %d, caches %d (quota %d), blobs held %d (quota %d); runs kept %d days; badges %s\n",
+		st.Runs, st.LogBytes, st.ArtifactBytes, st.CacheBytes, st.CacheQuotaBytes, st.BlobBytes, st.StorageQuotaBytes, st.RetentionDays, badges)
 	return nil
 }
 

@@ -58,6 +58,8 @@ func tenancyCases() []tenancyCase {
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/logs", "/v1/runs/{done}/jobs/{doneJob}/logs", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/steps", "/v1/runs/{done}/jobs/{doneJob}/steps?times=1", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/report", "/v1/runs/{done}/jobs/{doneJob}/report", needRead, noBody, 200, nil},
+		// acme/app's badges are not public: its readers only (TestBadge has public ones).
+		{"GET /v1/projects/{project}/badge.svg", "/v1/projects/{project}/badge.svg", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/artifacts", "/v1/runs/{done}/artifacts", needRead, noBody, 200, nil},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}", "/v1/runs/{done}/jobs/{doneJob}/artifacts/report", needRead, noBody, 200, nil},
 		{"POST /v1/runs/{run_id}/cancel", "/v1/runs/{live}/cancel", needWrite, obj(nil), 202, nil},
@@ -114,6 +116,7 @@ func tenancyCases() []tenancyCase {
 		{"GET /projects/{project}/run", "/projects/{project}/run", needWrite, noBody, 404, nil},
 		{"POST /projects/{project}/run", "/projects/{project}/run", needWrite, form("ref=main"), 303, nil},
 		{"POST /projects/{project}/members", "/projects/{project}/members", needAdmin, form("user=nina&role=read"), 303, nil},
+		{"POST /projects/{project}/badges", "/projects/{project}/badges", needAdmin, form("public=on"), 303, nil},
 		{"POST /projects/{project}/members/{user_id}/remove", "/projects/{project}/members/{reader}/remove", needAdmin, form(""), 303, nil},
 		{"GET /runners", "/runners", needGlobal, noBody, 200, nil},
 		{"POST /runners/{runner_id}/revoke", "/runners/{runner}/revoke", needGlobal, form(""), 303, nil},

@@ -44,7 +44,7 @@ SELECT (SELECT count(*) FROM runs WHERE project_id = p.id),
        (SELECT coalesce(sum(size), 0) FROM artifacts WHERE project_id = p.id),
        (SELECT coalesce(sum(size), 0) FROM caches WHERE project_id = p.id),
        (SELECT coalesce(sum(size), 0) FROM blobs WHERE project_id = p.id),
-       p.retention_days, p.cache_quota_bytes, p.storage_quota_bytes
+       p.retention_days, p.cache_quota_bytes, p.storage_quota_bytes, p.badges_public
 FROM projects p WHERE p.id = $1 AND project_rank($2, p.id) >= 1`
 
 // gcPlan counts what a collection would remove now, deleting nothing. Blobs
@@ -75,6 +75,7 @@ type Storage struct {
 	RetentionDays     int   `json:"retention_days"`
 	CacheQuotaBytes   int64 `json:"cache_quota_bytes"`
 	StorageQuotaBytes int64 `json:"storage_quota_bytes"`
+	BadgesPublic      bool  `json:"badges_public"`
 }
 
 // ProjectStorage returns what a project u may read keeps.
@@ -82,7 +83,7 @@ func (s *Store) ProjectStorage(ctx context.Context, u User, projectID string) (S
 	var st Storage
 	err := s.pool.QueryRow(ctx, projectStorageSQL, projectID, u.ID).Scan(
 		&st.Runs, &st.LogBytes, &st.ArtifactBytes, &st.CacheBytes, &st.BlobBytes,
-		&st.RetentionDays, &st.CacheQuotaBytes, &st.StorageQuotaBytes)
+		&st.RetentionDays, &st.CacheQuotaBytes, &st.StorageQuotaBytes, &st.BadgesPublic)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return st, domain.Errorf(domain.ENotFound, "project %s not found", projectID)
 	}

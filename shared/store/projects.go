@@ -68,7 +68,8 @@ const removeMemberSQL = `DELETE FROM project_members WHERE project_id = $1 AND u
 const setSettingsSQL = `
 UPDATE projects SET retention_days = coalesce($2, retention_days),
        cache_quota_bytes = coalesce($3, cache_quota_bytes),
-       storage_quota_bytes = coalesce($4, storage_quota_bytes)
+       storage_quota_bytes = coalesce($4, storage_quota_bytes),
+       badges_public = coalesce($5, badges_public)
 WHERE id = $1`
 
 // Project is a project as a user sees it.
@@ -278,6 +279,8 @@ type Settings struct {
 	RetentionDays     *int   `json:"retention_days"`
 	CacheQuotaBytes   *int64 `json:"cache_quota_bytes"`
 	StorageQuotaBytes *int64 `json:"storage_quota_bytes"`
+	// BadgesPublic serves the project's status badges without login.
+	BadgesPublic *bool `json:"badges_public"`
 }
 
 // SetSettings changes a project's retention and quotas. Its admins set the
@@ -301,7 +304,7 @@ func (s *Store) SetSettings(ctx context.Context, u User, projectID string, st Se
 				return domain.Errorf(domain.EForbidden, "only global admins set a project's storage quota")
 			}
 		}
-		_, err := tx.Exec(ctx, setSettingsSQL, projectID, st.RetentionDays, st.CacheQuotaBytes, st.StorageQuotaBytes)
+		_, err := tx.Exec(ctx, setSettingsSQL, projectID, st.RetentionDays, st.CacheQuotaBytes, st.StorageQuotaBytes, st.BadgesPublic)
 		return err
 	})
 }

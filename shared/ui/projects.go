@@ -98,6 +98,21 @@ func SetMember(u *UI, w http.ResponseWriter, r *http.Request, user store.User) e
 	return nil
 }
 
+// SetBadges makes the project's status badges public or private
+// (project admins).
+func SetBadges(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	public := formValue(w, r, "public") == "on"
+	p, err := u.Store.GetProject(r.Context(), user, r.PathValue("project"))
+	if err != nil {
+		return err
+	}
+	if err := u.Store.SetSettings(r.Context(), user, p.ID, store.Settings{BadgesPublic: &public}); err != nil {
+		return err
+	}
+	http.Redirect(w, r, "/projects/"+url.PathEscape(p.ID), http.StatusSeeOther)
+	return nil
+}
+
 // RemoveMember removes a member (project admins).
 func RemoveMember(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	p, err := u.Store.GetProject(r.Context(), user, r.PathValue("project"))

@@ -45,6 +45,7 @@ func init() {
 		route("GET", "/projects/{project}/run", page(anyUser, DispatchForm)),
 		route("POST", "/projects/{project}/run", page(anyUser, DispatchRun)),
 		route("POST", "/projects/{project}/members", page(anyUser, SetMember)),
+		route("POST", "/projects/{project}/badges", page(anyUser, SetBadges)),
 		route("POST", "/projects/{project}/members/{user_id}/remove", page(anyUser, RemoveMember)),
 		route("GET", "/runners", page(adminOnly, Runners)),
 		route("POST", "/runners/{runner_id}/revoke", page(adminOnly, RevokeRunner)),
