@@ -55,6 +55,9 @@ func New(cfg Config) *Agent {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Client != nil {
+		cfg.Client.Slots = cfg.Concurrency // said in its claims, for the runners page
+	}
 	return &Agent{cfg: cfg, running: map[string]*client.Lease{}}
 }
 

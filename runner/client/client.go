@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -28,6 +29,8 @@ type Client struct {
 	HTTP   *http.Client
 	// Retries bounds retries of one call (network errors and 5xx).
 	Retries int
+	// Slots is how many jobs the runner runs at once, said in its claims.
+	Slots int
 }
 
 // New returns a client with sensible timeouts.
@@ -122,12 +125,55 @@ var Features = []string{domain.FeatureExpressions, domain.FeatureOutputs, domain
 // Claim long-polls for a job; nil when none came within wait.
 func (c *Client) Claim(ctx context.Context, labels []string, wait time.Duration) (*protocol.Claim, error) {
 	var out protocol.Claim
-	req := protocol.ClaimRequest{Labels: labels, WaitSeconds: int(wait.Seconds()), Features: Features}
+	req := protocol.ClaimRequest{Labels: labels, WaitSeconds: int(wait.Seconds()), Features: Features,
+		Version: Version(), Slots: c.Slots}
 	status, err := c.post(ctx, protocol.PathClaim, req, &out)
 	if err != nil || status == http.StatusNoContent {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// Version is this runner's build: its module version, or the commit it
+// was built from (with +dirty), or "dev".
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return truncateVersion(v)
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	switch {
+	case rev == "":
+		return "dev"
+	case dirty:
+		return rev + "+dirty"
+	}
+	return rev
+}
+
+// truncateVersion keeps a version within what a claim may say.
+func truncateVersion(v string) string {
+	v = strings.Map(func(r rune) rune {
+		if r < 128 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._+:@-", r)) {
+			return r
+		}
+		return '-'
+	}, v)
+	return v[:min(len(v), 64)]
 }
 
 // Put uploads size bytes from r to a presigned URL. 412 means the blob

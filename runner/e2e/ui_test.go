@@ -232,10 +232,16 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("runs filtered by FAILED: %s", got)
 	}
 	for _, p := range []struct{ name, path, ready string }{{"runs", "/", "table.runs"}, {"projects", "/projects", "table.projects"},
-		{"project", "/projects/e2e", "#storage"}, {"dispatch", "/projects/e2e/run", "#dispatch"}, {"runners", "/runners", "table.runners"}} {
+		{"project", "/projects/e2e", "#storage"}, {"dispatch", "/projects/e2e/run", "#dispatch"}, {"runners", "/runners", "table.runners"},
+		{"queue", "/queue", "#queue"}} {
 		do(chromedp.Navigate(url+p.path), chromedp.WaitVisible(chromedp.CSS(p.ready)))
 		screenshot(t, ctx, p.name)
 		noCSPViolation(t, ctx, p.path)
+	}
+	// The runner said what it is when it polled: a version and its two slots.
+	do(chromedp.Navigate(url+"/runners"), chromedp.WaitVisible(chromedp.ID("runner-e2e")))
+	if row := text("runner-e2e"); strings.Contains(row, "unknown") || !strings.Contains(row, " of 2") {
+		t.Fatalf("the runner's row: %s", row)
 	}
 }
 

@@ -82,6 +82,16 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, u store.User) 
 	})
 }
 
+// queue answers the queued jobs the caller may read, oldest first.
+func (s *Server) queue(w http.ResponseWriter, r *http.Request, u store.User) error {
+	jobs, err := s.Store.Queue(r.Context(), u)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs})
+	return nil
+}
+
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request, u store.User) error {
 	j, err := s.Store.GetJob(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"))
 	if err != nil {

@@ -76,6 +76,7 @@ var functions = map[string][]route{
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/steps"}, userRoute(anyUser, (*Server).getLogIndex)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/report"}, userRoute(anyUser, (*Server).getReport)},
 		{Route{"GET", "/v1/projects/{project}/badge.svg"}, func(s *Server) http.HandlerFunc { return s.badge }},
+		{Route{"GET", "/v1/queue"}, userRoute(anyUser, (*Server).queue)},
 		{Route{"GET", "/v1/runs/{run_id}/artifacts"}, userRoute(anyUser, (*Server).listArtifacts)},
 		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}"}, userRoute(anyUser, (*Server).downloadArtifact)},
 		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},

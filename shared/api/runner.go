@@ -108,7 +108,7 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, runner store.Runn
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	runner.Features = req.Features
+	runner.Features, runner.Version, runner.Slots = req.Features, req.Version, req.Slots
 	c, err := s.Store.Claim(r.Context(), runner, req.Labels, time.Duration(req.WaitSeconds)*time.Second)
 	if err != nil {
 		return err

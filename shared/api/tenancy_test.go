@@ -41,6 +41,7 @@ func tenancyCases() []tenancyCase {
 	obj := func(m map[string]any) func(*tenancy) any { return func(*tenancy) any { return m } }
 	form := func(s string) func(*tenancy) any { return func(*tenancy) any { return s } }
 	doneRun := func(f *tenancy) string { return f.done.ID }
+	liveJob := func(f *tenancy) string { return f.liveJob }
 	projectName := func(*tenancy) string { return "acme/app" }
 	source := func(f *tenancy) any {
 		return map[string]any{"project": "acme/app", "source": f.source}
@@ -82,6 +83,7 @@ func tenancyCases() []tenancyCase {
 			obj(map[string]any{"retention_days": 30, "cache_quota_bytes": 1 << 30}), 200, nil},
 		{"GET /v1/gc", "/v1/gc", needGlobal, noBody, 200, nil},
 		{"GET /v1/runs", "/v1/runs", needList, noBody, 200, doneRun},
+		{"GET /v1/queue", "/v1/queue", needList, noBody, 200, liveJob},
 		{"GET /v1/runs/{run_id}/jobs/{job_id}", "/v1/runs/{done}/jobs/{doneJob}", needRead, noBody, 200, nil},
 		{"POST /v1/runs/{run_id}/retry", "/v1/runs/{done}/retry", needTrust, obj(nil), 201, nil},
 		{"POST /v1/runs/{run_id}/jobs/{job_id}/retry", "/v1/runs/{done}/jobs/{doneJob}/retry", needTrust, obj(nil), 201, nil},
@@ -97,6 +99,7 @@ func tenancyCases() []tenancyCase {
 		{"POST /v1/deliveries/{guid}/retry", "/v1/deliveries/{guid}/retry", needTrust, obj(nil), 202, nil},
 
 		{"GET /", "/", needList, noBody, 200, doneRun},
+		{"GET /queue", "/queue", needList, noBody, 200, liveJob},
 		{"GET /runs/{run_id}", "/runs/{done}", needRead, noBody, 200, nil},
 		{"POST /runs/{run_id}/cancel", "/runs/{live}/cancel", needWrite, form(""), 303, nil},
 		{"POST /runs/{run_id}/retry", "/runs/{done}/retry", needTrust, form(""), 303, nil},

@@ -78,10 +78,20 @@ type ClaimRequest struct {
 	// needs a feature is handed only to runners that declare it. Absent:
 	// only jobs that need none.
 	Features []string `json:"features,omitempty"`
+	// Version and Slots say what the runner is (shown to admins):
+	// its build, and how many jobs it runs at once.
+	Version string `json:"version,omitempty"`
+	Slots   int    `json:"slots,omitempty"`
 }
+
+// runnerVersionRE is a runner's version as shown: printable, short.
+var runnerVersionRE = regexp.MustCompile(`^[A-Za-z0-9._+:@-]{0,64}$`)
 
 // Validate checks the wait and the features.
 func (r *ClaimRequest) Validate() error {
+	if !runnerVersionRE.MatchString(r.Version) || r.Slots < 0 || r.Slots > 1024 {
+		return domain.Errorf(domain.EInvalid, "version is at most 64 letters, digits and . _ + : @ -; slots from 0 to 1024")
+	}
 	if r.WaitSeconds < 0 || time.Duration(r.WaitSeconds)*time.Second > MaxClaimWait {
 		return domain.Errorf(domain.EInvalid, "wait_seconds must be between 0 and %d", int(MaxClaimWait.Seconds()))
 	}

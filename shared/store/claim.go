@@ -78,10 +78,12 @@ SELECT id, generation, runner_id, lease_id, started_at, now(), 'ABORTED', $2, 0 
 const requeueUndeliveredSQL = `UPDATE jobs SET state = 'QUEUED', queued_at = now() WHERE id = $1`
 
 // touchRunnerSQL records that idle runner $1 polled, at most every ten
-// seconds, so that idle polling writes little.
+// seconds (or when what it says of itself changed), so that idle polling
+// writes little: with its version $2, slots $3 and features $4.
 const touchRunnerSQL = `
-UPDATE runners SET last_seen_at = now()
-WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < now() - interval '10 seconds')`
+UPDATE runners SET last_seen_at = now(), version = nullif($2, ''), slots = nullif($3, 0), features = $4
+WHERE id = $1 AND (last_seen_at IS NULL OR last_seen_at < now() - interval '10 seconds'
+                   OR version IS DISTINCT FROM nullif($2, '') OR slots IS DISTINCT FROM nullif($3, 0))`
 
 // Claim is a granted lease as the store returns it: the job object is the
 // one stored at run creation, passed through without decoding.
@@ -112,7 +114,7 @@ func (s *Store) Claim(ctx context.Context, runner Runner, labels []string, wait 
 			// An idle runner is polling: record that it is alive. Busy
 			// runners are seen through their leases; keeping this write off
 			// the claim path keeps claims cheap.
-			s.touchRunner(ctx, runner.ID)
+			s.touchRunner(ctx, runner)
 			first = false
 		}
 		left := time.Until(deadline)
@@ -279,7 +281,7 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-func (s *Store) touchRunner(ctx context.Context, runnerID string) {
+func (s *Store) touchRunner(ctx context.Context, r Runner) {
 	// Best effort: last_seen_at is for humans; a failure must not fail the claim.
-	_, _ = s.pool.Exec(ctx, touchRunnerSQL, runnerID)
+	_, _ = s.pool.Exec(ctx, touchRunnerSQL, r.ID, r.Version, r.Slots, nonNil(r.Features))
 }

@@ -60,7 +60,15 @@ WHERE id IN (SELECT id FROM jobs WHERE runner_id = $1 AND state = 'RUNNING' FOR 
 // cursor ($1, $2; empty for the first page), at most $3.
 const listRunnersSQL = `
 SELECT r.id, r.name, r.labels, coalesce((SELECT array_agg(p.name ORDER BY p.name) FROM projects p WHERE p.id = ANY (r.projects)), '{}'),
-       r.untrusted, r.created_at, r.last_seen_at, r.revoked_at FROM runners r
+       r.untrusted, r.created_at, r.last_seen_at, r.revoked_at, coalesce(r.version, ''), coalesce(r.slots, 0),
+       coalesce((SELECT jsonb_agg(jsonb_build_object('job_id', j.id, 'run_id', j.run_id, 'name', j.name,
+                                                     'project', p.name, 'run_number', ru.number) ORDER BY j.started_at)
+                 FROM jobs j JOIN runs ru ON ru.id = j.run_id JOIN projects p ON p.id = ru.project_id
+                 WHERE j.runner_id = r.id AND j.state = 'RUNNING'), '[]'),
+       (SELECT count(*) FROM job_attempts a WHERE a.runner_id = r.id AND a.outcome IN ('FAILED', 'ABORTED')
+          AND a.ended_at > now() - interval '7 days'),
+       (SELECT count(*) FROM job_attempts a WHERE a.runner_id = r.id AND a.ended_at > now() - interval '7 days')
+FROM runners r
 WHERE $1 = '' OR (r.created_at, r.id) < ($1::timestamptz, $2)
 ORDER BY r.created_at DESC, r.id DESC LIMIT $3`
 
@@ -73,6 +81,9 @@ type Runner struct {
 	// Features are what the runner declared in this claim it can do
 	// (domain.Feature*): a job that needs others is not for it.
 	Features []string
+	// Version and Slots are what it says of itself in this claim.
+	Version string
+	Slots   int
 }
 
 // Scope is what a runner may run: jobs of these projects (by ID; none
@@ -94,6 +105,23 @@ type RunnerInfo struct {
 	CreatedAt    time.Time  `json:"created_at"`
 	LastSeenAt   *time.Time `json:"last_seen_at,omitempty"`
 	RevokedAt    *time.Time `json:"revoked_at,omitempty"`
+	// What it said of itself when it last polled.
+	Version string `json:"version,omitempty"`
+	Slots   int    `json:"slots,omitempty"`
+	// Jobs are those it runs now; Failures and Attempts count its
+	// attempts that ended in the last 7 days, failed or aborted and all.
+	Jobs     []RunnerJob `json:"jobs"`
+	Failures int         `json:"failures_7d"`
+	Attempts int         `json:"attempts_7d"`
+}
+
+// RunnerJob is a job a runner runs now.
+type RunnerJob struct {
+	JobID     string `json:"job_id"`
+	RunID     string `json:"run_id"`
+	Name      string `json:"name"`
+	Project   string `json:"project"`
+	RunNumber int64  `json:"run_number"`
 }
 
 var labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
@@ -277,7 +305,8 @@ func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string,
 	}
 	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunnerInfo, error) {
 		var r RunnerInfo
-		err := row.Scan(&r.ID, &r.Name, &r.Labels, &r.ProjectNames, &r.Untrusted, &r.CreatedAt, &r.LastSeenAt, &r.RevokedAt)
+		err := row.Scan(&r.ID, &r.Name, &r.Labels, &r.ProjectNames, &r.Untrusted, &r.CreatedAt, &r.LastSeenAt, &r.RevokedAt,
+			&r.Version, &r.Slots, &r.Jobs, &r.Failures, &r.Attempts)
 		return r, err
 	})
 	if err != nil {

@@ -70,6 +70,23 @@ func nextRuns(filter url.Values, cursor string) template.URL {
 	return template.URL("/?" + filter.Encode()) // every value is encoded
 }
 
+type queuePage struct {
+	page
+	Jobs []store.QueuedJob
+}
+
+// Queue shows the queued jobs: what waits, how long, for which labels,
+// and which runners could take each (the page people open when "CI is
+// slow").
+func Queue(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
+	jobs, err := u.Store.Queue(r.Context(), user)
+	if err != nil {
+		return err
+	}
+	u.render(w, http.StatusOK, "queue", queuePage{page: page{Title: "Queue", User: user}, Jobs: jobs})
+	return nil
+}
+
 type runPage struct {
 	page
 	Run      store.Run

@@ -29,6 +29,7 @@ func init() {
 		route("POST", "/logout", plain(func(u *UI) http.HandlerFunc { return u.Logout })),
 		route("GET", "/static/{name}", plain(func(u *UI) http.HandlerFunc { return u.Static })),
 		route("GET", "/runs/{run_id}", page(anyUser, Run)),
+		route("GET", "/queue", page(anyUser, Queue)),
 		route("POST", "/runs/{run_id}/cancel", page(anyUser, Cancel)),
 		route("POST", "/runs/{run_id}/retry", page(anyUser, Retry)),
 		route("POST", "/runs/{run_id}/approve", page(anyUser, Approve)),
