@@ -14,6 +14,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/localstack"
+	"github.com/forgeci/forgeci/shared/notify"
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/scm"
@@ -173,6 +174,13 @@ func sweepLoop(ctx context.Context, st *store.Store, every time.Duration, log *s
 			log.Error("schedules", "err", err)
 		} else if fired.Fired+fired.Skipped > 0 {
 			log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped)
+		}
+		// The local stack's hooks may be local too.
+		notifier := &notify.Deliverer{Store: st, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL"), AllowPrivate: true}
+		if sent, err := notifier.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			log.Error("notifications", "err", err)
+		} else if sent.Sent+sent.Failed > 0 {
+			log.Info("notifications", "sent", sent.Sent, "failed", sent.Failed)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Command sweeper is the scheduled ForgeCI function that ends expired
-// leases (store.Sweep) and fires the pipelines' schedules
-// (store.FireSchedules). EventBridge invokes it every minute. Wiring only.
+// leases (store.Sweep), fires the pipelines' schedules
+// (store.FireSchedules) and delivers notifications (notify). EventBridge
+// invokes it every minute. Wiring only.
 package main
 
 import (
@@ -8,6 +9,7 @@ import (
 	"os"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/notify"
 	"github.com/forgeci/forgeci/shared/scm/kick"
 )
 
@@ -18,6 +20,7 @@ func main() {
 	// function for it rather than wait for its next pass.
 	wake, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
 	lambdaapp.MustNot(srv.Log, "lambda client", err)
+	notifier := &notify.Deliverer{Store: srv.Store, Log: srv.Log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
 		res, err := srv.Store.Sweep(ctx)
 		srv.Log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued, "err", err)
@@ -28,6 +31,10 @@ func main() {
 		if fired.Fired > 0 && wake != nil {
 			wake(ctx)
 		}
+		// Notifications of runs that ended; each failure is its own
+		// (retried, then shown FAILED), not the sweep's.
+		sent, nerr := notifier.RunOnce(ctx)
+		srv.Log.Info("notifications", "sent", sent.Sent, "failed", sent.Failed, "err", nerr)
 		return err
 	})
 }

@@ -36,6 +36,7 @@ type tenancy struct {
 	liveJob, doneJob    string
 	delivery            string
 	source              domain.Source
+	hook                string // a notification hook of acme/app
 }
 
 func newTenancy(t *testing.T) *tenancy {
@@ -74,6 +75,15 @@ func newTenancy(t *testing.T) *tenancy {
 	if _, err := e.store.Complete(ctx, f.runner.ID, c.Lease.JobID, c.Lease, domain.OutcomeFailed, 1); err != nil {
 		t.Fatal(err)
 	}
+	admin, err := e.store.AuthenticateUser(ctx, f.adminA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _, err := e.store.AddHook(ctx, admin, e.project.ID, "https://hooks.example.com/acme", "json", []string{"run_ended"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.hook = h.ID
 	f.live = e.createRun("queued")
 	f.liveJob = f.live.JobIDs["queued"]
 	f.waiting, err = e.store.CreateRun(ctx, store.NewRun{Project: "acme/app", Untrusted: true, Actor: "github:77",
@@ -122,7 +132,7 @@ func (f *tenancy) uploadSource(yml string) domain.Source { return f.uploadPipeli
 func (f *tenancy) expand(path string) string {
 	return strings.NewReplacer("{done}", f.done.ID, "{live}", f.live.ID, "{waiting}", f.waiting.ID,
 		"{doneJob}", f.doneJob, "{liveJob}", f.liveJob, "{project}", f.project.ID, "{writer}", f.writerID,
-		"{reader}", f.readerID, "{runner}", f.runner.ID, "{guid}", f.delivery).Replace(path)
+		"{reader}", f.readerID, "{runner}", f.runner.ID, "{guid}", f.delivery, "{hook}", f.hook).Replace(path)
 }
 
 // call makes one request as a bearer token (API) or a cookie (dashboard).

@@ -1,0 +1,195 @@
+// Package notify delivers a project's notifications (run ended, branch
+// failed, branch recovered) from the store's outbox to its hooks: an
+// HMAC-signed JSON body, or a Slack-compatible one. Deliveries are leased;
+// a failure is retried with backoff and ends FAILED, saying why; a lost
+// answer is retried when the lease ends, and the receiver dedupes by the
+// delivery's ID (X-ForgeCI-Delivery).
+package notify
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// Deliverer sends due notifications.
+type Deliverer struct {
+	Store *store.Store
+	Log   *slog.Logger
+	// PublicURL is the dashboard's base URL, for links to runs.
+	PublicURL string
+	// AllowPrivate lets hooks reach loopback and private addresses (the
+	// local stack and tests); otherwise a hook that resolves to one is
+	// refused, so that a project admin cannot make ForgeCI call its own
+	// network (the instance metadata service, the database).
+	AllowPrivate bool
+	// HTTP is the client (nil: one that refuses private addresses unless
+	// AllowPrivate, follows no redirects and waits 10 s).
+	HTTP *http.Client
+	// Now is the clock of the signature's timestamp (nil: time.Now).
+	Now func() time.Time
+}
+
+const (
+	lease       = 60 * time.Second
+	maxAttempts = 8
+)
+
+// backoff is the wait before attempt n+1: 30 s doubling, at most an hour.
+func backoff(n int) time.Duration {
+	return min(30*time.Second<<min(n, 10), time.Hour)
+}
+
+// Result counts one pass.
+type Result struct{ Sent, Failed int }
+
+// RunOnce delivers what is due, until none is or ctx ends.
+func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
+	var res Result
+	client := d.client()
+	for ctx.Err() == nil {
+		work, err := d.Store.ClaimNotifications(ctx, 20, lease)
+		if err != nil || len(work) == 0 {
+			return res, err
+		}
+		for _, w := range work {
+			status, err := d.send(ctx, client, w)
+			if err != nil {
+				res.Failed++
+			} else {
+				res.Sent++
+			}
+			if derr := d.Store.NotificationDone(ctx, w, status, err, backoff(w.Attempts+1), maxAttempts); derr != nil &&
+				!errors.Is(derr, store.ErrCheckLeaseLost) {
+				return res, derr
+			}
+		}
+	}
+	return res, nil
+}
+
+// send posts one notification; it returns the receiver's status and, when
+// it was not a 2xx, why (without the hook's URL, which may hold a token).
+func (d *Deliverer) send(ctx context.Context, client *http.Client, w store.NotifyWork) (int, error) {
+	body := d.body(w)
+	now := time.Now
+	if d.Now != nil {
+		now = d.Now
+	}
+	ts := strconv.FormatInt(now().Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(w.Secret))
+	mac.Write([]byte(ts + "."))
+	mac.Write(body)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, errors.New("the hook's URL does not make a request")
+	}
+	h := req.Header
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "ForgeCI-Notify")
+	h.Set("X-ForgeCI-Event", w.Event)
+	h.Set("X-ForgeCI-Delivery", strconv.FormatInt(w.ID, 10))
+	h.Set("X-ForgeCI-Timestamp", ts)
+	h.Set("X-ForgeCI-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	resp, err := client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL may hold a token: not in the error people see
+		}
+		return 0, fmt.Errorf("not delivered: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, fmt.Errorf("the hook answered %d", resp.StatusCode)
+	}
+	return resp.StatusCode, nil
+}
+
+// Payload is a JSON notification's body.
+type Payload struct {
+	ID      int64  `json:"id"`
+	Event   string `json:"event"`
+	Project string `json:"project"`
+	Run     struct {
+		ID         string     `json:"id"`
+		Number     int64      `json:"number"`
+		State      string     `json:"state"`
+		Trigger    string     `json:"trigger"`
+		Ref        string     `json:"ref,omitempty"`
+		SHA        string     `json:"sha,omitempty"`
+		FinishedAt *time.Time `json:"finished_at,omitempty"`
+		URL        string     `json:"url,omitempty"`
+	} `json:"run"`
+}
+
+var eventWords = map[string]string{"run_ended": "ended", "branch_failed": "failed (the branch was passing)",
+	"branch_recovered": "passed (the branch is fixed)"}
+
+// body is w as its hook's format wants it.
+func (d *Deliverer) body(w store.NotifyWork) []byte {
+	var p Payload
+	p.ID, p.Event, p.Project = w.ID, w.Event, w.Project
+	p.Run.ID, p.Run.Number, p.Run.State, p.Run.Trigger = w.RunID, w.RunNumber, w.RunState, w.Trigger
+	p.Run.Ref, p.Run.SHA, p.Run.FinishedAt = w.GitRef, w.GitSHA, w.FinishedAt
+	if d.PublicURL != "" {
+		p.Run.URL = strings.TrimSuffix(d.PublicURL, "/") + "/runs/" + w.RunID
+	}
+	if w.Format != "slack" {
+		b, _ := json.Marshal(p) // strings, numbers and a time
+		return b
+	}
+	text := fmt.Sprintf("%s #%d %s: %s", w.Project, w.RunNumber, w.RunState, eventWords[w.Event])
+	if ref := strings.TrimPrefix(w.GitRef, "refs/heads/"); ref != "" {
+		text += " on " + ref
+	}
+	if p.Run.URL != "" {
+		text += " <" + p.Run.URL + "|view the run>"
+	}
+	b, _ := json.Marshal(map[string]string{"text": text})
+	return b
+}
+
+// client is d.HTTP, or one that refuses private addresses at dial time
+// (after DNS, so a name that resolves inside is refused too) and follows
+// no redirects.
+func (d *Deliverer) client() *http.Client {
+	if d.HTTP != nil {
+		return d.HTTP
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		ip := net.ParseIP(host)
+		if ip == nil || !d.AllowPrivate && (ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
+			ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast()) {
+			return fmt.Errorf("the hook's address %s is not a public one", host)
+		}
+		return nil
+	}}
+	transport := &http.Transport{DialContext: dialer.DialContext, Proxy: nil, TLSHandshakeTimeout: 5 * time.Second,
+		ResponseHeaderTimeout: 10 * time.Second, DisableKeepAlives: true}
+	return &http.Client{Transport: transport, Timeout: 15 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
