@@ -38,7 +38,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer rc.mu.Unlock()
 	if r.Header.Get("X-ForgeCI-Signature-256") != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
 		rc.bad++
-		http.Error(w, "bad signature", 401)
+		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
 	}
 	var p notify.Payload
@@ -49,7 +49,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.ids = append(rc.ids, r.Header.Get("X-ForgeCI-Delivery"))
 	switch {
 	case rc.fail:
-		http.Error(w, "down", 500)
+		http.Error(w, "down", http.StatusInternalServerError)
 	case rc.drop:
 		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 			conn.Close()
