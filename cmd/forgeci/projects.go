@@ -115,6 +115,7 @@ func projectCmd(g *global) *cobra.Command {
 	}
 	c.AddCommand(create, list, membersCmd(g), memberCmd(g))
 	c.AddCommand(storageCmds(g)...)
+	c.AddCommand(hookCmds(g)...)
 	return c
 }
 

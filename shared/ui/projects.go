@@ -54,6 +54,9 @@ type projectPage struct {
 	Secrets     []store.SecretInfo
 	NextSecrets string
 	Schedules   []store.ScheduleInfo
+	// Notifications are the newest deliveries; Hooks (admins) where to.
+	Notifications []store.NotificationInfo
+	Hooks         []store.Hook
 }
 
 // Project shows a project; its admins see and manage its members and see
@@ -71,11 +74,17 @@ func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 	if pp.Schedules, err = u.Store.Schedules(r.Context(), user, p.ID); err != nil {
 		return err
 	}
+	if pp.Notifications, _, err = u.Store.Notifications(r.Context(), user, p.ID, store.Page{Limit: 20}); err != nil {
+		return err
+	}
 	if pp.IsAdmin {
 		if pp.Members, pp.NextMembers, err = u.Store.Members(r.Context(), user, p.ID, pageOf(r, "members")); err != nil {
 			return err
 		}
 		if pp.Secrets, pp.NextSecrets, err = u.Store.ListSecrets(r.Context(), user, p.ID, pageOf(r, "secrets")); err != nil {
+			return err
+		}
+		if pp.Hooks, err = u.Store.Hooks(r.Context(), user, p.ID); err != nil {
 			return err
 		}
 	}

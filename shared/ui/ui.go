@@ -53,6 +53,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"seconds":   func(s float64) string { return (time.Duration(s) * time.Second).Round(time.Second).String() },
 	"bytes":     humanBytes,
 	"deref":     func(p *int) int { return *p },
+	"derefStr":  func(p *string) string { return *p },
 	"str":       func(p *string) string { return *p },
 	"derefTime": func(p *time.Time) time.Time { return *p },
 }).ParseFS(templateFS, "templates/*.html"))
