@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,6 +232,31 @@ func TestDashboard(t *testing.T) {
 	if got := eval(`[].map.call(document.querySelectorAll('table.runs tbody tr td:nth-child(2)'), function (e) { return e.textContent }).join()`); got == "" || strings.Trim(strings.ReplaceAll(got, "FAILED", ""), ",") != "" {
 		t.Fatalf("runs filtered by FAILED: %s", got)
 	}
+	// A hook hears the next run fail; the project page shows the delivery.
+	heard := make(chan string, 8)
+	hookSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		heard <- r.Header.Get("X-ForgeCI-Event")
+	}))
+	defer hookSrv.Close()
+	s.apiCall("POST", "/v1/projects/e2e/hooks", s.vals["FORGECI_TOKEN"], map[string]any{"url": hookSrv.URL, "events": []string{"run_ended"}}, 201)
+	failing, err := s.submit(writePipeline(t, "jobs:\n  no:\n    runs-on: linux\n    steps: [{run: 'false'}]\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitRun(failing, func(v runView) bool { return v.State == "FAILED" }, 60*time.Second)
+	select {
+	case ev := <-heard:
+		if ev != "run_ended" {
+			t.Fatalf("the hook heard %q", ev)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the hook heard nothing")
+	}
+	do(chromedp.Navigate(url+"/projects/e2e"), chromedp.WaitVisible(chromedp.ID("notifications")))
+	waitFor("the delivery on the project page", func() bool {
+		do(chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("notifications")))
+		return strings.Contains(text("notifications"), "DELIVERED")
+	})
 	for _, p := range []struct{ name, path, ready string }{{"runs", "/", "table.runs"}, {"projects", "/projects", "table.projects"},
 		{"project", "/projects/e2e", "#storage"}, {"dispatch", "/projects/e2e/run", "#dispatch"}, {"runners", "/runners", "table.runners"},
 		{"queue", "/queue", "#queue"}} {
