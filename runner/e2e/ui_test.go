@@ -264,6 +264,9 @@ func TestDashboard(t *testing.T) {
 		screenshot(t, ctx, p.name)
 		noCSPViolation(t, ctx, p.path)
 	}
+	bv := s.run(built)
+	checkPhone(t, ctx, url, []string{"/", "/queue", "/projects", "/projects/e2e", "/runners", "/runs/" + built,
+		"/runs/" + built + "/jobs/" + bv.Jobs[0].ID, "/projects/e2e/run"})
 	// The runner said what it is when it polled: a version and its two slots.
 	do(chromedp.Navigate(url+"/runners"), chromedp.WaitVisible(chromedp.ID("runner-e2e")))
 	if row := text("runner-e2e"); strings.Contains(row, "unknown") || !strings.Contains(row, " of 2") {

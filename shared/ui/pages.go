@@ -167,6 +167,8 @@ type jobPage struct {
 	CanWrite    bool
 	// Report is the attempt's test report summary (nil: none).
 	Report *protocol.TestSummary
+	// DurationChart is the job's duration over its last runs (SVG).
+	DurationChart template.HTML
 }
 
 // Job shows a job's attempts and follows its log.
@@ -192,6 +194,11 @@ func Job(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
 	case domain.ErrorCode(err) != domain.ENotFound:
 		return err
 	}
+	history, err := u.Store.JobHistory(r.Context(), user, run.ID, job.Name, 30)
+	if err != nil {
+		return err
+	}
+	jp.DurationChart = durationChart(history)
 	u.render(w, http.StatusOK, "job", jp)
 	return nil
 }

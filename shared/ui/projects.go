@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"html/template"
 	"net/http"
 	"net/url"
 
@@ -57,6 +58,8 @@ type projectPage struct {
 	// Notifications are the newest deliveries; Hooks (admins) where to.
 	Notifications []store.NotificationInfo
 	Hooks         []store.Hook
+	// PassRate is each busy branch's pass rate, run after run (SVG).
+	PassRate template.HTML
 }
 
 // Project shows a project; its admins see and manage its members and see
@@ -77,6 +80,11 @@ func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 	if pp.Notifications, _, err = u.Store.Notifications(r.Context(), user, p.ID, store.Page{Limit: 20}); err != nil {
 		return err
 	}
+	trends, err := u.Store.BranchTrends(r.Context(), user, p.ID, 5, 50)
+	if err != nil {
+		return err
+	}
+	pp.PassRate = passRateChart(trends)
 	if pp.IsAdmin {
 		if pp.Members, pp.NextMembers, err = u.Store.Members(r.Context(), user, p.ID, pageOf(r, "members")); err != nil {
 			return err
