@@ -18,6 +18,7 @@ var badges = map[string][2]string{
 	domain.RunPassed:   {"passing", "#2e9e44"},
 	domain.RunFailed:   {"failing", "#cb2431"},
 	domain.RunCanceled: {"canceled", "#9f9f9f"},
+	domain.RunAborted:  {"aborted", "#cb2431"},
 	"":                 {"no runs", "#9f9f9f"},
 }
 
@@ -27,6 +28,9 @@ var badges = map[string][2]string{
 // fetched without credentials), cacheable for a minute; a bearer token,
 // when sent, must be a user's who may read the project.
 func (s *Server) badge(w http.ResponseWriter, r *http.Request) {
+	// An answer depends on who asks; a refusal is never cached.
+	w.Header().Set("Vary", "Authorization")
+	w.Header().Set("Cache-Control", "no-store")
 	var u *store.User
 	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		user, err := s.Store.AuthenticateUser(r.Context(), strings.TrimSpace(token))
@@ -43,8 +47,9 @@ func (s *Server) badge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	label := q.Get("label")
-	if label == "" || utf8.RuneCountInString(label) > 40 {
-		label = "build"
+	if label == "" || utf8.RuneCountInString(label) > 40 || !utf8.ValidString(label) ||
+		strings.ContainsFunc(label, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		label = "build" // what SVG text cannot hold is not shown
 	}
 	look := badges[state]
 	svg := badgeSVG(label, look[0], look[1])

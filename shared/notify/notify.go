@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -47,7 +48,13 @@ type Deliverer struct {
 }
 
 const (
-	lease       = 60 * time.Second
+	// A pass sends for at most budget (it shares the sweeper's minute),
+	// a batch of batch deliveries at a time, each waiting at most 10 s
+	// (15 s in all): the lease outlasts a whole batch, so no delivery is
+	// sent twice while its first attempt is still under way.
+	budget      = 20 * time.Second
+	batch       = 5
+	lease       = 3 * batch * 15 * time.Second
 	maxAttempts = 8
 )
 
@@ -63,8 +70,9 @@ type Result struct{ Sent, Failed int }
 func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
 	client := d.client()
-	for ctx.Err() == nil {
-		work, err := d.Store.ClaimNotifications(ctx, 20, lease)
+	start := time.Now()
+	for ctx.Err() == nil && time.Since(start) < budget {
+		work, err := d.Store.ClaimNotifications(ctx, batch, lease)
 		if err != nil || len(work) == 0 {
 			return res, err
 		}
@@ -158,15 +166,42 @@ func (d *Deliverer) body(w store.NotifyWork) []byte {
 		b, _ := json.Marshal(p) // strings, numbers and a time
 		return b
 	}
-	text := fmt.Sprintf("%s #%d %s: %s", w.Project, w.RunNumber, w.RunState, eventWords[w.Event])
+	// Slack reads <...> as links and mentions: text from runs is escaped
+	// as its docs say (&, <, >).
+	esc := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace
+	text := fmt.Sprintf("%s #%d %s: %s", esc(w.Project), w.RunNumber, w.RunState, eventWords[w.Event])
 	if ref := strings.TrimPrefix(w.GitRef, "refs/heads/"); ref != "" {
-		text += " on " + ref
+		text += " on " + esc(ref)
 	}
 	if p.Run.URL != "" {
 		text += " <" + p.Run.URL + "|view the run>"
 	}
 	b, _ := json.Marshal(map[string]string{"text": text})
 	return b
+}
+
+// notPublic are the ranges beside loopback, private, link-local,
+// multicast and unspecified that are no hook's: shared address space
+// (CGNAT), "this network", benchmarking, reserved, NAT64 and 6to4 (which
+// embed an IPv4 address of any kind).
+var notPublic = []netip.Prefix{netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("240.0.0.0/4"), netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("64:ff9b:1::/48"), netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("fc00::/7")}
+
+// public reports whether ip may be a hook's.
+func public(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() ||
+		ip.IsMulticast() || ip.IsInterfaceLocalMulticast() || !ip.IsValid() {
+		return false
+	}
+	for _, p := range notPublic {
+		if p.Contains(ip) {
+			return false
+		}
+	}
+	return true
 }
 
 // client is d.HTTP, or one that refuses private addresses at dial time
@@ -181,9 +216,8 @@ func (d *Deliverer) client() *http.Client {
 		if err != nil {
 			return err
 		}
-		ip := net.ParseIP(host)
-		if ip == nil || !d.AllowPrivate && (ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
-			ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast()) {
+		ip, err := netip.ParseAddr(host)
+		if err != nil || !d.AllowPrivate && !public(ip) {
 			return fmt.Errorf("the hook's address %s is not a public one", host)
 		}
 		return nil

@@ -12,13 +12,14 @@ import (
 
 // badgeSQL reads project $1 (an ID, or else a name), whether user $2 ("":
 // nobody) may read it or its badges are public, and the state of the
-// newest ended run of branch $3 (the default branch when empty).
+// run of branch $3 (the default branch when empty) that ended last
+// (runs_ref_ended's order).
 const badgeSQL = `
 SELECT p.badges_public OR ($2 <> '' AND project_rank($2, p.id) >= 1),
        coalesce((SELECT r.state FROM runs r
                  WHERE r.project_id = p.id AND r.git_ref = 'refs/heads/' || coalesce(nullif($3, ''), p.default_branch)
-                   AND r.state IN ('PASSED', 'FAILED', 'CANCELED')
-                 ORDER BY r.created_at DESC, r.id DESC LIMIT 1), '')
+                   AND r.state IN ('PASSED', 'FAILED', 'CANCELED', 'ABORTED')
+                 ORDER BY r.finished_at DESC, r.id DESC LIMIT 1), '')
 FROM projects p WHERE p.id = $1 OR p.name = $1
 ORDER BY p.id = $1 DESC LIMIT 1`
 

@@ -13,16 +13,18 @@ import (
 
 // queueSQL lists the queued jobs of the projects user $1 may read, oldest
 // first, at most $2, each with the runners that could take it (labels,
-// scope, trust tier and the features they last declared) and how many of
-// those polled in the last two minutes.
+// scope, trust tier and the features they last declared: a runner that
+// never polled idle has declared none yet, and counts), and how many of
+// those are alive: polled in the last two minutes, or hold a lease.
 const queueSQL = `
 SELECT j.id, j.run_id, ru.number, p.name, j.name, j.labels, j.queued_at, now(),
        coalesce(array_agg(r.name ORDER BY r.name) FILTER (WHERE r.id IS NOT NULL), '{}'),
-       count(r.id) FILTER (WHERE r.last_seen_at > now() - interval '2 minutes')
+       count(r.id) FILTER (WHERE r.last_seen_at > now() - interval '2 minutes'
+                           OR EXISTS (SELECT 1 FROM jobs b WHERE b.runner_id = r.id AND b.state = 'RUNNING'))
 FROM jobs j JOIN runs ru ON ru.id = j.run_id JOIN projects p ON p.id = ru.project_id
 LEFT JOIN runners r ON r.revoked_at IS NULL AND j.labels <@ r.labels
      AND (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)
-     AND (j.features = '{}'::text[] OR j.features <@ coalesce(r.features, '{}'::text[]))
+     AND (j.features = '{}'::text[] OR r.features IS NULL OR j.features <@ r.features)
 WHERE j.state = 'QUEUED' AND project_rank($1, p.id) >= 1
 GROUP BY j.id, ru.number, p.name
 ORDER BY j.queued_at, j.id LIMIT $2`
@@ -41,7 +43,8 @@ type QueuedJob struct {
 	QueuedAt  time.Time `json:"queued_at"`
 	Waiting   float64   `json:"waiting_seconds"`
 	// Runners could take it (names, for global admins only; others see
-	// how many); Alive of them polled in the last two minutes.
+	// how many); Alive of them polled in the last two minutes or hold a
+	// lease.
 	Runners  []string `json:"runners,omitempty"`
 	Eligible int      `json:"eligible"`
 	Alive    int      `json:"alive"`

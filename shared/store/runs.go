@@ -445,7 +445,7 @@ type RunFilter struct {
 }
 
 // runStates are the states a run may be in, for filters.
-var runStates = []string{domain.RunPending, domain.RunRunning, domain.RunPassed, domain.RunFailed, domain.RunCanceled}
+var runStates = []string{domain.RunPending, domain.RunRunning, domain.RunPassed, domain.RunFailed, domain.RunCanceled, domain.RunAborted}
 
 // check refuses a filter that can match nothing by mistake.
 func (f RunFilter) check() error {

@@ -56,7 +56,7 @@ func Runs(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error 
 		return err
 	}
 	u.render(w, http.StatusOK, "runs", runsPage{page: page{Title: "Runs", User: user}, Filter: f, NextURL: nextRuns(filter, next),
-		States: []string{"PENDING", "RUNNING", "PASSED", "FAILED", "CANCELED"}, Project: q.Get("project"),
+		States: []string{"PENDING", "RUNNING", "PASSED", "FAILED", "CANCELED", "ABORTED"}, Project: q.Get("project"),
 		Projects: projects, MoreProjects: more != "", Runs: runs, Next: next})
 	return nil
 }
