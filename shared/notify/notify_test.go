@@ -31,11 +31,11 @@ type receiver struct {
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
 	mac := hmac.New(sha256.New, []byte(rc.secret))
 	mac.Write([]byte(r.Header.Get("X-ForgeCI-Timestamp") + "."))
 	mac.Write(body)
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
 	if r.Header.Get("X-ForgeCI-Signature-256") != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
 		rc.bad++
 		http.Error(w, "bad signature", http.StatusUnauthorized)
@@ -55,6 +55,13 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			conn.Close()
 		}
 	}
+}
+
+// set changes how the receiver answers, under its lock.
+func (rc *receiver) set(fail, drop bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.fail, rc.drop = fail, drop
 }
 
 func (rc *receiver) take() []string {
@@ -83,7 +90,9 @@ func TestNotifications(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc.mu.Lock()
 	rc.secret = secret
+	rc.mu.Unlock()
 	d := &notify.Deliverer{Store: s, AllowPrivate: true, PublicURL: "https://ci.example.com"}
 	end := func(state string) {
 		t.Helper()
@@ -121,7 +130,7 @@ func TestNotifications(t *testing.T) {
 	}
 
 	// The hook fails: retried (not at once), then FAILED with its status.
-	rc.fail = true
+	rc.set(true, false)
 	end("FAILED")
 	if res := deliver(); res.Failed != 2 {
 		t.Fatalf("a refused delivery: %+v", res)
@@ -140,15 +149,15 @@ func TestNotifications(t *testing.T) {
 		n.LastError == nil || *n.LastError != "the hook answered 500" || n.HookHost != srv.URL {
 		t.Fatalf("a failing delivery: %+v", n)
 	}
-	rc.fail = false
+	rc.set(false, false)
 	rc.take()
 
 	// The answer is lost: the delivery is sent again when its lease ends,
 	// with the same ID.
-	rc.drop = true
+	rc.set(false, true)
 	end("PASSED")
 	deliver()
-	rc.drop = false
+	rc.set(false, false)
 	if _, err := s.Pool().Exec(ctx, `UPDATE notifications SET next_attempt_at = now(), lease_expires_at = NULL WHERE state = 'PENDING'`); err != nil {
 		t.Fatal(err)
 	}
