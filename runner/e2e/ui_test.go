@@ -264,9 +264,20 @@ func TestDashboard(t *testing.T) {
 		screenshot(t, ctx, p.name)
 		noCSPViolation(t, ctx, p.path)
 	}
+	// A second run of the failing job: its page charts both runs' durations.
+	again, err := s.submit(writePipeline(t, "jobs:\n  no:\n    runs-on: linux\n    steps: [{run: 'sleep 1; false'}]\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	av := s.waitRun(again, func(v runView) bool { return v.State == "FAILED" }, 60*time.Second)
+	noPage := "/runs/" + again + "/jobs/" + av.Jobs[0].ID
+	do(chromedp.Navigate(url+noPage), chromedp.WaitVisible(chromedp.ID("duration-chart")))
+	if n := eval(`String(document.querySelectorAll('#duration-chart rect.bar').length)`); n != "2" {
+		t.Fatalf("the duration chart has %s bars, want 2", n)
+	}
 	bv := s.run(built)
 	checkPhone(t, ctx, url, []string{"/", "/queue", "/projects", "/projects/e2e", "/runners", "/runs/" + built,
-		"/runs/" + built + "/jobs/" + bv.Jobs[0].ID, "/projects/e2e/run"})
+		"/runs/" + built + "/jobs/" + bv.Jobs[0].ID, "/projects/e2e/run", noPage})
 	// The runner said what it is when it polled: a version and its two slots.
 	do(chromedp.Navigate(url+"/runners"), chromedp.WaitVisible(chromedp.ID("runner-e2e")))
 	if row := text("runner-e2e"); strings.Contains(row, "unknown") || !strings.Contains(row, " of 2") {
