@@ -81,6 +81,10 @@ func (s *Store) AddHook(ctx context.Context, u User, project, rawURL, format str
 		if _, err := authorize(ctx, tx, u, p.ID, RankAdmin, "project "+project); err != nil {
 			return err
 		}
+		// Adds to one project take turns: the count below is then exact.
+		if _, err := tx.Exec(ctx, lockProjectSQL, p.ID); err != nil {
+			return fmt.Errorf("lock project: %w", err)
+		}
 		err := tx.QueryRow(ctx, insertHookSQL, h.ID, p.ID, h.URL, h.Format, h.Events, secret, maxHooks).Scan(&h.CreatedAt)
 		if err == pgx.ErrNoRows {
 			return domain.Errorf(domain.EConflict, "project %s has %d hooks, the most it may", project, maxHooks)

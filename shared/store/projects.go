@@ -64,6 +64,9 @@ RETURNING created_at`
 
 const removeMemberSQL = `DELETE FROM project_members WHERE project_id = $1 AND user_id = $2`
 
+// lockProjectSQL makes changes to project $1's lists take turns.
+const lockProjectSQL = `SELECT 1 FROM projects WHERE id = $1 FOR NO KEY UPDATE`
+
 // setSettingsSQL changes the settings given (not NULL) of project $1.
 const setSettingsSQL = `
 UPDATE projects SET retention_days = coalesce($2, retention_days),
