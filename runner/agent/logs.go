@@ -185,13 +185,18 @@ func (a *logAppender) stepStarted(index int, name string) {
 }
 
 // stepEnded records the end of step index, started before, with its
-// exit code (nil when it never ran) and conclusion.
-func (a *logAppender) stepEnded(index int, exit *int, conclusion string) {
+// exit code (nil when it never ran) and conclusion, and its name as it
+// ran ("" keeps the one it started with: a name's expressions are
+// evaluated once the step starts).
+func (a *logAppender) stepEnded(index int, name string, exit *int, conclusion string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	e, ok := a.started[index]
 	if !ok {
 		return
+	}
+	if name != "" {
+		e.Name = truncateName(a.set.String(name))
 	}
 	a.endLine()
 	end, now := a.lines.written, time.Now().UTC()

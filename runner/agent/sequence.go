@@ -37,27 +37,27 @@ func (j *job) runSteps() *sequence {
 		if err != nil {
 			fmt.Fprintf(j.logs, "==> step %d/%d: %s: if: %v\n", i+1, len(steps), st.Name, err)
 			seq.fail(1)
-			j.logs.stepEnded(i, nil, "failure")
+			j.logs.stepEnded(i, "", nil, "failure")
 			continue
 		}
 		if !run {
 			fmt.Fprintf(j.logs, "==> step %d/%d: %s skipped (if: %s was false)\n", i+1, len(steps), st.Name, ifText(st))
 			seq.record(st, "skipped", "skipped", nil)
-			j.logs.stepEnded(i, nil, "skipped")
+			j.logs.stepEnded(i, "", nil, "skipped")
 			continue
 		}
 		resolved, err := j.resolveStep(st, seq)
 		if err != nil {
 			fmt.Fprintf(j.logs, "==> step %d/%d: %s: %v\n", i+1, len(steps), st.Name, err)
 			seq.end(j, st, 1, nil)
-			j.logs.stepEnded(i, nil, "failure")
+			j.logs.stepEnded(i, "", nil, "failure")
 			continue
 		}
 		fmt.Fprintf(j.logs, "==> step %d/%d: %s\n", i+1, len(steps), resolved.Name)
 		code, outputs := j.runStep(resolved)
 		if j.stopped() != nil {
 			seq.failed, seq.exit = true, code
-			j.logs.stepEnded(i, &code, "cancelled")
+			j.logs.stepEnded(i, resolved.Name, &code, "cancelled")
 			return seq
 		}
 		if n := outputsSize(outputs); seq.outputBytes+n > MaxJobOutputBytes {
@@ -69,7 +69,7 @@ func (j *job) runSteps() *sequence {
 		} else {
 			seq.outputBytes += n
 		}
-		j.logs.stepEnded(i, &code, seq.end(j, resolved, code, outputs))
+		j.logs.stepEnded(i, resolved.Name, &code, seq.end(j, resolved, code, outputs))
 	}
 	return seq
 }

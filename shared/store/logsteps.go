@@ -17,11 +17,14 @@ import (
 // beside the log.
 
 // upsertStepSQL records step event $3.. of attempt ($1, $2): the first
-// report of its start, then of its end, stands.
+// report of its start, then of its end (with the name as it ran), stands.
 const upsertStepSQL = `
 INSERT INTO job_steps (job_id, generation, idx, name, log_offset, started_at, end_offset, finished_at, exit_code, conclusion)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''))
 ON CONFLICT (job_id, generation, idx) DO UPDATE SET
+    -- The name as the step ran comes with its (first) end.
+    name        = CASE WHEN job_steps.end_offset IS NULL AND excluded.end_offset IS NOT NULL
+                       THEN excluded.name ELSE job_steps.name END,
     end_offset  = coalesce(job_steps.end_offset, excluded.end_offset),
     finished_at = coalesce(job_steps.finished_at, excluded.finished_at),
     exit_code   = coalesce(job_steps.exit_code, excluded.exit_code),
