@@ -26,8 +26,12 @@ import (
 // (package junit). The files go up as the artifact test-reports; their
 // summary through the report route.
 
-// maxReportFiles bounds the files one job's patterns may match.
-const maxReportFiles = 500
+// maxReportFiles bounds the files one job's patterns may match, and
+// maxReportBytes what is read of them all together.
+const (
+	maxReportFiles = 500
+	maxReportBytes = 64 << 20
+)
 
 var errTooManyReports = errors.New("too many report files")
 
@@ -106,8 +110,14 @@ func (j *job) summarize(files []string) protocol.TestSummary {
 		return sum
 	}
 	defer root.Close()
+	read := int64(0)
 	for _, name := range files {
-		rep, err := j.parseReport(root, name)
+		if read >= maxReportBytes {
+			fmt.Fprintf(j.logs, "==> test reports: %d bytes read, the most a job's are; %s and the rest are left out\n", read, name)
+			break
+		}
+		rep, size, err := j.parseReport(root, name)
+		read += size
 		if err != nil {
 			fmt.Fprintf(j.logs, "==> test report %s not read: %v\n", name, err)
 			continue
@@ -131,25 +141,27 @@ func (j *job) summarize(files []string) protocol.TestSummary {
 	return sum
 }
 
-// parseReport opens name inside root (no link out), as a regular file of
-// the job's user, and parses it.
-func (j *job) parseReport(root *os.Root, name string) (*junit.Report, error) {
-	f, err := root.Open(name)
+// parseReport opens name inside root (no link out; non-blocking, so a
+// FIFO put there meanwhile cannot hold the runner), as a regular file of
+// the job's user, and parses it; it returns the file's size too.
+func (j *job) parseReport(root *os.Root, name string) (*junit.Report, int64, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, errors.New("not a regular file")
+		return nil, 0, errors.New("not a regular file")
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && j.box.Owner() >= 0 && int(st.Uid) != j.box.Owner() {
-		return nil, fmt.Errorf("it belongs to user %d, not the job's: a hard link to a file outside the job is not read", st.Uid)
+		return nil, 0, fmt.Errorf("it belongs to user %d, not the job's: a hard link to a file outside the job is not read", st.Uid)
 	}
-	return junit.Parse(f)
+	rep, err := junit.Parse(f)
+	return rep, min(fi.Size(), junit.MaxReportBytes), err
 }
 
 // failure is a parsed failure as the protocol bounds it, masked as the
