@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bmatcuk/doublestar/v4"
@@ -33,8 +35,6 @@ const (
 	maxReportBytes = 64 << 20
 )
 
-var errTooManyReports = errors.New("too many report files")
-
 // sendReports reads, uploads and sums up the job's test reports. A
 // problem is said in the log and does not change the job's outcome.
 func (j *job) sendReports() {
@@ -55,9 +55,13 @@ func (j *job) sendReports() {
 		fmt.Fprintf(j.logs, "==> no test report matched %s\n", strings.Join(spec.JUnit, ", "))
 		return
 	}
-	sum := j.summarize(files)
-	if err := j.uploadArtifact(domain.ArtifactSpec{Name: domain.ReportArtifact, Paths: files}); err != nil {
-		fmt.Fprintf(j.logs, "==> test report files not uploaded: %v\n", err)
+	sum, parsed := j.summarize(files)
+	fitSummary(&sum)
+	if len(parsed) > 0 {
+		// Only what was read as a report, so within its bounds.
+		if err := j.uploadArtifact(domain.ArtifactSpec{Name: domain.ReportArtifact, Paths: parsed}); err != nil {
+			fmt.Fprintf(j.logs, "==> test report files not uploaded: %v\n", err)
+		}
 	}
 	if err := j.lease.SendReport(j.ctx, sum); err != nil {
 		fmt.Fprintf(j.logs, "==> test report summary not sent: %v\n", err)
@@ -67,61 +71,127 @@ func (j *job) sendReports() {
 		sum.Passed, sum.Failed, sum.Errored, sum.Skipped, sum.Files)
 }
 
-// reportFiles are the workspace's files matching the patterns, sorted,
-// not followed through links.
+// Bounds of the walk for report files: a step can make a tree of any
+// depth or breadth, and the runner (root, outside the job's cgroup) must
+// neither hang nor run out of memory on it.
+const (
+	maxWalkEntries = 200_000
+	maxWalkDepth   = 32
+	maxWalkTime    = 30 * time.Second
+)
+
+var errWalkBudget = errors.New("walk budget spent")
+
+// reportFiles are the workspace's regular files matching the patterns,
+// sorted, found without following links, within the walk's bounds
+// (directories are read a slice at a time, so a huge one costs no more).
 func (j *job) reportFiles(patterns []string) ([]string, error) {
 	root, err := os.OpenRoot(j.ws)
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	seen := map[string]bool{}
-	var files []string
-	for _, pat := range patterns {
-		err := doublestar.GlobWalk(root.FS(), pat, func(path string, d fs.DirEntry) error {
-			if d.Type().IsRegular() && !seen[path] {
-				if len(files) == maxReportFiles {
-					return errTooManyReports
-				}
-				seen[path] = true
-				files = append(files, path)
+	w := &reportWalk{j: j, root: root, patterns: patterns, deadline: time.Now().Add(maxWalkTime)}
+	err = w.dir(".", 0)
+	if err != nil && !errors.Is(err, errWalkBudget) {
+		return nil, err
+	}
+	slices.Sort(w.files)
+	return w.files, w.note
+}
+
+// reportWalk is one walk of the workspace for report files.
+type reportWalk struct {
+	j        *job
+	root     *os.Root
+	patterns []string
+	deadline time.Time
+	seen     int
+	files    []string
+	note     error
+}
+
+// dir walks directory path (depth deep), its entries a slice at a time.
+func (w *reportWalk) dir(path string, depth int) error {
+	if depth > maxWalkDepth {
+		return nil
+	}
+	d, err := w.root.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil // unreadable, or not a directory any more: no reports
+	}
+	defer d.Close()
+	for {
+		entries, err := d.ReadDir(256)
+		for _, e := range entries {
+			if err := w.entry(path, e, depth); err != nil {
+				return err
 			}
-			return nil
-		}, doublestar.WithNoFollow(), doublestar.WithFilesOnly())
-		if errors.Is(err, errTooManyReports) {
-			slices.Sort(files)
-			return files, fmt.Errorf("the patterns match over %d files; the first %d are read", maxReportFiles, maxReportFiles)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("pattern %s: %w", pat, err)
+			return nil // io.EOF, or unreadable
 		}
 	}
-	slices.Sort(files)
-	return files, nil
+}
+
+// entry looks at one entry of directory dir.
+func (w *reportWalk) entry(dir string, e fs.DirEntry, depth int) error {
+	w.seen++
+	switch {
+	case w.j.ctx.Err() != nil:
+		return w.j.ctx.Err()
+	case w.seen > maxWalkEntries || time.Now().After(w.deadline):
+		w.note = fmt.Errorf("the workspace holds more than the %d entries (or %s) looked through for reports; the rest were not", maxWalkEntries, maxWalkTime)
+		return errWalkBudget
+	}
+	path := e.Name()
+	if dir != "." {
+		path = dir + "/" + e.Name()
+	}
+	if e.IsDir() {
+		return w.dir(path, depth+1)
+	}
+	if !e.Type().IsRegular() {
+		return nil
+	}
+	for _, pat := range w.patterns {
+		if ok, _ := doublestar.Match(pat, path); ok {
+			if len(w.files) == maxReportFiles {
+				w.note = fmt.Errorf("the patterns match over %d files; the first %d are read", maxReportFiles, maxReportFiles)
+				return errWalkBudget
+			}
+			w.files = append(w.files, path)
+			return nil
+		}
+	}
+	return nil
 }
 
 // summarize parses each file and adds up what they say; a file that
-// cannot be read or parsed is said in the log and left out.
-func (j *job) summarize(files []string) protocol.TestSummary {
+// cannot be read or parsed is said in the log and left out. It returns
+// the files it read.
+func (j *job) summarize(files []string) (protocol.TestSummary, []string) {
 	sum := protocol.TestSummary{Failures: []protocol.TestFailure{}}
+	var parsed []string
 	root, err := os.OpenRoot(j.ws)
 	if err != nil {
 		fmt.Fprintf(j.logs, "==> test reports: %v\n", err)
-		return sum
+		return sum, nil
 	}
 	defer root.Close()
 	read := int64(0)
 	for _, name := range files {
 		if read >= maxReportBytes {
-			fmt.Fprintf(j.logs, "==> test reports: %d bytes read, the most a job's are; %s and the rest are left out\n", read, name)
+			fmt.Fprintf(j.logs, "==> test reports: %d bytes read, the most a job's are; %q and the rest are left out\n", read, name)
 			break
 		}
 		rep, size, err := j.parseReport(root, name)
 		read += size
 		if err != nil {
-			fmt.Fprintf(j.logs, "==> test report %s not read: %v\n", name, err)
+			fmt.Fprintf(j.logs, "==> test report %q not read: %v\n", name, err)
 			continue
 		}
+		parsed = append(parsed, name)
 		sum.Files++
 		sum.Tests += rep.Tests
 		sum.Passed += rep.Passed
@@ -138,7 +208,21 @@ func (j *job) summarize(files []string) protocol.TestSummary {
 			sum.Failures = append(sum.Failures, j.failure(f))
 		}
 	}
-	return sum
+	return sum, parsed
+}
+
+// fitSummary drops failures from the end (saying so) until the summary's
+// request fits well within the route's body limit: text full of < and &
+// grows six times in JSON.
+func fitSummary(sum *protocol.TestSummary) {
+	for len(sum.Failures) > 0 {
+		b, _ := json.Marshal(sum) // strings, numbers and bools
+		if len(b) <= protocol.MaxReportBody*3/4 {
+			return
+		}
+		sum.Failures = sum.Failures[:len(sum.Failures)-1]
+		sum.Truncated = true
+	}
 }
 
 // parseReport opens name inside root (no link out; non-blocking, so a
@@ -172,6 +256,9 @@ func (j *job) failure(f junit.Failure) protocol.TestFailure {
 		name = "(unnamed)"
 	}
 	m := j.logs.set
+	// The parser cut long text (ending it with …): a secret cut there
+	// would not be recognised, so what could be its beginning goes first.
+	f.Message, f.Text = dropCutTail(f.Message, m.Longest()), dropCutTail(f.Text, m.Longest())
 	// A report written with absolute paths names the workspace's files
 	// as they are here: GitHub's annotations need them as in the
 	// repository.
@@ -181,6 +268,16 @@ func (j *job) failure(f junit.Failure) protocol.TestFailure {
 	return protocol.TestFailure{Suite: cut(m.String(f.Suite), 1024), Class: cut(m.String(f.Class), 1024), Name: cut(m.String(name), 1024),
 		Kind: f.Kind, Message: cut(m.String(f.Message), 2048), Text: cut(m.String(f.Text), 2048), File: cut(m.String(f.File), 1024),
 		Line: min(max(f.Line, 0), 10_000_000)}
+}
+
+// dropCutTail removes, from text the parser cut (it ends in …), the
+// longest bytes before the cut that could begin a secret (n-1).
+func dropCutTail(s string, n int) string {
+	body, wasCut := strings.CutSuffix(s, "…")
+	if !wasCut || n <= 1 {
+		return s
+	}
+	return cut(body, max(len(body)-(n-1), 0)) + "…"
 }
 
 // cut shortens s to at most n bytes of valid UTF-8.
