@@ -5,7 +5,6 @@ import (
 	"context"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/shared/mask"
@@ -217,14 +216,11 @@ func (a *logAppender) endLine() {
 	}
 }
 
-// truncateName cuts a step's name to what the protocol takes, on a rune.
+// truncateName is a step's name as the protocol takes it: 1 to
+// MaxStepNameBytes of valid UTF-8.
 func truncateName(s string) string {
 	if s == "" {
 		return "step"
 	}
-	for len(s) > protocol.MaxStepNameBytes {
-		_, n := utf8.DecodeLastRuneInString(s)
-		s = s[:len(s)-n]
-	}
-	return s
+	return cut(s, protocol.MaxStepNameBytes)
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/bmatcuk/doublestar/v4"
 
@@ -280,12 +279,8 @@ func dropCutTail(s string, n int) string {
 	return cut(body, max(len(body)-(n-1), 0)) + "…"
 }
 
-// cut shortens s to at most n bytes of valid UTF-8.
+// cut shortens s to at most n bytes of valid UTF-8 (what the protocol
+// takes, whatever a report or a step's name held).
 func cut(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	for len(s) > n {
-		_, size := utf8.DecodeLastRuneInString(s)
-		s = s[:len(s)-size]
-	}
-	return s
+	return domain.Truncate(strings.ToValidUTF8(s, "\uFFFD"), n)
 }

@@ -13,9 +13,9 @@ import (
 // current attempt), times=1 for the lines' times, of the stored bytes
 // [from, to) (the whole log by default).
 func LogIndexQuery(q url.Values, maxLog int64) (gen int, times bool, from, to int64, err error) {
-	g, err := queryInt(q.Get("generation"), 0)
-	if err != nil || g < 0 || g > math.MaxInt32 {
-		return 0, false, 0, 0, domain.Errorf(domain.EInvalid, "generation must be an integer from 0 to %d", math.MaxInt32)
+	g, err := generationOf(q)
+	if err != nil {
+		return 0, false, 0, 0, err
 	}
 	from, ferr := queryInt(q.Get("from"), 0)
 	to, terr := queryInt(q.Get("to"), maxLog)
@@ -29,7 +29,16 @@ func LogIndexQuery(q url.Values, maxLog int64) (gen int, times bool, from, to in
 	default:
 		return 0, false, 0, 0, domain.Errorf(domain.EInvalid, "times is 1 or 0")
 	}
-	return int(g), times, from, to, nil
+	return g, times, from, to, nil
+}
+
+// generationOf is ?generation=: an attempt, or 0 for the current one.
+func generationOf(q url.Values) (int, error) {
+	g, err := queryInt(q.Get("generation"), 0)
+	if err != nil || g < 0 || g > math.MaxInt32 {
+		return 0, domain.Errorf(domain.EInvalid, "generation must be an integer from 0 to %d", math.MaxInt32)
+	}
+	return int(g), nil
 }
 
 // getLogIndex answers an attempt's steps (and, with times=1, its lines'

@@ -2,10 +2,8 @@ package api
 
 import (
 	"context"
-	"math"
 	"net/http"
 
-	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -27,11 +25,11 @@ type reportView struct {
 // getReport answers the test report summary of the current or
 // ?generation= attempt of a job.
 func (s *Server) getReport(w http.ResponseWriter, r *http.Request, u store.User) error {
-	gen, err := queryInt(r.URL.Query().Get("generation"), 0)
-	if err != nil || gen < 0 || gen > math.MaxInt32 {
-		return domain.Errorf(domain.EInvalid, "generation must be an integer from 0 to %d", math.MaxInt32)
+	gen, err := generationOf(r.URL.Query())
+	if err != nil {
+		return err
 	}
-	sum, g, err := s.Store.ReportAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), int(gen))
+	sum, g, err := s.Store.ReportAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), gen)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -252,11 +251,11 @@ func (s *Server) getLog(w http.ResponseWriter, r *http.Request, u store.User) er
 	if err != nil || offset < 0 || offset > s.Store.Limits().MaxLogBytes {
 		return domain.Errorf(domain.EInvalid, "offset must be an integer from 0 to %d (the log limit)", s.Store.Limits().MaxLogBytes)
 	}
-	gen, err := queryInt(q.Get("generation"), 0)
-	if err != nil || gen < 0 || gen > math.MaxInt32 {
-		return domain.Errorf(domain.EInvalid, "generation must be an integer from 0 to %d", math.MaxInt32)
+	gen, err := generationOf(q)
+	if err != nil {
+		return err
 	}
-	lw, err := s.Store.ReadLogAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), int(gen), offset, 1<<20)
+	lw, err := s.Store.ReadLogAs(r.Context(), u, r.PathValue("run_id"), r.PathValue("job_id"), gen, offset, 1<<20)
 	if err != nil {
 		return err
 	}

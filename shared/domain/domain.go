@@ -385,6 +385,18 @@ func cloneEnv(m map[string]string) map[string]string {
 	return out
 }
 
+// Truncate cuts s to at most n bytes, never inside a UTF-8 sequence (a
+// text column, or a protocol field, refuses a broken one).
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
 // Literal is text as expressions that evaluate to it exactly: string
 // literals (” for '), each of at most 16 KiB of the text, so that none
 // is over an expression's size limit whatever the text holds.

@@ -13,7 +13,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/forgeci/forgeci/shared/domain"
 )
 
 // Limits of one report.
@@ -233,9 +234,5 @@ func bounded(s string) string {
 	if len(s) <= maxTextBytes {
 		return s
 	}
-	n := maxTextBytes
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
+	return domain.Truncate(s, maxTextBytes) + "…"
 }

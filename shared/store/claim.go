@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -260,25 +259,13 @@ func (s *Store) releaseUndelivered(ctx context.Context, l domain.Lease, cause er
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, abortUndeliveredSQL, job.ID, "claim not delivered: "+truncate(cause.Error(), 150)); err != nil {
+		if _, err := tx.Exec(ctx, abortUndeliveredSQL, job.ID, "claim not delivered: "+domain.Truncate(cause.Error(), 150)); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, requeueUndeliveredSQL, job.ID)
 		return err
 	})
 	s.signalQueued()
-}
-
-// truncate cuts s to at most n bytes, never inside a UTF-8 sequence (a
-// text column refuses a broken one, and the statement with it).
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 func (s *Store) touchRunner(ctx context.Context, r Runner) {

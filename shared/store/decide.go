@@ -239,10 +239,10 @@ func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]r
 		ok, err := evalCondition(u, needs, byName, &d.budget)
 		switch {
 		case err != nil:
-			b.Queue(decideEndSQL, u.id, domain.JobFailed, truncate("if: "+u.condition+": "+err.Error(), 300))
+			b.Queue(decideEndSQL, u.id, domain.JobFailed, domain.Truncate("if: "+u.condition+": "+err.Error(), 300))
 			return
 		case !ok:
-			b.Queue(decideEndSQL, u.id, domain.JobSkipped, truncate("if: "+u.condition+" was false", 300))
+			b.Queue(decideEndSQL, u.id, domain.JobSkipped, domain.Truncate("if: "+u.condition+" was false", 300))
 			return
 		}
 	}
@@ -262,7 +262,7 @@ func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]r
 	}
 	group, cancel, err := evalJobGroup(u, needs, &d.budget)
 	if err != nil {
-		b.Queue(decideEndSQL, u.id, domain.JobFailed, truncate(err.Error(), 300))
+		b.Queue(decideEndSQL, u.id, domain.JobFailed, domain.Truncate(err.Error(), 300))
 		return
 	}
 	b.Queue(decideJoinSQL, u.id, ctxJSON, group, waitingReason(group), cancel)

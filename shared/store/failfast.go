@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -71,7 +72,7 @@ func (s *Store) failFast(ctx context.Context, runID string) (int, error) {
 		b := &pgx.Batch{}
 		b.Queue(lockRunSQL, runID)
 		for _, t := range targets {
-			b.Queue(failFastWaitingSQL, t.id, truncate("fail-fast: "+t.failed+" failed", 300))
+			b.Queue(failFastWaitingSQL, t.id, domain.Truncate("fail-fast: "+t.failed+" failed", 300))
 			b.Queue(failFastRunningSQL, t.id)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {

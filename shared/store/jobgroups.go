@@ -293,7 +293,7 @@ func applyGroupAction(ctx context.Context, tx pgx.Tx, group string, act groupAct
 		if act.kind == "cancel" {
 			why = fmt.Sprintf("canceled by %s of #%d (concurrency group %s)", act.by.name, act.by.number, group)
 		}
-		if _, err := tx.Exec(ctx, endGroupJobSQL, ids, truncate(why, 300), t.state); err != nil {
+		if _, err := tx.Exec(ctx, endGroupJobSQL, ids, domain.Truncate(why, 300), t.state); err != nil {
 			return fmt.Errorf("cancel job: %w", err)
 		}
 	}

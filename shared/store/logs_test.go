@@ -23,24 +23,42 @@ const secret = "Zq8-hunter2-Xw7"
 // secret shows as ***, however the log is read in windows (the offsets
 // stay those of the stored bytes, which are unchanged), and the reason is
 // stored masked. With KMS down, see testKMSDown and testReasonWithheld.
-func TestLogsShownMasked(t *testing.T) {
+// secretJob is a claimed job of project p that was given the secret
+// DEPLOY_TOKEN, and what made it.
+type secretJob struct {
+	root    store.User
+	project store.Project
+	spec    domain.JobSpec
+	runner  store.Runner
+	claim   *store.Claim
+}
+
+// claimSecretJob makes project p with the secret DEPLOY_TOKEN, a run of a
+// job given it, and claims the job.
+func claimSecretJob(t *testing.T, s *store.Store) secretJob {
+	t.Helper()
 	ctx := context.Background()
-	s, kms, keys := kmsStore(t)
-	p := pgtest.Project(t, s, "p")
-	root := pgtest.Admin(t, s, "root")
-	if err := s.SetSecret(ctx, root, p.ID, "DEPLOY_TOKEN", secret); err != nil {
+	d := secretJob{project: pgtest.Project(t, s, "p"), root: pgtest.Admin(t, s, "root"), runner: newRunner(t, s),
+		spec: domain.JobSpec{Secrets: []string{"DEPLOY_TOKEN"}, Steps: []domain.Step{{Run: "deploy"}}}}
+	if err := s.SetSecret(ctx, d.root, d.project.ID, "DEPLOY_TOKEN", secret); err != nil {
 		t.Fatal(err)
 	}
-	spec := domain.JobSpec{Secrets: []string{"DEPLOY_TOKEN"}, Steps: []domain.Step{{Run: "deploy"}}}
-	r := newRunner(t, s)
-	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "deploy", Spec: spec}}}); err != nil {
+	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "deploy", Spec: d.spec}}}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Claim(ctx, r, nil, 0)
+	c, err := s.Claim(ctx, d.runner, nil, 0)
 	if err != nil || c == nil || c.Secrets["DEPLOY_TOKEN"] != secret {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
-	l := c.Lease
+	d.claim = c
+	return d
+}
+
+func TestLogsShownMasked(t *testing.T) {
+	ctx := context.Background()
+	s, kms, keys := kmsStore(t)
+	d := claimSecretJob(t, s)
+	root, p, spec, r, l := d.root, d.project, d.spec, d.runner, d.claim.Lease
 	first, second := "log: token="+secret[:7], secret[7:]+" done\n"
 	if _, err := s.AppendLog(ctx, r.ID, l.JobID, l, 0, []byte(first)); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -19,21 +18,8 @@ import (
 func TestLogIndex(t *testing.T) {
 	ctx := context.Background()
 	s, _, _ := kmsStore(t)
-	p := pgtest.Project(t, s, "p")
-	root := pgtest.Admin(t, s, "root")
-	if err := s.SetSecret(ctx, root, p.ID, "DEPLOY_TOKEN", secret); err != nil {
-		t.Fatal(err)
-	}
-	spec := domain.JobSpec{Secrets: []string{"DEPLOY_TOKEN"}, Steps: []domain.Step{{Run: "deploy"}}}
-	r := newRunner(t, s)
-	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "deploy", Spec: spec}}}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.Claim(ctx, r, nil, 0)
-	if err != nil || c == nil {
-		t.Fatalf("claim: %v", err)
-	}
-	l := c.Lease
+	d := claimSecretJob(t, s)
+	root, r, l := d.root, d.runner, d.claim.Lease
 	t0 := time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC)
 	start := protocol.StepEvent{Index: 0, Name: "deploy with " + secret, LogOffset: 6, StartedAt: t0}
 	appends := []store.LogAppend{

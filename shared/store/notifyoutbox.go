@@ -87,7 +87,7 @@ func (s *Store) ClaimNotifications(ctx context.Context, limit int, ttl time.Dura
 func (s *Store) NotificationDone(ctx context.Context, w NotifyWork, status int, cause error, backoff time.Duration, maxAttempts int) error {
 	var why *string
 	if cause != nil {
-		msg := truncate(cause.Error(), 500)
+		msg := domain.Truncate(cause.Error(), 500)
 		why = &msg
 	}
 	tag, err := s.pool.Exec(ctx, notificationDoneSQL, w.ID, w.LeaseID, status, why, backoff.Seconds(), maxAttempts)

@@ -254,7 +254,7 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 		// The slot is spent, and says why, rather than retried for ever
 		// (a run that is gone, an author who may no longer run it). A
 		// transient failure is left for the next sweep.
-		_, serr := s.claimSlot(ctx, s.pool, d, slot, true, truncate("could not fire: "+err.Error(), 300))
+		_, serr := s.claimSlot(ctx, s.pool, d, slot, true, domain.Truncate("could not fire: "+err.Error(), 300))
 		return 0, 1, serr
 	}
 	return fired, 0, err

@@ -50,7 +50,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	},
 	"join":      func(s []string) string { return strings.Join(s, ", ") },
 	"list":      func(s ...string) []string { return s },
-	"seconds":   func(s float64) string { return (time.Duration(s) * time.Second).Round(time.Second).String() },
+	"seconds":   seconds,
 	"bytes":     humanBytes,
 	"deref":     func(p *int) int { return *p },
 	"derefStr":  func(p *string) string { return *p },
