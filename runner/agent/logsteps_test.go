@@ -44,7 +44,7 @@ func TestLogStepsAndTimes(t *testing.T) {
 	app.stepEnded(0, "", &zero, "success")
 	app.stepStarted(1, "test")
 	_, _ = app.Write([]byte("==> step 2/2: test\nFAIL\n"))
-	app.stepEnded(1, "test ran", &one, "failure")
+	app.stepEnded(1, "test ran\xff", &one, "failure")
 	closeAppender(t, app)
 	log := storedLog(t, st, claim)
 	if !bytes.Contains(log, []byte("the last line, unended\n==> step 2/2")) {
@@ -70,7 +70,7 @@ func TestLogStepsAndTimes(t *testing.T) {
 	second := int64(bytes.Index(log, []byte("==> step 2/2")))
 	want := []string{
 		fmt.Sprintf("0 build with *** [%d,%d) exit 0 success true", len("setting up\n"), second),
-		fmt.Sprintf("1 test ran [%d,%d) exit 1 failure true", second, len(log)),
+		fmt.Sprintf("1 test ran\uFFFD [%d,%d) exit 1 failure true", second, len(log)),
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("steps\n%v\nwant\n%v", got, want)
