@@ -1,5 +1,6 @@
-// Package fakekms is an httptest fake of the two AWS KMS operations
-// ForgeCI uses, GenerateDataKey and Decrypt, speaking the service's JSON 1.1
+// Package fakekms is an httptest fake of the AWS KMS operations ForgeCI
+// uses, GenerateDataKey and Decrypt with symmetric keys, and GetPublicKey
+// and Sign with RSA signing keys (sign.go), speaking the service's JSON 1.1
 // protocol closely enough for the real SDK client: POST / with
 // X-Amz-Target TrentService.<op>, base64 blobs in JSON, and errors as
 // {"__type": ..., "message": ...} with KMS's status codes, so the SDK maps
@@ -18,6 +19,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +45,8 @@ const (
 const (
 	OpGenerateDataKey = "GenerateDataKey"
 	OpDecrypt         = "Decrypt"
+	OpSign            = "Sign"
+	OpGetPublicKey    = "GetPublicKey"
 )
 
 // KMS is the fake.
@@ -50,22 +54,29 @@ type KMS struct {
 	Server *httptest.Server
 
 	mu     sync.Mutex
-	keys   map[string][]byte // key ID -> the key's secret material
-	denied map[string]bool   // key ID -> callers are refused (AccessDeniedException)
-	calls  map[string]int    // operation -> requests received
+	keys   map[string]*fakeKey // key ID -> the key
+	denied map[string]bool     // key ID -> callers are refused (AccessDeniedException)
+	calls  map[string]int      // operation -> requests received
 	// SetDown makes every request answer 500 KMSInternalException. That
 	// is what KMS answers when it fails on its side, and the SDK maps it
 	// to *types.KMSInternalException; the SDK's standard retryer retries
 	// it (every 500 is retryable), so a client sees the error only after
-	// its last attempt. DropResponses takes an operation (OpGenerateDataKey
-	// or OpDecrypt).
+	// its last attempt. DropResponses takes an operation (OpGenerateDataKey,
+	// OpDecrypt, OpSign or OpGetPublicKey).
 	fakefault.Switches
+}
+
+// fakeKey is a KMS key: a symmetric one (ENCRYPT_DECRYPT) has material, a
+// signing one (SIGN_VERIFY, RSA_2048) has signer.
+type fakeKey struct {
+	material []byte
+	signer   *rsa.PrivateKey
 }
 
 // New starts a fake KMS holding one key, whose ID it returns; the server
 // stops with the test.
 func New(t testing.TB) (*KMS, string) {
-	f := &KMS{keys: map[string][]byte{}, denied: map[string]bool{}, calls: map[string]int{}}
+	f := &KMS{keys: map[string]*fakeKey{}, denied: map[string]bool{}, calls: map[string]int{}}
 	f.Server = httptest.NewServer(http.HandlerFunc(f.handle))
 	t.Cleanup(f.Server.Close)
 	return f, f.AddKey()
@@ -92,7 +103,7 @@ func (f *KMS) AddKey() string {
 	id := uuid.NewString()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.keys[id] = material
+	f.keys[id] = &fakeKey{material: material}
 	return id
 }
 
@@ -164,6 +175,10 @@ func (f *KMS) serve(w http.ResponseWriter, r *http.Request, op string) {
 		f.generateDataKey(w, body)
 	case OpDecrypt:
 		f.decrypt(w, body)
+	case OpSign:
+		f.sign(w, body)
+	case OpGetPublicKey:
+		f.getPublicKey(w, body)
 	default:
 		writeError(w, http.StatusBadRequest, "UnknownOperationException", "")
 	}
@@ -186,13 +201,18 @@ func (f *KMS) generateDataKey(w http.ResponseWriter, body []byte) {
 		writeError(w, http.StatusBadRequest, "ValidationException", msg)
 		return
 	}
-	id, material, ok := f.key(w, req.KeyId, "kms:GenerateDataKey")
+	id, k, ok := f.key(w, req.KeyId, "kms:GenerateDataKey")
 	if !ok {
+		return
+	}
+	if k.signer != nil {
+		writeError(w, http.StatusBadRequest, "InvalidKeyUsageException", fmt.Sprintf(
+			"%s key usage is SIGN_VERIFY which is not valid for GenerateDataKey.", f.ARN(id)))
 		return
 	}
 	plain := make([]byte, size)
 	_, _ = rand.Read(plain)
-	blob, err := seal(id, material, plain, req.EncryptionContext)
+	blob, err := seal(id, k.material, plain, req.EncryptionContext)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "KMSInternalException", "seal failed")
 		return
@@ -253,11 +273,12 @@ func (f *KMS) decrypt(w http.ResponseWriter, body []byte) {
 			return
 		}
 	}
-	id, material, ok := f.key(w, blobID, "kms:Decrypt")
+	id, k, ok := f.key(w, blobID, "kms:Decrypt")
 	if !ok {
 		return
 	}
-	plain, err := open(id, material, req.CiphertextBlob, req.EncryptionContext)
+	// A signing key's nil material fails open, as a forged blob should.
+	plain, err := open(id, k.material, req.CiphertextBlob, req.EncryptionContext)
 	if err != nil {
 		// A wrong EncryptionContext lands here too, as in KMS.
 		writeError(w, http.StatusBadRequest, "InvalidCiphertextException", "")
@@ -288,14 +309,14 @@ func (f *KMS) resolve(ref string) (string, bool) {
 
 // key looks up a key for action; when it cannot be used it answers
 // NotFoundException or AccessDeniedException itself and returns !ok.
-func (f *KMS) key(w http.ResponseWriter, ref, action string) (id string, material []byte, ok bool) {
+func (f *KMS) key(w http.ResponseWriter, ref, action string) (id string, k *fakeKey, ok bool) {
 	id, ok = f.resolve(ref)
 	if !ok {
 		writeError(w, http.StatusBadRequest, "NotFoundException", fmt.Sprintf("Key '%s' does not exist", ref))
 		return "", nil, false
 	}
 	f.mu.Lock()
-	material, denied := f.keys[id], f.denied[id]
+	k, denied := f.keys[id], f.denied[id]
 	f.mu.Unlock()
 	if denied {
 		writeError(w, http.StatusBadRequest, "AccessDeniedException", fmt.Sprintf(
@@ -303,7 +324,7 @@ func (f *KMS) key(w http.ResponseWriter, ref, action string) (id string, materia
 			Account, action, f.ARN(id), action))
 		return "", nil, false
 	}
-	return id, material, true
+	return id, k, true
 }
 
 // A ciphertext blob is: 1 version byte, 1 byte of key ID length, the key
