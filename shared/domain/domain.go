@@ -133,6 +133,9 @@ const (
 	// FeatureReports: the runner reads the job's test reports (reports:)
 	// and sends their summary (the report route).
 	FeatureReports = "reports"
+	// FeatureIDToken: the runner serves the job's steps identity tokens
+	// (permissions: {id-token: write}) through a per-job socket.
+	FeatureIDToken = "id-token"
 )
 
 // Features are the runner features the job needs, sorted.
@@ -140,6 +143,9 @@ func (s JobSpec) Features() []string {
 	var out []string
 	if s.hasExpressions() {
 		out = append(out, FeatureExpressions)
+	}
+	if s.IDToken {
+		out = append(out, FeatureIDToken)
 	}
 	if len(s.Outputs) > 0 {
 		out = append(out, FeatureOutputs)
@@ -247,7 +253,28 @@ type JobSpec struct {
 	// filled in by the control plane when the job is queued, for a job
 	// whose expressions read it.
 	NeedResults map[string]NeedResult `json:"need_results,omitempty"`
+	// Environment is the environment the job deploys to (environment:),
+	// as templates the control plane evaluates when the job's needs end:
+	// its rules (reviewers, branches) gate the job, and its secrets are
+	// the job's.
+	Environment *EnvironmentSpec `json:"environment,omitempty"`
+	// IDToken: the job may ask for identity tokens bound to its lease
+	// (permissions: {id-token: write}).
+	IDToken bool `json:"id_token,omitempty"`
 }
+
+// EnvironmentSpec is a job's environment: name and URL, templates over
+// the contexts a job's concurrency group reads.
+type EnvironmentSpec struct {
+	Name string `json:"name"`
+	URL  string `json:"url,omitempty"`
+}
+
+// EnvironmentNameRE is an environment's name once evaluated: lower case
+// (GitHub's names are case-insensitive, so "Production" must not escape
+// the rules of "production"), and never a ':' (it is a field of an
+// identity token's sub).
+var EnvironmentNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // NeedResult is one needed job as needs.<job> shows it: its result
 // (success, failure, cancelled or skipped) and its outputs.

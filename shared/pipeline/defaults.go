@@ -2,7 +2,6 @@ package pipeline
 
 import (
 	"path/filepath"
-	"slices"
 
 	"github.com/goccy/go-yaml/ast"
 )
@@ -65,32 +64,3 @@ func (p *parseState) workDir(v ast.Node, kp string) string {
 var permissionScopes = []string{"actions", "attestations", "checks", "contents", "deployments", "discussions",
 	"id-token", "issues", "models", "packages", "pages", "pull-requests", "repository-projects",
 	"security-events", "statuses"}
-
-// permissions reads permissions: GitHub's token scopes. ForgeCI gives a
-// job no GitHub token, so a workflow's permissions take nothing away; they
-// are checked and accepted, except id-token: write, which asks for an
-// identity token ForgeCI does not issue yet.
-func (p *parseState) permissions(n ast.Node, path string) {
-	if s, ok := unwrap(n).(*ast.StringNode); ok {
-		if s.Value != "read-all" && s.Value != "write-all" {
-			p.errorf(n, path, "is read-all, write-all or a mapping of scopes")
-		}
-		return
-	}
-	kvs, ok := p.mapping(n, path)
-	if !ok {
-		return
-	}
-	for _, kv := range kvs {
-		scope, kp := keyOf(kv), path+"."+keyOf(kv)
-		v, _ := p.str(kv.Value, kp)
-		switch {
-		case !slices.Contains(permissionScopes, scope):
-			p.errorf(kv.Key, kp, "unknown permission %q", scope)
-		case v != "read" && v != "write" && v != "none":
-			p.errorf(kv.Value, kp, "is read, write or none")
-		case scope == "id-token" && v == "write":
-			p.errorf(kv.Value, kp, "identity tokens are not issued yet: a job gets no OIDC token")
-		}
-	}
-}

@@ -98,6 +98,12 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 		job.Spec.DisplayName = p.substitute(j, j.path+".name", j.displayName, combo, place{runner: jobEnvContexts})
 	}
 	p.expandFlow(j, &job, combo)
+	p.expandEnvironment(j, &job, combo)
+	job.Spec.IDToken = p.idToken
+	if j.idToken != nil {
+		// A job's permissions replace the file's, as GitHub's.
+		job.Spec.IDToken = *j.idToken
+	}
 	return job
 }
 

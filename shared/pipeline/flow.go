@@ -79,7 +79,10 @@ func (p *parseState) flowKey(j *rawJob, key string, v ast.Node, kp string) bool 
 	case "defaults":
 		j.runDefaults = p.defaults(v, kp)
 	case "permissions":
-		p.permissions(v, kp)
+		idToken := p.permissions(v, kp)
+		j.idToken = &idToken
+	case "environment":
+		j.environment = p.environment(v, kp)
 	case "concurrency":
 		j.concurrency = p.concurrency(v, kp, jobGroupContexts)
 	default:

@@ -163,7 +163,7 @@ jobs:
 		t.Fatalf("b step %+v", b.Steps[0])
 	}
 	refuses(t, "jobs:\n  a:\n    %s\n    steps: [{run: x}]\n", map[string]string{
-		"permissions: {id-token: write}":           "identity tokens are not issued yet",
+		"permissions: {id-token: read}":            "is write or none",
 		"permissions: {content: read}":             `unknown permission "content"`,
 		"permissions: {contents: admin}":           "is read, write or none",
 		"permissions: all":                         "read-all, write-all or a mapping",

@@ -187,6 +187,8 @@ type parseState struct {
 	readsNeeds bool
 	// runDefaults are the file's defaults.run.
 	runDefaults runDefaults
+	// idToken: the file's permissions give id-token: write.
+	idToken bool
 }
 
 func (p *parseState) errorf(n ast.Node, path, format string, args ...any) {
@@ -253,7 +255,7 @@ func Parse(file string, src []byte) (*Pipeline, error) {
 		case "defaults":
 			p.runDefaults = p.defaults(kv.Value, key)
 		case "permissions":
-			p.permissions(kv.Value, key)
+			p.idToken = p.permissions(kv.Value, key)
 		default:
 			p.errorf(kv.Key, key, "unknown key %q (expected name, on, concurrency, env, defaults, permissions or jobs)", key)
 		}
@@ -308,6 +310,8 @@ type rawJob struct {
 	displayName     string
 	runDefaults     runDefaults
 	concurrency     *domain.Concurrency
+	environment     *domain.EnvironmentSpec
+	idToken         *bool // the job's permissions (nil: the file's)
 }
 
 func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
@@ -428,7 +432,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 			}
 		default:
 			if !p.flowKey(j, key, kv.Value, kp) {
-				p.errorf(kv.Key, kp, "unknown key %q (expected name, runs-on, needs, if, timeout-minutes, env, defaults, permissions, secrets, steps, outputs, artifacts, reports, download, cache, retry, limits, strategy or continue-on-error)", key)
+				p.errorf(kv.Key, kp, "unknown key %q (expected name, runs-on, needs, if, timeout-minutes, env, defaults, permissions, environment, secrets, steps, outputs, artifacts, reports, download, cache, retry, limits, strategy or continue-on-error)", key)
 			}
 		}
 	}

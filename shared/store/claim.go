@@ -30,7 +30,8 @@ import (
 // (forgeci-bench -only claim); a CASE kept the rate but doubled a claim's
 // latency on a short queue (-only claim-scale). A job that names secrets
 // gets, for a trusted run only, those secrets (sealed) and its project's
-// wrapped data key.
+// wrapped data key: the project's, and those of the environment it was
+// let deploy to.
 const claimSQL = `
 WITH candidate AS (
     SELECT id FROM jobs
@@ -49,7 +50,8 @@ WITH candidate AS (
         started_at = now(), log_size = 0, log_limit = $6, reason = NULL, exit_code = NULL, outputs = NULL
     FROM candidate c
     WHERE j.id = c.id
-    RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec, j.queued_at, j.secret_names
+    RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec, j.queued_at, j.secret_names,
+              CASE WHEN j.deploy_state = 'approved' THEN j.environment ELSE '' END AS environment
 ), run_started AS (
     UPDATE runs SET state = 'RUNNING', started_at = now()
     WHERE id = (SELECT run_id FROM claimed) AND state = 'PENDING'
@@ -61,8 +63,10 @@ SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spe
            (SELECT k.wrapped_key FROM project_keys k WHERE k.project_id = r.project_id)
        END,
        CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN
-           (SELECT jsonb_agg(jsonb_build_object('Name', s.name, 'Sealed', encode(s.sealed, 'base64'), 'Value', s.value))
-            FROM project_secrets s WHERE s.project_id = r.project_id AND s.name = ANY (c.secret_names))
+           (SELECT jsonb_agg(jsonb_build_object('Name', s.name, 'Environment', s.environment,
+                                                'Sealed', encode(s.sealed, 'base64'), 'Value', s.value))
+            FROM project_secrets s WHERE s.project_id = r.project_id AND s.name = ANY (c.secret_names)
+                                     AND s.environment IN ('', c.environment))
        END
 FROM claimed c JOIN runs r ON r.id = c.run_id`
 

@@ -53,14 +53,16 @@ func conditionOf(j NewJob) jobCondition {
 }
 
 // decidableSQL lists the pending jobs of run $1 with a condition, a
-// needs context or a concurrency group whose needs have all ended (and not while the run waits
-// for approval).
+// needs context, a concurrency group or an environment whose needs have all
+// ended (and not while the run or its deployment waits for approval).
 const decidableSQL = `
 SELECT d.id, coalesce(d.condition, ''), d.condition_status, d.reads_needs, d.needs, d.spec->'run', r.cancel_requested,
-       coalesce(d.concurrency_template, ''), d.concurrency_cancel, coalesce(d.concurrency_cancel_expr, ''), d.trusted
+       coalesce(d.concurrency_template, ''), d.concurrency_cancel, coalesce(d.concurrency_cancel_expr, ''), d.trusted,
+       coalesce(d.environment_template, ''), coalesce(d.spec->'environment'->>'url', ''), coalesce(d.deploy_state, '')
 FROM jobs d JOIN runs r ON r.id = d.run_id
 WHERE d.run_id = $1 AND d.state = 'PENDING' AND NOT d.decided
-  AND (d.condition IS NOT NULL OR d.reads_needs OR d.concurrency_template IS NOT NULL)
+  AND (d.condition IS NOT NULL OR d.reads_needs OR d.concurrency_template IS NOT NULL OR d.environment_template IS NOT NULL)
+  AND d.deploy_state IS DISTINCT FROM 'waiting'
   AND r.approval <> 'pending' AND NOT r.concurrency_waiting
   AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
                   AND n.state IN ('PENDING', 'QUEUED', 'RUNNING'))
@@ -108,13 +110,16 @@ type undecided struct {
 	cancel             bool   // its cancel-in-progress, or
 	cancelExpr         string // that as an expression
 	trusted            bool
+	envTemplate        string // the environment's name, a template ("" none)
+	envURL             string // its URL, a template
+	deployState        string // "", or approved once it may deploy
 }
 
 func scanUndecided(rows pgx.Rows) ([]undecided, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (undecided, error) {
 		var u undecided
 		err := row.Scan(&u.id, &u.condition, &u.status, &u.readsNeeds, &u.needs, &u.facts, &u.cancelRequested,
-			&u.group, &u.cancel, &u.cancelExpr, &u.trusted)
+			&u.group, &u.cancel, &u.cancelExpr, &u.trusted, &u.envTemplate, &u.envURL, &u.deployState)
 		return u, err
 	})
 }
@@ -159,6 +164,7 @@ func (j runJob) result() string {
 type decider struct {
 	budget  int
 	outputs map[string]map[string]string
+	envs    map[string]envRule // the run's project's environments, read once
 }
 
 func newDecider() *decider {
@@ -179,6 +185,9 @@ func decideJobs(ctx context.Context, tx pgx.Tx, runID string, list []undecided, 
 		return fmt.Errorf("read jobs: %w", err)
 	}
 	if err := d.readOutputs(ctx, tx, runID, list); err != nil {
+		return err
+	}
+	if err := d.readEnvRules(ctx, tx, runID, list); err != nil {
 		return err
 	}
 	byName := make(map[string]runJob, len(jobs))
@@ -255,6 +264,9 @@ func queueDecision(b *pgx.Batch, u undecided, jobs []runJob, byName map[string]r
 				"its needs' outputs are %d bytes of JSON, over the %d a job may read", len(ctxJSON), maxNeedsContext))
 			return
 		}
+	}
+	if u.envTemplate != "" && u.deployState == "" && !d.deployGate(b, u, needs) {
+		return
 	}
 	if u.group == "" {
 		b.Queue(decideRunSQL, u.id, ctxJSON)

@@ -81,18 +81,7 @@ WHERE concurrency_group IS NOT NULL AND state = 'PENDING' AND concurrency_waitin
 // pipeline names it, and must never cancel, supersede or hold up a
 // trusted run or job).
 func groupName(template string, vars map[string]any, trusted bool, budget *int) (string, error) {
-	tpl, errs := expr.ParseTemplate(template)
-	if len(errs) > 0 {
-		return "", errors.New(errs[0].Message)
-	}
-	c := &expr.Context{Vars: vars, Budget: conditionWork}
-	if budget != nil {
-		c.Budget = min(*budget, conditionWork)
-	}
-	g, err := tpl.Eval(c)
-	if budget != nil {
-		*budget -= c.Work
-	}
+	g, err := evalTemplate(template, vars, budget)
 	if err != nil {
 		return "", err
 	}
@@ -107,6 +96,24 @@ func groupName(template string, vars map[string]any, trusted bool, budget *int) 
 		return "", fmt.Errorf("is %q here: a group may not start with \"untrusted:\"", g)
 	}
 	return g, nil
+}
+
+// evalTemplate evaluates a template the control plane fills in, charging
+// its work to budget (when not nil).
+func evalTemplate(template string, vars map[string]any, budget *int) (string, error) {
+	tpl, errs := expr.ParseTemplate(template)
+	if len(errs) > 0 {
+		return "", errors.New(errs[0].Message)
+	}
+	c := &expr.Context{Vars: vars, Budget: conditionWork}
+	if budget != nil {
+		c.Budget = min(*budget, conditionWork)
+	}
+	v, err := tpl.Eval(c)
+	if budget != nil {
+		*budget -= c.Work
+	}
+	return v, err
 }
 
 // evalJobGroup is job u's group and cancel-in-progress, from its

@@ -66,14 +66,16 @@ WHERE id = $1`
 // runJobsSQL lists the jobs of run $1 in creation order.
 const runJobsSQL = `
 SELECT j.id, j.name, j.state, j.needs, j.generation, coalesce(j.runner_id, ''), coalesce(j.reason, ''), j.exit_code,
-       j.log_size, j.started_at, j.finished_at, t.tests, t.passed, t.failed, t.errored, t.skipped
+       j.log_size, j.started_at, j.finished_at, t.tests, t.passed, t.failed, t.errored, t.skipped,
+       coalesce(j.environment, ''), coalesce(j.deploy_state, '')
 FROM jobs j LEFT JOIN job_reports t ON t.job_id = j.id AND t.generation = j.generation
 WHERE j.run_id = $1 ORDER BY j.created_at, j.id`
 
 // getJobSQL reads job $1 of run $2 if user $3 may read its project.
 const getJobSQL = `
 SELECT j.id, j.run_id, j.name, j.state, j.needs, j.labels, j.generation, coalesce(j.runner_id, ''),
-       coalesce(j.reason, ''), j.exit_code, j.log_size, j.started_at, j.finished_at
+       coalesce(j.reason, ''), j.exit_code, j.log_size, j.started_at, j.finished_at,
+       coalesce(j.environment, ''), coalesce(j.deploy_state, '')
 FROM jobs j JOIN runs r ON r.id = j.run_id
 WHERE j.id = $1 AND j.run_id = $2 AND project_rank($3, r.project_id) >= 1`
 
@@ -240,6 +242,11 @@ type JobInfo struct {
 	// Tests are the counts of the current attempt's test reports (nil:
 	// it sent none).
 	Tests *TestCounts `json:"tests,omitempty"`
+	// Environment is the environment the job deploys to, once its needs
+	// ended; DeployState is "waiting" while its deployment waits for a
+	// review, "approved" once it may go.
+	Environment string `json:"environment,omitempty"`
+	DeployState string `json:"deploy_state,omitempty"`
 }
 
 // TestCounts are a test report's counts.
@@ -261,7 +268,7 @@ func (s *Store) RunJobs(ctx context.Context, runID string) ([]JobInfo, error) {
 		var j JobInfo
 		var tests, passed, failed, errored, skipped *int
 		err := row.Scan(&j.ID, &j.Name, &j.State, &j.Needs, &j.Generation, &j.RunnerID, &j.Reason, &j.ExitCode,
-			&j.LogSize, &j.StartedAt, &j.FinishedAt, &tests, &passed, &failed, &errored, &skipped)
+			&j.LogSize, &j.StartedAt, &j.FinishedAt, &tests, &passed, &failed, &errored, &skipped, &j.Environment, &j.DeployState)
 		if tests != nil {
 			j.Tests = &TestCounts{*tests, *passed, *failed, *errored, *skipped}
 		}
@@ -295,7 +302,8 @@ type JobDetail struct {
 func (s *Store) GetJob(ctx context.Context, u User, runID, jobID string) (JobDetail, error) {
 	var d JobDetail
 	err := s.pool.QueryRow(ctx, getJobSQL, jobID, runID, u.ID).Scan(&d.ID, &d.RunID, &d.Name, &d.State, &d.Needs,
-		&d.Labels, &d.Generation, &d.RunnerID, &d.Reason, &d.ExitCode, &d.LogSize, &d.StartedAt, &d.FinishedAt)
+		&d.Labels, &d.Generation, &d.RunnerID, &d.Reason, &d.ExitCode, &d.LogSize, &d.StartedAt, &d.FinishedAt,
+		&d.Environment, &d.DeployState)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
 	}

@@ -289,6 +289,14 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	return nil
 }
 
+// envTemplate is the name of a job's environment, as its pipeline says it.
+func envTemplate(spec domain.JobSpec) string {
+	if spec.Environment == nil {
+		return ""
+	}
+	return spec.Environment.Name
+}
+
 func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 	var reason *string
 	if run.Approval == ApprovalPending {
@@ -315,7 +323,7 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		if _, err := tx.Exec(ctx, insertJobSQL, id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
 			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted, nonNil(features),
 			c.group, c.condition, c.status, c.survivesCancel, j.ContinueOnError, j.FailFast, j.MaxParallel, j.ReadsNeeds,
-			c.concurrency, c.cancelInProgress, c.cancelExpr); err != nil {
+			c.concurrency, c.cancelInProgress, c.cancelExpr, envTemplate(j.Spec)); err != nil {
 			return fmt.Errorf("insert job %s: %w", j.Name, err)
 		}
 		if nr.Checks != nil {

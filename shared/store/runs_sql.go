@@ -27,9 +27,9 @@ INSERT INTO jobs (id, run_id, name, state, needs, labels, spec, timeout_seconds,
                   retry_failed, secret_names, reason, project_id, trusted, features,
                   job_group, condition, condition_status, survives_cancel, continue_on_error,
                   fail_fast, max_parallel, reads_needs, concurrency_template, concurrency_cancel,
-                  concurrency_cancel_expr)
+                  concurrency_cancel_expr, environment_template)
 VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-        $15, $16, $17, $18, $19, $20, $21, $22, nullif($23, ''), $24, nullif($25, ''))`
+        $15, $16, $17, $18, $19, $20, $21, $22, nullif($23, ''), $24, nullif($25, ''), nullif($26, ''))`
 
 // insertJobCheckSQL is the check-run outbox row mirroring a new job.
 const insertJobCheckSQL = `INSERT INTO check_runs (job_id, repository_id, head_sha, name) VALUES ($1, $2, $3, $4)`
@@ -114,7 +114,8 @@ WITH ready AS (
                                          AND s.state IN ('QUEUED', 'RUNNING')) AS active
     FROM jobs d
     WHERE d.run_id = $1 AND d.state = 'PENDING'
-      AND (d.decided OR d.condition IS NULL AND NOT d.reads_needs AND d.concurrency_template IS NULL)
+      AND (d.decided OR d.condition IS NULL AND NOT d.reads_needs AND d.concurrency_template IS NULL
+           AND d.environment_template IS NULL)
       AND NOT d.concurrency_waiting
       AND NOT EXISTS (SELECT 1 FROM jobs n WHERE n.run_id = d.run_id AND n.name = ANY (d.needs)
                       AND n.state <> 'PASSED' AND NOT (n.state = 'FAILED' AND n.continue_on_error)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,11 +21,12 @@ import (
 // in the dev stack). No API returns a value; a claim carries only the
 // secrets its job names, and only for a trusted run.
 
-// sealSecretSQL stores sealed secret $2 of project $1, replacing its value
-// (a legacy plain value too).
+// sealSecretSQL stores sealed secret $2 of project $1 (of its environment
+// $4, ” for the project's own), replacing its value (a legacy plain value
+// too).
 const sealSecretSQL = `
-INSERT INTO project_secrets (project_id, name, sealed) VALUES ($1, $2, $3)
-ON CONFLICT (project_id, name) DO UPDATE SET sealed = $3, value = NULL, updated_at = now()`
+INSERT INTO project_secrets (project_id, name, sealed, environment) VALUES ($1, $2, $3, $4)
+ON CONFLICT (project_id, environment, name) DO UPDATE SET sealed = $3, value = NULL, updated_at = now()`
 
 // projectKeySQL is project $1's wrapped data key.
 const projectKeySQL = `SELECT wrapped_key FROM project_keys WHERE project_id = $1`
@@ -38,10 +41,15 @@ RETURNING wrapped_key`
 
 // listSecretsSQL is a page of project $1's secret names, after $2, at most $3.
 const listSecretsSQL = `
-SELECT name, updated_at FROM project_secrets WHERE project_id = $1 AND name > $2
+SELECT name, updated_at FROM project_secrets WHERE project_id = $1 AND environment = '' AND name > $2
 ORDER BY name LIMIT $3`
 
-const deleteSecretSQL = `DELETE FROM project_secrets WHERE project_id = $1 AND name = $2`
+// deleteSecretSQL deletes secret $2 of project $1's environment $3.
+const deleteSecretSQL = `DELETE FROM project_secrets WHERE project_id = $1 AND name = $2 AND environment = $3`
+
+// environmentExistsSQL locks environment $2 of project $1, so that a
+// secret is not added to one being deleted.
+const environmentExistsSQL = `SELECT 1 FROM environments WHERE project_id = $1 AND name = $2 FOR SHARE`
 
 // legacySecretsSQL locks the secrets still stored in plain text.
 const legacySecretsSQL = `SELECT project_id, name, value FROM project_secrets WHERE value IS NOT NULL FOR UPDATE`
@@ -73,13 +81,26 @@ type SecretInfo struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
-func secretAAD(projectID, name string) []byte {
-	return []byte("forgeci-secret\x00" + projectID + "\x00" + name)
+// secretAAD binds a sealed value to its project, environment and name, so
+// that no row's value can be moved to another name or scope.
+func secretAAD(projectID, env, name string) []byte {
+	if env == "" {
+		return []byte("forgeci-secret\x00" + projectID + "\x00" + name)
+	}
+	return []byte("forgeci-env-secret\x00" + projectID + "\x00" + env + "\x00" + name)
 }
 
 // SetSecret seals and stores a project secret; u must be an admin of the
 // project.
 func (s *Store) SetSecret(ctx context.Context, u User, projectID, name, value string) error {
+	return s.SetScopedSecret(ctx, u, projectID, "", name, value)
+}
+
+// SetScopedSecret seals and stores a secret of a project's environment
+// env ("" for the project's own), which must exist; u must be an admin
+// of the project. Only jobs that deploy to env get an environment's
+// secret, in place of a project secret of the same name.
+func (s *Store) SetScopedSecret(ctx context.Context, u User, projectID, env, name, value string) error {
 	if !secretNameRE.MatchString(name) {
 		return domain.Errorf(domain.EInvalid, "secret names are upper-case letters, digits and _, not starting with a digit: %q", name)
 	}
@@ -97,20 +118,28 @@ func (s *Store) SetSecret(ctx context.Context, u User, projectID, name, value st
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
-		return s.sealSecret(ctx, tx, projectID, name, value)
+		if env != "" {
+			var one int
+			if err := tx.QueryRow(ctx, environmentExistsSQL, projectID, env).Scan(&one); errors.Is(err, pgx.ErrNoRows) {
+				return domain.Errorf(domain.ENotFound, "environment %s not found: make it first", env)
+			} else if err != nil {
+				return fmt.Errorf("read environment: %w", err)
+			}
+		}
+		return s.sealSecret(ctx, tx, projectID, env, name, value)
 	})
 }
 
-func (s *Store) sealSecret(ctx context.Context, tx pgx.Tx, projectID, name, value string) error {
+func (s *Store) sealSecret(ctx context.Context, tx pgx.Tx, projectID, env, name, value string) error {
 	key, err := s.projectKey(ctx, tx, projectID)
 	if err != nil {
 		return err
 	}
-	sealed, err := secretbox.Seal(key, []byte(value), secretAAD(projectID, name))
+	sealed, err := secretbox.Seal(key, []byte(value), secretAAD(projectID, env, name))
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, sealSecretSQL, projectID, name, sealed)
+	_, err = tx.Exec(ctx, sealSecretSQL, projectID, name, sealed, env)
 	if err != nil {
 		return fmt.Errorf("store secret: %w", err)
 	}
@@ -151,10 +180,22 @@ func (s *Store) ListSecrets(ctx context.Context, u User, projectID string, pg Pa
 		func(si SecretInfo) string { return si.Name })
 }
 
-// DeleteSecret removes a project secret; u must be an admin of the project.
-func (s *Store) DeleteSecret(ctx context.Context, u User, projectID, name string) error {
-	return s.adminDelete(ctx, u, projectID, "delete secret", deleteSecretSQL, name,
-		domain.Errorf(domain.ENotFound, "secret %s not found", name))
+// DeleteSecret removes a secret of a project's environment env ("" for
+// the project's own); u must be an admin of the project.
+func (s *Store) DeleteSecret(ctx context.Context, u User, projectID, env, name string) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, deleteSecretSQL, projectID, name, env)
+		if err != nil {
+			return fmt.Errorf("delete secret: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.ENotFound, "secret %s not found", name)
+		}
+		return nil
+	})
 }
 
 // SealLegacySecrets seals the plain-text secrets an installation had before
@@ -178,7 +219,7 @@ func (s *Store) SealLegacySecrets(ctx context.Context) (int, error) {
 			return fmt.Errorf("%d project secrets are stored in plain text and no master key is configured to seal them: set FORGECI_KMS_KEY_ID or FORGECI_SECRETS_KEY_FILE", len(list))
 		}
 		for _, l := range list {
-			if err := s.sealSecret(ctx, tx, l.project, l.name, l.value); err != nil {
+			if err := s.sealSecret(ctx, tx, l.project, "", l.name, l.value); err != nil {
 				return err
 			}
 		}
@@ -191,15 +232,19 @@ func (s *Store) SealLegacySecrets(ctx context.Context) (int, error) {
 // sealedSecret is a secret as a claim reads it: sealed, or (before
 // SealLegacySecrets ran) plain.
 type sealedSecret struct {
-	Name   string
-	Sealed []byte
-	Value  *string
+	Name        string
+	Environment string // '' for the project's own
+	Sealed      []byte
+	Value       *string
 }
 
 // openSecrets opens the secrets a claim fetched, with the project's key.
 func (s *Store) openSecrets(ctx context.Context, projectID string, wrapped []byte, list []sealedSecret) (map[string]string, error) {
 	out := make(map[string]string, len(list))
 	var key []byte
+	// An environment's secret replaces the project's of the same name,
+	// whatever order the rows came in.
+	slices.SortStableFunc(list, func(a, b sealedSecret) int { return strings.Compare(a.Environment, b.Environment) })
 	for _, sec := range list {
 		if sec.Value != nil {
 			out[sec.Name] = *sec.Value
@@ -214,7 +259,7 @@ func (s *Store) openSecrets(ctx context.Context, projectID string, wrapped []byt
 				return nil, fmt.Errorf("unwrap data key of project %s: %w", projectID, err)
 			}
 		}
-		v, err := secretbox.Open(key, sec.Sealed, secretAAD(projectID, sec.Name))
+		v, err := secretbox.Open(key, sec.Sealed, secretAAD(projectID, sec.Environment, sec.Name))
 		if err != nil {
 			return nil, fmt.Errorf("open secret %s of project %s: %w", sec.Name, projectID, err)
 		}

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+)
+
+// The deploy gate: when a job that names an environment has had its needs
+// end and its condition hold, its environment is evaluated and its rules
+// applied, in advanceRun's transaction under the run's lock. A ref the
+// environment does not allow fails the job; reviewers make it wait, with
+// a deployment row saying so, until DecideDeployment; otherwise it goes
+// on at once. Every outcome is a deployment row: the history.
+
+// envRulesSQL reads the rules of the environments of run $1's project.
+const envRulesSQL = `
+SELECT e.name, coalesce(e.reviewer_role, ''), e.allowed_refs
+FROM environments e JOIN runs r ON r.project_id = e.project_id WHERE r.id = $1`
+
+// insertDeploymentSQL records job $1's deployment to environment $2
+// (URL $3) with decision $4 and reason $5, the ref and commit its run's.
+const insertDeploymentSQL = `
+INSERT INTO deployments (project_id, environment, run_id, job_id, ref, sha, url, decision, reason, decided_at)
+SELECT r.project_id, $2, r.id, j.id, coalesce(r.git_ref, ''), coalesce(r.git_sha, ''), nullif($3, ''), $4, nullif($5, ''),
+       CASE WHEN $4 IN ('automatic', 'refused') THEN now() END
+FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`
+
+// deployWaitSQL holds job $1 for a review of its deployment to $2.
+const deployWaitSQL = `
+UPDATE jobs SET environment = $2, deploy_state = 'waiting', reason = $3 WHERE id = $1 AND state = 'PENDING'`
+
+// deployGoSQL lets job $1 deploy to $2 without a review.
+const deployGoSQL = `UPDATE jobs SET environment = $2, deploy_state = 'approved' WHERE id = $1 AND state = 'PENDING'`
+
+// envRule is an environment's rules as the gate reads them.
+type envRule struct {
+	reviewerRole string
+	allowedRefs  []string
+}
+
+// readEnvRules reads the rules of run's project, once per decider.
+func (d *decider) readEnvRules(ctx context.Context, tx pgx.Tx, runID string, list []undecided) error {
+	if d.envs != nil {
+		return nil
+	}
+	need := false
+	for _, u := range list {
+		need = need || (u.envTemplate != "" && u.deployState == "")
+	}
+	if !need {
+		return nil
+	}
+	rows, err := tx.Query(ctx, envRulesSQL, runID)
+	if err != nil {
+		return fmt.Errorf("read environments: %w", err)
+	}
+	d.envs = map[string]envRule{}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var r envRule
+		if err := rows.Scan(&name, &r.reviewerRole, &r.allowedRefs); err != nil {
+			return fmt.Errorf("read environments: %w", err)
+		}
+		d.envs[name] = r
+	}
+	return rows.Err()
+}
+
+// deployGate applies u's environment's rules; it reports whether u may
+// go on to be queued now.
+func (d *decider) deployGate(b *pgx.Batch, u undecided, needs map[string]domain.NeedResult) bool {
+	vars := decisionVars(u, needs)
+	name, err := d.evalText(u.envTemplate, vars)
+	if err == nil {
+		name, err = CheckEnvironmentName(strings.TrimSpace(name))
+	}
+	if err != nil {
+		b.Queue(decideEndSQL, u.id, domain.JobFailed, domain.Truncate("environment: "+err.Error(), 300))
+		return false
+	}
+	url := ""
+	if u.envURL != "" {
+		if url, err = d.evalText(u.envURL, vars); err != nil || len(url) > 2048 {
+			url = "" // a URL is shown, never used: an error hides it only
+		}
+	}
+	rule := d.envs[name]
+	ref := ""
+	if f, ok := vars["forgeci"].(map[string]any); ok {
+		ref, _ = f["ref"].(string)
+	}
+	switch {
+	case !refAllowed(rule.allowedRefs, ref):
+		reason := fmt.Sprintf("environment %s does not allow %s to deploy (allowed: %s)", name, refOrNone(ref), strings.Join(rule.allowedRefs, ", "))
+		b.Queue(insertDeploymentSQL, u.id, name, url, "refused", reason)
+		b.Queue(decideEndSQL, u.id, domain.JobFailed, domain.Truncate(reason, 300))
+		return false
+	case rule.reviewerRole != "":
+		b.Queue(insertDeploymentSQL, u.id, name, url, "waiting", "")
+		b.Queue(deployWaitSQL, u.id, name, "waiting for a review to deploy to "+name)
+		return false
+	}
+	b.Queue(insertDeploymentSQL, u.id, name, url, "automatic", "")
+	b.Queue(deployGoSQL, u.id, name)
+	return true
+}
+
+func refOrNone(ref string) string {
+	if ref == "" {
+		return "a run without a ref"
+	}
+	return ref
+}
+
+// evalText evaluates a template of the deploy gate with its budget.
+func (d *decider) evalText(template string, vars map[string]any) (string, error) {
+	if !strings.Contains(template, "${{") {
+		return template, nil
+	}
+	if d.budget <= 0 {
+		return "", fmt.Errorf("the conditions and outputs read with this one are too much work together (over %d units)", decisionWork)
+	}
+	return evalTemplate(template, vars, &d.budget)
+}
