@@ -42,17 +42,22 @@ func devCommand(ctx context.Context, o devOptions) error {
 	}
 	defer pgLog.Close()
 	fmt.Fprintln(os.Stderr, "forgeci dev: starting PostgreSQL and S3 (log:", pgLog.Name()+")")
-	stack, err := localstack.Start(ctx, localstack.Options{Dir: *dir, Log: pgLog, Limits: store.Limits{LeaseTTL: *leaseTTL}})
+	keyDir, dropKeys, err := devKeyDir(*dir)
+	if err != nil {
+		return err
+	}
+	defer dropKeys()
+	stack, err := localstack.Start(ctx, localstack.Options{Dir: *dir, Log: pgLog, Limits: store.Limits{LeaseTTL: *leaseTTL},
+		OIDCKeyFile: filepath.Join(keyDir, "oidc-key.pem")})
 	if err != nil {
 		return err
 	}
 	defer stack.Close()
 	st := stack.Store
-	keys, dropKeys, err := devKeyring(*dir)
+	keys, err := devKeyring(keyDir)
 	if err != nil {
 		return err
 	}
-	defer dropKeys()
 	st.SetKeyring(keys)
 	_, adminToken, err := st.CreateUser(ctx, "admin", store.RoleAdmin)
 	if err != nil {
@@ -124,23 +129,27 @@ func startSCMWorker(ctx context.Context, stack *localstack.Stack, apiServer *api
 	return nil
 }
 
+// devKeyDir is where the local stack keeps its keys: --dir (kept with
+// the database), or a temporary directory dropped at the end.
+func devKeyDir(dir string) (string, func(), error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", "forgeci-dev-keys-")
+	if err != nil {
+		return "", func() {}, err
+	}
+	return tmp, func() { os.RemoveAll(tmp) }, nil
+}
+
 // devKeyring is the master key of project secrets in the local stack: a
-// key file in --dir (kept with the database), or in a temporary directory,
-// unless FORGECI_KMS_KEY_ID or FORGECI_SECRETS_KEY_FILE names one.
-func devKeyring(dir string) (secretbox.Keyring, func(), error) {
+// key file in dir, unless FORGECI_KMS_KEY_ID or FORGECI_SECRETS_KEY_FILE
+// names one. Identity tokens are signed by dir's oidc-key.pem.
+func devKeyring(dir string) (secretbox.Keyring, error) {
 	if k, err := secretbox.FromEnv(context.Background()); k != nil || err != nil {
-		return k, func() {}, err
+		return k, err
 	}
-	drop := func() {}
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "forgeci-dev-keys-")
-		if err != nil {
-			return nil, drop, err
-		}
-		dir, drop = tmp, func() { os.RemoveAll(tmp) }
-	}
-	k, err := secretbox.NewFileKeyring(filepath.Join(dir, "secrets.key"), true)
-	return k, drop, err
+	return secretbox.NewFileKeyring(filepath.Join(dir, "secrets.key"), true)
 }
 
 // sweepLoop runs the sweeper on a ticker, and the garbage collector every

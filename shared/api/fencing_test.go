@@ -43,6 +43,7 @@ func jobRoutes(e *env) []routeCase {
 		{"outputs", map[string]any{"outputs": map[string]string{"version": "1.2.3"}}, 200},
 		{"report", map[string]any{"summary": map[string]any{"files": 1, "tests": 2, "passed": 1, "failed": 1,
 			"failures": []map[string]any{{"name": "TestX", "kind": "failure", "message": "boom", "file": "x_test.go", "line": 3}}}}, 200},
+		{"id-token", map[string]any{"audience": "sts.amazonaws.com"}, 200},
 		{"complete", map[string]any{"outcome": "passed", "exit_code": 0}, 200},
 	}
 }
@@ -54,10 +55,10 @@ func (e *env) leasedBuild(a runnerCreds) protocol.Claim {
 	ctx := context.Background()
 	src, srcSize := e.putBlob([]byte("source snapshot stand-in"))
 	dist, distSize := e.putBlob([]byte("dist of up"))
-	_, err := e.store.CreateRun(ctx, store.NewRun{Project: "acme/app",
+	_, err := e.store.CreateRun(ctx, store.NewRun{Project: "acme/app", GitRef: "refs/heads/main",
 		Source: domain.Source{BlobDigest: src, ManifestDigest: "sha256:" + strings.Repeat("c", 64), Size: srcSize},
 		Jobs: []store.NewJob{{Name: "up"}, {Name: "build", Needs: []string{"up"},
-			Spec: domain.JobSpec{NeedArtifacts: []domain.NeedArtifact{{Job: "up", Name: "dist"}}}}}})
+			Spec: domain.JobSpec{NeedArtifacts: []domain.NeedArtifact{{Job: "up", Name: "dist"}}, IDToken: true}}}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

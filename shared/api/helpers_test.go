@@ -11,7 +11,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/cas/castest"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
@@ -33,6 +37,7 @@ type env struct {
 	cas     *cas.Store
 	pool    *pgxpool.Pool
 	project store.Project // acme/app, where createRun makes runs
+	issuer  *idtoken.Issuer
 }
 
 func setup(t *testing.T) *env {
@@ -42,9 +47,34 @@ func setup(t *testing.T) *env {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	blobs := castest.New(t)
 	st.SetObjects(blobs)
-	srv := httptest.NewServer((&api.Server{Store: st, CAS: blobs, Log: log}).Handler())
+	server := &api.Server{Store: st, CAS: blobs, Log: log}
+	srv := httptest.NewServer(server.Handler())
 	t.Cleanup(srv.Close)
-	return &env{t: t, srv: srv, store: st, cas: blobs, pool: pool, project: pgtest.Project(t, st, "acme/app")}
+	// Before any request: the issuer is the URL served.
+	issuer, err := idtoken.NewKeyFile(srv.URL, testKeyFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.IDTokens = issuer
+	return &env{t: t, srv: srv, store: st, cas: blobs, pool: pool, project: pgtest.Project(t, st, "acme/app"), issuer: issuer}
+}
+
+var keyFile struct {
+	once sync.Once
+	path string
+}
+
+// testKeyFile is one identity-token key file for the package's tests
+// (an RSA key is slow to make).
+func testKeyFile(t *testing.T) string {
+	keyFile.once.Do(func() {
+		dir, err := os.MkdirTemp("", "forgeci-api-oidc-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyFile.path = filepath.Join(dir, "oidc-key.pem")
+	})
+	return keyFile.path
 }
 
 type runnerCreds struct {
@@ -91,7 +121,7 @@ func (e *env) createRun(jobs ...string) store.Run {
 
 func (e *env) claim(r runnerCreds) protocol.Claim {
 	e.t.Helper()
-	status, body := e.post("/v1/runner/claim", r.Token, map[string]any{"wait_seconds": 0})
+	status, body := e.post("/v1/runner/claim", r.Token, map[string]any{"wait_seconds": 0, "features": []string{domain.FeatureIDToken}})
 	if status != http.StatusOK {
 		e.t.Fatalf("claim: %d %s", status, body)
 	}
@@ -154,7 +184,7 @@ func (e *env) snapshot() string {
 	e.t.Helper()
 	var b strings.Builder
 	for _, table := range []string{"runs", "jobs", "job_attempts", "log_chunks", "job_steps", "job_reports", "artifacts",
-		"caches", "pending_caches", "blobs", "runners", "registration_tokens", "projects"} {
+		"caches", "pending_caches", "blobs", "runners", "registration_tokens", "projects", "id_tokens"} {
 		rows, err := e.pool.Query(context.Background(), `SELECT to_jsonb(t)::text FROM `+table+` t ORDER BY 1`)
 		if err != nil {
 			e.t.Fatal(err)

@@ -102,6 +102,8 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, u store.Use
 type secretRequest struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
+	// Environment scopes the secret to one environment's jobs.
+	Environment string `json:"environment"`
 }
 
 // setSecret seals and stores a secret. The value is never returned.
@@ -110,15 +112,23 @@ func (s *Server) setSecret(w http.ResponseWriter, r *http.Request, u store.User)
 	if err := decodeJSON(w, r, 128<<10, &req); err != nil {
 		return err
 	}
+	env, err := optionalEnvironment(req.Environment)
+	if err != nil {
+		return err
+	}
 	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
-		return map[string]any{"name": req.Name}, s.Store.SetSecret(ctx, u, p.ID, req.Name, req.Value)
+		return map[string]any{"name": req.Name, "environment": env}, s.Store.SetScopedSecret(ctx, u, p.ID, env, req.Name, req.Value)
 	})
 }
 
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, u store.User) error {
 	name := r.PathValue("name")
+	env, err := optionalEnvironment(r.URL.Query().Get("environment"))
+	if err != nil {
+		return err
+	}
 	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
-		return map[string]any{"deleted": name}, s.Store.DeleteSecret(ctx, u, p.ID, name)
+		return map[string]any{"deleted": name, "environment": env}, s.Store.DeleteSecret(ctx, u, p.ID, env, name)
 	})
 }
 

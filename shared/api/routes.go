@@ -9,6 +9,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -21,6 +22,8 @@ type Server struct {
 	// WebhookSecret is the GitHub App's webhook secret (optional: webhooks
 	// of single repositories use the secret registered with them).
 	WebhookSecret []byte
+	// IDTokens issues identity tokens (nil: none are issued).
+	IDTokens *idtoken.Issuer
 	// OnDelivery, when set, is called after a new webhook delivery is
 	// recorded, to wake the scm worker. It must not block for long.
 	OnDelivery func(ctx context.Context)
@@ -96,6 +99,12 @@ var functions = map[string][]route{
 		{Route{"GET", "/v1/projects/{project}/secrets"}, userRoute(anyUser, (*Server).listSecrets)},
 		{Route{"POST", "/v1/projects/{project}/secrets"}, userRoute(anyUser, (*Server).setSecret)},
 		{Route{"POST", "/v1/projects/{project}/secrets/{name}/delete"}, userRoute(anyUser, (*Server).deleteSecret)},
+		{Route{"GET", "/v1/projects/{project}/environments"}, userRoute(anyUser, (*Server).listEnvironments)},
+		{Route{"POST", "/v1/projects/{project}/environments/{environment}"}, userRoute(anyUser, (*Server).setEnvironment)},
+		{Route{"POST", "/v1/projects/{project}/environments/{environment}/delete"}, userRoute(anyUser, (*Server).deleteEnvironment)},
+		{Route{"GET", "/v1/projects/{project}/deployments"}, userRoute(anyUser, (*Server).listDeployments)},
+		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/deployment/approve"}, userRoute(anyUser, (*Server).approveDeployment)},
+		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/deployment/reject"}, userRoute(anyUser, (*Server).rejectDeployment)},
 		{Route{"GET", "/v1/projects/{project}/storage"}, userRoute(anyUser, (*Server).getStorage)},
 		{Route{"POST", "/v1/projects/{project}/settings"}, userRoute(anyUser, (*Server).setSettings)},
 		{Route{"GET", "/v1/gc"}, userRoute(adminOnly, (*Server).gcPlan)},
@@ -115,6 +124,13 @@ var functions = map[string][]route{
 		{Route{"POST", "/v1/users/{user_id}/disable"}, userRoute(adminOnly, (*Server).disableUser)},
 		{Route{"GET", "/v1/deliveries"}, userRoute(anyUser, (*Server).listDeliveries)},
 		{Route{"POST", "/v1/deliveries/{guid}/retry"}, userRoute(anyUser, (*Server).retryDelivery)},
+	},
+	// Identity tokens: the fenced runner route and the public issuer's.
+	"oidc": {
+		{jobRoute(protocol.RouteIDToken), leasedRoute(maxBody, http.StatusOK, (*Server).idToken)},
+		{Route{"GET", protocol.PathDiscovery}, func(s *Server) http.HandlerFunc { return s.handle(s.discovery) }},
+		{Route{"GET", protocol.PathJWKS}, func(s *Server) http.HandlerFunc { return s.handle(s.jwks) }},
+		{Route{"POST", protocol.PathIntrospect}, func(s *Server) http.HandlerFunc { return s.handle(s.introspect) }},
 	},
 	"webhook": {
 		{Route{"POST", "/v1/webhooks/github"}, func(s *Server) http.HandlerFunc { return s.handle(s.githubWebhook) }},

@@ -30,6 +30,7 @@ var runnerBodies = map[string][2]any{
 	protocol.JobPattern(protocol.RouteComplete):       {protocol.CompleteRequest{}, protocol.CompleteResponse{}},
 	protocol.JobPattern(protocol.RouteOutputs):        {protocol.OutputsRequest{}, protocol.OutputsResponse{}},
 	protocol.JobPattern(protocol.RouteReport):         {protocol.ReportRequest{}, protocol.ReportResponse{}},
+	protocol.JobPattern(protocol.RouteIDToken):        {protocol.IDTokenRequest{}, protocol.IDTokenResponse{}},
 }
 
 // TestRunnerProtocolDocumented: docs/runner-protocol.md documents exactly

@@ -37,6 +37,10 @@ type tenancy struct {
 	delivery            string
 	source              domain.Source
 	hook                string // a notification hook of acme/app
+	// A run whose job "ship" waits for a review to deploy to acme/app's
+	// environment production (reviewed by writers).
+	deploying store.Run
+	shipJob   string
 }
 
 func newTenancy(t *testing.T) *tenancy {
@@ -104,7 +108,27 @@ func newTenancy(t *testing.T) *tenancy {
 		t.Fatal(err)
 	}
 	f.source = f.uploadSource("jobs:\n  a:\n    steps: [{run: 'true'}]\n")
+	f.waitingDeployment(global)
 	return f
+}
+
+// waitingDeployment makes environment production and a run whose job
+// waits for a review to deploy there.
+func (f *tenancy) waitingDeployment(global store.User) {
+	ctx := context.Background()
+	if _, err := f.store.SetEnvironment(ctx, global, "acme/app", store.Environment{Name: "production",
+		ReviewerRole: store.RoleWrite, AllowedRefs: []string{"main"}}); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.store.SetScopedSecret(ctx, global, f.project.ID, "production", "PROD_TOKEN", "a production secret"); err != nil {
+		f.t.Fatal(err)
+	}
+	run, err := f.store.CreateRun(ctx, store.NewRun{Project: "acme/app", GitRef: "refs/heads/main",
+		Jobs: []store.NewJob{{Name: "ship", Spec: domain.JobSpec{Environment: &domain.EnvironmentSpec{Name: "production"}}}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.deploying, f.shipJob = run, run.JobIDs["ship"]
 }
 
 func pgtestProject(t *testing.T, e *env, name string) store.Project {
@@ -132,7 +156,8 @@ func (f *tenancy) uploadSource(yml string) domain.Source { return f.uploadPipeli
 func (f *tenancy) expand(path string) string {
 	return strings.NewReplacer("{done}", f.done.ID, "{live}", f.live.ID, "{waiting}", f.waiting.ID,
 		"{doneJob}", f.doneJob, "{liveJob}", f.liveJob, "{project}", f.project.ID, "{writer}", f.writerID,
-		"{reader}", f.readerID, "{runner}", f.runner.ID, "{guid}", f.delivery, "{hook}", f.hook).Replace(path)
+		"{reader}", f.readerID, "{runner}", f.runner.ID, "{guid}", f.delivery, "{hook}", f.hook,
+		"{deploying}", f.deploying.ID, "{shipJob}", f.shipJob).Replace(path)
 }
 
 // call makes one request as a bearer token (API) or a cookie (dashboard).
@@ -175,7 +200,7 @@ func (f *tenancy) state() string {
 	var b strings.Builder
 	b.WriteString(f.snapshot())
 	for _, table := range []string{"project_members", "project_secrets", "project_keys", "approved_actors", "users",
-		"user_tokens", "scm_deliveries", "check_runs"} {
+		"user_tokens", "scm_deliveries", "check_runs", "environments", "deployments"} {
 		rows, err := f.pool.Query(context.Background(), `SELECT to_jsonb(t)::text FROM `+table+` t ORDER BY 1`)
 		if err != nil {
 			f.t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/cas"
+	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/store"
@@ -58,6 +59,9 @@ type Options struct {
 	Limits store.Limits
 	// MaxConns bounds the pool (default 40).
 	MaxConns int32
+	// OIDCKeyFile, when set, makes Serve issue identity tokens signed by
+	// this RSA key file (made when absent), with the served URL as issuer.
+	OIDCKeyFile string
 }
 
 // Stack is a running control plane without its HTTP listener (Serve).
@@ -69,6 +73,7 @@ type Stack struct {
 	CAS         *cas.Store
 	S3          cas.Config // as the stack reaches it (after WrapS3)
 	closers     []func()
+	oidcKeyFile string
 }
 
 // Start starts a stack; Close stops what it started. On error, whatever
@@ -89,6 +94,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 
 func (s *Stack) startDatabase(ctx context.Context, o Options) error {
 	s.DatabaseURL = o.DatabaseURL
+	s.oidcKeyFile = o.OIDCKeyFile
 	if s.DatabaseURL == "" {
 		pg := o.PG
 		pg.Dir, pg.Log = o.Dir, o.Log
@@ -184,6 +190,14 @@ func (s *Stack) Serve(addr string, srv *api.Server) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listen on %s: %w", addr, err)
 	}
+	url := "http://" + ln.Addr().String()
+	if s.oidcKeyFile != "" && srv.IDTokens == nil {
+		// The issuer is the URL served, known only now.
+		if srv.IDTokens, err = idtoken.NewKeyFile(url, s.oidcKeyFile); err != nil {
+			_ = ln.Close()
+			return "", err
+		}
+	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -195,7 +209,7 @@ func (s *Stack) Serve(addr string, srv *api.Server) (string, error) {
 		defer cancel()
 		_ = hs.Shutdown(ctx)
 	})
-	return "http://" + ln.Addr().String(), nil
+	return url, nil
 }
 
 // Close stops what the stack started, last first.

@@ -1,0 +1,101 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/idtoken"
+	"github.com/forgeci/forgeci/shared/protocol"
+)
+
+// errNoIssuer answers when this server issues no identity tokens.
+var errNoIssuer = domain.Errorf(domain.EUnavailable,
+	"identity tokens are not configured on this server (FORGECI_OIDC_ISSUER with FORGECI_OIDC_KMS_KEYS or FORGECI_OIDC_KEY_FILE)")
+
+// idToken issues a token bound to the lease: the store checks the whole
+// tuple and the job's right to tokens, and records the token, in one
+// transaction; the token expires no later than the lease. Signing comes
+// after the commit, so no row lock waits on KMS.
+func (s *Server) idToken(ctx context.Context, l held, req *protocol.IDTokenRequest) (*protocol.IDTokenResponse, error) {
+	if s.IDTokens == nil {
+		return nil, errNoIssuer
+	}
+	g, err := s.Store.GrantIDToken(ctx, l.Runner.ID, l.JobID, l.Lease, req.Audience)
+	if err != nil {
+		return nil, err
+	}
+	token, err := s.IDTokens.Sign(ctx, idtoken.Claims{
+		Subject: idtoken.Subject(g.Project, g.Ref, g.Environment), Audience: req.Audience,
+		IssuedAt: g.IssuedAt, NotBefore: g.IssuedAt, Expiry: g.Expiry, ID: g.JTI,
+		Project: g.Project, Ref: g.Ref, SHA: g.SHA, Event: g.Event, Environment: g.Environment, Trusted: g.Trusted,
+		RunID: l.Lease.RunID, JobID: l.Lease.JobID, Generation: l.Lease.Generation, LeaseID: l.Lease.LeaseID,
+		RunnerID: l.Lease.RunnerID,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &protocol.IDTokenResponse{Token: token, ExpiresAt: g.Expiry}, nil
+}
+
+// discovery serves the OpenID Provider metadata, public.
+func (s *Server) discovery(w http.ResponseWriter, r *http.Request) error {
+	if s.IDTokens == nil {
+		return errNoIssuer
+	}
+	writePublicJSON(w, s.IDTokens.Discovery())
+	return nil
+}
+
+// jwks serves the public keys of every configured signing key.
+func (s *Server) jwks(w http.ResponseWriter, r *http.Request) error {
+	if s.IDTokens == nil {
+		return errNoIssuer
+	}
+	body, err := s.IDTokens.JWKS(r.Context())
+	if err != nil {
+		return err
+	}
+	writePublicJSON(w, body)
+	return nil
+}
+
+func writePublicJSON(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	// Relying parties cache them; a rotation publishes the new key
+	// before it signs (docs/deployments.md).
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(body)
+}
+
+// introspect answers whether a token's lease is still the job's current,
+// unexpired lease. A token that does not verify is inactive, not an
+// error (RFC 7662): the database is asked only about tokens this server
+// signed.
+func (s *Server) introspect(w http.ResponseWriter, r *http.Request) error {
+	if s.IDTokens == nil {
+		return errNoIssuer
+	}
+	var req protocol.IntrospectRequest
+	if err := decodeJSON(w, r, 2*idtoken.MaxTokenLen, &req); err != nil {
+		return err
+	}
+	out := protocol.IntrospectResponse{}
+	c, err := s.IDTokens.Verify(r.Context(), req.Token, time.Now())
+	if err == nil {
+		l := domain.Lease{RunID: c.RunID, JobID: c.JobID, RunnerID: c.RunnerID, LeaseID: c.LeaseID, Generation: c.Generation}
+		if out.Active, err = s.Store.LeaseActive(r.Context(), l); err != nil {
+			return err
+		}
+	}
+	if out.Active {
+		out.IntrospectClaims = &protocol.IntrospectClaims{Issuer: c.Issuer, Subject: c.Subject, Audience: c.Audience,
+			IssuedAt: c.IssuedAt.Unix(), NotBefore: c.NotBefore.Unix(), Expiry: c.Expiry.Unix(), ID: c.ID,
+			Project: c.Project, Ref: c.Ref, SHA: c.SHA, Event: c.Event, Environment: c.Environment, Trusted: c.Trusted,
+			RunID: c.RunID, JobID: c.JobID, Generation: c.Generation, LeaseID: c.LeaseID, RunnerID: c.RunnerID}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
