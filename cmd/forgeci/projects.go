@@ -168,7 +168,7 @@ func memberCmd(g *global) *cobra.Command {
 }
 
 func secretCmd(g *global) *cobra.Command {
-	var project, name string
+	var project, name, env string
 	c := &cobra.Command{Use: "secret", Short: "Project secrets: set, list, delete (project admins; values are never shown)"}
 	set := command("set", "Set a project secret; the value is read from standard input", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
 		value, err := io.ReadAll(io.LimitReader(os.Stdin, 65537))
@@ -179,12 +179,16 @@ func secretCmd(g *global) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		body := map[string]any{"name": name, "value": strings.TrimSuffix(string(value), "\n")}
+		body := map[string]any{"name": name, "value": strings.TrimSuffix(string(value), "\n"), "environment": env}
 		if err := cl.do(ctx, "POST", path+"/secrets", body, nil); err != nil {
 			return err
 		}
-		fmt.Printf("secret %s of %s set: jobs that name it get it (${{ secrets.%s }} or secrets: [%s]), in trusted runs only\n",
-			name, project, name, name)
+		scope := ""
+		if env != "" {
+			scope = " let deploy to " + env
+		}
+		fmt.Printf("secret %s of %s set: jobs%s that name it get it (${{ secrets.%s }} or secrets: [%s]), in trusted runs only\n",
+			name, project, scope, name, name)
 		return nil
 	}))
 	list := &cobra.Command{
@@ -206,7 +210,7 @@ func secretCmd(g *global) *cobra.Command {
 	del := &cobra.Command{
 		Use: "delete", Short: "Delete a project secret", Args: cobra.NoArgs,
 		RunE: inProject(g, &project, func(ctx context.Context, cl *apiClient, path string, _ []string) error {
-			return cl.do(ctx, "POST", path+"/secrets/"+url.PathEscape(name)+"/delete", map[string]any{}, nil)
+			return cl.do(ctx, "POST", path+"/secrets/"+url.PathEscape(name)+"/delete?environment="+url.QueryEscape(env), map[string]any{}, nil)
 		}),
 	}
 	for _, sub := range []*cobra.Command{set, list, del} {
@@ -215,6 +219,7 @@ func secretCmd(g *global) *cobra.Command {
 		if sub != list {
 			sub.Flags().StringVar(&name, "name", "", "secret name: an upper-case environment variable name")
 			_ = sub.MarkFlagRequired("name")
+			sub.Flags().StringVar(&env, "environment", "", "the environment whose secret it is: only jobs let deploy there get it (none: the project's own)")
 		}
 	}
 	c.AddCommand(set, list, del)

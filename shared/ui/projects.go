@@ -59,7 +59,8 @@ type projectPage struct {
 	Notifications []store.NotificationInfo
 	Hooks         []store.Hook
 	// PassRate is each busy branch's pass rate, run after run (SVG).
-	PassRate template.HTML
+	PassRate     template.HTML
+	Environments []store.Environment
 }
 
 // Project shows a project; its admins see and manage its members and see
@@ -85,6 +86,9 @@ func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 		return err
 	}
 	pp.PassRate = passRateChart(trends)
+	if pp.Environments, err = u.Store.Environments(r.Context(), user, p.ID); err != nil {
+		return err
+	}
 	if pp.IsAdmin {
 		if pp.Members, pp.NextMembers, err = u.Store.Members(r.Context(), user, p.ID, pageOf(r, "members")); err != nil {
 			return err
