@@ -117,6 +117,14 @@ func TestDeployReviewed(t *testing.T) {
 	if c.Secrets["DEPLOY_TOKEN"] != "production-token" {
 		t.Fatalf("claim secrets %v", c.Secrets)
 	}
+	// Its log is masked with the environment's value, and the reason too.
+	l := c.Lease
+	if _, err := f.s.AppendLog(ctx, f.r.ID, l.JobID, l, 0, []byte("using production-token now\n")); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := f.s.ReadLogAs(ctx, f.reader, l.RunID, l.JobID, 0, 0, 1<<20); err != nil || string(w.Data) != "using *** now\n" {
+		t.Fatalf("log as shown: %q %v", w.Data, err)
+	}
 	d = f.deployments(t, "")
 	if len(d) != 1 || d[0].Decision != "approved" || d[0].DecidedBy != "writer" || d[0].DecidedAt == nil || d[0].State != "RUNNING" {
 		t.Fatalf("history %+v", d)

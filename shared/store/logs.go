@@ -63,8 +63,10 @@ const logJobSQL = `
 SELECT j.generation, j.state, j.project_id, j.trusted, j.secret_names FROM jobs j JOIN runs r ON r.id = j.run_id
 WHERE j.id = $1 AND j.run_id = $2 AND (NOT $3 OR project_rank($4, r.project_id) >= 1)`
 
-// jobSecretsSQL reads project $1's secrets named in $2, sealed or (legacy) plain.
-const jobSecretsSQL = `SELECT name, sealed, value FROM project_secrets WHERE project_id = $1 AND name = ANY ($2)`
+// jobSecretsSQL reads project $1's secrets named in $2, of the project and
+// of every environment (a job may have been given either), sealed or
+// (legacy) plain.
+const jobSecretsSQL = `SELECT name, environment, sealed, value FROM project_secrets WHERE project_id = $1 AND name = ANY ($2)`
 
 // jobMaskSQL is what masking job $1's text needs: its project, tier and secret names.
 const jobMaskSQL = `SELECT project_id, trusted, secret_names FROM jobs WHERE id = $1`
@@ -342,7 +344,7 @@ func (s *Store) logMask(ctx context.Context, projectID string, trusted bool, nam
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (sealedSecret, error) {
 		var sec sealedSecret
-		return sec, row.Scan(&sec.Name, &sec.Sealed, &sec.Value)
+		return sec, row.Scan(&sec.Name, &sec.Environment, &sec.Sealed, &sec.Value)
 	})
 	if err != nil || len(list) == 0 {
 		return nil, err
@@ -352,13 +354,9 @@ func (s *Store) logMask(ctx context.Context, projectID string, trusted bool, nam
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("project data key: %w", err)
 	}
-	values, err := s.openSecrets(ctx, projectID, wrapped, list)
+	vs, err := s.openEach(ctx, projectID, wrapped, list)
 	if err != nil {
 		return nil, fmt.Errorf("%w (%v)", ErrSecretsUnavailable, err)
-	}
-	vs := make([]string, 0, len(values))
-	for _, v := range values {
-		vs = append(vs, v)
 	}
 	return mask.New(vs), nil
 }

@@ -238,16 +238,29 @@ type sealedSecret struct {
 	Value       *string
 }
 
-// openSecrets opens the secrets a claim fetched, with the project's key.
+// openSecrets opens the secrets a claim fetched, with the project's key:
+// an environment's secret replaces the project's of the same name,
+// whatever order the rows came in.
 func (s *Store) openSecrets(ctx context.Context, projectID string, wrapped []byte, list []sealedSecret) (map[string]string, error) {
-	out := make(map[string]string, len(list))
-	var key []byte
-	// An environment's secret replaces the project's of the same name,
-	// whatever order the rows came in.
 	slices.SortStableFunc(list, func(a, b sealedSecret) int { return strings.Compare(a.Environment, b.Environment) })
+	values, err := s.openEach(ctx, projectID, wrapped, list)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(list))
+	for i, sec := range list {
+		out[sec.Name] = values[i]
+	}
+	return out, nil
+}
+
+// openEach opens every secret of list, in its order.
+func (s *Store) openEach(ctx context.Context, projectID string, wrapped []byte, list []sealedSecret) ([]string, error) {
+	out := make([]string, 0, len(list))
+	var key []byte
 	for _, sec := range list {
 		if sec.Value != nil {
-			out[sec.Name] = *sec.Value
+			out = append(out, *sec.Value)
 			continue
 		}
 		if key == nil {
@@ -263,7 +276,7 @@ func (s *Store) openSecrets(ctx context.Context, projectID string, wrapped []byt
 		if err != nil {
 			return nil, fmt.Errorf("open secret %s of project %s: %w", sec.Name, projectID, err)
 		}
-		out[sec.Name] = string(v)
+		out = append(out, string(v))
 	}
 	return out, nil
 }
