@@ -62,7 +62,7 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 		switch {
 		case !g.Expiry.After(g.IssuedAt):
 			return domain.Errorf(domain.ELeaseExpired, "the lease of job %s expires within a second: heartbeat, then ask again", job.Name)
-		case g.Ref == "" || strings.Contains(g.Ref, ":") || strings.Contains(g.Project, ":"):
+		case strings.Contains(g.Ref, ":") || strings.Contains(g.Project, ":"):
 			// The sub's fields are split on ':' by trust policies.
 			return domain.Errorf(domain.EForbidden, "run %s has no ref a token can name", job.RunID)
 		}
