@@ -9,19 +9,26 @@ CREATE TABLE environments (
     name          text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,63}$'),
     reviewer_role text CHECK (reviewer_role IN ('write', 'admin')),
     allowed_refs  text[] NOT NULL DEFAULT '{}',
+    -- The run's own member may not approve its deployment.
+    prevent_self_review boolean NOT NULL DEFAULT false,
     created_at    timestamptz NOT NULL DEFAULT now(),
     updated_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (project_id, name)
 );
 
 -- A deployment is a job's decision to deploy, one per time its needs end
--- (a retry is a new run and a new deployment).
+-- (a retry is a new run and a new deployment). It outlives its run's
+-- retention: the history keeps the run's number and the job's name.
 CREATE TABLE deployments (
     id          bigserial PRIMARY KEY,
     project_id  text NOT NULL REFERENCES projects (id) ON DELETE CASCADE,
     environment text NOT NULL,
-    run_id      text NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    job_id      text NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    run_id      text REFERENCES runs (id) ON DELETE SET NULL,
+    job_id      text REFERENCES jobs (id) ON DELETE SET NULL,
+    run_number  bigint NOT NULL,
+    job_name    text NOT NULL,
+    trigger     text NOT NULL,
+    dirty       boolean NOT NULL,
     ref         text NOT NULL,
     sha         text NOT NULL,
     url         text,

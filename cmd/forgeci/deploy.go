@@ -17,11 +17,12 @@ func envCmd(g *global) *cobra.Command {
 	c := &cobra.Command{Use: "env", Short: "A project's deployment environments: reviewers, allowed refs, secrets"}
 	var reviewers string
 	var allow []string
+	var noSelf bool
 	set := &cobra.Command{
 		Use: "set PROJECT NAME", Short: "Make or replace an environment's rules (project admins)", Args: cobra.ExactArgs(2),
 		RunE: inProject(g, nil, func(ctx context.Context, cl *apiClient, path string, args []string) error {
 			var e store.Environment
-			body := map[string]any{"reviewer_role": reviewers, "allowed_refs": allow}
+			body := map[string]any{"reviewer_role": reviewers, "allowed_refs": allow, "prevent_self_review": noSelf}
 			if err := cl.do(ctx, "POST", path+"/environments/"+url.PathEscape(args[1]), body, &e); err != nil {
 				return err
 			}
@@ -33,6 +34,7 @@ func envCmd(g *global) *cobra.Command {
 		}),
 	}
 	set.Flags().StringVar(&reviewers, "reviewers", "", "write or admin: each deployment waits for a member of that role to approve it (empty: none)")
+	set.Flags().BoolVar(&noSelf, "prevent-self-review", false, "the member whose run it is may not approve its deployment")
 	set.Flags().StringArrayVar(&allow, "allow", nil, "a ref that may deploy (repeat): a branch pattern such as main or release/*, or refs/tags/v*; none: any")
 	list := &cobra.Command{
 		Use: "list PROJECT", Short: "List a project's environments", Args: cobra.ExactArgs(1),
@@ -63,6 +65,9 @@ func describeEnv(e store.Environment) string {
 	if e.ReviewerRole != "" {
 		rules = "reviewed by " + e.ReviewerRole
 	}
+	if e.PreventSelfReview {
+		rules += " (not self)"
+	}
 	if len(e.AllowedRefs) == 0 {
 		return rules + ", any ref"
 	}
@@ -83,8 +88,8 @@ func deploymentsCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printTable(g, list, "ENVIRONMENT\tRUN\tJOB\tREF\tDECISION\tBY\tSTATE", func(d store.Deployment) []any {
-				return []any{d.Environment, fmt.Sprintf("#%d", d.RunNumber), d.JobName, d.Ref, d.Decision, d.DecidedBy, d.State}
+			return printTable(g, list, "ENVIRONMENT\tRUN\tJOB\tREF\tTRIGGER\tDECISION\tBY\tSTATE", func(d store.Deployment) []any {
+				return []any{d.Environment, fmt.Sprintf("#%d", d.RunNumber), d.JobName, d.Ref, d.Trigger, d.Decision, d.DecidedBy, d.State}
 			})
 		}),
 	}

@@ -446,6 +446,11 @@ func checkPolicies(t *testing.T, tmpl *cloudformation.Template, generic map[stri
 		if s.effect != "Allow" {
 			continue
 		}
+		// Signing with the identity token key mints tokens clouds trust (the
+		// walk over every resource meets the oidc function's own again).
+		if slices.Contains(s.actions, "kms:Sign") && s.where != "OidcFunction" && s.where != "template" {
+			t.Errorf("%s may call kms:Sign: only the oidc function may", s.where)
+		}
 		for _, a := range s.actions {
 			service, _, _ := strings.Cut(a, ":")
 			if service != "s3" && service != "secretsmanager" {

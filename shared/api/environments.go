@@ -15,8 +15,9 @@ func optionalEnvironment(name string) (string, error) {
 }
 
 type environmentRequest struct {
-	ReviewerRole string   `json:"reviewer_role"`
-	AllowedRefs  []string `json:"allowed_refs"`
+	ReviewerRole      string   `json:"reviewer_role"`
+	AllowedRefs       []string `json:"allowed_refs"`
+	PreventSelfReview bool     `json:"prevent_self_review"`
 }
 
 // setEnvironment makes or replaces an environment's rules (project
@@ -27,7 +28,8 @@ func (s *Server) setEnvironment(w http.ResponseWriter, r *http.Request, u store.
 		return err
 	}
 	e, err := s.Store.SetEnvironment(r.Context(), u, r.PathValue("project"), store.Environment{
-		Name: r.PathValue("environment"), ReviewerRole: req.ReviewerRole, AllowedRefs: req.AllowedRefs})
+		Name: r.PathValue("environment"), ReviewerRole: req.ReviewerRole, AllowedRefs: req.AllowedRefs,
+		PreventSelfReview: req.PreventSelfReview})
 	if err != nil {
 		return err
 	}

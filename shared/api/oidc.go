@@ -15,14 +15,15 @@ var errNoIssuer = domain.Errorf(domain.EUnavailable,
 	"identity tokens are not configured on this server (FORGECI_OIDC_ISSUER with FORGECI_OIDC_KMS_KEYS or FORGECI_OIDC_KEY_FILE)")
 
 // idToken issues a token bound to the lease: the store checks the whole
-// tuple and the job's right to tokens, and records the token, in one
-// transaction; the token expires no later than the lease. Signing comes
-// after the commit, so no row lock waits on KMS.
+// tuple and the job's right to tokens; the token is signed with no row
+// locked (KMS is a network call away), then recorded in a transaction
+// that checks the whole tuple again, and handed out only if that
+// commits. It expires no later than the lease.
 func (s *Server) idToken(ctx context.Context, l held, req *protocol.IDTokenRequest) (*protocol.IDTokenResponse, error) {
 	if s.IDTokens == nil {
 		return nil, errNoIssuer
 	}
-	g, err := s.Store.GrantIDToken(ctx, l.Runner.ID, l.JobID, l.Lease, req.Audience)
+	g, err := s.Store.GrantIDToken(ctx, l.Runner.ID, l.JobID, l.Lease)
 	if err != nil {
 		return nil, err
 	}
@@ -34,6 +35,9 @@ func (s *Server) idToken(ctx context.Context, l held, req *protocol.IDTokenReque
 		RunnerID: l.Lease.RunnerID,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := s.Store.RecordIDToken(ctx, l.Runner.ID, l.JobID, l.Lease, g, req.Audience); err != nil {
 		return nil, err
 	}
 	return &protocol.IDTokenResponse{Token: token, ExpiresAt: g.Expiry}, nil

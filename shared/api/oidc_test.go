@@ -111,6 +111,7 @@ func TestIDTokenBoundToLease(t *testing.T) {
 		"expired":    func(c protocol.Claim) { e.exec(`UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, c.Job.ID) },
 		"superseded": func(c protocol.Claim) { e.exec(`UPDATE jobs SET generation = generation + 1, lease_id = gen_random_uuid() WHERE id = $1`, c.Job.ID) },
 		"revoked":    func(c protocol.Claim) { e.exec(`UPDATE runners SET revoked_at = now() WHERE id = $1`, a.ID) },
+		"canceling":  func(c protocol.Claim) { e.exec(`UPDATE runs SET cancel_requested = true WHERE id = $1`, c.Lease.RunID) },
 		"job ended": func(c protocol.Claim) {
 			if status, body := e.post("/v1/runner/jobs/"+c.Job.ID+"/complete", a.Token, leaseBody(c.Lease, map[string]any{"outcome": "passed", "exit_code": 0})); status != 200 {
 				t.Fatalf("complete: %d %s", status, body)
@@ -198,6 +199,20 @@ func TestIDTokenRefused(t *testing.T) {
 	if after := e.snapshot(); after != before {
 		t.Fatalf("refused calls changed the database:\n%s", after)
 	}
+	// An attempt gets a bounded number of tokens a minute.
+	for range store.MaxIDTokensPerMinute {
+		e.idToken(a, asking, "aud")
+	}
+	if status, body := e.post("/v1/runner/jobs/"+asking.Job.ID+"/id-token", a.Token, leaseBody(asking.Lease, map[string]any{"audience": "aud"})); status != 413 {
+		t.Errorf("token %d of the minute: %d %s", store.MaxIDTokensPerMinute+1, status, body)
+	}
+	e.exec(`UPDATE id_tokens SET issued_at = issued_at - interval '2 minutes'`)
+	// A job being canceled gets none.
+	e.exec(`UPDATE jobs SET cancel_requested = true WHERE id = $1`, asking.Job.ID)
+	if status, body := e.post("/v1/runner/jobs/"+asking.Job.ID+"/id-token", a.Token, leaseBody(asking.Lease, map[string]any{"audience": "aud"})); status != 409 || errCode(body) != "conflict" {
+		t.Errorf("canceling job: %d %s", status, body)
+	}
+	e.exec(`UPDATE jobs SET cancel_requested = false WHERE id = $1`, asking.Job.ID)
 	token, _ := e.idToken(a, asking, "aud")
 	parts := strings.Split(token, ".")
 	for name, bad := range map[string]string{"garbage": "not a token", "empty": "",

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // JobLimits are what a job asks its runner to hold it to (the pipeline's
@@ -55,3 +57,9 @@ const (
 	MaxJobOutputs     = 100
 	MaxJobOutputBytes = 1 << 20
 )
+
+// PlainText reports whether s is valid UTF-8 without control characters
+// (text the database stores and pages show as one line).
+func PlainText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}

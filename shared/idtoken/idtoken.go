@@ -54,6 +54,16 @@ type Issuer struct {
 
 	mu   sync.Mutex
 	keys map[string]*publicKey // key ID -> its public key, once fetched
+	// failed remembers a key whose fetch failed, for retryAfter: a
+	// retired key disabled in KMS must not cost a KMS call on every
+	// public request, nor fail the others.
+	failed     map[string]keyFailure
+	retryAfter time.Duration
+}
+
+type keyFailure struct {
+	at  time.Time
+	err error
 }
 
 // Environment variables read by FromEnv.
@@ -134,8 +144,12 @@ func FromEnv(ctx context.Context) (*Issuer, error) {
 	return NewKMS(ctx, issuer, ids)
 }
 
+// keyRetryAfter is how long a failed key fetch is remembered.
+const keyRetryAfter = 30 * time.Second
+
 func newIssuer(u string, keyIDs []string, b backend) *Issuer {
-	return &Issuer{url: u, keyIDs: keyIDs, backend: b, keys: map[string]*publicKey{}}
+	return &Issuer{url: u, keyIDs: keyIDs, backend: b, keys: map[string]*publicKey{},
+		failed: map[string]keyFailure{}, retryAfter: keyRetryAfter}
 }
 
 // URL is the issuer URL, the iss claim, without a trailing slash.

@@ -1,6 +1,7 @@
 package idtoken
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -60,18 +61,24 @@ func newPublicKey(pub *rsa.PublicKey) (*publicKey, error) {
 }
 
 // key returns the public key of keyID, fetching it on first need. A failed
-// fetch is not remembered, so the next call tries again.
+// fetch is remembered for retryAfter, then tried again.
 func (i *Issuer) key(ctx context.Context, keyID string) (*publicKey, error) {
 	i.mu.Lock()
-	k := i.keys[keyID]
+	k, f := i.keys[keyID], i.failed[keyID]
 	i.mu.Unlock()
 	if k != nil {
 		return k, nil
+	}
+	if f.err != nil && time.Since(f.at) < i.retryAfter {
+		return nil, f.err
 	}
 	// Fetched without the lock: concurrent first calls may both fetch,
 	// which is harmless, rather than all wait on one slow KMS call.
 	pub, err := i.backend.publicKey(ctx, keyID)
 	if err != nil {
+		i.mu.Lock()
+		i.failed[keyID] = keyFailure{at: time.Now(), err: err}
+		i.mu.Unlock()
 		return nil, err
 	}
 	if k, err = newPublicKey(pub); err != nil {
@@ -86,15 +93,23 @@ func (i *Issuer) key(ctx context.Context, keyID string) (*publicKey, error) {
 	return k, nil
 }
 
-// allKeys returns the public keys of every configured key, in order.
+// allKeys returns the public keys of the configured keys that can be
+// fetched, in order: one that cannot (a retired key disabled before it
+// was dropped from the list) is left out, and only its tokens stop
+// verifying. It fails only when none can be fetched.
 func (i *Issuer) allKeys(ctx context.Context) ([]*publicKey, error) {
 	keys := make([]*publicKey, 0, len(i.keyIDs))
+	var first error
 	for _, id := range i.keyIDs {
 		k, err := i.key(ctx, id)
 		if err != nil {
-			return nil, err
+			first = cmp.Or(first, err)
+			continue
 		}
 		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, first
 	}
 	return keys, nil
 }

@@ -194,11 +194,13 @@ func TestLostSignResponse(t *testing.T) {
 	}
 }
 
-// TestPublicKeyFailureNotCached: a failed GetPublicKey is retried on the
-// next call, and a fetched key is not fetched again.
+// TestPublicKeyFailureNotCached: a failed GetPublicKey is retried once
+// its failure is older than retryAfter (here none), and a fetched key is
+// not fetched again.
 func TestPublicKeyFailureNotCached(t *testing.T) {
 	fake := newFake(t)
 	iss := kmsIssuer(t, issuerURL, fake.AddSigningKey())
+	iss.retryAfter = 0
 	fake.SetDown(true)
 	if _, err := iss.JWKS(context.Background()); err == nil {
 		t.Fatal("KMS down, and JWKS succeeded")
@@ -219,6 +221,34 @@ func TestPublicKeyFailureNotCached(t *testing.T) {
 	sign(t, iss, testClaims(time.Now()))
 	if n := fake.Calls(fakekms.OpGetPublicKey); n != before {
 		t.Fatalf("%d more GetPublicKey calls once the key was fetched", n-before)
+	}
+}
+
+// TestRetiredKeyUnavailable: a retired key that KMS no longer serves
+// (disabled before it was dropped from the list) is left out of the JWKS,
+// the signing key's tokens still verify, and the failing key costs one
+// KMS call per retryAfter, not one per request.
+func TestRetiredKeyUnavailable(t *testing.T) {
+	fake := newFake(t)
+	current, retired := fake.AddSigningKey(), fake.AddSigningKey()
+	fake.Deny(retired, true)
+	iss := kmsIssuer(t, issuerURL, current, retired)
+	tok := sign(t, iss, testClaims(time.Now()))
+	for range 5 {
+		if got := jwks(t, iss); len(got) != 1 {
+			t.Fatalf("JWKS: %v", got)
+		}
+		if _, err := iss.Verify(context.Background(), tok, time.Now()); err != nil {
+			t.Fatalf("the signing key's token: %v", err)
+		}
+	}
+	if n := fake.Calls(fakekms.OpGetPublicKey); n > 2*kmsMaxAttempts {
+		t.Fatalf("%d GetPublicKey calls: the failing key was asked again on every request", n)
+	}
+	fake.Deny(current, true)
+	only := kmsIssuer(t, issuerURL, retired)
+	if _, err := only.JWKS(context.Background()); err == nil {
+		t.Fatal("no key can be fetched, and JWKS succeeded")
 	}
 }
 
@@ -252,7 +282,8 @@ func TestConcurrent(t *testing.T) {
 }
 
 // TestKMSKeyKind: a symmetric or unknown KMS key is refused with an error
-// naming it, not a panic or a token nobody can verify.
+// naming it, not a panic or a token nobody can verify, and is never in
+// the JWKS.
 func TestKMSKeyKind(t *testing.T) {
 	fake, symmetric := fakekms.New(t)
 	fake.SetEnv(t)
@@ -263,9 +294,11 @@ func TestKMSKeyKind(t *testing.T) {
 			t.Errorf("key %s: Sign error %v", keyID, err)
 		}
 	}
+	// A listed key that cannot serve is left out of the JWKS (as a
+	// retired key disabled too early), never published as something else.
 	good := fake.AddSigningKey()
-	if _, err := kmsIssuer(t, issuerURL, good, symmetric).JWKS(context.Background()); err == nil {
-		t.Error("JWKS published with a symmetric key listed")
+	if got := jwks(t, kmsIssuer(t, issuerURL, good, symmetric)); len(got) != 1 {
+		t.Errorf("JWKS with a symmetric key listed: %v", got)
 	}
 }
 

@@ -274,7 +274,12 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 		if err != nil {
 			return fail("%v", err)
 		}
-		return runnerSafe(expr.ToString(v), pl)
+		text := expr.ToString(v)
+		if strings.IndexByte(text, 0) >= 0 {
+			// The run's rows are JSON in PostgreSQL, which holds no NUL.
+			return fail("evaluates to text with a NUL byte")
+		}
+		return runnerSafe(text, pl)
 	}
 	if _, ok := e.Contexts()["secrets"]; ok && pl.secrets {
 		return fail("a secret is used alone, as ${{ secrets.NAME }}")

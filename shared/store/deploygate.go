@@ -25,8 +25,10 @@ FROM environments e JOIN runs r ON r.project_id = e.project_id WHERE r.id = $1`
 // insertDeploymentSQL records job $1's deployment to environment $2
 // (URL $3) with decision $4 and reason $5, the ref and commit its run's.
 const insertDeploymentSQL = `
-INSERT INTO deployments (project_id, environment, run_id, job_id, ref, sha, url, decision, reason, decided_at)
-SELECT r.project_id, $2, r.id, j.id, coalesce(r.git_ref, ''), coalesce(r.git_sha, ''), nullif($3, ''), $4, nullif($5, ''),
+INSERT INTO deployments (project_id, environment, run_id, job_id, run_number, job_name, trigger, dirty,
+                         ref, sha, url, decision, reason, decided_at)
+SELECT r.project_id, $2, r.id, j.id, r.number, j.name, r.trigger, r.git_dirty,
+       coalesce(r.git_ref, ''), coalesce(r.git_sha, ''), nullif($3, ''), $4, nullif($5, ''),
        CASE WHEN $4 IN ('automatic', 'refused') THEN now() END
 FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`
 
@@ -86,8 +88,8 @@ func (d *decider) deployGate(b *pgx.Batch, u undecided, needs map[string]domain.
 	}
 	url := ""
 	if u.envURL != "" {
-		if url, err = d.evalText(u.envURL, vars); err != nil || len(url) > 2048 {
-			url = "" // a URL is shown, never used: an error hides it only
+		if url, err = d.evalText(u.envURL, vars); err != nil || !showableURL(url) {
+			url = "" // a URL is shown, never used: a bad one is only hidden
 		}
 	}
 	rule := d.envs[name]
@@ -109,6 +111,13 @@ func (d *decider) deployGate(b *pgx.Batch, u undecided, needs map[string]domain.
 	b.Queue(insertDeploymentSQL, u.id, name, url, "automatic", "")
 	b.Queue(deployGoSQL, u.id, name)
 	return true
+}
+
+// showableURL: an http(s) URL of at most 2 KiB, valid UTF-8 without
+// control characters (the database refuses a NUL, and the history shows
+// it as a link).
+func showableURL(s string) bool {
+	return len(s) <= 2048 && domain.PlainText(s) && (strings.HasPrefix(s, "https://") || strings.HasPrefix(s, "http://"))
 }
 
 func refOrNone(ref string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,7 +14,8 @@ import (
 
 // Deployment is one job's deployment to an environment, as the history
 // shows it. Decision is how it was let go (automatic, waiting, approved,
-// rejected, refused); State is the job's state now.
+// rejected, refused, or canceled while it waited); State is the job's
+// state now.
 type Deployment struct {
 	ID          int64      `json:"id"`
 	Environment string     `json:"environment"`
@@ -21,6 +23,11 @@ type Deployment struct {
 	RunNumber   int64      `json:"run_number"`
 	JobID       string     `json:"job_id"`
 	JobName     string     `json:"job_name"`
+	// Trigger is what started the run (github:push ..., submit by ...),
+	// and Dirty whether its source had uncommitted changes: a ref named
+	// by a submitter is theirs to name.
+	Trigger     string     `json:"trigger"`
+	Dirty       bool       `json:"dirty"`
 	Ref         string     `json:"ref"`
 	SHA         string     `json:"sha"`
 	URL         string     `json:"url,omitempty"`
@@ -28,18 +35,21 @@ type Deployment struct {
 	Reason      string     `json:"reason,omitempty"`
 	DecidedBy   string     `json:"decided_by,omitempty"`
 	DecidedAt   *time.Time `json:"decided_at,omitempty"`
-	State       string     `json:"state"`
+	State       string     `json:"state"` // the job's now ("" once its run is gone)
 	CreatedAt   time.Time  `json:"created_at"`
 	FinishedAt  *time.Time `json:"finished_at,omitempty"`
 }
 
 // deploymentsSQL is a page of project $1's deployments, newest first:
 // to environment $2 (empty: all), before ID $3 (0: from the newest), at
-// most $4.
+// most $4. A waiting deployment whose job ended meanwhile (its run was
+// canceled) shows as canceled; one whose run is gone keeps its facts.
 const deploymentsSQL = `
-SELECT d.id, d.environment, d.run_id, r.number, d.job_id, j.name, d.ref, d.sha, coalesce(d.url, ''), d.decision,
-       coalesce(d.reason, ''), coalesce(d.decided_by, ''), d.decided_at, j.state, d.created_at, j.finished_at
-FROM deployments d JOIN jobs j ON j.id = d.job_id JOIN runs r ON r.id = d.run_id
+SELECT d.id, d.environment, coalesce(d.run_id, ''), d.run_number, coalesce(d.job_id, ''), d.job_name, d.trigger, d.dirty,
+       d.ref, d.sha, coalesce(d.url, ''),
+       CASE WHEN d.decision = 'waiting' AND j.state IS DISTINCT FROM 'PENDING' THEN 'canceled' ELSE d.decision END,
+       coalesce(d.reason, ''), coalesce(d.decided_by, ''), d.decided_at, coalesce(j.state, ''), d.created_at, j.finished_at
+FROM deployments d LEFT JOIN jobs j ON j.id = d.job_id
 WHERE d.project_id = $1 AND ($2 = '' OR d.environment = $2) AND ($3 = 0 OR d.id < $3)
 ORDER BY d.id DESC LIMIT $4`
 
@@ -71,7 +81,7 @@ func (s *Store) Deployments(ctx context.Context, u User, project, env string, pg
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Deployment, error) {
 		var d Deployment
-		err := row.Scan(&d.ID, &d.Environment, &d.RunID, &d.RunNumber, &d.JobID, &d.JobName, &d.Ref, &d.SHA, &d.URL,
+		err := row.Scan(&d.ID, &d.Environment, &d.RunID, &d.RunNumber, &d.JobID, &d.JobName, &d.Trigger, &d.Dirty, &d.Ref, &d.SHA, &d.URL,
 			&d.Decision, &d.Reason, &d.DecidedBy, &d.DecidedAt, &d.State, &d.CreatedAt, &d.FinishedAt)
 		return d, err
 	})
@@ -82,14 +92,18 @@ func (s *Store) Deployments(ctx context.Context, u User, project, env string, pg
 	return list, next, nil
 }
 
-// lockDeployJobSQL locks job $1 of run $2 and reads its deployment.
+// lockDeployJobSQL locks job $1 of run $2 and reads its deployment, with
+// its run's facts. The caller holds the run's lock first: the order of
+// advanceRun, Cancel and fail-fast (run, then its pending rows).
 const lockDeployJobSQL = `
-SELECT j.name, j.state, coalesce(j.environment, ''), coalesce(j.deploy_state, ''), r.project_id, r.actor
+SELECT j.name, j.state, coalesce(j.environment, ''), coalesce(j.deploy_state, ''), r.project_id, r.actor, coalesce(r.git_ref, '')
 FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1 AND j.run_id = $2 FOR UPDATE OF j`
 
-// reviewerRoleSQL is the reviewer role environment $2 of project $1 asks
-// for now ('' when it no longer asks).
-const reviewerRoleSQL = `SELECT coalesce(reviewer_role, '') FROM environments WHERE project_id = $1 AND name = $2`
+// environmentRulesSQL reads environment $2 of project $1 as it is now,
+// held until the decision commits (a change of its rules waits).
+const environmentRulesSQL = `
+SELECT coalesce(reviewer_role, ''), allowed_refs, prevent_self_review FROM environments
+WHERE project_id = $1 AND name = $2 FOR SHARE`
 
 // recordDeployDecisionSQL records decision $2 by $3 on job $1's waiting
 // deployment.
@@ -107,16 +121,19 @@ UPDATE jobs SET state = 'FAILED', reason = $2, finished_at = now(), deploy_state
 // reviewers now (write at least). An approved job goes on (its group,
 // then the queue); a rejected one fails, and its dependants are skipped.
 func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID string, approve bool, comment string) (JobDetail, error) {
-	if len(comment) > 1000 {
-		return JobDetail{}, domain.Errorf(domain.EInvalid, "comment is %d bytes, at most 1000", len(comment))
+	if len(comment) > 1000 || !domain.PlainText(comment) {
+		return JobDetail{}, domain.Errorf(domain.EInvalid, "comment is at most 1000 bytes of text on one line, without control characters")
 	}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		_, access, err := authorizeRun(ctx, tx, u, runID, RankRead)
 		if err != nil {
 			return err
 		}
-		var name, state, env, deploy, projectID, actor string
-		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor)
+		if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		var name, state, env, deploy, projectID, actor, ref string
+		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &ref)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
 		}
@@ -126,7 +143,7 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 		if state != domain.JobPending || deploy != "waiting" {
 			return domain.Errorf(domain.EConflict, "job %s does not wait for a deployment review (it is %s)", name, state)
 		}
-		if err := checkReviewer(ctx, tx, access, projectID, env); err != nil {
+		if err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, ref: ref, approve: approve}); err != nil {
 			return err
 		}
 		return s.applyDeployDecision(ctx, tx, u, runID, jobID, env, approve, comment)
@@ -136,16 +153,28 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 	}
 	if approve {
 		s.signalQueued()
+	} else {
+		_, _ = s.failFast(ctx, runID) // a rejected combination fails its matrix as a failure would
 	}
 	_ = s.afterRun(ctx, runID) // the job may have joined its group, or ended the run
 	return s.GetJob(ctx, u, runID, jobID)
 }
 
-// checkReviewer checks that access is the role environment env of the
-// project asks of its reviewers, read in the deciding transaction.
-func checkReviewer(ctx context.Context, tx pgx.Tx, access Access, projectID, env string) error {
+// review is a decision on a deployment, with what it is about.
+type review struct {
+	projectID, env, actor, ref string
+	approve                    bool
+}
+
+// checkReviewer checks the decision against the environment's rules as
+// they are now, read in the deciding transaction: the reviewers' role
+// (write at least), and for an approval, that the ref is still allowed
+// and, when self-review is prevented, that u is not the run's member.
+func checkReviewer(ctx context.Context, tx pgx.Tx, u User, access Access, rv review) error {
 	var role string
-	err := tx.QueryRow(ctx, reviewerRoleSQL, projectID, env).Scan(&role)
+	var refs []string
+	var noSelf bool
+	err := tx.QueryRow(ctx, environmentRulesSQL, rv.projectID, rv.env).Scan(&role, &refs, &noSelf)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("read environment: %w", err)
 	}
@@ -153,8 +182,14 @@ func checkReviewer(ctx context.Context, tx pgx.Tx, access Access, projectID, env
 	if role == RoleAdmin {
 		need = RankAdmin
 	}
-	if access.Rank < need {
-		return domain.Errorf(domain.EForbidden, "deployments to %s are reviewed by members with the %s role", env, roleOfRank[need])
+	switch {
+	case access.Rank < need:
+		return domain.Errorf(domain.EForbidden, "deployments to %s are reviewed by members with the %s role", rv.env, roleOfRank[need])
+	case rv.approve && !refAllowed(refs, rv.ref):
+		return domain.Errorf(domain.EForbidden, "environment %s no longer allows %s to deploy (allowed: %s): reject it",
+			rv.env, refOrNone(rv.ref), strings.Join(refs, ", "))
+	case rv.approve && noSelf && rv.actor == "user:"+u.ID:
+		return domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of your run", rv.env)
 	}
 	return nil
 }

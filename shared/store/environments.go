@@ -25,9 +25,15 @@ type Environment struct {
 	// AllowedRefs are the refs that may deploy (none: any). A pattern
 	// that starts with refs/ is matched against the whole ref, any other
 	// against a branch's name; * does not cross a /, ** does.
-	AllowedRefs []string  `json:"allowed_refs"`
-	Secrets     []string  `json:"secrets"` // the names of its secrets
-	UpdatedAt   time.Time `json:"updated_at"`
+	AllowedRefs []string `json:"allowed_refs"`
+	// PreventSelfReview: the member whose run it is may not approve its
+	// deployment (where the ref is the submitter's to name, the one gate
+	// they cannot pass alone).
+	PreventSelfReview bool `json:"prevent_self_review"`
+	// Secrets are the names of its secrets (shown to project admins only,
+	// as the project's).
+	Secrets   []string  `json:"secrets,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 const (
@@ -36,15 +42,17 @@ const (
 )
 
 const upsertEnvironmentSQL = `
-INSERT INTO environments (project_id, name, reviewer_role, allowed_refs) VALUES ($1, $2, nullif($3, ''), $4)
-ON CONFLICT (project_id, name) DO UPDATE SET reviewer_role = nullif($3, ''), allowed_refs = $4, updated_at = now()`
+INSERT INTO environments (project_id, name, reviewer_role, allowed_refs, prevent_self_review)
+VALUES ($1, $2, nullif($3, ''), $4, $5)
+ON CONFLICT (project_id, name) DO UPDATE
+SET reviewer_role = nullif($3, ''), allowed_refs = $4, prevent_self_review = $5, updated_at = now()`
 
 const countEnvironmentsSQL = `SELECT count(*) FROM environments WHERE project_id = $1 AND name <> $2`
 
 // listEnvironmentsSQL is project $1's environments with their secrets'
 // names.
 const listEnvironmentsSQL = `
-SELECT e.name, coalesce(e.reviewer_role, ''), e.allowed_refs, e.updated_at,
+SELECT e.name, coalesce(e.reviewer_role, ''), e.allowed_refs, e.prevent_self_review, e.updated_at,
        coalesce((SELECT array_agg(s.name ORDER BY s.name) FROM project_secrets s
                  WHERE s.project_id = e.project_id AND s.environment = e.name), '{}')
 FROM environments e WHERE e.project_id = $1 ORDER BY e.name`
@@ -69,6 +77,9 @@ func checkEnvironment(e *Environment) error {
 	var err error
 	if e.Name, err = CheckEnvironmentName(e.Name); err != nil {
 		return err
+	}
+	if e.PreventSelfReview && e.ReviewerRole == "" {
+		return domain.Errorf(domain.EInvalid, "prevent_self_review needs a reviewer_role: without reviewers nobody reviews")
 	}
 	if e.ReviewerRole != "" && e.ReviewerRole != RoleWrite && e.ReviewerRole != RoleAdmin {
 		return domain.Errorf(domain.EInvalid, "reviewer_role is %s or %s (or empty for none), not %q", RoleWrite, RoleAdmin, e.ReviewerRole)
@@ -111,7 +122,7 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 		if n >= maxEnvironments {
 			return domain.Errorf(domain.EConflict, "project %s has %d environments, the most it may", project, maxEnvironments)
 		}
-		_, err := tx.Exec(ctx, upsertEnvironmentSQL, p.ID, e.Name, e.ReviewerRole, e.AllowedRefs)
+		_, err := tx.Exec(ctx, upsertEnvironmentSQL, p.ID, e.Name, e.ReviewerRole, e.AllowedRefs, e.PreventSelfReview)
 		return err
 	})
 	if err != nil {
@@ -126,7 +137,8 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 	return e, err
 }
 
-// Environments lists a project's environments; any member may read them.
+// Environments lists a project's environments; any member may read them,
+// its admins with their secrets' names.
 func (s *Store) Environments(ctx context.Context, u User, project string) ([]Environment, error) {
 	p, err := s.GetProject(ctx, u, project)
 	if err != nil {
@@ -138,7 +150,10 @@ func (s *Store) Environments(ctx context.Context, u User, project string) ([]Env
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Environment, error) {
 		var e Environment
-		err := row.Scan(&e.Name, &e.ReviewerRole, &e.AllowedRefs, &e.UpdatedAt, &e.Secrets)
+		err := row.Scan(&e.Name, &e.ReviewerRole, &e.AllowedRefs, &e.PreventSelfReview, &e.UpdatedAt, &e.Secrets)
+		if p.Role != RoleAdmin {
+			e.Secrets = nil
+		}
 		return e, err
 	})
 }

@@ -34,11 +34,22 @@ FROM jobs j JOIN runs r ON r.id = j.run_id JOIN projects p ON p.id = r.project_i
 const insertIDTokenSQL = `
 INSERT INTO id_tokens (jti, job_id, generation, lease_id, audience, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`
 
+// recentIDTokensSQL counts the tokens of job $1's attempt $2 issued in
+// the last minute.
+const recentIDTokensSQL = `
+SELECT count(*) FROM id_tokens WHERE job_id = $1 AND generation = $2 AND issued_at > now() - interval '1 minute'`
+
+// MaxIDTokensPerMinute bounds the tokens one attempt gets: each costs a
+// KMS signature and a row.
+const MaxIDTokensPerMinute = 30
+
 // GrantIDToken checks the lease and that the job may have identity
-// tokens (its pipeline asks, and its run is trusted), and records the
-// token about to be issued, in one transaction. The token expires with
-// the lease, in whole seconds, never after it.
-func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l domain.Lease, audience string) (IDTokenGrant, error) {
+// tokens now (its pipeline asks, its run is trusted, it is not being
+// canceled, it had fewer than MaxIDTokensPerMinute in the last minute),
+// and reads what the token says. It writes nothing: RecordIDToken
+// records the token once it is signed. The token expires with the lease,
+// in whole seconds, never after it.
+func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l domain.Lease) (IDTokenGrant, error) {
 	var g IDTokenGrant
 	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
 		var spec struct {
@@ -52,6 +63,15 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 			return domain.Errorf(domain.EForbidden, "job %s does not ask for identity tokens: its pipeline needs permissions: {id-token: write}", job.Name)
 		case !job.Trusted:
 			return domain.Errorf(domain.EForbidden, "an untrusted run's jobs get no identity tokens")
+		case job.CancelRequested:
+			return domain.Errorf(domain.EConflict, "job %s is being canceled: it gets no new identity tokens", job.Name)
+		}
+		var recent int
+		if err := tx.QueryRow(ctx, recentIDTokensSQL, job.ID, job.Generation).Scan(&recent); err != nil {
+			return fmt.Errorf("count tokens: %w", err)
+		}
+		if recent >= MaxIDTokensPerMinute {
+			return domain.Errorf(domain.ETooLarge, "job %s had %d identity tokens in the last minute, the most an attempt may", job.Name, recent)
 		}
 		g.Trusted = true
 		if err := tx.QueryRow(ctx, idTokenFactsSQL, job.ID).Scan(&g.Project, &g.Ref, &g.SHA, &g.Event, &g.Environment,
@@ -67,18 +87,30 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 			return domain.Errorf(domain.EForbidden, "run %s has no ref a token can name", job.RunID)
 		}
 		g.JTI = uuid.NewString()
-		_, err := tx.Exec(ctx, insertIDTokenSQL, g.JTI, job.ID, job.Generation, l.LeaseID, audience, g.Expiry)
-		return err
+		return nil
 	})
 	return g, err
 }
 
+// RecordIDToken records a signed token, checking the lease again in the
+// transaction that writes: the token is handed out only if this commits,
+// so a lease lost while it was signed gets none, and a token that was
+// never handed out is never recorded.
+func (s *Store) RecordIDToken(ctx context.Context, runnerID, jobID string, l domain.Lease, g IDTokenGrant, audience string) error {
+	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		_, err := tx.Exec(ctx, insertIDTokenSQL, g.JTI, job.ID, job.Generation, l.LeaseID, audience, g.Expiry)
+		return err
+	})
+}
+
 // leaseActiveSQL is whether the lease ($1 job, $2 run, $3 runner, $4
 // lease ID, $5 generation) is the job's current, unexpired lease of a
-// runner not revoked.
+// runner not revoked, and the job is not being canceled (it is to stop,
+// so a deploy target should take nothing more from it).
 const leaseActiveSQL = `
-SELECT EXISTS (SELECT 1 FROM jobs j JOIN runners ru ON ru.id = j.runner_id
-               WHERE ` + leaseMatchSQL + ` AND ru.revoked_at IS NULL)`
+SELECT EXISTS (SELECT 1 FROM jobs j JOIN runners ru ON ru.id = j.runner_id JOIN runs r ON r.id = j.run_id
+               WHERE ` + leaseMatchSQL + ` AND ru.revoked_at IS NULL
+                 AND NOT j.cancel_requested AND NOT r.cancel_requested)`
 
 // LeaseActive reports whether l is the current lease of its job, by the
 // database's clock.

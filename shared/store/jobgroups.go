@@ -85,8 +85,12 @@ func groupName(template string, vars map[string]any, trusted bool, budget *int) 
 	if err != nil {
 		return "", err
 	}
-	if g = strings.ToLower(strings.TrimSpace(g)); g == "" || len(g) > 400 {
-		return "", fmt.Errorf("is %q here: a group is 1 to 400 characters", g)
+	switch g = strings.ToLower(strings.TrimSpace(g)); {
+	case g == "" || len(g) > 400:
+		return "", fmt.Errorf("is %q here: a group is 1 to 400 characters", domain.Truncate(g, 100))
+	case !domain.PlainText(g):
+		// The database holds no NUL; the dashboard shows one line.
+		return "", fmt.Errorf("is %q here: a group is text without control characters", g)
 	}
 	switch {
 	case !trusted:

@@ -67,7 +67,7 @@ WHERE id = $1`
 const runJobsSQL = `
 SELECT j.id, j.name, j.state, j.needs, j.generation, coalesce(j.runner_id, ''), coalesce(j.reason, ''), j.exit_code,
        j.log_size, j.started_at, j.finished_at, t.tests, t.passed, t.failed, t.errored, t.skipped,
-       coalesce(j.environment, ''), coalesce(j.deploy_state, '')
+       coalesce(j.environment, ''), CASE WHEN j.deploy_state = 'waiting' AND j.state <> 'PENDING' THEN '' ELSE coalesce(j.deploy_state, '') END
 FROM jobs j LEFT JOIN job_reports t ON t.job_id = j.id AND t.generation = j.generation
 WHERE j.run_id = $1 ORDER BY j.created_at, j.id`
 
@@ -75,7 +75,7 @@ WHERE j.run_id = $1 ORDER BY j.created_at, j.id`
 const getJobSQL = `
 SELECT j.id, j.run_id, j.name, j.state, j.needs, j.labels, j.generation, coalesce(j.runner_id, ''),
        coalesce(j.reason, ''), j.exit_code, j.log_size, j.started_at, j.finished_at,
-       coalesce(j.environment, ''), coalesce(j.deploy_state, '')
+       coalesce(j.environment, ''), CASE WHEN j.deploy_state = 'waiting' AND j.state <> 'PENDING' THEN '' ELSE coalesce(j.deploy_state, '') END
 FROM jobs j JOIN runs r ON r.id = j.run_id
 WHERE j.id = $1 AND j.run_id = $2 AND project_rank($3, r.project_id) >= 1`
 

@@ -1,0 +1,134 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// TestDeployDecisionRacesCancel: a review and a cancel of the same run
+// at once never deadlock (both take the run's lock first); whichever
+// comes second sees the first's outcome.
+func TestDeployDecisionRacesCancel(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	for i := range 12 {
+		run := f.buildThen(t, "refs/heads/main", "production")
+		deployID := jobColumn(t, f.s, run.ID, "id")["deploy"]
+		var decideErr, cancelErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { _, decideErr = f.s.DecideDeployment(ctx, f.writer, run.ID, deployID, i%2 == 0, "") })
+		wg.Go(func() { _, _, cancelErr = f.s.Cancel(ctx, f.writer, run.ID, "") })
+		wg.Wait()
+		for _, err := range []error{decideErr, cancelErr} {
+			if err != nil && domain.ErrorCode(err) != domain.EConflict {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+		for {
+			c, err := f.s.Claim(ctx, f.r, nil, 0)
+			if err != nil || c == nil {
+				break
+			}
+			complete(t, f.s, f.r, c, domain.OutcomePassed)
+		}
+	}
+}
+
+// TestDeployReviewRules: the rules are read again when the decision is
+// made: a ref no longer allowed cannot be approved (only rejected), self
+// review is refused where prevented, a comment must be text, and a
+// deployment whose run was canceled while it waited shows as canceled.
+func TestDeployReviewRules(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	run := f.buildThen(t, "refs/heads/release/1.0", "production")
+	deployID := jobColumn(t, f.s, run.ID, "id")["deploy"]
+	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "production", ReviewerRole: store.RoleWrite,
+		AllowedRefs: []string{"main"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.DecideDeployment(ctx, f.writer, run.ID, deployID, true, ""); domain.ErrorCode(err) != domain.EForbidden ||
+		!strings.Contains(err.Error(), "no longer allows refs/heads/release/1.0") {
+		t.Fatalf("approved a ref no longer allowed: %v", err)
+	}
+	for _, bad := range []string{"a\x00b", "line\nbreak", "\xff"} {
+		if _, err := f.s.DecideDeployment(ctx, f.writer, run.ID, deployID, false, bad); domain.ErrorCode(err) != domain.EInvalid {
+			t.Fatalf("comment %q: %v", bad, err)
+		}
+	}
+	if _, err := f.s.DecideDeployment(ctx, f.writer, run.ID, deployID, false, "release branches are frozen"); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "production", ReviewerRole: store.RoleWrite,
+		AllowedRefs: []string{"main"}, PreventSelfReview: true}); err != nil {
+		t.Fatal(err)
+	}
+	own := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", Trigger: "submit", By: &f.root},
+		strings.ReplaceAll(deployPipeline, "ENV", "production"))
+	complete(t, f.s, f.r, claimJob(t, f.s, f.r, own.ID, "build"), domain.OutcomePassed)
+	ownDeploy := jobColumn(t, f.s, own.ID, "id")["deploy"]
+	if _, err := f.s.DecideDeployment(ctx, f.root, own.ID, ownDeploy, true, ""); domain.ErrorCode(err) != domain.EForbidden ||
+		!strings.Contains(err.Error(), "prevents self-review") {
+		t.Fatalf("self-approved: %v", err)
+	}
+	if _, _, err := f.s.Cancel(ctx, f.root, own.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	job, err := f.s.GetJob(ctx, f.reader, own.ID, ownDeploy)
+	if err != nil || job.State != "CANCELED" || job.DeployState != "" {
+		t.Fatalf("canceled job %+v %v", job.JobInfo, err)
+	}
+	decisions := map[string]string{}
+	for _, d := range f.deployments(t, "production") {
+		decisions[d.RunID] = d.Decision
+	}
+	if decisions[run.ID] != "rejected" || decisions[own.ID] != "canceled" {
+		t.Fatalf("history %v", decisions)
+	}
+	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "x", PreventSelfReview: true}); domain.ErrorCode(err) != domain.EInvalid {
+		t.Fatalf("prevent_self_review without reviewers: %v", err)
+	}
+}
+
+// TestDeployURLAndSecretNames: an environment URL that is not a plain
+// http(s) URL (a NUL, a javascript: scheme) is dropped, not stored and
+// not a reason to fail; readers see environments without their secrets'
+// names, admins with them.
+func TestDeployURLAndSecretNames(t *testing.T) {
+	f := newDeployFixture(t)
+	for _, url := range []string{`"${{ fromJSON(format('\"https://{0}\\u0000\"', github.ref_name)) }}"`, "javascript:alert(1)"} {
+		file := "jobs:\n  build: {steps: [{run: make}]}\n  deploy:\n    needs: build\n    environment:\n      name: staging\n      url: " + url +
+			"\n    steps: [{run: ./deploy}]\n"
+		run2 := groupRun(t, f.s, "refs/heads/main", file)
+		complete(t, f.s, f.r, claimJob(t, f.s, f.r, run2.ID, "build"), domain.OutcomePassed)
+		if got := states(t, f.s, run2.ID)["deploy"]; got != "QUEUED" {
+			t.Fatalf("url %q: deploy %s (%v)", url, got, reasons(t, f.s, run2.ID))
+		}
+		for _, d := range f.deployments(t, "staging") {
+			if d.RunID == run2.ID && d.URL != "" {
+				t.Fatalf("url %q stored as %q", url, d.URL)
+			}
+		}
+		for {
+			c, err := f.s.Claim(context.Background(), f.r, nil, 0)
+			if err != nil || c == nil {
+				break
+			}
+			complete(t, f.s, f.r, c, domain.OutcomePassed)
+		}
+	}
+	envs, err := f.s.Environments(context.Background(), f.reader, "p")
+	if err != nil || len(envs) != 1 || envs[0].Secrets != nil {
+		t.Fatalf("reader sees %+v %v", envs, err)
+	}
+	envs, err = f.s.Environments(context.Background(), f.root, "p")
+	if err != nil || len(envs) != 1 || strings.Join(envs[0].Secrets, ",") != "DEPLOY_TOKEN" {
+		t.Fatalf("admin sees %+v %v", envs, err)
+	}
+}
