@@ -23,7 +23,7 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-for tool in zstd git; do
+for tool in zstd git curl; do
   command -v "$tool" >/dev/null 2>&1 || NEED_APT="${NEED_APT:-} $tool"
 done
 # The end-to-end starter workflows run python3 and node as slot users,

@@ -6,7 +6,8 @@
 // Files: agent.go claims; job.go holds one job's life from claim to
 // report; workspace.go makes and removes its directories; steps.go runs
 // its steps; transfer.go moves trees between S3 and the workspace;
-// logs.go streams its output.
+// logs.go streams its output; idtoken.go serves its steps identity
+// tokens (idtokenclient.go is the steps' side).
 package agent
 
 import (

@@ -40,6 +40,9 @@ type job struct {
 	// the job times out, or it is stopped; context.Cause says which.
 	ctx  context.Context
 	stop context.CancelCauseFunc
+	// idTokenEnv tells the steps of a job that may ask for identity
+	// tokens where to ask (empty for any other job).
+	idTokenEnv map[string]string
 }
 
 // stopped is why the job was stopped, or nil while it runs.
@@ -215,6 +218,13 @@ func (j *job) execute(slot int) (domain.Outcome, int) {
 			return domain.OutcomeFailed, -1
 		}
 		return fail("%v", err)
+	}
+	if j.claim.Job.IDToken {
+		closeSocket, err := j.startIDTokens(slot)
+		if err != nil {
+			return fail("identity tokens cannot be served, no step was run: %v", err)
+		}
+		defer closeSocket()
 	}
 	seq := j.runSteps()
 	if len(j.claim.Job.Outputs) > 0 && j.stopped() == nil {

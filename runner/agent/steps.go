@@ -169,6 +169,10 @@ func (j *job) env(st domain.Step) []string {
 	for k, v := range st.Env {
 		vars[k] = v
 	}
+	// The runner's own: where this job asks for identity tokens.
+	for k, v := range j.idTokenEnv {
+		vars[k] = v
+	}
 	// Secrets last: the pipeline cannot shadow what an admin set.
 	for k, v := range c.Secrets {
 		vars[k] = v

@@ -148,6 +148,21 @@ func (h *Lease) SetOutputs(ctx context.Context, outputs map[string]string) error
 	return err
 }
 
+// IDToken asks for an identity token for audience, bound to the lease
+// (the job's pipeline must have asked for them: id_token). A job being
+// canceled is refused with 409 conflict: its lease still holds (the
+// heartbeat learns of the cancel and stops the job, which then reports
+// canceled), so that answer does not end it.
+func (h *Lease) IDToken(ctx context.Context, audience string) (protocol.IDTokenResponse, error) {
+	var out protocol.IDTokenResponse
+	req := protocol.IDTokenRequest{Leased: h.tuple, Audience: audience}
+	_, err := h.c.post(ctx, protocol.JobPath(h.tuple.Lease.JobID, protocol.RouteIDToken), req, &out)
+	if LostLease(err) && !domain.Is(err, domain.EConflict) {
+		h.Lose(err)
+	}
+	return out, err
+}
+
 // Complete reports the outcome; reason (optional) says why a job failed.
 func (h *Lease) Complete(ctx context.Context, outcome domain.Outcome, exitCode int, reason string) error {
 	_, err := h.call(ctx, protocol.RouteComplete, protocol.CompleteRequest{Leased: h.tuple, Outcome: outcome, ExitCode: &exitCode, Reason: reason}, nil)

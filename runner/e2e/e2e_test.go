@@ -269,6 +269,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("flow: job if, outputs, needs, continue-on-error, fail-fast, runner expressions", testFlow(s))
 	t.Run("concurrency: cancel-in-progress cancels the running run", testConcurrency(s))
 	t.Run("deployments: reviews in the dashboard, branch rules, environment secrets", testDeployments(s))
+	t.Run("identity tokens from the job's socket, verified with go-oidc", testIDTokens(s))
 	t.Run("manual run with inputs", testManualRun(s))
 	t.Run("artifacts: list and download with the CLI", testArtifactsCLI(s))
 	t.Run("test reports: summed up, kept, shown", testReports(s))

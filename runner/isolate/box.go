@@ -25,6 +25,9 @@ type Box struct {
 	dir   string
 	group *Group
 	steps atomic.Int32
+	// shared are files the runner made for the job (its identity-token
+	// socket) that its steps reach at the same path.
+	shared []string
 }
 
 // NewBox prepares an attempt in dir (which must not exist) for slot. job
@@ -283,6 +286,10 @@ func (b *Box) bwrapArgs(wd, output string) []string {
 	if output != "" {
 		// The step's output file, writable over the read-only steps.
 		args = append(args, "--bind", output, output)
+	}
+	for _, p := range b.shared {
+		// Read-only binds still let the step connect to a socket.
+		args = append(args, "--ro-bind", p, p)
 	}
 	return append(args, "--chdir", wd, "--")
 }

@@ -3,6 +3,7 @@
 //	forgeci-runner register --server URL --registration-token frg_... --name NAME --labels linux,x64 --token-file FILE
 //	forgeci-runner run [--config FILE] [--server URL] [--token-file FILE] [--labels L] [--work-dir DIR] [--concurrency N]
 //	                   [--isolation none|user|bwrap] [--slot-users U0,U1] [--memory-limit 4G] [--pids-limit N] [--cpu-limit 2] [--ephemeral]
+//	forgeci-runner id-token --audience AUD [--socket PATH] [--json]   (in a step: prints an identity token)
 //
 // The config file holds key = value lines with the same names as the flags;
 // flags win. On SIGTERM or SIGINT the runner stops claiming and finishes
@@ -32,7 +33,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: forgeci-runner register|run [flags]   (-h for flags)")
+		fmt.Fprintln(os.Stderr, "usage: forgeci-runner register|run|id-token [flags]   (-h for flags)")
 		os.Exit(2)
 	}
 	var err error
@@ -41,8 +42,10 @@ func main() {
 		err = register(os.Args[2:])
 	case "run":
 		err = run(os.Args[2:])
+	case "id-token":
+		err = idToken(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: use register or run", os.Args[1])
+		err = fmt.Errorf("unknown command %q: use register, run or id-token", os.Args[1])
 	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "forgeci-runner:", err)
