@@ -42,6 +42,21 @@ if ! bin/forgeci submit --dir . --project forgeci/demo --follow; then
   echo "demo: the run did not pass; runner log:"; tail -50 "$work/runner.log"; exit 1
 fi
 
+# The deploy job's lease, as its runner held it, is stale now that the
+# job has ended: a copy of it is refused a token (409), because the
+# control plane checks the whole tuple, whoever presents it.
+claimed=$(grep 'msg=claimed job=deploy ' "$work/runner.log" | tail -1)
+field() { printf '%s\n' "$claimed" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+lease=$(printf '{"run_id":"%s","job_id":"%s","runner_id":"%s","lease_id":"%s","generation":%s}' \
+  "$(field run_id)" "$(field job_id)" "$(field runner_id)" "$(field lease_id)" "$(field generation)")
+status=$(curl -s -o "$work/stale.json" -w '%{http_code}' -X POST "$FORGECI_URL/v1/runner/jobs/$(field job_id)/id-token" \
+  -H "Authorization: Bearer $(cat "$work/runner.token")" -H 'Content-Type: application/json' \
+  -d "{\"lease\":$lease,\"audience\":\"forgeci-demo\"}")
+if [ "$status" != 409 ]; then
+  echo "demo: a stale copy of the deploy job's lease was answered $status: $(cat "$work/stale.json")"; exit 1
+fi
+echo "demo: a stale copy of the deploy job's lease is refused a token: $status $(cat "$work/stale.json")"
+
 # In a terminal the stack stays up to be looked at; without one (CI) the
 # demo ends here.
 if [ -t 0 ] && [ -t 1 ]; then

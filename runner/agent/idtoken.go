@@ -76,7 +76,10 @@ func (j *job) startIDTokens(slot int) (func(), error) {
 		return nil, err
 	}
 	j.box.Share(path)
-	j.idTokenEnv = map[string]string{IDTokenSocketEnv: path, RunnerBinEnv: bin}
+	// The server's URL too: where a step checks what it was given (the
+	// issuer's discovery document and introspection, when the server is
+	// the issuer, as in the local stack).
+	j.idTokenEnv = map[string]string{IDTokenSocketEnv: path, RunnerBinEnv: bin, ServerURLEnv: j.a.cfg.Client.Server}
 	return srv.Close, nil
 }
 

@@ -15,10 +15,12 @@ import (
 
 // IDTokenSocketEnv names the job's identity-token socket in its steps'
 // environment; RunnerBinEnv names the runner executable they may run
-// (forgeci-runner id-token asks the socket).
+// (forgeci-runner id-token asks the socket); ServerURLEnv is the server
+// the runner talks to.
 const (
 	IDTokenSocketEnv = "FORGECI_ID_TOKEN_SOCKET"
 	RunnerBinEnv     = "FORGECI_RUNNER_BIN"
+	ServerURLEnv     = "FORGECI_SERVER_URL"
 )
 
 // FetchIDToken asks the job's identity-token socket for a token for

@@ -92,7 +92,10 @@ func redactions(token string, c *protocol.Claim) []string {
 
 func (a *Agent) runJob(c *protocol.Claim, slot int) (slotOK bool) {
 	l := c.Lease
-	log := a.cfg.Log.With("job", c.Job.Name, "job_id", l.JobID, "generation", l.Generation)
+	// The whole tuple is logged: it is no credential without the runner's
+	// token, and it is what an operator matches against the server's.
+	log := a.cfg.Log.With("job", c.Job.Name, "run_id", l.RunID, "job_id", l.JobID, "generation", l.Generation,
+		"lease_id", l.LeaseID, "runner_id", l.RunnerID)
 	log.Info("claimed")
 	j, done := a.newJob(c)
 	defer done()

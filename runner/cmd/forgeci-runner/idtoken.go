@@ -21,11 +21,12 @@ func idToken(args []string) error {
 	audience := fs.String("audience", "", "who the token is for, such as sts.amazonaws.com (required)")
 	socket := fs.String("socket", os.Getenv(agent.IDTokenSocketEnv), "the job's identity-token socket (default $"+agent.IDTokenSocketEnv+")")
 	asJSON := fs.Bool("json", false, "print the whole answer as JSON: token and expires_at")
+	check := fs.String("check", "", "instead of printing the token, verify it as a relying party would, against this issuer's discovery document and JWKS, and introspect it there (such as $"+agent.ServerURLEnv+")")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *audience == "" || fs.NArg() > 0 {
-		return errors.New("usage: forgeci-runner id-token --audience AUDIENCE [--socket PATH] [--json]")
+		return errors.New("usage: forgeci-runner id-token --audience AUDIENCE [--socket PATH] [--json | --check ISSUER]")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -33,7 +34,10 @@ func idToken(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	switch {
+	case *check != "":
+		return checkToken(ctx, *check, *audience, tok.Token)
+	case *asJSON:
 		return json.NewEncoder(os.Stdout).Encode(tok)
 	}
 	_, err = fmt.Println(tok.Token)
