@@ -108,10 +108,14 @@ func TestIDTokenBoundToLease(t *testing.T) {
 	e := setup(t)
 	a := e.registerRunner("box")
 	endings := map[string]func(c protocol.Claim){
-		"expired":    func(c protocol.Claim) { e.exec(`UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, c.Job.ID) },
-		"superseded": func(c protocol.Claim) { e.exec(`UPDATE jobs SET generation = generation + 1, lease_id = gen_random_uuid() WHERE id = $1`, c.Job.ID) },
-		"revoked":    func(c protocol.Claim) { e.exec(`UPDATE runners SET revoked_at = now() WHERE id = $1`, a.ID) },
-		"canceling":  func(c protocol.Claim) { e.exec(`UPDATE runs SET cancel_requested = true WHERE id = $1`, c.Lease.RunID) },
+		"expired": func(c protocol.Claim) {
+			e.exec(`UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, c.Job.ID)
+		},
+		"superseded": func(c protocol.Claim) {
+			e.exec(`UPDATE jobs SET generation = generation + 1, lease_id = gen_random_uuid() WHERE id = $1`, c.Job.ID)
+		},
+		"revoked":   func(c protocol.Claim) { e.exec(`UPDATE runners SET revoked_at = now() WHERE id = $1`, a.ID) },
+		"canceling": func(c protocol.Claim) { e.exec(`UPDATE runs SET cancel_requested = true WHERE id = $1`, c.Lease.RunID) },
 		"job ended": func(c protocol.Claim) {
 			if status, body := e.post("/v1/runner/jobs/"+c.Job.ID+"/complete", a.Token, leaseBody(c.Lease, map[string]any{"outcome": "passed", "exit_code": 0})); status != 200 {
 				t.Fatalf("complete: %d %s", status, body)

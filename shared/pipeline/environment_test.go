@@ -85,7 +85,7 @@ func TestEnvironmentRefused(t *testing.T) {
 // is refused where it stands, not stored (the database holds no NUL).
 func TestParseTimeNUL(t *testing.T) {
 	refuses(t, "jobs:\n  a:\n    %s\n    steps: [{run: x}]\n", map[string]string{
-		`env: {X: "${{ fromJSON('\"a\\u0000b\"') }}"}`:                 "evaluates to text with a NUL byte",
+		`env: {X: "${{ fromJSON('\"a\\u0000b\"') }}"}`:                  "evaluates to text with a NUL byte",
 		`environment: {name: p, url: "${{ fromJSON('\"\\u0000\"') }}"}`: "evaluates to text with a NUL byte",
 	})
 }

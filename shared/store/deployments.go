@@ -17,27 +17,27 @@ import (
 // rejected, refused, or canceled while it waited); State is the job's
 // state now.
 type Deployment struct {
-	ID          int64      `json:"id"`
-	Environment string     `json:"environment"`
-	RunID       string     `json:"run_id"`
-	RunNumber   int64      `json:"run_number"`
-	JobID       string     `json:"job_id"`
-	JobName     string     `json:"job_name"`
+	ID          int64  `json:"id"`
+	Environment string `json:"environment"`
+	RunID       string `json:"run_id"`
+	RunNumber   int64  `json:"run_number"`
+	JobID       string `json:"job_id"`
+	JobName     string `json:"job_name"`
 	// Trigger is what started the run (github:push ..., submit by ...),
 	// and Dirty whether its source had uncommitted changes: a ref named
 	// by a submitter is theirs to name.
-	Trigger     string     `json:"trigger"`
-	Dirty       bool       `json:"dirty"`
-	Ref         string     `json:"ref"`
-	SHA         string     `json:"sha"`
-	URL         string     `json:"url,omitempty"`
-	Decision    string     `json:"decision"`
-	Reason      string     `json:"reason,omitempty"`
-	DecidedBy   string     `json:"decided_by,omitempty"`
-	DecidedAt   *time.Time `json:"decided_at,omitempty"`
-	State       string     `json:"state"` // the job's now ("" once its run is gone)
-	CreatedAt   time.Time  `json:"created_at"`
-	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	Trigger    string     `json:"trigger"`
+	Dirty      bool       `json:"dirty"`
+	Ref        string     `json:"ref"`
+	SHA        string     `json:"sha"`
+	URL        string     `json:"url,omitempty"`
+	Decision   string     `json:"decision"`
+	Reason     string     `json:"reason,omitempty"`
+	DecidedBy  string     `json:"decided_by,omitempty"`
+	DecidedAt  *time.Time `json:"decided_at,omitempty"`
+	State      string     `json:"state"` // the job's now ("" once its run is gone)
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // deploymentsSQL is a page of project $1's deployments, newest first:
