@@ -292,6 +292,7 @@ type claimed struct {
 const smokePipeline = `jobs:
   build:
     runs-on: linux
+    permissions: {id-token: write}
     steps:
       - run: echo build
     artifacts: [{name: dist, paths: [dist/]}]
@@ -376,6 +377,7 @@ func TestLambdaSmoke(t *testing.T) {
 	}
 	env := newLambdaEnv(t, dbURL, blobsCfg)
 	f := newFleet(t, env)
+	f.extra["oidc"] = oidcEnv(t)
 	// A second claim container with a 5 s lease, for the sweeper.
 	f.extra["claim#short"] = []string{"FORGECI_LEASE_TTL_SECONDS=5"}
 	defer f.report()
@@ -432,7 +434,7 @@ func TestLambdaSmoke(t *testing.T) {
 		t.Helper()
 		var c claimed
 		f.expect(fn, "POST /v1/runner/claim", "/v1/runner/claim", runner.Token,
-			map[string]any{"labels": []string{"linux"}, "wait_seconds": 0}, 200).json(t, &c)
+			map[string]any{"labels": []string{"linux"}, "wait_seconds": 0, "features": []string{"id-token"}}, 200).json(t, &c)
 		return c
 	}
 	c := claim("claim")
@@ -450,6 +452,7 @@ func TestLambdaSmoke(t *testing.T) {
 		t.Fatalf("stale heartbeat: %s", r.Body)
 	}
 	f.expect("heartbeat", "POST /v1/runner/jobs/{job_id}/heartbeat", jobPath+"/heartbeat", "", map[string]any{"lease": c.Lease}, 401)
+	smokeIDToken(t, f, runner.Token, jobPath, c.Lease, stale)
 
 	// Source: a presigned GET of exactly the uploaded bytes.
 	var srcAns struct {
