@@ -137,3 +137,11 @@ func (d *decider) evalText(template string, vars map[string]any) (string, error)
 	}
 	return evalTemplate(template, vars, &d.budget)
 }
+
+// envTemplate is the name of a job's environment, as its pipeline says it.
+func envTemplate(spec domain.JobSpec) string {
+	if spec.Environment == nil {
+		return ""
+	}
+	return spec.Environment.Name
+}

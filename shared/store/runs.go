@@ -289,14 +289,6 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	return nil
 }
 
-// envTemplate is the name of a job's environment, as its pipeline says it.
-func envTemplate(spec domain.JobSpec) string {
-	if spec.Environment == nil {
-		return ""
-	}
-	return spec.Environment.Name
-}
-
 func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 	var reason *string
 	if run.Approval == ApprovalPending {
