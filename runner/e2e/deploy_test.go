@@ -56,7 +56,7 @@ func testDeployments(s *stack) func(t *testing.T) {
 			t.Fatalf("secret set: %v %s", err, out)
 		}
 		approved := s.waitingDeploy(t, gitPipeline(t, deployPipeline, "main"))
-		s.approveInDashboard(t, approved)
+		browser := s.approveInDashboard(t, approved)
 		v := s.waitRun(approved, func(v runView) bool { return v.State == "PASSED" || v.State == "FAILED" }, 90*time.Second)
 		if v.State != "PASSED" || !strings.Contains(s.log(approved, jobNamed(v, "deploy")), "deployed with the production key") {
 			t.Fatalf("approved run: %+v", v)
@@ -85,6 +85,17 @@ func testDeployments(s *stack) func(t *testing.T) {
 				t.Fatalf("history lacks %q: %v\n%s", want, err, out)
 			}
 		}
+		// The dashboard's history says the same, with the reasons.
+		if err := chromedp.Do(browser, chromedp.Navigate(s.vals["FORGECI_URL"]+"/projects/e2e/environments/production"),
+			chromedp.WaitVisible(chromedp.ID("deployments"))); err != nil {
+			t.Fatal(err)
+		}
+		history, err := chromedp.Run(browser, chromedp.Text(chromedp.ID("deployments")))
+		for _, want := range []string{"refused (environment production does not allow refs/heads/feature/x", "rejected (not on a Friday)", "approved (looks good)"} {
+			if err != nil || !strings.Contains(history, want) {
+				t.Fatalf("dashboard history lacks %q: %v\n%s", want, err, history)
+			}
+		}
 	}
 }
 
@@ -104,8 +115,9 @@ func (s *stack) waitingDeploy(t *testing.T, dir string) string {
 }
 
 // approveInDashboard logs in, opens the waiting job and approves it, and
-// then sees the approval in the environment's history.
-func (s *stack) approveInDashboard(t *testing.T, runID string) {
+// then sees the approval in the environment's history; it returns the
+// logged-in browser.
+func (s *stack) approveInDashboard(t *testing.T, runID string) context.Context {
 	t.Helper()
 	ctx := newBrowser(t)
 	url := s.vals["FORGECI_URL"]
@@ -133,6 +145,7 @@ func (s *stack) approveInDashboard(t *testing.T, runID string) {
 	}
 	screenshot(t, ctx, "environment-history")
 	noCSPViolation(t, ctx, "the deployment pages")
+	return ctx
 }
 
 func jobNamed(v runView, name string) string {
