@@ -1,16 +1,25 @@
 // Command oidc is the ForgeCI Lambda function serving the "oidc" routes
 // (see api.Routes("oidc") and template.yaml): the fenced id-token runner
 // route, and the issuer's public discovery document, JWKS and lease
-// introspection. Wiring only.
+// introspection. Wiring only; it alone links the KMS signing code.
 package main
 
 import (
 	"context"
 
+	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	ctx := context.Background()
+	srv := lambdaapp.MustServer(ctx)
+	// A KMS key signs the tokens (FORGECI_OIDC_*); without them, the
+	// routes answer 503 unavailable.
+	issuer, err := idtoken.FromEnv(ctx)
+	lambdaapp.MustNot(srv.Log, "identity token issuer", err)
+	if issuer != nil {
+		srv.IDTokens = issuer
+	}
 	lambdaapp.StartHTTP(srv.Handler("oidc"))
 }

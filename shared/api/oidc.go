@@ -6,9 +6,19 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/protocol"
 )
+
+// TokenIssuer signs and checks identity tokens (shared/idtoken's Issuer).
+// An interface in the protocol's claims type, so that this package, which
+// every function links, does not pull in KMS and JOSE: only the oidc
+// function sets one.
+type TokenIssuer interface {
+	SignClaims(ctx context.Context, c protocol.IntrospectClaims) (string, error)
+	VerifyClaims(ctx context.Context, token string, now time.Time) (protocol.IntrospectClaims, error)
+	Discovery() []byte
+	JWKS(ctx context.Context) ([]byte, error)
+}
 
 // errNoIssuer answers when this server issues no identity tokens.
 var errNoIssuer = domain.Errorf(domain.EUnavailable,
@@ -27,9 +37,9 @@ func (s *Server) idToken(ctx context.Context, l held, req *protocol.IDTokenReque
 	if err != nil {
 		return nil, err
 	}
-	token, err := s.IDTokens.Sign(ctx, idtoken.Claims{
-		Subject: idtoken.Subject(g.Project, g.Ref, g.Environment), Audience: req.Audience,
-		IssuedAt: g.IssuedAt, NotBefore: g.IssuedAt, Expiry: g.Expiry, ID: g.JTI,
+	token, err := s.IDTokens.SignClaims(ctx, protocol.IntrospectClaims{
+		Subject: protocol.TokenSubject(g.Project, g.Ref, g.Environment), Audience: req.Audience,
+		IssuedAt: g.IssuedAt.Unix(), NotBefore: g.IssuedAt.Unix(), Expiry: g.Expiry.Unix(), ID: g.JTI,
 		Project: g.Project, Ref: g.Ref, SHA: g.SHA, Event: g.Event, Environment: g.Environment, Trusted: g.Trusted,
 		RunID: l.Lease.RunID, JobID: l.Lease.JobID, Generation: l.Lease.Generation, LeaseID: l.Lease.LeaseID,
 		RunnerID: l.Lease.RunnerID,
@@ -83,11 +93,11 @@ func (s *Server) introspect(w http.ResponseWriter, r *http.Request) error {
 		return errNoIssuer
 	}
 	var req protocol.IntrospectRequest
-	if err := decodeJSON(w, r, 2*idtoken.MaxTokenLen, &req); err != nil {
+	if err := decodeJSON(w, r, 2*protocol.MaxTokenLen, &req); err != nil {
 		return err
 	}
 	out := protocol.IntrospectResponse{}
-	c, err := s.IDTokens.Verify(r.Context(), req.Token, time.Now())
+	c, err := s.IDTokens.VerifyClaims(r.Context(), req.Token, time.Now())
 	if err == nil {
 		l := domain.Lease{RunID: c.RunID, JobID: c.JobID, RunnerID: c.RunnerID, LeaseID: c.LeaseID, Generation: c.Generation}
 		if out.Active, err = s.Store.LeaseActive(r.Context(), l); err != nil {
@@ -95,10 +105,7 @@ func (s *Server) introspect(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if out.Active {
-		out.IntrospectClaims = &protocol.IntrospectClaims{Issuer: c.Issuer, Subject: c.Subject, Audience: c.Audience,
-			IssuedAt: c.IssuedAt.Unix(), NotBefore: c.NotBefore.Unix(), Expiry: c.Expiry.Unix(), ID: c.ID,
-			Project: c.Project, Ref: c.Ref, SHA: c.SHA, Event: c.Event, Environment: c.Environment, Trusted: c.Trusted,
-			RunID: c.RunID, JobID: c.JobID, Generation: c.Generation, LeaseID: c.LeaseID, RunnerID: c.RunnerID}
+		out.IntrospectClaims = &c
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -9,7 +9,6 @@ import (
 
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -23,7 +22,7 @@ type Server struct {
 	// of single repositories use the secret registered with them).
 	WebhookSecret []byte
 	// IDTokens issues identity tokens (nil: none are issued).
-	IDTokens *idtoken.Issuer
+	IDTokens TokenIssuer
 	// OnDelivery, when set, is called after a new webhook delivery is
 	// recorded, to wake the scm worker. It must not block for long.
 	OnDelivery func(ctx context.Context)

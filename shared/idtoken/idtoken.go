@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // Claims of a ForgeCI identity token. JSON names in the JWT: iss, sub, aud
@@ -35,15 +37,9 @@ type Claims struct {
 	LeaseID, RunnerID                     string
 }
 
-// Subject is the sub claim: "project:<project>:ref:<ref>", plus
-// ":environment:<env>" when environment is set. Callers guarantee that no
-// part contains ':'.
+// Subject is the sub claim (protocol.TokenSubject).
 func Subject(project, ref, environment string) string {
-	sub := "project:" + project + ":ref:" + ref
-	if environment != "" {
-		sub += ":environment:" + environment
-	}
-	return sub
+	return protocol.TokenSubject(project, ref, environment)
 }
 
 // Issuer signs and verifies tokens for one issuer URL.

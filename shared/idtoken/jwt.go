@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/forgeci/forgeci/shared/protocol"
+
 	"github.com/go-jose/go-jose/v4"
 )
 
 // MaxTokenLen bounds what Verify reads: a ForgeCI token is about 1.5 KiB,
 // and a bound keeps hostile input from costing more than a real token.
-const MaxTokenLen = 16 << 10
+const MaxTokenLen = protocol.MaxTokenLen
 
 // algorithm is the only JWS algorithm issued or accepted.
 const algorithm = jose.RS256

@@ -19,7 +19,6 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/cas"
-	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -100,12 +99,7 @@ func MustServer(ctx context.Context) *api.Server {
 		fail(cfg.Log, "cas", err)
 	}
 	st.SetObjects(blobs)
-	// Identity tokens: a KMS key signs them in AWS (FORGECI_OIDC_*).
-	issuer, err := idtoken.FromEnv(ctx)
-	if err != nil {
-		fail(cfg.Log, "identity token issuer", err)
-	}
-	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log, IDTokens: issuer}
+	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log}
 }
 
 // PoolOptions shape the one pool of a container. A container serves one

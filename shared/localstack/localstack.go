@@ -193,10 +193,12 @@ func (s *Stack) Serve(addr string, srv *api.Server) (string, error) {
 	url := "http://" + ln.Addr().String()
 	if s.oidcKeyFile != "" && srv.IDTokens == nil {
 		// The issuer is the URL served, known only now.
-		if srv.IDTokens, err = idtoken.NewKeyFile(url, s.oidcKeyFile); err != nil {
+		issuer, err := idtoken.NewKeyFile(url, s.oidcKeyFile)
+		if err != nil {
 			_ = ln.Close()
 			return "", err
 		}
+		srv.IDTokens = issuer
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -19,7 +19,21 @@ const (
 	// MaxAudience bounds an audience: visible ASCII, as a URL or a name
 	// such as sts.amazonaws.com.
 	MaxAudience = 256
+	// MaxTokenLen bounds a token a verifier reads.
+	MaxTokenLen = 16 << 10
 )
+
+// TokenSubject is a token's sub: "project:<project>:ref:<ref>", plus
+// ":environment:<env>" when env is set. No part holds a ':' (the store
+// refuses a token for a run whose ref does), so a trust policy's
+// StringLike cannot be met by a crafted part.
+func TokenSubject(project, ref, env string) string {
+	sub := "project:" + project + ":ref:" + ref
+	if env != "" {
+		sub += ":environment:" + env
+	}
+	return sub
+}
 
 // IDTokenRequest asks for a token for one audience.
 type IDTokenRequest struct {
