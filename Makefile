@@ -45,6 +45,8 @@ fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz 'FuzzExtract$$' -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),30s) ./shared/pipeline/
 	$(GO) test -run '^$$' -fuzz FuzzStream -fuzztime $(or $(FUZZTIME),30s) ./shared/mask/
+	$(GO) test -run '^$$' -fuzz FuzzSwitch -fuzztime $(or $(FUZZTIME),30s) ./shared/mask/
+	$(GO) test -run '^$$' -fuzz FuzzVerify -fuzztime $(or $(FUZZTIME),30s) ./shared/idtoken/
 	$(GO) test -run '^$$' -fuzz FuzzExtractTarball -fuzztime $(or $(FUZZTIME),30s) ./shared/snapshot/
 	$(GO) test -run '^$$' -fuzz FuzzLocalPath -fuzztime $(or $(FUZZTIME),30s) ./shared/ui/
 	$(GO) test -run '^$$' -fuzz FuzzTemplate -fuzztime $(or $(FUZZTIME),30s) ./shared/expr/

@@ -1,6 +1,10 @@
 package mask
 
-import "io"
+import (
+	"cmp"
+	"io"
+	"slices"
+)
 
 // Stream masks a stream of bytes on its way to dst. Bytes are passed on
 // as soon as no match can cover them any more: only the end of what was
@@ -73,4 +77,36 @@ func (w *Stream) release(upto int64) error {
 	}
 	_, err := w.dst.Write(w.out)
 	return err
+}
+
+// Switch makes w mask with set from now on: set must hold every pattern
+// of w's set, and more (a value that became secret while the stream
+// runs, such as an identity token just issued). The bytes held back are
+// scanned again with set and the spans found join those already found,
+// so neither an old value written across the switch nor a new one
+// written after it passes unmasked. Bytes passed on before the switch
+// stay as they were.
+func (w *Stream) Switch(set *Set) {
+	if set == nil {
+		return
+	}
+	w.set = set
+	var found []span
+	w.state, found = set.ac.scan(0, w.pend, w.base, nil)
+	w.spans = unionSpans(w.spans, found)
+}
+
+// unionSpans merges two lists of sorted, disjoint spans into one.
+func unionSpans(a, b []span) []span {
+	all := append(append([]span(nil), a...), b...)
+	slices.SortFunc(all, func(x, y span) int { return cmp.Compare(x.lo, y.lo) })
+	out := all[:0]
+	for _, sp := range all {
+		if n := len(out); n > 0 && sp.lo < out[n-1].hi {
+			out[n-1].hi = max(out[n-1].hi, sp.hi)
+			continue
+		}
+		out = append(out, sp)
+	}
+	return out
 }
