@@ -71,7 +71,7 @@ func (j *job) startIDTokens(slot int) (func(), error) {
 	}
 	path := filepath.Join(dir, fmt.Sprintf("%d-%.8s.sock", slot, j.claim.Lease.LeaseID))
 	log := j.a.cfg.Log.With("job_id", j.claim.Lease.JobID, "socket", path)
-	srv, err := serveIDTokens(j.ctx, path, j.box.Owner(), j.lease, log)
+	srv, err := serveIDTokens(j.ctx, path, j.box.Owner(), j.lease, log, j.logs.AddMask)
 	if err != nil {
 		return nil, err
 	}
@@ -99,13 +99,16 @@ type idTokenServer struct {
 	mu     sync.Mutex
 	closed bool
 	recent []time.Time // when the requests of the last minute came
+	mask   func(string)
 	active sync.WaitGroup
 }
 
 // serveIDTokens listens on path, a socket only uid (-1: the runner's own
 // user) may open, until ctx ends or Close, and answers with tokens asked
-// for under lease.
-func serveIDTokens(ctx context.Context, path string, uid int, lease *client.Lease, log *slog.Logger) (*idTokenServer, error) {
+// for under lease. Each token is handed to mask (the job's log) before
+// the step gets it, so that a step that prints it shows ***.
+func serveIDTokens(ctx context.Context, path string, uid int, lease *client.Lease, log *slog.Logger,
+	mask func(string)) (*idTokenServer, error) {
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("the socket path %s is over the %d bytes a Unix socket may have: choose a shorter --work-dir", path, maxSocketPath)
 	}
@@ -121,7 +124,7 @@ func serveIDTokens(ctx context.Context, path string, uid int, lease *client.Leas
 	if uid < 0 {
 		uid = os.Geteuid()
 	}
-	s := &idTokenServer{path: path, lease: lease, allowed: []int{uid, 0}, log: log,
+	s := &idTokenServer{path: path, lease: lease, allowed: []int{uid, 0}, log: log, mask: mask,
 		conns: make(chan struct{}, idTokenConns), served: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.srv = &http.Server{
@@ -222,6 +225,9 @@ func (s *idTokenServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, err)
 		return
+	}
+	if s.mask != nil {
+		s.mask(tok.Token)
 	}
 	writeJSON(w, http.StatusOK, tok)
 }

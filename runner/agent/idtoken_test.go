@@ -99,7 +99,7 @@ func startSocket(t *testing.T) (*fakeControlPlane, *idTokenServer, context.Cance
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	log := slog.New(slog.NewTextHandler(f, nil))
-	srv, err := serveIDTokens(ctx, filepath.Join(t.TempDir(), "0-lease-1.sock"), -1, h, log)
+	srv, err := serveIDTokens(ctx, filepath.Join(t.TempDir(), "0-lease-1.sock"), -1, h, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,9 @@ import (
 // output shows it is not one, or Close. Batches are cut from masked bytes
 // and kept until acknowledged, so a resend repeats them exactly.
 type logAppender struct {
-	lease *client.Lease
-	set   *mask.Set // masks step names too
+	lease  *client.Lease
+	set    *mask.Set // masks step names too
+	redact []string  // the values set masks
 
 	mu      sync.Mutex
 	mask    *mask.Stream // writes into lines, which writes into pending
@@ -49,10 +50,22 @@ func newLogAppender(h *client.Lease, redact []string) *logAppender {
 	a := &logAppender{lease: h, wake: make(chan struct{}, 1), done: make(chan struct{}), every: flushEvery,
 		started: map[int]protocol.StepEvent{}}
 	// Values under mask.MinLen bytes are left out by mask.New.
+	a.redact = redact
 	a.set = mask.New(redact)
 	a.lines = lineMarks{dst: &a.pending, start: true, now: time.Now}
 	a.mask = a.set.NewStream(&a.lines)
 	return a
+}
+
+// AddMask masks value from now on too (an identity token just issued to
+// the job's steps): the output held back is scanned again, so a value
+// already being written is masked whole.
+func (a *logAppender) AddMask(value string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.redact = append(a.redact, value)
+	a.set = mask.New(a.redact)
+	a.mask.Switch(a.set)
 }
 
 // Write masks and queues output; it never blocks on the network.

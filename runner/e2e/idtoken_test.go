@@ -27,6 +27,7 @@ const idTokenPipeline = `jobs:
       - run: |
           test -S "$FORGECI_ID_TOKEN_SOCKET" && test -x "$FORGECI_RUNNER_BIN"
           "$FORGECI_RUNNER_BIN" id-token --audience test-aud > token.txt
+          echo "printed: $(cat token.txt)"
           "$FORGECI_RUNNER_BIN" id-token --audience test-aud --json > answer.json
           curl -sS --unix-socket "$FORGECI_ID_TOKEN_SOCKET" "http://localhost/token?audience=curl-aud" > curl.json
           if "$FORGECI_RUNNER_BIN" id-token --audience "has space"; then exit 1; fi
@@ -90,6 +91,11 @@ func testIDTokens(s *stack) func(t *testing.T) {
 			t.Fatalf("curl answer %q: %v", read("curl.json"), err)
 		}
 		token := read("token.txt")
+		// A token a step prints is masked in the log, as a secret is.
+		if strings.Contains(deployLog, token) || strings.Contains(deployLog, strings.Split(token, ".")[2]) ||
+			!strings.Contains(deployLog, "printed: ***") {
+			t.Fatalf("the printed token is not masked in the log:\n%s", deployLog)
+		}
 		s.checkIDToken(t, token, "test-aud", answer.ExpiresAt, jobNamed(v, "deploy"), id)
 		s.checkIDToken(t, curled.Token, "curl-aud", curled.ExpiresAt, jobNamed(v, "deploy"), id)
 		body, _ := json.Marshal(map[string]string{"token": token})
