@@ -14,6 +14,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -115,6 +116,10 @@ func (a *Agent) prepare() error {
 		}
 	}
 	if err := iso.CheckWorkDir(a.cfg.WorkDir); err != nil {
+		return err
+	}
+	// Sockets of jobs a runner that died was running serve nothing.
+	if err := os.RemoveAll(filepath.Join(a.cfg.WorkDir, "id-token")); err != nil {
 		return err
 	}
 	return iso.Probe(a.cfg.WorkDir)

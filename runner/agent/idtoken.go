@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,7 +72,7 @@ func (j *job) startIDTokens(slot int) (func(), error) {
 	}
 	path := filepath.Join(dir, fmt.Sprintf("%d-%.8s.sock", slot, j.claim.Lease.LeaseID))
 	log := j.a.cfg.Log.With("job_id", j.claim.Lease.JobID, "socket", path)
-	srv, err := serveIDTokens(j.ctx, path, j.box.Owner(), j.lease, log, j.logs.AddMask)
+	srv, err := serveIDTokens(j.ctx, path, owner{uid: j.box.Owner(), gid: j.box.OwnerGroup()}, j.lease, log, j.logs.AddToken)
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +80,19 @@ func (j *job) startIDTokens(slot int) (func(), error) {
 	// The server's URL too: where a step checks what it was given (the
 	// issuer's discovery document and introspection, when the server is
 	// the issuer, as in the local stack).
-	j.idTokenEnv = map[string]string{IDTokenSocketEnv: path, RunnerBinEnv: bin, ServerURLEnv: j.a.cfg.Client.Server}
+	j.idTokenEnv = map[string]string{IDTokenSocketEnv: path, RunnerBinEnv: bin, ServerURLEnv: withoutUserinfo(j.a.cfg.Client.Server)}
 	return srv.Close, nil
+}
+
+// withoutUserinfo is a URL without the user and password an operator may
+// have put in it for a proxy: steps must not see them.
+func withoutUserinfo(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	return u.String()
 }
 
 // idTokenServer serves one job's identity-token socket.
@@ -107,8 +119,9 @@ type idTokenServer struct {
 // user) may open, until ctx ends or Close, and answers with tokens asked
 // for under lease. Each token is handed to mask (the job's log) before
 // the step gets it, so that a step that prints it shows ***.
-func serveIDTokens(ctx context.Context, path string, uid int, lease *client.Lease, log *slog.Logger,
+func serveIDTokens(ctx context.Context, path string, who owner, lease *client.Lease, log *slog.Logger,
 	mask func(string)) (*idTokenServer, error) {
+	uid := who.uid
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("the socket path %s is over the %d bytes a Unix socket may have: choose a shorter --work-dir", path, maxSocketPath)
 	}
@@ -117,14 +130,16 @@ func serveIDTokens(ctx context.Context, path string, uid int, lease *client.Leas
 	if err != nil {
 		return nil, err
 	}
-	if err := ownSocket(path, uid); err != nil {
+	if err := ownSocket(path, who); err != nil {
 		ln.Close()
 		return nil, err
 	}
 	if uid < 0 {
 		uid = os.Geteuid()
 	}
-	s := &idTokenServer{path: path, lease: lease, allowed: []int{uid, 0}, log: log, mask: mask,
+	// Only the job's user: no helper of the runner's connects as root,
+	// and a setuid program a step ran would.
+	s := &idTokenServer{path: path, lease: lease, allowed: []int{uid}, log: log, mask: mask,
 		conns: make(chan struct{}, idTokenConns), served: make(chan struct{})}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	s.srv = &http.Server{
@@ -146,16 +161,22 @@ func serveIDTokens(ctx context.Context, path string, uid int, lease *client.Leas
 	return s, nil
 }
 
-// ownSocket gives the socket to uid (-1: it stays the runner's) with mode
-// 0600: only that user (and root) may connect.
-func ownSocket(path string, uid int) error {
-	if err := os.Chmod(path, 0o600); err != nil {
+// owner is whom a job's socket is for: a slot's user and group (uid -1:
+// the runner's own user).
+type owner struct{ uid, gid int }
+
+// ownSocket makes the socket usable by the slot's user alone: root keeps
+// it, its group is the slot user's, mode 0660, so the step can connect but
+// not chmod it open to others (the peer's uid is checked as well). With no
+// slot user it stays the runner's, mode 0600.
+func ownSocket(path string, who owner) error {
+	if who.uid < 0 {
+		return os.Chmod(path, 0o600)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
 		return err
 	}
-	if uid < 0 {
-		return nil
-	}
-	return os.Chown(path, uid, -1)
+	return os.Chown(path, 0, who.gid)
 }
 
 // Close stops serving, waits for the requests in flight (their calls to
@@ -273,7 +294,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // socket's owner and mode.
 type peerListener struct {
 	*net.UnixListener
-	s *idTokenServer
+	s       *idTokenServer
+	refused int // connections refused (Accept is called from one goroutine)
 }
 
 func (l *peerListener) Accept() (net.Conn, error) {
@@ -292,7 +314,11 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		if err == nil && slices.Contains(l.s.allowed, uid) {
 			return &heldConn{Conn: c, free: l.s.conns}, nil
 		}
-		l.s.log.Warn("identity-token socket: connection refused", "peer_uid", uid, "err", err)
+		// Said a few times a job, not once per attempt: another local
+		// user must not be able to flood the runner's log.
+		if l.refused++; l.refused <= 5 {
+			l.s.log.Warn("identity-token socket: connection refused", "peer_uid", uid, "err", err)
+		}
 		c.Close()
 		<-l.s.conns
 	}

@@ -99,7 +99,7 @@ func startSocket(t *testing.T) (*fakeControlPlane, *idTokenServer, context.Cance
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	log := slog.New(slog.NewTextHandler(f, nil))
-	srv, err := serveIDTokens(ctx, filepath.Join(t.TempDir(), "0-lease-1.sock"), -1, h, log, nil)
+	srv, err := serveIDTokens(ctx, filepath.Join(t.TempDir(), "0-lease-1.sock"), owner{uid: -1, gid: -1}, h, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestIDTokenSocketRefusesOtherUsers(t *testing.T) {
 	}
 	curl, err := exec.LookPath("curl")
 	if err != nil {
-		t.Skip("needs curl")
+		t.Fatal("curl is not installed (make deps installs it)")
 	}
 	f, srv, _ := startSocket(t)
 	// t.TempDir's two directories, for nobody to pass through.

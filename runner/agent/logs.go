@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,9 +25,11 @@ import (
 // output shows it is not one, or Close. Batches are cut from masked bytes
 // and kept until acknowledged, so a resend repeats them exactly.
 type logAppender struct {
-	lease  *client.Lease
-	set    *mask.Set // masks step names too
-	redact []string  // the values set masks
+	lease   *client.Lease
+	set     *mask.Set // masks step names too
+	redact  []string  // the values set masks
+	tokens  []string  // and the identity tokens' signatures
+	maskGen int       // counts the sets built, the newest wins
 
 	mu      sync.Mutex
 	mask    *mask.Stream // writes into lines, which writes into pending
@@ -57,15 +61,33 @@ func newLogAppender(h *client.Lease, redact []string) *logAppender {
 	return a
 }
 
-// AddMask masks value from now on too (an identity token just issued to
-// the job's steps): the output held back is scanned again, so a value
-// already being written is masked whole.
-func (a *logAppender) AddMask(value string) {
+// maxMaskedTokens bounds the identity tokens a job's log masks: the most
+// recent ones (a step prints a token when it gets it). Each rebuilds the
+// masker, so an unbounded list would let a step make the runner spend
+// ever more memory and time.
+const maxMaskedTokens = 32
+
+// AddToken masks an identity token just handed to the job's steps, from
+// now on: its signature, without which the token is worth nothing (its
+// header and claims are no secret). The masker is built outside the lock
+// and switched to, the output held back scanned again.
+func (a *logAppender) AddToken(token string) {
+	sig := token[strings.LastIndexByte(token, '.')+1:]
+	a.mu.Lock()
+	a.tokens = append(a.tokens, sig)
+	if n := len(a.tokens); n > maxMaskedTokens {
+		a.tokens = slices.Clone(a.tokens[n-maxMaskedTokens:])
+	}
+	a.maskGen++
+	gen, values := a.maskGen, append(slices.Clone(a.redact), a.tokens...)
+	a.mu.Unlock()
+	set := mask.New(values)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.redact = append(a.redact, value)
-	a.set = mask.New(a.redact)
-	a.mask.Switch(a.set)
+	if gen == a.maskGen { // a later token's set is newer still
+		a.set = set
+		a.mask.Switch(set)
+	}
 }
 
 // Write masks and queues output; it never blocks on the network.

@@ -352,17 +352,18 @@ func TestRootStagesIgnoreTheStepsEnv(t *testing.T) {
 }
 
 func TestNewRefusesWhatItCannotGive(t *testing.T) {
-	needRoot(t, 1)
+	users := needRoot(t, 1)
 	for _, tc := range []struct {
 		cfg  Config
 		want string
 	}{
+		{Config{Mode: User, SlotUsers: []string{users[0], users[0]}}, "are the same user"},
 		{Config{Mode: "jail"}, "unknown isolation"},
 		{Config{Mode: User, SlotUsers: nil}, "needs one user per slot"},
 		{Config{Mode: User, SlotUsers: []string{"no-such-user-here"}}, `slot user "no-such-user-here"`},
 		{Config{Mode: User, SlotUsers: []string{"root"}}, "is root"},
 	} {
-		if _, err := New(tc.cfg, 1); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := New(tc.cfg, max(1, len(tc.cfg.SlotUsers))); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
 		}
 	}

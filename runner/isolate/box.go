@@ -90,6 +90,14 @@ func (b *Box) Owner() int {
 	return b.su.uid
 }
 
+// OwnerGroup is the group ID of the slot's user (-1: no slot user).
+func (b *Box) OwnerGroup() int {
+	if b.su.uid == 0 {
+		return -1
+	}
+	return b.su.gid
+}
+
 // Command is a step: bash -e running script (GitHub's default shell), as
 // the slot's user, in the job's cgroup (and, for bwrap, its sandbox), with
 // exactly env.

@@ -79,9 +79,10 @@ func (w *Stream) release(upto int64) error {
 	return err
 }
 
-// Switch makes w mask with set from now on: set must hold every pattern
-// of w's set, and more (a value that became secret while the stream
-// runs, such as an identity token just issued). The bytes held back are
+// Switch makes w mask with set from now on: set holds the patterns still
+// to mask, new ones among them (a value that became secret while the
+// stream runs, such as an identity token just issued); a pattern left
+// out is masked no more, except where it was already found. The bytes held back are
 // scanned again with set and the spans found join those already found,
 // so neither an old value written across the switch nor a new one
 // written after it passes unmasked. Bytes passed on before the switch

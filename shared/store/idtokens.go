@@ -81,7 +81,9 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 		g.IssuedAt, g.Expiry = g.IssuedAt.Truncate(time.Second), g.Expiry.Truncate(time.Second)
 		switch {
 		case !g.Expiry.After(g.IssuedAt):
-			return domain.Errorf(domain.ELeaseExpired, "the lease of job %s expires within a second: heartbeat, then ask again", job.Name)
+			// Not lease_expired: the lease holds, and a runner hearing
+			// that code stops the job.
+			return domain.Errorf(domain.EConflict, "the lease of job %s expires within a second: heartbeat, then ask again", job.Name)
 		case strings.Contains(g.Ref, ":") || strings.Contains(g.Project, ":"):
 			// The sub's fields are split on ':' by trust policies.
 			return domain.Errorf(domain.EForbidden, "run %s has no ref a token can name", job.RunID)
