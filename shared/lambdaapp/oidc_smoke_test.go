@@ -46,7 +46,7 @@ func smokeIDToken(t *testing.T, f *fleet, runnerToken, jobPath string, current, 
 	}
 	var set jose.JSONWebKeySet
 	f.expect("oidc", "GET /.well-known/jwks", "/.well-known/jwks", "", nil, 200).json(t, &set)
-	jws, err := jose.ParseSigned(tok.Token, []jose.SignatureAlgorithm{jose.RS256})
+	jws, err := jose.ParseSignedCompact(tok.Token, []jose.SignatureAlgorithm{jose.RS256})
 	if err != nil || len(set.Keys) != 1 {
 		t.Fatalf("token %v, keys %d", err, len(set.Keys))
 	}
