@@ -12,7 +12,9 @@ package agent
 
 import (
 	"context"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -118,11 +120,27 @@ func (a *Agent) prepare() error {
 	if err := iso.CheckWorkDir(a.cfg.WorkDir); err != nil {
 		return err
 	}
-	// Sockets of jobs a runner that died was running serve nothing.
-	if err := os.RemoveAll(filepath.Join(a.cfg.WorkDir, "id-token")); err != nil {
-		return err
-	}
+	sweepSockets(filepath.Join(a.cfg.WorkDir, "id-token"))
 	return iso.Probe(a.cfg.WorkDir)
+}
+
+// sweepSockets removes the identity-token sockets of jobs a runner that
+// died was running: those nothing answers on (a live one, of a runner
+// wrongly given the same work directory, stays).
+func sweepSockets(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if e.Type()&fs.ModeSocket == 0 {
+			continue
+		}
+		c, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		_ = os.Remove(path)
+	}
 }
 
 // Abort stops every job in progress: their process groups are killed and

@@ -111,7 +111,7 @@ type idTokenServer struct {
 	mu     sync.Mutex
 	closed bool
 	recent []time.Time // when the requests of the last minute came
-	mask   func(string)
+	mask   func(token string, expires time.Time)
 	active sync.WaitGroup
 }
 
@@ -120,7 +120,7 @@ type idTokenServer struct {
 // for under lease. Each token is handed to mask (the job's log) before
 // the step gets it, so that a step that prints it shows ***.
 func serveIDTokens(ctx context.Context, path string, who owner, lease *client.Lease, log *slog.Logger,
-	mask func(string)) (*idTokenServer, error) {
+	mask func(token string, expires time.Time)) (*idTokenServer, error) {
 	uid := who.uid
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("the socket path %s is over the %d bytes a Unix socket may have: choose a shorter --work-dir", path, maxSocketPath)
@@ -248,7 +248,7 @@ func (s *idTokenServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.mask != nil {
-		s.mask(tok.Token)
+		s.mask(tok.Token, tok.ExpiresAt)
 	}
 	writeJSON(w, http.StatusOK, tok)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -243,5 +244,43 @@ func TestIDTokenSocketRefusesOtherUsers(t *testing.T) {
 	}
 	if log := f.logged(); !strings.Contains(log, "connection refused") || !strings.Contains(log, "peer_uid=65534") {
 		t.Fatalf("not refused for its user (%v %s); the runner logged:\n%s", err, out, log)
+	}
+}
+
+// TestAddTokenMaskedOnReturn: whatever the order concurrent AddToken
+// calls finish in, each token is masked once its call returns (a step
+// prints a token as soon as it gets it), and an expired one is let go.
+func TestAddTokenMaskedOnReturn(t *testing.T) {
+	a := newLogAppender(nil, nil)
+	var wg sync.WaitGroup
+	tokens := make([]string, 40)
+	for i := range tokens {
+		tokens[i] = fmt.Sprintf("header.payload.signature-%03d-%s", i, strings.Repeat("s", 40))
+		wg.Go(func() {
+			a.AddToken(tokens[i], time.Now().Add(time.Minute))
+			_, _ = a.Write([]byte("printed " + tokens[i] + "\n"))
+		})
+	}
+	wg.Wait()
+	a.mu.Lock()
+	_ = a.mask.Close()
+	out := a.pending.String()
+	a.mu.Unlock()
+	for _, tok := range tokens {
+		if strings.Contains(out, tok[strings.LastIndexByte(tok, '.')+1:]) {
+			t.Fatalf("token %s printed unmasked:\n%s", tok, out)
+		}
+	}
+	if strings.Count(out, "printed header.payload.***") != len(tokens) {
+		t.Fatalf("output:\n%s", out)
+	}
+	a.AddToken("h.p.expired-"+strings.Repeat("x", 40), time.Now().Add(-time.Second))
+	a.AddToken("h.p.fresh-"+strings.Repeat("y", 40), time.Now().Add(time.Minute))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, m := range a.tokens {
+		if strings.HasPrefix(m.sig, "expired-") {
+			t.Fatal("an expired token is still masked")
+		}
 	}
 }

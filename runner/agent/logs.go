@@ -26,10 +26,11 @@ import (
 // and kept until acknowledged, so a resend repeats them exactly.
 type logAppender struct {
 	lease   *client.Lease
-	set     *mask.Set // masks step names too
-	redact  []string  // the values set masks
-	tokens  []string  // and the identity tokens' signatures
-	maskGen int       // counts the sets built, the newest wins
+	set     *mask.Set     // masks step names too
+	redact  []string      // the values set masks
+	tokens  []maskedToken // and the identity tokens' signatures
+	maskGen int           // counts the sets built
+	maskIn  int           // the generation of the set in place
 
 	mu      sync.Mutex
 	mask    *mask.Stream // writes into lines, which writes into pending
@@ -61,33 +62,58 @@ func newLogAppender(h *client.Lease, redact []string) *logAppender {
 	return a
 }
 
-// maxMaskedTokens bounds the identity tokens a job's log masks: the most
-// recent ones (a step prints a token when it gets it). Each rebuilds the
-// masker, so an unbounded list would let a step make the runner spend
+// maxMaskedTokens bounds the identity tokens a job's log masks at once:
+// those not yet expired, at most this many of the newest. Each rebuilds
+// the masker, so an unbounded list would let a step make the runner spend
 // ever more memory and time.
-const maxMaskedTokens = 32
+const maxMaskedTokens = 64
+
+// maskedToken is a token's signature, masked until it expires.
+type maskedToken struct {
+	sig     string
+	expires time.Time
+}
 
 // AddToken masks an identity token just handed to the job's steps, from
 // now on: its signature, without which the token is worth nothing (its
-// header and claims are no secret). The masker is built outside the lock
-// and switched to, the output held back scanned again.
-func (a *logAppender) AddToken(token string) {
+// header and claims are no secret), until it expires. The masker is built
+// outside the lock, so writes go on meanwhile, and installed unless a set
+// built later is already in place: each set holds every token added
+// before it, so when AddToken returns its token is masked.
+func (a *logAppender) AddToken(token string, expires time.Time) {
 	sig := token[strings.LastIndexByte(token, '.')+1:]
 	a.mu.Lock()
-	a.tokens = append(a.tokens, sig)
-	if n := len(a.tokens); n > maxMaskedTokens {
-		a.tokens = slices.Clone(a.tokens[n-maxMaskedTokens:])
+	now := time.Now()
+	live := a.tokens[:0]
+	for _, t := range a.tokens {
+		if t.expires.After(now) {
+			live = append(live, t)
+		}
 	}
+	live = append(live, maskedToken{sig, expires})
+	a.tokens = slices.Clone(live[max(0, len(live)-maxMaskedTokens):])
 	a.maskGen++
-	gen, values := a.maskGen, append(slices.Clone(a.redact), a.tokens...)
+	gen, values := a.maskGen, slices.Clone(a.redact)
+	for _, t := range a.tokens {
+		values = append(values, t.sig)
+	}
 	a.mu.Unlock()
 	set := mask.New(values)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if gen == a.maskGen { // a later token's set is newer still
+	if gen > a.maskIn {
+		a.maskIn = gen
 		a.set = set
 		a.mask.Switch(set)
 	}
+}
+
+// maskSet is the set the log masks with now (read under the lock: a token
+// may be added meanwhile).
+func (a *logAppender) maskSet() *mask.Set {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.set
 }
 
 // Write masks and queues output; it never blocks on the network.

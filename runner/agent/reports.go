@@ -254,7 +254,7 @@ func (j *job) failure(f junit.Failure) protocol.TestFailure {
 	if name == "" {
 		name = "(unnamed)"
 	}
-	m := j.logs.set
+	m := j.logs.maskSet()
 	// The parser cut long text (ending it with …): a secret cut there
 	// would not be recognised, so what could be its beginning goes first.
 	f.Message, f.Text = dropCutTail(f.Message, m.Longest()), dropCutTail(f.Text, m.Longest())

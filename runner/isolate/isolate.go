@@ -122,19 +122,22 @@ func New(cfg Config, slots int) (*Isolator, error) {
 			return nil, fmt.Errorf("isolation %s needs one user per slot: %d slots, %d slot users (infra/install-runner.sh makes forgeci-slot0..N; or set slot-users)",
 				cfg.Mode, slots, len(cfg.SlotUsers))
 		}
-		seen := map[int]string{}
+		uids, gids := map[int]string{}, map[int]string{}
 		for _, name := range cfg.SlotUsers[:slots] {
 			su, err := lookupUser(name)
 			if err != nil {
 				return nil, err
 			}
-			// A uid is what tells one slot's steps from another's (files,
-			// processes, the identity-token socket): two slots must never
-			// share one.
-			if other, dup := seen[su.uid]; dup {
+			// A uid and its group are what tell one slot's steps from
+			// another's (files, processes, the identity-token socket):
+			// two slots must never share either.
+			if other, dup := uids[su.uid]; dup {
 				return nil, fmt.Errorf("slot users %q and %q are the same user (uid %d): each slot needs a user of its own", other, name, su.uid)
 			}
-			seen[su.uid] = name
+			if other, dup := gids[su.gid]; dup {
+				return nil, fmt.Errorf("slot users %q and %q share their group (gid %d): each slot needs a group of its own (useradd --user-group)", other, name, su.gid)
+			}
+			uids[su.uid], gids[su.gid] = name, name
 			i.slots = append(i.slots, su)
 		}
 		for _, tool := range []string{"setpriv", "unshare", "mount", "sh", "env"} {

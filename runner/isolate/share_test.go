@@ -38,10 +38,12 @@ func TestShareReachesTheJobOnly(t *testing.T) {
 			})}
 			go srv.Serve(ln)
 			t.Cleanup(func() { srv.Close() })
-			if err := os.Chmod(path, 0o600); err != nil {
+			// As the runner makes it: root's, the slot user's group, 0660,
+			// so the step can connect and not chmod it open.
+			if err := os.Chmod(path, 0o660); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Chown(path, mine.Owner(), -1); err != nil {
+			if err := os.Chown(path, 0, mine.OwnerGroup()); err != nil {
 				t.Fatal(err)
 			}
 			mine.Share(path)
@@ -52,6 +54,9 @@ func TestShareReachesTheJobOnly(t *testing.T) {
 			}
 			if out, code := step(t, other, ask); code == 0 || strings.Contains(out, "hello") {
 				t.Fatalf("another slot's step reached the socket (exit %d):\n%s", code, out)
+			}
+			if out, code := step(t, mine, "chmod 666 "+path); code == 0 {
+				t.Fatalf("the job's step opened its socket to others:\n%s", out)
 			}
 			exe, err := mine.Executable()
 			if err != nil {
