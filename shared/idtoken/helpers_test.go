@@ -15,6 +15,7 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/google/uuid"
 
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/secretbox/fakekms"
 )
 
@@ -70,7 +71,7 @@ func oidcVerify(t *testing.T, issuerURL, aud, token string) (*oidc.IDToken, erro
 func testClaims(now time.Time) Claims {
 	now = now.Truncate(time.Second).UTC()
 	return Claims{
-		Subject:     Subject("acme-web", "refs/heads/main", "production"),
+		Subject:     protocol.TokenSubject("acme-web", "refs/heads/main", "production"),
 		Audience:    "sts.amazonaws.com",
 		IssuedAt:    now,
 		NotBefore:   now.Add(-5 * time.Second),

@@ -17,8 +17,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // Claims of a ForgeCI identity token. JSON names in the JWT: iss, sub, aud
@@ -35,11 +33,6 @@ type Claims struct {
 	RunID, JobID                          string
 	Generation                            int
 	LeaseID, RunnerID                     string
-}
-
-// Subject is the sub claim (protocol.TokenSubject).
-func Subject(project, ref, environment string) string {
-	return protocol.TokenSubject(project, ref, environment)
 }
 
 // Issuer signs and verifies tokens for one issuer URL.

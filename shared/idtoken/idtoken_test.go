@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // oidcClaims are the custom claims as a relying party reads them, with
@@ -83,7 +85,7 @@ func TestEnvironmentOmitted(t *testing.T) {
 	iss, _ := fileIssuer(t, "https://ci.example.com")
 	c := testClaims(time.Now())
 	c.Environment = ""
-	c.Subject = Subject(c.Project, c.Ref, "")
+	c.Subject = protocol.TokenSubject(c.Project, c.Ref, "")
 	tok := sign(t, iss, c)
 	payload, err := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
 	if err != nil {
@@ -334,10 +336,10 @@ func TestSignRefuses(t *testing.T) {
 }
 
 func TestSubject(t *testing.T) {
-	if got := Subject("p", "refs/tags/v1", ""); got != "project:p:ref:refs/tags/v1" {
+	if got := protocol.TokenSubject("p", "refs/tags/v1", ""); got != "project:p:ref:refs/tags/v1" {
 		t.Fatal(got)
 	}
-	if got := Subject("p", "refs/heads/main", "prod"); got != "project:p:ref:refs/heads/main:environment:prod" {
+	if got := protocol.TokenSubject("p", "refs/heads/main", "prod"); got != "project:p:ref:refs/heads/main:environment:prod" {
 		t.Fatal(got)
 	}
 }

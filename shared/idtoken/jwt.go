@@ -22,63 +22,42 @@ const MaxTokenLen = protocol.MaxTokenLen
 // algorithm is the only JWS algorithm issued or accepted.
 const algorithm = jose.RS256
 
-// wireClaims is the JWT payload. The times are pointers so that Verify can
-// tell a missing claim from 1970.
-type wireClaims struct {
-	Issuer      string `json:"iss"`
-	Subject     string `json:"sub"`
-	Audience    string `json:"aud"`
-	IssuedAt    *int64 `json:"iat"`
-	NotBefore   *int64 `json:"nbf"`
-	Expiry      *int64 `json:"exp"`
-	ID          string `json:"jti"`
-	Project     string `json:"project"`
-	Ref         string `json:"ref"`
-	SHA         string `json:"sha"`
-	Event       string `json:"event"`
-	Environment string `json:"environment,omitempty"`
-	Trusted     bool   `json:"trusted"`
-	RunID       string `json:"run_id"`
-	JobID       string `json:"job_id"`
-	Generation  int    `json:"generation"`
-	LeaseID     string `json:"lease_id"`
-	RunnerID    string `json:"runner_id"`
-}
+// The JWT payload is protocol.IntrospectClaims: the claims as the API
+// answers them. A missing time claim decodes as 0, which Verify refuses
+// (ForgeCI issues none from 1970).
 
-// claimNames are the claims of wireClaims, for the discovery document.
+// claimNames are the payload's claims, for the discovery document.
 var claimNames = []string{
 	"iss", "sub", "aud", "iat", "nbf", "exp", "jti",
 	"project", "ref", "sha", "event", "environment", "trusted",
 	"run_id", "job_id", "generation", "lease_id", "runner_id",
 }
 
-func toWire(c Claims) wireClaims {
-	iat, nbf, exp := c.IssuedAt.Unix(), c.NotBefore.Unix(), c.Expiry.Unix()
-	return wireClaims{
-		Issuer: c.Issuer, Subject: c.Subject, Audience: c.Audience,
-		IssuedAt: &iat, NotBefore: &nbf, Expiry: &exp, ID: c.ID,
-		Project: c.Project, Ref: c.Ref, SHA: c.SHA, Event: c.Event, Environment: c.Environment,
-		Trusted: c.Trusted, RunID: c.RunID, JobID: c.JobID, Generation: c.Generation,
-		LeaseID: c.LeaseID, RunnerID: c.RunnerID,
-	}
+func toWire(c Claims) protocol.IntrospectClaims {
+	return protocol.IntrospectClaims{Issuer: c.Issuer, Subject: c.Subject, Audience: c.Audience,
+		IssuedAt: unix(c.IssuedAt), NotBefore: unix(c.NotBefore), Expiry: unix(c.Expiry), ID: c.ID,
+		Project: c.Project, Ref: c.Ref, SHA: c.SHA, Event: c.Event, Environment: c.Environment, Trusted: c.Trusted,
+		RunID: c.RunID, JobID: c.JobID, Generation: c.Generation, LeaseID: c.LeaseID, RunnerID: c.RunnerID}
 }
 
-func fromWire(w wireClaims) *Claims {
-	return &Claims{
-		Issuer: w.Issuer, Subject: w.Subject, Audience: w.Audience,
-		IssuedAt:  time.Unix(*w.IssuedAt, 0).UTC(),
-		NotBefore: time.Unix(*w.NotBefore, 0).UTC(),
-		Expiry:    time.Unix(*w.Expiry, 0).UTC(),
-		ID:        w.ID,
-		Project:   w.Project, Ref: w.Ref, SHA: w.SHA, Event: w.Event, Environment: w.Environment,
-		Trusted: w.Trusted, RunID: w.RunID, JobID: w.JobID, Generation: w.Generation,
-		LeaseID: w.LeaseID, RunnerID: w.RunnerID,
+// unix is t in seconds, 0 for the zero time (a claim not set).
+func unix(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
 	}
+	return t.Unix()
+}
+
+func fromWire(w protocol.IntrospectClaims) *Claims {
+	return &Claims{Issuer: w.Issuer, Subject: w.Subject, Audience: w.Audience,
+		IssuedAt: time.Unix(w.IssuedAt, 0).UTC(), NotBefore: time.Unix(w.NotBefore, 0).UTC(), Expiry: time.Unix(w.Expiry, 0).UTC(),
+		ID: w.ID, Project: w.Project, Ref: w.Ref, SHA: w.SHA, Event: w.Event, Environment: w.Environment,
+		Trusted: w.Trusted, RunID: w.RunID, JobID: w.JobID, Generation: w.Generation, LeaseID: w.LeaseID, RunnerID: w.RunnerID}
 }
 
 // checkClaims refuses claims a relying party could not safely use. Times
 // are compared in whole seconds, as they are sent.
-func checkClaims(c Claims) error {
+func checkClaims(c protocol.IntrospectClaims) error {
 	switch {
 	case c.Audience == "":
 		return errors.New(errorPrefix + "claims have no audience")
@@ -86,10 +65,11 @@ func checkClaims(c Claims) error {
 		return errors.New(errorPrefix + "claims have no subject")
 	case c.ID == "":
 		return errors.New(errorPrefix + "claims have no ID (jti)")
-	case c.IssuedAt.IsZero() || c.NotBefore.IsZero() || c.Expiry.IsZero():
+	case c.IssuedAt == 0 || c.NotBefore == 0 || c.Expiry == 0:
 		return errors.New(errorPrefix + "claims lack iat, nbf or exp")
-	case c.Expiry.Unix() <= c.NotBefore.Unix():
-		return fmt.Errorf(errorPrefix+"claims expire (%s) before they are valid (%s)", c.Expiry, c.NotBefore)
+	case c.Expiry <= c.NotBefore:
+		return fmt.Errorf(errorPrefix+"claims expire (%s) before they are valid (%s)",
+			time.Unix(c.Expiry, 0).UTC(), time.Unix(c.NotBefore, 0).UTC())
 	}
 	return nil
 }
@@ -97,6 +77,13 @@ func checkClaims(c Claims) error {
 // Sign sets c.Issuer to URL() and returns the token: a compact JWS with
 // header alg RS256, kid and typ JWT, signed by the first configured key.
 func (i *Issuer) Sign(ctx context.Context, c Claims) (string, error) {
+	return i.SignClaims(ctx, toWire(c))
+}
+
+// SignClaims is Sign for the claims in the protocol's form (the API's:
+// package api does not import this one, so that only the oidc function
+// links the KMS and JOSE code).
+func (i *Issuer) SignClaims(ctx context.Context, c protocol.IntrospectClaims) (string, error) {
 	c.Issuer = i.url
 	if err := checkClaims(c); err != nil {
 		return "", err
@@ -110,7 +97,7 @@ func (i *Issuer) Sign(ctx context.Context, c Claims) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf(errorPrefix+"signer: %w", err)
 	}
-	payload, err := json.Marshal(toWire(c))
+	payload, err := json.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf(errorPrefix+"claims: %w", err)
 	}
@@ -159,19 +146,29 @@ func (s *callSigner) SignPayload(payload []byte, alg jose.SignatureAlgorithm) ([
 // leeway; now is the caller's clock (the database's, say). It returns the
 // claims; the caller checks the audience and the rest.
 func (i *Issuer) Verify(ctx context.Context, token string, now time.Time) (*Claims, error) {
+	w, err := i.VerifyClaims(ctx, token, now)
+	if err != nil {
+		return nil, err
+	}
+	return fromWire(w), nil
+}
+
+// VerifyClaims is Verify, answering the claims in the protocol's form.
+func (i *Issuer) VerifyClaims(ctx context.Context, token string, now time.Time) (protocol.IntrospectClaims, error) {
+	var none protocol.IntrospectClaims
 	if len(token) > MaxTokenLen {
-		return nil, fmt.Errorf(errorPrefix+"token of %d bytes is longer than %d", len(token), MaxTokenLen)
+		return none, fmt.Errorf(errorPrefix+"token of %d bytes is longer than %d", len(token), MaxTokenLen)
 	}
 	obj, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{algorithm})
 	if err != nil {
-		return nil, fmt.Errorf(errorPrefix+"malformed token: %w", err)
+		return none, fmt.Errorf(errorPrefix+"malformed token: %w", err)
 	}
 	if len(obj.Signatures) != 1 {
-		return nil, errors.New(errorPrefix + "token does not have exactly one signature")
+		return none, errors.New(errorPrefix + "token does not have exactly one signature")
 	}
 	keys, err := i.allKeys(ctx)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	var pub *rsa.PublicKey
 	for _, k := range keys {
@@ -180,27 +177,27 @@ func (i *Issuer) Verify(ctx context.Context, token string, now time.Time) (*Clai
 		}
 	}
 	if pub == nil {
-		return nil, errors.New(errorPrefix + "token is signed by an unknown key (kid)")
+		return none, errors.New(errorPrefix + "token is signed by an unknown key (kid)")
 	}
 	payload, err := obj.Verify(pub)
 	if err != nil {
-		return nil, fmt.Errorf(errorPrefix+"bad signature: %w", err)
+		return none, fmt.Errorf(errorPrefix+"bad signature: %w", err)
 	}
-	var w wireClaims
+	var w protocol.IntrospectClaims
 	if err := json.Unmarshal(payload, &w); err != nil {
-		return nil, fmt.Errorf(errorPrefix+"malformed claims: %w", err)
+		return none, fmt.Errorf(errorPrefix+"malformed claims: %w", err)
 	}
 	switch {
-	case w.IssuedAt == nil || w.NotBefore == nil || w.Expiry == nil:
-		return nil, errors.New(errorPrefix + "token lacks iat, nbf or exp")
+	case w.IssuedAt == 0 || w.NotBefore == 0 || w.Expiry == 0:
+		return none, errors.New(errorPrefix + "token lacks iat, nbf or exp")
 	case w.Issuer != i.url:
-		return nil, fmt.Errorf(errorPrefix+"token issuer %q is not %q", w.Issuer, i.url)
-	case now.Before(time.Unix(*w.NotBefore, 0)):
-		return nil, errors.New(errorPrefix + "token is not valid yet (nbf)")
-	case !now.Before(time.Unix(*w.Expiry, 0)):
-		return nil, errors.New(errorPrefix + "token has expired (exp)")
+		return none, fmt.Errorf(errorPrefix+"token issuer %q is not %q", w.Issuer, i.url)
+	case now.Before(time.Unix(w.NotBefore, 0)):
+		return none, errors.New(errorPrefix + "token is not valid yet (nbf)")
+	case !now.Before(time.Unix(w.Expiry, 0)):
+		return none, errors.New(errorPrefix + "token has expired (exp)")
 	}
-	return fromWire(w), nil
+	return w, nil
 }
 
 // JWKS returns the JSON Web Key Set of every configured key, public parts

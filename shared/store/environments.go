@@ -57,11 +57,11 @@ SELECT e.name, coalesce(e.reviewer_role, ''), e.allowed_refs, e.prevent_self_rev
                  WHERE s.project_id = e.project_id AND s.environment = e.name), '{}')
 FROM environments e WHERE e.project_id = $1 ORDER BY e.name`
 
-const deleteEnvironmentSQL = `DELETE FROM environments WHERE project_id = $1 AND name = $2`
-
-// deleteEnvironmentSecretsSQL drops the secrets of environment $2: they
-// would be given to any later environment of the same name.
-const deleteEnvironmentSecretsSQL = `DELETE FROM project_secrets WHERE project_id = $1 AND environment = $2`
+// deleteEnvironmentSQL deletes environment $2 of project $1 and its
+// secrets, which would be given to any later environment of that name.
+const deleteEnvironmentSQL = `
+WITH secrets AS (DELETE FROM project_secrets WHERE project_id = $1 AND environment = $2)
+DELETE FROM environments WHERE project_id = $1 AND name = $2`
 
 // CheckEnvironmentName folds an environment's name to lower case and
 // checks it.
@@ -169,20 +169,8 @@ func (s *Store) DeleteEnvironment(ctx context.Context, u User, project, name str
 	if err != nil {
 		return err
 	}
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := authorize(ctx, tx, u, p.ID, RankAdmin, "project "+project); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, deleteEnvironmentSQL, p.ID, n)
-		if err != nil {
-			return fmt.Errorf("delete environment: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return domain.Errorf(domain.ENotFound, "environment %s not found", n)
-		}
-		_, err = tx.Exec(ctx, deleteEnvironmentSecretsSQL, p.ID, n)
-		return err
-	})
+	return s.adminDelete(ctx, u, p.ID, "delete environment", deleteEnvironmentSQL,
+		domain.Errorf(domain.ENotFound, "environment %s not found", n), n)
 }
 
 // refAllowed reports whether ref may deploy under patterns (none: any).

@@ -254,19 +254,19 @@ func (s *Store) SetMember(ctx context.Context, u User, projectID, user, role str
 
 // RemoveMember removes a user from a project; u must be an admin of it.
 func (s *Store) RemoveMember(ctx context.Context, u User, projectID, userID string) error {
-	return s.adminDelete(ctx, u, projectID, "remove member", removeMemberSQL, userID,
-		domain.Errorf(domain.ENotFound, "user %s is not a member of this project", userID))
+	return s.adminDelete(ctx, u, projectID, "remove member", removeMemberSQL,
+		domain.Errorf(domain.ENotFound, "user %s is not a member of this project", userID), userID)
 }
 
 // adminDelete deletes one of a project's rows, by its key, as u, who must
-// be an admin of the project: query takes the project and the key, and a
-// key that matches no row is notFound.
-func (s *Store) adminDelete(ctx context.Context, u User, projectID, what, query, key string, notFound error) error {
+// be an admin of the project: query takes the project and the key's parts,
+// and a key that matches no row is notFound.
+func (s *Store) adminDelete(ctx context.Context, u User, projectID, what, query string, notFound error, keys ...any) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, query, projectID, key)
+		tag, err := tx.Exec(ctx, query, append([]any{projectID}, keys...)...)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}

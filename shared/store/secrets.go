@@ -183,19 +183,8 @@ func (s *Store) ListSecrets(ctx context.Context, u User, projectID string, pg Pa
 // DeleteSecret removes a secret of a project's environment env ("" for
 // the project's own); u must be an admin of the project.
 func (s *Store) DeleteSecret(ctx context.Context, u User, projectID, env, name string) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, deleteSecretSQL, projectID, name, env)
-		if err != nil {
-			return fmt.Errorf("delete secret: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return domain.Errorf(domain.ENotFound, "secret %s not found", name)
-		}
-		return nil
-	})
+	return s.adminDelete(ctx, u, projectID, "delete secret", deleteSecretSQL,
+		domain.Errorf(domain.ENotFound, "secret %s not found", name), name, env)
 }
 
 // SealLegacySecrets seals the plain-text secrets an installation had before
