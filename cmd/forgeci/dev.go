@@ -17,10 +17,12 @@ import (
 	"github.com/forgeci/forgeci/shared/notify"
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/s3local"
+	"github.com/forgeci/forgeci/shared/scheduled"
 	"github.com/forgeci/forgeci/shared/scm"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 	_ "github.com/forgeci/forgeci/shared/ui" // the dashboard registers its routes
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // devOptions are the flags of forgeci dev.
@@ -117,15 +119,15 @@ func startSCMWorker(ctx context.Context, stack *localstack.Stack, apiServer *api
 	if err != nil {
 		return err
 	}
-	wake := make(chan struct{}, 1)
+	kick := make(chan struct{}, 1)
 	apiServer.OnDelivery = func(context.Context) {
 		select {
-		case wake <- struct{}{}:
+		case kick <- struct{}{}:
 		default:
 		}
 	}
 	w := &scm.Worker{Store: stack.Store, CAS: stack.CAS, App: app, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}
-	go w.Loop(ctx, 5*time.Second, wake)
+	go w.Loop(ctx, 5*time.Second, kick)
 	return nil
 }
 
@@ -152,12 +154,17 @@ func devKeyring(dir string) (secretbox.Keyring, error) {
 	return secretbox.NewFileKeyring(filepath.Join(dir, "secrets.key"), true)
 }
 
-// sweepLoop runs the sweeper on a ticker, and the garbage collector every
-// minute, as EventBridge does in AWS.
+// sweepLoop invokes the sweeper on a ticker, and the garbage collector
+// every minute, as EventBridge does in AWS; each touches the database only
+// when a wake-up hint says its work is due (scheduled.Run).
 func sweepLoop(ctx context.Context, st *store.Store, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	lastGC := time.Now()
+	// The local stack's hooks may be local too.
+	sweeper := &scheduled.Sweeper{Store: st, Log: log,
+		Notifier: &notify.Deliverer{Store: st, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL"), AllowPrivate: true}}
+	gc := scheduled.GC(st, 10*time.Second, log)
 	for {
 		select {
 		case <-ctx.Done():
@@ -166,30 +173,12 @@ func sweepLoop(ctx context.Context, st *store.Store, every time.Duration, log *s
 		}
 		if time.Since(lastGC) > time.Minute {
 			lastGC = time.Now()
-			if res, err := st.CollectGarbage(ctx, store.GCOptions{Budget: 10 * time.Second}); err != nil && ctx.Err() == nil {
+			if _, err := scheduled.Run(ctx, st, wake.GC, gc); err != nil && ctx.Err() == nil {
 				log.Error("gc", "err", err)
-			} else if res != (store.GCResult{Done: true}) {
-				log.Info("gc", "runs", res.Runs, "caches", res.CachesIdle+res.CachesOverQuota, "uploads", res.Uploads,
-					"blobs", res.Blobs, "blob_bytes", res.BlobBytes)
 			}
 		}
-		res, err := st.Sweep(ctx)
-		if err != nil && ctx.Err() == nil {
-			log.Error("sweep", "err", err)
-		} else if res.Aborted+res.Requeued > 0 {
-			log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued)
-		}
-		if fired, err := st.FireSchedules(ctx); err != nil && ctx.Err() == nil {
-			log.Error("schedules", "err", err)
-		} else if fired.Fired+fired.Skipped > 0 {
-			log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped)
-		}
-		// The local stack's hooks may be local too.
-		notifier := &notify.Deliverer{Store: st, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL"), AllowPrivate: true}
-		if sent, err := notifier.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			log.Error("notifications", "err", err)
-		} else if sent.Sent+sent.Failed > 0 {
-			log.Info("notifications", "sent", sent.Sent, "failed", sent.Failed)
+		if _, err := scheduled.Run(ctx, st, wake.Sweep, sweeper.Pass); err != nil && ctx.Err() == nil {
+			log.Error("sweeper", "err", err)
 		}
 	}
 }

@@ -1,23 +1,24 @@
 // Command gc is the scheduled ForgeCI function that keeps storage flat
 // (store.CollectGarbage: runs past retention, idle and over-quota caches,
 // uncommitted uploads, unreferenced blobs). EventBridge invokes it every
-// ten minutes; each invocation works in bounded batches. Wiring only.
+// ten minutes; it touches the database only after writes marked it, or a
+// day after its last pass (scheduled.GC), in bounded batches. Wiring only.
 package main
 
 import (
 	"context"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
-	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/scheduled"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 func main() {
 	srv := lambdaapp.MustServer(context.Background())
+	pass := scheduled.GC(srv.Store, 0, srv.Log)
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
-		res, err := srv.Store.CollectGarbage(ctx, store.GCOptions{})
-		srv.Log.Info("gc", "runs", res.Runs, "deliveries", res.Deliveries, "caches_idle", res.CachesIdle,
-			"caches_over_quota", res.CachesOverQuota, "uploads", res.Uploads, "blobs", res.Blobs,
-			"blob_bytes", res.BlobBytes, "done", res.Done, "err", err)
+		ran, err := scheduled.Run(ctx, srv.Store, wake.GC, pass)
+		srv.Log.Info("gc", "ran", ran, "err", err)
 		return err
 	})
 }

@@ -1,6 +1,7 @@
 // Command scm is the ForgeCI Lambda function that turns recorded GitHub
 // deliveries into runs and pushes job states to GitHub Check runs. It runs
-// every minute and when the webhook function kicks it. Wiring only.
+// every minute and when the webhook function kicks it, and touches the
+// database only when a wake-up hint says work is due (scheduled.Run). Wiring only.
 package main
 
 import (
@@ -8,7 +9,9 @@ import (
 	"os"
 
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/scheduled"
 	"github.com/forgeci/forgeci/shared/scm"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 func main() {
@@ -24,9 +27,8 @@ func main() {
 	}
 	lambdaapp.MustNot(srv.Log, "github", err)
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
-		res, err := w.RunOnce(ctx)
-		srv.Log.Info("scm pass", "runs", res.Runs, "ignored", res.Ignored, "failed", res.Failed,
-			"retried", res.Retried, "checks_pushed", res.ChecksPushed, "check_errors", res.CheckErrors, "err", err)
+		ran, err := scheduled.Run(ctx, srv.Store, wake.SCM, w.Pass)
+		srv.Log.Info("scm", "ran", ran, "err", err)
 		return err
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"context"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -156,8 +157,13 @@ func (a *Agent) Abort() {
 
 func (a *Agent) worker(ctx context.Context, slot int) {
 	b := client.Backoff{Base: time.Second, Max: 30 * time.Second}
+	var poll client.Poll
 	for ctx.Err() == nil {
-		claim, err := a.cfg.Client.Claim(ctx, a.cfg.Labels, 20*time.Second)
+		if poll.After > 0 && sleep(ctx, jitter(poll.After)) != nil {
+			return
+		}
+		claim, next, err := a.cfg.Client.ClaimIdle(ctx, a.cfg.Labels, 20*time.Second, poll.Hint)
+		poll = next
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -182,5 +188,21 @@ func (a *Agent) worker(ctx context.Context, slot int) {
 		if a.cfg.Ephemeral {
 			return
 		}
+	}
+}
+
+// jitter spreads the polls of many slots: d plus up to a tenth.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/10+1))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }

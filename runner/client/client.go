@@ -15,6 +15,7 @@ import (
 	"io"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,6 +105,9 @@ func (c *Client) once(ctx context.Context, path string, body []byte, out any) (i
 	if resp.StatusCode >= 300 {
 		return resp.StatusCode, protocol.DecodeError(resp.StatusCode, raw)
 	}
+	if h, ok := out.(interface{ setHeader(http.Header) }); ok {
+		h.setHeader(resp.Header)
+	}
 	if out != nil && resp.StatusCode != http.StatusNoContent && len(raw) > 0 {
 		if err := json.Unmarshal(raw, out); err != nil {
 			return resp.StatusCode, fmt.Errorf("decode answer of %s: %w", path, err)
@@ -133,6 +137,43 @@ func (c *Client) Claim(ctx context.Context, labels []string, wait time.Duration)
 		return nil, err
 	}
 	return &out, nil
+}
+
+// Poll is what an idle poll's "no job" says (docs/runner-protocol.md
+// "Idle polls").
+type Poll struct {
+	Hint  string        // the queue hint to send next time
+	After time.Duration // how long to wait before asking again
+	// Known is false when the server said neither (it does not answer
+	// idle polls, and held the poll as a long poll).
+	Known bool
+}
+
+type claimAnswer struct {
+	protocol.Claim
+	poll Poll
+}
+
+func (a *claimAnswer) setHeader(h http.Header) {
+	a.poll.Hint = h.Get(protocol.HeaderQueueHint)
+	if v := h.Get(protocol.HeaderPollAfter); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			a.poll.After, a.poll.Known = min(time.Duration(n)*time.Second, 5*time.Minute), true
+		}
+	}
+}
+
+// ClaimIdle is an idle poll: Claim with the queue hint of the last
+// answer's Poll ("" the first time). With no job it returns the Poll.
+func (c *Client) ClaimIdle(ctx context.Context, labels []string, wait time.Duration, hint string) (*protocol.Claim, Poll, error) {
+	var out claimAnswer
+	req := protocol.ClaimRequest{Labels: labels, WaitSeconds: int(wait.Seconds()), Features: Features,
+		Version: Version(), Slots: c.Slots, QueueHint: &hint}
+	status, err := c.post(ctx, protocol.PathClaim, req, &out)
+	if err != nil || status == http.StatusNoContent {
+		return nil, out.poll, err
+	}
+	return &out.Claim, Poll{}, nil
 }
 
 // Version is this runner's build: its module version, or the commit it

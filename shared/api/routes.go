@@ -26,6 +26,8 @@ type Server struct {
 	// OnDelivery, when set, is called after a new webhook delivery is
 	// recorded, to wake the scm worker. It must not block for long.
 	OnDelivery func(ctx context.Context)
+	// Polls shape idle polls of runners (claimpoll.go).
+	Polls Polls
 }
 
 // Route is one HTTP route of one Lambda function.
@@ -46,7 +48,7 @@ var functions = map[string][]route{
 		{Route{"POST", protocol.PathRegister}, func(s *Server) http.HandlerFunc { return s.handle(s.register) }},
 	},
 	"claim": {
-		{Route{"POST", protocol.PathClaim}, func(s *Server) http.HandlerFunc { return s.asRunner(s.claim) }},
+		{Route{"POST", protocol.PathClaim}, func(s *Server) http.HandlerFunc { return s.handle(s.claimRoute) }},
 	},
 	"heartbeat": {
 		{jobRoute(protocol.RouteHeartbeat), leasedRoute(maxBody, http.StatusOK, (*Server).heartbeat)},

@@ -100,14 +100,8 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *Server) claim(w http.ResponseWriter, r *http.Request, runner store.Runner) error {
-	var req protocol.ClaimRequest
-	if err := decodeJSON(w, r, maxBody, &req); err != nil {
-		return err
-	}
-	if err := req.Validate(); err != nil {
-		return err
-	}
+// claim is a claim without wake-up hints: a long poll of PostgreSQL.
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, runner store.Runner, req protocol.ClaimRequest) error {
 	runner.Features, runner.Version, runner.Slots = req.Features, req.Version, req.Slots
 	c, err := s.Store.Claim(r.Context(), runner, req.Labels, time.Duration(req.WaitSeconds)*time.Second)
 	if err != nil {

@@ -21,12 +21,19 @@ import (
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // Config is read from the environment.
 type Config struct {
 	DatabaseURL string        // see DatabaseURL
 	LeaseTTL    time.Duration // FORGECI_LEASE_TTL_SECONDS
+	// WakeGrain (FORGECI_WAKE_GRAIN_SECONDS, default 60) is the width of
+	// a due note's slot (package wake): the scheduled functions' period.
+	WakeGrain time.Duration
+	// Polls: FORGECI_BUSY_POLL_SECONDS (default 2) and
+	// FORGECI_IDLE_POLL_SECONDS (default 20), what idle runners are told.
+	Polls api.Polls
 	MaxLogBytes int64         // FORGECI_MAX_LOG_BYTES
 	// FORGECI_MAX_RUN_LOG_BYTES, FORGECI_MAX_RUN_ARTIFACT_BYTES: what one
 	// run's jobs may log and commit together.
@@ -51,6 +58,9 @@ func LoadConfig(ctx context.Context) (Config, error) {
 		SecretKey: os.Getenv("FORGECI_S3_SECRET_KEY")}
 	if cfg.CAS.Bucket == "" {
 		return cfg, fmt.Errorf("FORGECI_BUCKET is not set")
+	}
+	if err := loadWakeConfig(&cfg); err != nil {
+		return cfg, err
 	}
 	if v := os.Getenv("FORGECI_LEASE_TTL_SECONDS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -99,14 +109,20 @@ func MustServer(ctx context.Context) *api.Server {
 		fail(cfg.Log, "cas", err)
 	}
 	st.SetObjects(blobs)
-	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log}
+	st.SetBoard(wake.New(blobs, cfg.WakeGrain))
+	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log, Polls: cfg.Polls}
 }
 
 // PoolOptions shape the one pool of a container. A container serves one
 // request at a time, so two connections are plenty; RDS Proxy multiplexes
 // the containers. No statement cache and no startup settings, so
 // the proxy neither pins sessions nor refuses the connection.
-var PoolOptions = store.PoolOptions{MaxConns: 2, NoStatementCache: true, NoStartupSettings: true}
+// A container opens its first connection at its first query (an idle
+// poll or a pass with nothing due makes none), and closes one idle for
+// 5 seconds; the database also ends sessions idle for 10 (template.yaml),
+// since a frozen container's timers do not run.
+var PoolOptions = store.PoolOptions{MaxConns: 2, NoStatementCache: true, NoStartupSettings: true,
+	IdleClose: 5 * time.Second, Lazy: true}
 
 // StartHTTP serves h to API Gateway HTTP API events. It does not return.
 func StartHTTP(h http.Handler) {
@@ -133,4 +149,23 @@ func fail(log *slog.Logger, what string, err error) {
 	}
 	log.Error("cold start failed", "part", what, "err", err)
 	os.Exit(1)
+}
+
+func loadWakeConfig(cfg *Config) error {
+	for _, v := range []struct {
+		name     string
+		into     *time.Duration
+		def, max int
+	}{{"FORGECI_WAKE_GRAIN_SECONDS", &cfg.WakeGrain, 60, 3600}, {"FORGECI_BUSY_POLL_SECONDS", &cfg.Polls.Busy, 2, 60},
+		{"FORGECI_IDLE_POLL_SECONDS", &cfg.Polls.Idle, 20, 300}} {
+		n := v.def
+		if s := os.Getenv(v.name); s != "" {
+			var err error
+			if n, err = strconv.Atoi(s); err != nil || n < 1 || n > v.max {
+				return fmt.Errorf("%s must be an integer from 1 to %d, got %q", v.name, v.max, s)
+			}
+		}
+		*v.into = time.Duration(n) * time.Second
+	}
+	return nil
 }

@@ -26,8 +26,10 @@ import (
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/pglocal"
+	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // Options of one stack. The zero value starts a temporary PostgreSQL
@@ -59,6 +61,11 @@ type Options struct {
 	Limits store.Limits
 	// MaxConns bounds the pool (default 40).
 	MaxConns int32
+	// WakeGrain is the width of a due note's slot (package wake; default
+	// one second). NoBoard runs without wake-up hints: every poll and
+	// pass asks PostgreSQL.
+	WakeGrain time.Duration
+	NoBoard   bool
 	// OIDCKeyFile, when set, makes Serve issue identity tokens signed by
 	// this RSA key file (made when absent), with the served URL as issuer.
 	OIDCKeyFile string
@@ -89,6 +96,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	s.Store.SetObjects(s.CAS)
+	if !o.NoBoard {
+		s.Store.SetBoard(wake.New(s.CAS, cmp(o.WakeGrain, time.Second)))
+	}
 	return s, nil
 }
 
@@ -120,7 +130,7 @@ func (s *Stack) startDatabase(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	pool, err := store.OpenPool(ctx, s.DatabaseURL, store.PoolOptions{MaxConns: cmp(o.MaxConns, 40)})
+	pool, err := store.OpenPool(ctx, s.DatabaseURL, store.PoolOptions{MaxConns: cmp(o.MaxConns, 40), IdleClose: 5 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -180,7 +190,9 @@ func (s *Stack) Server(log *slog.Logger) *api.Server {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	return &api.Server{Store: s.Store, CAS: s.CAS, Log: log}
+	// Idle polls are held open here (no per-millisecond bill), and woken
+	// by this process queueing a job.
+	return &api.Server{Store: s.Store, CAS: s.CAS, Log: log, Polls: api.Polls{Hold: protocol.MaxClaimWait}}
 }
 
 // Serve serves srv's handler on addr ("127.0.0.1:0" for any port) until
@@ -222,7 +234,7 @@ func (s *Stack) Close() {
 	s.closers = nil
 }
 
-func cmp(v, def int32) int32 {
+func cmp[T int32 | time.Duration](v, def T) T {
 	if v > 0 {
 		return v
 	}

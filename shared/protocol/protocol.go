@@ -82,7 +82,25 @@ type ClaimRequest struct {
 	// its build, and how many jobs it runs at once.
 	Version string `json:"version,omitempty"`
 	Slots   int    `json:"slots,omitempty"`
+	// QueueHint, when present (even empty), asks for an idle poll
+	// (docs/runner-protocol.md "Idle polls"): the token of the last
+	// answer's HeaderQueueHint. While nothing was queued since, the
+	// answer comes without a database query, after at most WaitSeconds or
+	// at once, and says when to ask again (HeaderPollAfter).
+	QueueHint *string `json:"queue_hint,omitempty"`
 }
+
+// Headers of a claim's 204 answer to an idle poll.
+const (
+	// HeaderQueueHint is the token to send as queue_hint next time
+	// (absent: none yet, send "").
+	HeaderQueueHint = "X-Forgeci-Queue-Hint"
+	// HeaderPollAfter is how many seconds to wait before the next claim.
+	HeaderPollAfter = "X-Forgeci-Poll-After"
+)
+
+// maxQueueHint bounds queue_hint (tokens are 24 hex digits).
+const maxQueueHint = 64
 
 // runnerVersionRE is a runner's version as shown: printable, short.
 var runnerVersionRE = regexp.MustCompile(`^[A-Za-z0-9._+:@-]{0,64}$`)
@@ -94,6 +112,9 @@ func (r *ClaimRequest) Validate() error {
 	}
 	if r.WaitSeconds < 0 || time.Duration(r.WaitSeconds)*time.Second > MaxClaimWait {
 		return domain.Errorf(domain.EInvalid, "wait_seconds must be between 0 and %d", int(MaxClaimWait.Seconds()))
+	}
+	if r.QueueHint != nil && len(*r.QueueHint) > maxQueueHint {
+		return domain.Errorf(domain.EInvalid, "queue_hint is at most %d characters", maxQueueHint)
 	}
 	if len(r.Features) > 32 {
 		return domain.Errorf(domain.EInvalid, "field features may list at most 32 features")

@@ -19,7 +19,9 @@ import (
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pipeline"
+	"github.com/forgeci/forgeci/shared/scheduled"
 	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // Defaults of the worker.
@@ -133,12 +135,27 @@ func (w *Worker) RunOnce(ctx context.Context) (Result, error) {
 	return res, nil
 }
 
-// Loop runs passes until ctx ends: at once when wake fires, else every
+// Pass is RunOnce as a scheduled pass: it returns when the worker must
+// next run (the next delivery or check notice due; zero: none pending).
+func (w *Worker) Pass(ctx context.Context) (time.Time, error) {
+	res, err := w.RunOnce(ctx)
+	if err != nil || res != (Result{}) {
+		w.Log.Info("scm pass", "runs", res.Runs, "ignored", res.Ignored, "failed", res.Failed,
+			"retried", res.Retried, "checks_pushed", res.ChecksPushed, "check_errors", res.CheckErrors, "err", err)
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return w.Store.NextSCM(ctx)
+}
+
+// Loop runs passes until ctx ends (each only when due, scheduled.Run):
+// at once when kick fires, else every
 // interval. The dev stack uses it; in AWS the scm function is invoked on a
 // schedule and by the webhook function.
-func (w *Worker) Loop(ctx context.Context, every time.Duration, wake <-chan struct{}) {
+func (w *Worker) Loop(ctx context.Context, every time.Duration, kick <-chan struct{}) {
 	for {
-		if _, err := w.RunOnce(ctx); err != nil && ctx.Err() == nil {
+		if _, err := scheduled.Run(ctx, w.Store, wake.SCM, w.Pass); err != nil && ctx.Err() == nil {
 			w.Log.Error("scm pass failed", "err", err)
 		}
 		t := time.NewTimer(every)
@@ -146,7 +163,7 @@ func (w *Worker) Loop(ctx context.Context, every time.Duration, wake <-chan stru
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-wake:
+		case <-kick:
 			t.Stop()
 		case <-t.C:
 		}

@@ -39,6 +39,7 @@ WITH candidate AS (
       AND (cardinality($7::text[]) = 0 OR project_id = ANY ($7::text[])) AND (trusted OR $8)
       AND (features = '{}'::text[] OR features <@ $9::text[])
       AND (queued_at, id) > ($4::timestamptz, $5::text)
+      AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.revoked_at IS NULL)
     ORDER BY queued_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -109,7 +110,7 @@ func (s *Store) Claim(ctx context.Context, runner Runner, labels []string, wait 
 	delay := 50 * time.Millisecond
 	first := true
 	for {
-		c, err := s.claimOnce(ctx, runner, effective)
+		c, err := s.claimOnce(ctx, runner, effective, false)
 		if err != nil || c != nil {
 			return c, err
 		}
@@ -152,11 +153,27 @@ func effectiveLabels(runner Runner, requested []string) ([]string, error) {
 	return requested, nil
 }
 
-func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string) (*Claim, error) {
+// ClaimScan is a short poll's claim (docs/runner-protocol.md "Idle
+// polls"): one scan that, when the remembered queue position finds
+// nothing, looks from the head, so that the runner, told afterwards that
+// nothing was queued since, has missed no job. nil, nil: none matched.
+func (s *Store) ClaimScan(ctx context.Context, runner Runner, labels []string) (*Claim, error) {
+	effective, err := effectiveLabels(runner, labels)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.claimOnce(ctx, runner, effective, true)
+	if err == nil && c == nil {
+		s.touchRunner(ctx, runner)
+	}
+	return c, err
+}
+
+func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string, whole bool) (*Claim, error) {
 	key := hintKey(labels, runner.Scope, runner.Features)
 	at, id, full := s.hints.start(key, s.now())
 	c, err := s.claimAfter(ctx, runner, labels, key, at, id)
-	if err != nil || c != nil || full || !s.hints.fullScanDue(key, s.now()) {
+	if err != nil || c != nil || full || !whole && !s.hints.fullScanDue(key, s.now()) {
 		return c, err
 	}
 	// Nothing after the hint: look behind it too.
@@ -188,7 +205,14 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 	if features == nil {
 		features = []string{}
 	}
-	err := s.pool.QueryRow(ctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget,
+	// A lease is work for the sweeper: noted before it can commit, and
+	// the statement must finish while the note covers it.
+	if _, err := s.mark(ctx, false); err != nil {
+		return nil, err
+	}
+	qctx, cancel := context.WithTimeout(ctx, s.commitDeadline())
+	defer cancel()
+	err := s.pool.QueryRow(qctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget,
 		projects, runner.Untrusted, features).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
 		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &queuedAt,
@@ -266,6 +290,7 @@ func (s *Store) releaseUndelivered(ctx context.Context, l domain.Lease, cause er
 		if _, err := tx.Exec(ctx, abortUndeliveredSQL, job.ID, "claim not delivered: "+domain.Truncate(cause.Error(), 150)); err != nil {
 			return err
 		}
+		noteQueued(tx)
 		_, err = tx.Exec(ctx, requeueUndeliveredSQL, job.ID)
 		return err
 	})

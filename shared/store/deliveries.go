@@ -114,6 +114,9 @@ type Delivery struct {
 func (s *Store) RecordDelivery(ctx context.Context, guid, event string, repositoryID int64, payload []byte) (bool, error) {
 	sum := sha256.Sum256(payload)
 	// Either the GUID or the signed body already seen: nothing new.
+	if _, err := s.mark(ctx, false); err != nil {
+		return false, err
+	}
 	tag, err := s.pool.Exec(ctx, recordDeliverySQL, guid, event, repositoryID, payload, sum[:])
 	if err != nil {
 		return false, fmt.Errorf("record delivery: %w", err)

@@ -207,6 +207,7 @@ func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generati
 		// The lease columns stay as they were: the old owner's tuple still
 		// names this job but the job is not RUNNING, and the next claim
 		// moves the generation on, so every call of the old lease is fenced.
+		noteQueued(tx)
 		if _, err := tx.Exec(ctx, requeueJobSQL, jobID, reason, exitCode); err != nil {
 			return "", fmt.Errorf("requeue job: %w", err)
 		}

@@ -48,7 +48,7 @@ const registrationUsedSQL = `UPDATE registration_tokens SET used_at = now(), use
 const authenticateRunnerSQL = `
 SELECT id, name, labels, projects, untrusted, revoked_at IS NOT NULL, token_hash FROM runners WHERE token_hash = $1`
 
-const revokeRunnerSQL = `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`
+const revokeRunnerSQL = `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING token_hash`
 
 // endRunnerLeasesSQL ends runner $1's leases: their expiry is set in the
 // past, after their rows are taken FOR UPDATE (see RevokeRunner).
@@ -277,20 +277,40 @@ func (s *Store) lookupToken(ctx context.Context, token, prefix, query string, de
 // first, as by every transition that ends a lease: a fast-path write in
 // flight either commits before the revocation or sees its lease ended.
 // That is why the fast paths' lease check need not read the runner's row.
+//
+// Its idle polls' verdict (package wake) is deleted in the transaction,
+// so the revocation fails rather than leave one, and again after the
+// commit, in case a poll wrote one meanwhile (that poll also checks the
+// runner again after writing).
 func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, revokeRunnerSQL, runnerID)
+	var hash []byte
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, revokeRunnerSQL, runnerID).Scan(&hash)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)
+		}
 		if err != nil {
 			return fmt.Errorf("revoke runner: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)
 		}
 		if _, err := tx.Exec(ctx, endRunnerLeasesSQL, runnerID); err != nil {
 			return fmt.Errorf("end the revoked runner's leases: %w", err)
 		}
-		return nil
+		return s.dropVerdict(ctx, hash)
 	})
+	if err != nil {
+		return err
+	}
+	return s.dropVerdict(ctx, hash)
+}
+
+func (s *Store) dropVerdict(ctx context.Context, hash []byte) error {
+	if s.board == nil {
+		return nil
+	}
+	if err := s.board.DropVerdict(ctx, hash); err != nil {
+		return domain.Errorf(domain.EUnavailable, "the runner's idle-poll verdict could not be deleted (revoke again): %v", err)
+	}
+	return nil
 }
 
 // ListRunners returns a page of the runners, newest first.

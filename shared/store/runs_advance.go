@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/forgeci/forgeci/shared/domain"
 )
@@ -162,7 +163,12 @@ func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 			b.Queue(lockRunSQL, runID)
 		}
 		b.Queue(skipDoomedSQL, runID)
-		b.Queue(queueReadySQL, runID)
+		b.Queue(queueReadySQL, runID).Exec(func(ct pgconn.CommandTag) error {
+			if ct.RowsAffected() > 0 {
+				noteQueued(tx)
+			}
+			return nil
+		})
 		var list []undecided
 		b.Queue(decidableSQL, runID).Query(func(rows pgx.Rows) error {
 			var err error

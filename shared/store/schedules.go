@@ -77,6 +77,10 @@ SET missed = excluded.missed, template_run_id = NULL, ref = excluded.ref, reposi
 // repositories of a project is the one that set it last.
 func (s *Store) SetRepoSchedules(ctx context.Context, projectID string, repositoryID int64, ref string, list []domain.Schedule) error {
 	ids, crons, missed := scheduleColumns(list)
+	// The sweeper fires schedules: it must look again to learn the next slot.
+	if _, err := s.mark(ctx, false); err != nil {
+		return err
+	}
 	if _, err := s.pool.Exec(ctx, repoSchedulesSQL, projectID, ref, crons, missed, ids, repositoryID); err != nil {
 		return fmt.Errorf("schedules: %w", err)
 	}
@@ -124,6 +128,9 @@ const firedRunSQL = `UPDATE schedule_firings SET run_id = $4 WHERE project_id = 
 // left for the next call (out of time).
 type ScheduleResult struct {
 	Fired, Skipped, Left int
+	// Next is the earliest slot after now of any schedule (zero: none), when
+	// FireSchedules must run again; now when some were left.
+	Next time.Time
 }
 
 // scheduleBudget bounds one FireSchedules (it runs in the sweeper's
@@ -181,6 +188,7 @@ func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 	if res.Fired > 0 {
 		s.signalQueued()
 	}
+	res.Next = nextSlot(list, res.Left > 0)
 	if _, err := s.pool.Exec(ctx, pruneFiringsSQL); err != nil {
 		errs = append(errs, fmt.Errorf("prune schedule firings: %w", err))
 	}
@@ -285,6 +293,25 @@ func (s *Store) claimSlot(ctx context.Context, q interface {
 		return false, fmt.Errorf("schedule slot: %w", err)
 	}
 	return true, nil
+}
+
+// nextSlot is the earliest slot after now of the schedules in list (all
+// read at one database now), or now itself when some were left unfired.
+func nextSlot(list []dueSchedule, left bool) time.Time {
+	var next time.Time
+	for _, d := range list {
+		if left {
+			return d.now
+		}
+		sched, err := cronParser.Parse(d.cron)
+		if err != nil {
+			continue
+		}
+		if t := sched.Next(d.now.UTC()); !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	return next
 }
 
 // dueSlot is the newest slot of d's cron at or before now, after the last

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/forgeci/forgeci/shared/secretbox"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // Limits the store enforces. Zero values are replaced by the defaults.
@@ -79,6 +80,9 @@ type Store struct {
 	// what the collector frees (nil: not configured).
 	objects Objects
 
+	// board holds the wake-up hints (wake.go; nil: none).
+	board *wake.Board
+
 	// now is the process's clock, for what the store decides in Go: when
 	// a claim scans the queue from its head (claimhint.go). Leases and
 	// every other expiry are decided by the database's now().
@@ -106,6 +110,10 @@ func New(pool *pgxpool.Pool, limits Limits) *Store {
 // field). Lease expiry does not read it: tests move a lease's expiry in
 // the database instead.
 func (s *Store) SetClock(now func() time.Time) { s.now = now }
+
+// Queued is closed when this process next queues jobs (idle polls held
+// open wake on it).
+func (s *Store) Queued() <-chan struct{} { return s.queued() }
 
 func (s *Store) queued() <-chan struct{} {
 	s.mu.Lock()
@@ -143,6 +151,13 @@ type PoolOptions struct {
 	// parameters it does not know. The server's parameter group sets
 	// plan_cache_mode instead (template.yaml).
 	NoStartupSettings bool
+	// IdleClose closes a connection idle this long (checked every second
+	// while the process runs): an idle stack holds no connection, so a
+	// database that pauses when none is held (Aurora) can pause.
+	IdleClose time.Duration
+	// Lazy opens no connection until the first query: a cold start that
+	// needs none (an idle poll, a pass with nothing due) makes none.
+	Lazy bool
 }
 
 // OpenPool connects to PostgreSQL and checks the connection.
@@ -165,9 +180,16 @@ func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 	if !opts.NoStartupSettings {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
+	if opts.IdleClose > 0 {
+		cfg.MaxConnIdleTime = opts.IdleClose
+		cfg.HealthCheckPeriod = time.Second
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	if opts.Lazy {
+		return pool, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -185,10 +207,11 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	if err := fn(tx); err != nil {
+	nt := &noteTx{Tx: tx}
+	if err := fn(nt); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := s.commitMarked(ctx, nt); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil

@@ -1,0 +1,111 @@
+// Package scheduled holds the passes of ForgeCI's scheduled functions (the
+// sweeper, the GitHub worker and the garbage collector). EventBridge
+// invokes each on a fixed rate, but a pass touches PostgreSQL only when a
+// wake-up hint (package wake) says its work may be due: while nothing
+// happens, nothing connects.
+package scheduled
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/notify"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// Pass does one kind's work in PostgreSQL and returns when it must next
+// run (zero: not until a write notes more).
+type Pass func(ctx context.Context) (time.Time, error)
+
+// Run is one invocation of kind: pass runs if a due note says so (always,
+// without a board). ran says whether it did.
+func Run(ctx context.Context, st *store.Store, kind string, pass Pass) (ran bool, err error) {
+	b := st.Board()
+	if b == nil {
+		_, err := pass(ctx)
+		return true, err
+	}
+	return b.Pass(store.InPass(ctx, kind), kind, pass)
+}
+
+// Sweeper is the sweeper's pass: lease expiry, schedules, notifications.
+type Sweeper struct {
+	Store    *store.Store
+	Notifier *notify.Deliverer
+	// Wake, when set, wakes the GitHub worker after schedules of GitHub
+	// projects fired (their firings are deliveries).
+	Wake func(ctx context.Context)
+	Log  *slog.Logger
+}
+
+// Pass ends expired leases, fires due schedules, delivers notifications,
+// and returns the earliest of: the next lease expiry, the next
+// notification due, the next schedule slot.
+func (w *Sweeper) Pass(ctx context.Context) (time.Time, error) {
+	res, err := w.Store.Sweep(ctx)
+	if err != nil || res.Aborted+res.Requeued > 0 {
+		w.Log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued, "err", err)
+	}
+	// One project's schedule that cannot fire is its own (the slot says
+	// why): it does not fail the sweep.
+	fired, ferr := w.Store.FireSchedules(ctx)
+	if ferr != nil || fired.Fired+fired.Skipped > 0 {
+		w.Log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped, "left", fired.Left, "err", ferr)
+	}
+	if fired.Fired > 0 && w.Wake != nil {
+		w.Wake(ctx)
+	}
+	var nerr error
+	if w.Notifier != nil {
+		// Each failure is its own (retried, then shown FAILED).
+		var sent notify.Result
+		sent, nerr = w.Notifier.RunOnce(ctx)
+		if nerr != nil || sent.Sent+sent.Failed > 0 {
+			w.Log.Info("notifications", "sent", sent.Sent, "failed", sent.Failed, "err", nerr)
+		}
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	next, qerr := w.Store.NextSweep(ctx)
+	if qerr != nil {
+		return time.Time{}, qerr
+	}
+	if ferr != nil && fired.Left > 0 {
+		return time.Time{}, ferr // schedules left: run again, keep the notes
+	}
+	if nerr != nil {
+		return time.Time{}, nerr
+	}
+	return earliest(next, fired.Next), nil
+}
+
+// GC is the collector's pass. It runs at least daily (retention, idle
+// caches), and again at once while it leaves work.
+func GC(st *store.Store, budget time.Duration, log *slog.Logger) Pass {
+	return func(ctx context.Context) (time.Time, error) {
+		res, err := st.CollectGarbage(ctx, store.GCOptions{Budget: budget})
+		if err != nil {
+			return time.Time{}, err
+		}
+		if res != (store.GCResult{Done: true}) {
+			log.Info("gc", "runs", res.Runs, "caches", res.CachesIdle+res.CachesOverQuota, "uploads", res.Uploads,
+				"blobs", res.Blobs, "blob_bytes", res.BlobBytes, "done", res.Done)
+		}
+		if !res.Done {
+			return time.Now(), nil
+		}
+		return time.Now().Add(GCEvery), nil
+	}
+}
+
+// GCEvery is how often the collector runs when nothing marks it sooner.
+const GCEvery = 24 * time.Hour
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/wake"
+)
+
+// The store notes in the wake-up hints (package wake) what its writes
+// leave to do, before they commit: that jobs were queued (the queue hint
+// idle runners poll), and that the scheduled functions have work (due
+// notes). Without a board (SetBoard) nothing is noted and everything polls
+// PostgreSQL as before.
+
+// SetBoard gives the store the wake-up hints.
+func (s *Store) SetBoard(b *wake.Board) { s.board = b }
+
+// Board returns the wake-up hints (nil: none).
+func (s *Store) Board() *wake.Board { return s.board }
+
+type passKey struct{}
+
+// InPass marks ctx as a pass of the scheduled work kind (package wake):
+// its writes note work for the other kinds, and queued jobs, but not for
+// its own (the pass notes its own next time), so that an idle pass, which
+// commits nothing, does not wake itself forever.
+func InPass(ctx context.Context, kind string) context.Context {
+	return context.WithValue(ctx, passKey{}, kind)
+}
+
+// scheduledKinds are the work kinds a write may leave work for.
+var scheduledKinds = []string{wake.Sweep, wake.SCM, wake.GC}
+
+// noteTx is the transaction inTx hands out: it remembers whether a
+// statement queued jobs.
+type noteTx struct {
+	pgx.Tx
+	queued bool
+}
+
+// noteQueued records that tx queued jobs (a statement set some QUEUED).
+// Every such statement runs in a transaction of inTx.
+func noteQueued(tx pgx.Tx) {
+	if n, ok := tx.(*noteTx); ok {
+		n.queued = true
+	}
+}
+
+// mark notes, before a commit, the scheduled work a write may leave
+// (but a pass's own kind) and, when queued, that jobs were queued.
+func (s *Store) mark(ctx context.Context, queued bool) (time.Time, error) {
+	if s.board == nil {
+		return time.Time{}, nil
+	}
+	started := s.board.Now()
+	kinds := scheduledKinds
+	if own, _ := ctx.Value(passKey{}).(string); own != "" {
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == own })
+	}
+	if err := s.board.Mark(ctx, started, kinds...); err != nil {
+		return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note its work: %v", err)
+	}
+	if queued {
+		if err := s.board.MarkQueued(ctx, started); err != nil {
+			return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note queued jobs: %v", err)
+		}
+	}
+	return started, nil
+}
+
+// commitMarked notes tx's work, then commits it, unless noting took so
+// long that the notes may no longer cover the commit (wake.MaxCommitDelay).
+func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
+	started, err := s.mark(ctx, tx.queued)
+	if err != nil {
+		return err
+	}
+	if s.board != nil && s.board.Now().Sub(started) > s.board.CommitDelay()*4/5 {
+		return domain.Errorf(domain.EUnavailable, "noting the work took too long; nothing was changed, try again")
+	}
+	return tx.Commit(ctx)
+}
+
+// nextSweepSQL is when the sweeper must next look: the earliest lease
+// expiry and the earliest notification due (or whose delivery lease
+// ends).
+const nextSweepSQL = `
+SELECT least((SELECT min(lease_expires_at) FROM jobs WHERE state = 'RUNNING'),
+             (SELECT min(greatest(next_attempt_at, coalesce(lease_expires_at, next_attempt_at)))
+              FROM notifications WHERE state = 'PENDING'))`
+
+// NextSweep is when a lease can next expire or a notification is next
+// due, by the database's clock (zero: neither is pending).
+func (s *Store) NextSweep(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, nextSweepSQL).Scan(&t); err != nil {
+		return time.Time{}, err
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}
+
+// TokenHash is a bearer token as the store keeps it (for verdicts).
+func TokenHash(token string) []byte { return hashSecret(token) }
+
+// nextSCMSQL is when the GitHub worker must next look: the earliest
+// pending delivery or check notice due (or whose lease ends).
+const nextSCMSQL = `
+SELECT least((SELECT min(greatest(next_attempt_at, coalesce(lease_expires_at, next_attempt_at)))
+              FROM scm_deliveries WHERE state = 'PENDING'),
+             (SELECT min(greatest(next_attempt_at, coalesce(lease_expires_at, next_attempt_at)))
+              FROM check_runs WHERE version > pushed_version))`
+
+// NextSCM is when a GitHub delivery or check notice is next due, by the
+// database's clock (zero: none is pending).
+func (s *Store) NextSCM(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, nextSCMSQL).Scan(&t); err != nil {
+		return time.Time{}, err
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}
+
+// commitDeadline is how long a lone statement after a mark may take: a
+// context that ends then cancels it before it can commit uncovered.
+func (s *Store) commitDeadline() time.Duration {
+	if s.board == nil {
+		return time.Hour
+	}
+	return s.board.CommitDelay() * 4 / 5
+}
