@@ -33,8 +33,8 @@ type Config struct {
 	WakeGrain time.Duration
 	// Polls: FORGECI_BUSY_POLL_SECONDS (default 2) and
 	// FORGECI_IDLE_POLL_SECONDS (default 20), what idle runners are told.
-	Polls api.Polls
-	MaxLogBytes int64         // FORGECI_MAX_LOG_BYTES
+	Polls       api.Polls
+	MaxLogBytes int64 // FORGECI_MAX_LOG_BYTES
 	// FORGECI_MAX_RUN_LOG_BYTES, FORGECI_MAX_RUN_ARTIFACT_BYTES: what one
 	// run's jobs may log and commit together.
 	MaxRunLogBytes, MaxRunArtifactBytes int64
