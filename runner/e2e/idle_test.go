@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestIdleStack: a stack whose four runner slots (two real runner
+// processes) wait for work, with the sweeper every 300 ms, does no database
+// work and holds no connection; a job submitted then is picked up at once.
+func TestIdleStack(t *testing.T) {
+	s := start(t)
+	s.startRunnerN(2)
+	ctx := context.Background()
+	// Work first: every hint and note exists and was consumed since.
+	id, err := s.submit(writePipeline(t, "jobs:\n  warm:\n    runs-on: linux\n    steps: [{run: echo warm}]\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitRun(id, func(v runView) bool { return v.State == "PASSED" }, 60*time.Second)
+
+	db, err := pgx.Connect(ctx, s.vals["FORGECI_DATABASE_URL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	// The passes the work left (the collector's next minute tick, the
+	// queue hint settling) end within about a minute; then ten seconds in
+	// a row with nothing, and ten more.
+	deadline := time.Now().Add(100 * time.Second)
+	for n := 0; n < 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stack never went ten seconds without a database transaction")
+		}
+		if xacts(t, db, 10*time.Second) == 0 {
+			n++
+		} else if n > 0 {
+			t.Fatal("an idle stack did database work after ten quiet seconds")
+		}
+	}
+	if n := connections(t, db); n != 0 {
+		t.Fatalf("an idle stack holds %d connections", n)
+	}
+	if !alive(s.runner.Process.Pid) {
+		t.Fatal("the runner died while idle (the test proves nothing)")
+	}
+
+	// A job after the quiet is picked up by a held poll, woken when it is
+	// queued.
+	start := time.Now()
+	id, err = s.submit(writePipeline(t, "jobs:\n  after:\n    runs-on: linux\n    steps: [{run: echo picked up}]\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitRun(id, func(v runView) bool { return v.State == "PASSED" }, 15*time.Second)
+	t.Logf("submit to PASSED after the quiet: %s", time.Since(start).Round(time.Millisecond))
+
+	// The count sees work: an older runner's long poll (no queue_hint)
+	// asks the database about every 0.4 s.
+	before := xactCount(t, db)
+	req, _ := http.NewRequest("POST", s.vals["FORGECI_URL"]+"/v1/runner/claim",
+		strings.NewReader(`{"wait_seconds": 3}`))
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("long poll: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	time.Sleep(1500 * time.Millisecond)
+	if n := xactCount(t, db) - before - 1; n < 3 {
+		t.Fatalf("a long poll of 3 s made %d transactions: the count sees nothing", n)
+	}
+}
+
+// xacts is how many transactions the stack committed or rolled back in
+// the next d, not counting this measurement's own.
+func xacts(t *testing.T, db *pgx.Conn, d time.Duration) int64 {
+	t.Helper()
+	before := xactCount(t, db)
+	time.Sleep(d)
+	// Backends report their counts when idle, within a second.
+	time.Sleep(1500 * time.Millisecond)
+	after := xactCount(t, db)
+	return after - before - 1
+}
+
+const xactSQL = `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()`
+
+func xactCount(t *testing.T, db *pgx.Conn) int64 {
+	t.Helper()
+	var n int64
+	if err := db.QueryRow(context.Background(), xactSQL).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// connections counts the client connections to the stack's database but
+// this one.
+func connections(t *testing.T, db *pgx.Conn) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+        WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
