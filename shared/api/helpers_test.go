@@ -38,6 +38,7 @@ type env struct {
 	pool    *pgxpool.Pool
 	project store.Project // acme/app, where createRun makes runs
 	issuer  *idtoken.Issuer
+	server  *api.Server
 }
 
 func setup(t *testing.T) *env {
@@ -56,7 +57,8 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	server.IDTokens = issuer
-	return &env{t: t, srv: srv, store: st, cas: blobs, pool: pool, project: pgtest.Project(t, st, "acme/app"), issuer: issuer}
+	return &env{t: t, srv: srv, store: st, cas: blobs, pool: pool, project: pgtest.Project(t, st, "acme/app"), issuer: issuer,
+		server: server}
 }
 
 var keyFile struct {

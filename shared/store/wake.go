@@ -59,16 +59,22 @@ func (s *Store) mark(ctx context.Context, queued bool) (time.Time, error) {
 	}
 	started := s.board.Now()
 	kinds := scheduledKinds
-	if own, _ := ctx.Value(passKey{}).(string); own != "" {
+	own, _ := ctx.Value(passKey{}).(string)
+	if own != "" {
 		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == own })
 	}
-	if err := s.board.Mark(ctx, started, kinds...); err != nil {
-		return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note its work: %v", err)
+	err := s.board.Mark(ctx, started, kinds...)
+	if err == nil && queued {
+		err = s.board.MarkQueued(ctx, started)
 	}
-	if queued {
-		if err := s.board.MarkQueued(ctx, started); err != nil {
-			return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note queued jobs: %v", err)
-		}
+	if err != nil && own != "" {
+		// A pass's write commits anyway (a lease must end whatever S3
+		// does); the pass owes the notes and fails until it makes them.
+		s.board.Owe(queued, kinds...)
+		return started, nil
+	}
+	if err != nil {
+		return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note its work: %v", err)
 	}
 	return started, nil
 }

@@ -1,0 +1,140 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/protocol"
+	"github.com/forgeci/forgeci/shared/wake"
+)
+
+const testSettle = 1500 * time.Millisecond
+
+// setupIdle is setup with wake-up hints, their times shortened.
+func setupIdle(t *testing.T) *env {
+	e := setup(t)
+	b := wake.New(e.cas, 200*time.Millisecond)
+	b.SetTiming(testSettle, 400*time.Millisecond, 500*time.Millisecond)
+	e.store.SetBoard(b)
+	return e
+}
+
+type pollAnswer struct {
+	status      int
+	hint, after string
+	body        []byte
+}
+
+func (e *env) idlePoll(token, hint string) pollAnswer {
+	e.t.Helper()
+	raw, _ := json.Marshal(map[string]any{"wait_seconds": 0, "queue_hint": hint})
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+protocol.PathClaim, bytes.NewReader(raw))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return pollAnswer{resp.StatusCode, resp.Header.Get(protocol.HeaderQueueHint), resp.Header.Get(protocol.HeaderPollAfter), body}
+}
+
+// xactsOf counts the test database's transactions while fn runs.
+func (e *env) xactsOf(fn func()) int64 {
+	e.t.Helper()
+	before := e.xacts()
+	fn()
+	return e.xacts() - before
+}
+
+// xacts is the test database's committed and rolled back transactions.
+func (e *env) xacts() int64 {
+	e.t.Helper()
+	// Backends report their counts when idle for a while, or when they
+	// end: end them all.
+	e.pool.Reset()
+	time.Sleep(500 * time.Millisecond)
+	var n int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT xact_commit + xact_rollback FROM pg_stat_database
+        WHERE datname = current_database()`).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func TestIdlePollsSkipTheDatabase(t *testing.T) {
+	e := setupIdle(t)
+	r := e.registerRunner("idle")
+	// First poll: no hint yet; it is written, but not settled, so the
+	// runner gets none and looks again next time.
+	a := e.idlePoll(r.Token, "")
+	if a.status != http.StatusNoContent || a.hint != "" || a.after != "2" {
+		t.Fatalf("first poll: %+v", a)
+	}
+	time.Sleep(testSettle + wake.Skew)
+	a = e.idlePoll(r.Token, "")
+	if a.status != http.StatusNoContent || a.hint == "" {
+		t.Fatalf("poll after the hint settled: %+v", a)
+	}
+	hint := a.hint
+
+	// Transactions of five idle polls, against the count's own (nothing
+	// between two counts) and five polls without a hint (a long poll of
+	// the database, as older runners make).
+	own := e.xactsOf(func() {})
+	idle := e.xactsOf(func() {
+		for range 5 {
+			if a := e.idlePoll(r.Token, hint); a.status != http.StatusNoContent || a.hint != hint {
+				t.Fatalf("idle poll: %+v", a)
+			}
+		}
+	})
+	old := e.xactsOf(func() {
+		for range 5 {
+			if status, body := e.post(protocol.PathClaim, r.Token, map[string]any{"wait_seconds": 0}); status != http.StatusNoContent {
+				t.Fatalf("poll without a hint: %d %s", status, body)
+			}
+		}
+	})
+	if idle != own || old < own+5 {
+		t.Fatalf("transactions: %d for five idle polls, %d for five polls without a hint, %d for none", idle, old, own)
+	}
+
+	// A job queued since: the very next poll, with the old hint, looks
+	// and takes it.
+	run := e.createRun("build")
+	a = e.idlePoll(r.Token, hint)
+	if a.status != http.StatusOK || !strings.Contains(string(a.body), run.ID) {
+		t.Fatalf("poll after a job was queued: %+v %s", a, a.body)
+	}
+	// Another runner with the old hint is not told the job went: it looks.
+	r2 := e.registerRunner("idle2")
+	if a := e.idlePoll(r2.Token, hint); a.status != http.StatusNoContent || a.hint != "" {
+		t.Fatalf("second runner: %+v", a)
+	}
+
+	// A token with no verdict is checked in the database, whatever hint it
+	// sends.
+	time.Sleep(testSettle + wake.Skew)
+	hint = e.idlePoll(r.Token, "").hint
+	if a := e.idlePoll("frt_forged", hint); a.status != http.StatusUnauthorized {
+		t.Fatalf("a forged token on the idle path: %+v", a)
+	}
+	// A revoked runner is refused at once here (this process dropped its
+	// verdict; others believe theirs for wake.VerdictCache at most).
+	if err := e.store.RevokeRunner(context.Background(), r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if a := e.idlePoll(r.Token, hint); a.status != http.StatusUnauthorized {
+		t.Fatalf("a revoked runner's idle poll: %+v", a)
+	}
+	if a := e.idlePoll(r2.Token, strings.Repeat("x", 65)); a.status != http.StatusBadRequest {
+		t.Fatalf("an overlong hint: %+v", a)
+	}
+}

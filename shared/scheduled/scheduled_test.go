@@ -1,0 +1,159 @@
+package scheduled_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/cas/castest"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/scheduled"
+	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/wake"
+)
+
+const period = 300 * time.Millisecond
+
+type fixture struct {
+	st     *store.Store
+	board  *wake.Board
+	runner store.Runner
+	run    store.Run
+}
+
+func newFixture(t *testing.T) fixture {
+	t.Helper()
+	ctx := context.Background()
+	st := pgtest.NewStore(t, store.Limits{LeaseTTL: 2 * time.Second})
+	b := wake.New(castest.New(t), 250*time.Millisecond)
+	b.SetTiming(2*time.Second, 500*time.Millisecond, time.Second)
+	st.SetBoard(b)
+	pgtest.Project(t, st, "p")
+	reg, _, err := st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, token, err := st.RegisterRunner(ctx, reg, "r", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, err := st.AuthenticateRunner(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
+		{Name: "a", Spec: domain.JobSpec{Steps: []domain.Step{{Run: "true"}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixture{st, b, runner, run}
+}
+
+// sweepEvery invokes the sweeper every period, as EventBridge would.
+func (f fixture) sweepEvery(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	w := &scheduled.Sweeper{Store: f.st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_, _ = scheduled.Run(ctx, f.st, wake.Sweep, w.Pass)
+			}
+		}
+	}()
+}
+
+// overdue waits for job's lease to end and returns how long after its
+// expiry (both by the database clock) the job stopped RUNNING.
+func (f fixture) overdue(t *testing.T, jobID string) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var state string
+		var late float64
+		err := f.st.Pool().QueryRow(context.Background(), `
+            SELECT state, coalesce(extract(epoch FROM finished_at - lease_expires_at), 0) FROM jobs WHERE id = $1`, jobID).Scan(&state, &late)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state != "RUNNING" {
+			if state != "ABORTED" {
+				t.Fatalf("job ended %s", state)
+			}
+			return time.Duration(late * float64(time.Second))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the lease never ended")
+	return 0
+}
+
+// Every hint write is lost from the moment the runner vanishes, after a
+// heartbeat moved its lease past the expiry the sweeper had noted: the
+// lease still ends within two sweep periods of its expiry.
+func TestLostHintWritesStillEndLeases(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	c, err := f.st.Claim(ctx, f.runner, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	f.sweepEvery(t)
+	time.Sleep(time.Second) // a pass noted the lease's first expiry
+	if _, _, err := f.st.Heartbeat(ctx, f.runner.ID, c.Lease.JobID, c.Lease); err != nil {
+		t.Fatal(err)
+	}
+	f.board.Drop = func(string) bool { return true }
+	if late := f.overdue(t, c.Lease.JobID); late > 2*period {
+		t.Fatalf("the lease ended %s after its expiry (sweep period %s)", late, period)
+	} else {
+		t.Logf("ended %s after its expiry", late)
+	}
+}
+
+// Without lost writes, the sweeper wakes for the lease's expiry alone.
+func TestSweeperWakesForTheExpiry(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	c, err := f.st.Claim(ctx, f.runner, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	f.sweepEvery(t)
+	if late := f.overdue(t, c.Lease.JobID); late > 2*period {
+		t.Fatalf("the lease ended %s after its expiry (sweep period %s)", late, period)
+	}
+}
+
+// A claim whose hint cannot be written takes nothing: no lease exists
+// that the sweeper could not learn of.
+func TestClaimRefusedWhenItsHintIsLost(t *testing.T) {
+	f := newFixture(t)
+	// Past the grain of the notes the run's creation wrote (they cover
+	// only commits of their grain).
+	time.Sleep(f.board.Grain())
+	f.board.Drop = func(string) bool { return true }
+	c, err := f.st.Claim(context.Background(), f.runner, nil, 0)
+	var de *domain.Error
+	if c != nil || !errors.As(err, &de) || de.Code != domain.EUnavailable {
+		t.Fatalf("claim with lost hints: %v %v", c, err)
+	}
+	var running int
+	if err := f.st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM jobs WHERE state = 'RUNNING'`).Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	if running != 0 {
+		t.Fatalf("%d jobs RUNNING after a refused claim", running)
+	}
+}
