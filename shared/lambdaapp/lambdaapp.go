@@ -89,7 +89,11 @@ func MustServer(ctx context.Context) *api.Server {
 	if err != nil {
 		fail(cfg.Log, "config", err)
 	}
-	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, PoolOptions)
+	opts, err := poolOptions()
+	if err != nil {
+		fail(cfg.Log, "database", err)
+	}
+	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, opts)
 	if err != nil {
 		fail(cfg.Log, "database", err)
 	}

@@ -49,6 +49,12 @@ func Migrations(ctx context.Context, ev cfn.Event) (physicalID string, data map[
 	if err != nil {
 		return migrationsResourceID, nil, err
 	}
+	// The default shape's functions log in by IAM token as this user.
+	if user := os.Getenv("FORGECI_DATABASE_IAM_USER"); user != "" {
+		if err := store.EnsureIAMUser(ctx, url, user); err != nil {
+			return migrationsResourceID, nil, err
+		}
+	}
 	return migrationsResourceID, map[string]any{"Applied": applied, "SealedSecrets": sealed}, nil
 }
 

@@ -70,12 +70,17 @@ func secretsClient(ctx context.Context) (*secretsmanager.Client, error) {
 // shape RDS and RDS Proxy use; other keys such as the database's own host
 // are ignored, since the functions must go through the proxy). The URL is
 // assembled from them, so no password is ever in the function's
-// configuration. Without FORGECI_DATABASE_HOST, FORGECI_DATABASE_URL is the
+// configuration. With FORGECI_DATABASE_IAM_USER and no credentials secret
+// (the default shape), the URL names that user with no password, and each
+// connection signs an IAM token (iamdb.go). Without FORGECI_DATABASE_HOST, FORGECI_DATABASE_URL is the
 // whole URL (itself a secret: FORGECI_DATABASE_URL_SECRET_ARN works too).
 func DatabaseURL(ctx context.Context) (string, error) {
 	host := os.Getenv("FORGECI_DATABASE_HOST")
 	if host == "" {
 		return Secret(ctx, "FORGECI_DATABASE_URL")
+	}
+	if user := iamUser(); user != "" {
+		return iamDatabaseURL(host, user), nil
 	}
 	raw, err := Secret(ctx, "FORGECI_DATABASE_CREDENTIALS")
 	if err != nil {

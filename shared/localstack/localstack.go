@@ -66,6 +66,9 @@ type Options struct {
 	// pass asks PostgreSQL.
 	WakeGrain time.Duration
 	NoBoard   bool
+	// KeepIdleConns keeps idle connections open (as before pools closed
+	// them after 5 s; benchmarks' baseline).
+	KeepIdleConns bool
 	// OIDCKeyFile, when set, makes Serve issue identity tokens signed by
 	// this RSA key file (made when absent), with the served URL as issuer.
 	OIDCKeyFile string
@@ -130,7 +133,11 @@ func (s *Stack) startDatabase(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	pool, err := store.OpenPool(ctx, s.DatabaseURL, store.PoolOptions{MaxConns: cmp(o.MaxConns, 40), IdleClose: 5 * time.Second})
+	idle := 5 * time.Second
+	if o.KeepIdleConns {
+		idle = 0
+	}
+	pool, err := store.OpenPool(ctx, s.DatabaseURL, store.PoolOptions{MaxConns: cmp(o.MaxConns, 40), IdleClose: idle})
 	if err != nil {
 		return err
 	}

@@ -158,6 +158,9 @@ type PoolOptions struct {
 	// Lazy opens no connection until the first query: a cold start that
 	// needs none (an idle poll, a pass with nothing due) makes none.
 	Lazy bool
+	// Configure, when set, adjusts the parsed configuration (IAM database
+	// authentication: a token per connection, the RDS authorities).
+	Configure func(*pgxpool.Config) error
 }
 
 // OpenPool connects to PostgreSQL and checks the connection.
@@ -179,6 +182,11 @@ func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 	// the custom plans), which doubled the cost of every claim.
 	if !opts.NoStartupSettings {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
+	if opts.Configure != nil {
+		if err := opts.Configure(cfg); err != nil {
+			return nil, fmt.Errorf("database connection: %w", err)
+		}
 	}
 	if opts.IdleClose > 0 {
 		cfg.MaxConnIdleTime = opts.IdleClose

@@ -1,0 +1,57 @@
+package lambdaapp
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func TestIAMDatabaseConnections(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("FORGECI_DATABASE_HOST", "db.cluster-x.eu-west-1.rds.amazonaws.com")
+	t.Setenv("FORGECI_DATABASE_IAM_USER", "forgeci_app")
+	t.Setenv("FORGECI_DATABASE_CREDENTIALS_SECRET_ARN", "")
+	url, err := DatabaseURL(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(url, ":@") || !strings.Contains(url, "forgeci_app@") || !strings.Contains(url, "sslmode=verify-full") {
+		t.Fatalf("url %s", url)
+	}
+	opts, err := poolOptions()
+	if err != nil || opts.Configure == nil {
+		t.Fatalf("pool options: %v %v", opts, err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := opts.Configure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConnConfig.TLSConfig == nil || cfg.ConnConfig.TLSConfig.RootCAs == nil || len(cfg.ConnConfig.Fallbacks) != 0 ||
+		cfg.ConnConfig.TLSConfig.ServerName != "db.cluster-x.eu-west-1.rds.amazonaws.com" {
+		t.Fatalf("TLS: %+v, fallbacks %d", cfg.ConnConfig.TLSConfig, len(cfg.ConnConfig.Fallbacks))
+	}
+	cc := cfg.ConnConfig.Copy()
+	if err := cfg.BeforeConnect(context.Background(), cc); err != nil {
+		t.Fatal(err)
+	}
+	// An RDS token is a presigned connect request for this endpoint and user.
+	for _, want := range []string{"db.cluster-x.eu-west-1.rds.amazonaws.com:5432?Action=connect", "DBUser=forgeci_app",
+		"X-Amz-Credential=AKIDEXAMPLE%2F", "%2Feu-west-1%2Frds-db%2Faws4_request", "X-Amz-Signature="} {
+		if !strings.Contains(cc.Password, want) {
+			t.Fatalf("token %q lacks %q", cc.Password, want)
+		}
+	}
+
+	// The migrate function has the master password: no token there.
+	t.Setenv("FORGECI_DATABASE_CREDENTIALS_SECRET_ARN", "arn:aws:secretsmanager:eu-west-1:1:secret:db")
+	if iamUser() != "" {
+		t.Fatal("a function with the master password signs tokens")
+	}
+}
