@@ -32,12 +32,17 @@ var integerParams = map[string]bool{"ClaimConcurrency": true}
 // shapes are the deployment choices the template's parameters offer; each
 // must parse and pass every check.
 var shapes = map[string]map[string]any{
-	"default (aurora, proxy, new VPC)": nil,
-	"rds instance, no proxy, existing VPC": {
-		"DatabaseEngine": "rds-instance", "UseRdsProxy": "false", "VpcId": "vpc-0123",
+	"default (aurora pausing, public database by IAM token, no NAT, no proxy)": nil,
+	"private VPC, aurora, proxy": {"NetworkShape": "private-vpc", "UseRdsProxy": "true"},
+	"rds instance, private, no proxy, existing VPC": {
+		"DatabaseEngine": "rds-instance", "NetworkShape": "private-vpc", "VpcId": "vpc-0123",
 		"SubnetIds": "subnet-a,subnet-b", "RouteTableIds": "rtb-a",
 	},
+	"GitHub App and identity tokens": {"GitHubAppId": "123", "PublicUrl": "https://ci.example.com"},
 }
+
+// inVpc says whether a shape puts the functions in a VPC.
+func inVpc(overrides map[string]any) bool { return overrides["NetworkShape"] == "private-vpc" }
 
 // symbolic keeps references to resources visible after goformation's
 // intrinsic processing, which would otherwise resolve them to nil: a Ref to
@@ -113,6 +118,10 @@ func evalCondition(name string, template any) bool {
 	eval = func(v any) any {
 		m, ok := v.(map[string]any)
 		if !ok {
+			// goformation may have replaced a {"Condition": X} by X.
+			if name, ok := v.(string); ok && dig(template, "Conditions", name) != nil {
+				return evalCondition(name, template)
+			}
 			return v
 		}
 		for k, arg := range m {
@@ -150,6 +159,11 @@ func evalCondition(name string, template any) bool {
 	return b
 }
 
+// newerThanGoformation are properties CloudFormation (and cfn-lint, below)
+// know and goformation v7.14.9's typed structs do not: left out of the
+// typed parse, checked in the generic one.
+var newerThanGoformation = regexp.MustCompile(`(?m)^ +SecondsUntilAutoPause: .*\n`)
+
 func parse(t *testing.T, overrides map[string]any) (*cloudformation.Template, map[string]any) {
 	t.Helper()
 	raw, err := os.ReadFile(root + "template.yaml")
@@ -157,7 +171,7 @@ func parse(t *testing.T, overrides map[string]any) (*cloudformation.Template, ma
 		t.Fatal(err)
 	}
 	opts := &intrinsics.ProcessorOptions{IntrinsicHandlerOverrides: symbolic, ParameterOverrides: overrides}
-	tmpl, err := goformation.ParseYAMLWithOptions(raw, opts)
+	tmpl, err := goformation.ParseYAMLWithOptions(newerThanGoformation.ReplaceAll(raw, nil), opts)
 	if err != nil {
 		t.Fatalf("template.yaml does not parse: %v", err)
 	}
@@ -176,14 +190,15 @@ func TestTemplate(t *testing.T) {
 	for name, overrides := range shapes {
 		t.Run(name, func(t *testing.T) {
 			tmpl, generic := parse(t, overrides)
-			t.Run("Globals", func(t *testing.T) { checkGlobals(t, generic) })
+			t.Run("Globals", func(t *testing.T) { checkGlobals(t, generic, overrides) })
 			t.Run("Functions", func(t *testing.T) { checkFunctions(t, tmpl) })
 			t.Run("Routes", func(t *testing.T) { checkRoutes(t, tmpl) })
 			t.Run("Limits", func(t *testing.T) { checkLimits(t, tmpl, generic) })
-			t.Run("Policies", func(t *testing.T) { checkPolicies(t, tmpl, generic) })
+			t.Run("Policies", func(t *testing.T) { checkPolicies(t, tmpl, generic, overrides) })
 			t.Run("Bucket", func(t *testing.T) { checkBucket(t, tmpl) })
 			t.Run("Database", func(t *testing.T) { checkDatabase(t, tmpl, generic, overrides) })
-			t.Run("Network", func(t *testing.T) { checkNetwork(t, tmpl, generic) })
+			t.Run("Network", func(t *testing.T) { checkNetwork(t, tmpl, generic, overrides) })
+			t.Run("Idle", func(t *testing.T) { checkIdle(t, generic, overrides) })
 			t.Run("Outputs", func(t *testing.T) {
 				for _, o := range []string{"ApiUrl", "BucketName"} {
 					if _, ok := tmpl.Outputs[o]; !ok {
@@ -195,7 +210,7 @@ func TestTemplate(t *testing.T) {
 	}
 }
 
-func checkGlobals(t *testing.T, generic map[string]any) {
+func checkGlobals(t *testing.T, generic map[string]any, overrides map[string]any) {
 	fn, _ := dig(generic, "Globals", "Function").(map[string]any)
 	if fn == nil {
 		t.Fatal("no Globals.Function")
@@ -215,14 +230,22 @@ func checkGlobals(t *testing.T, generic map[string]any) {
 	if fn["Timeout"] == nil || fn["MemorySize"] == nil {
 		t.Error("Globals.Function needs Timeout and MemorySize")
 	}
-	if dig(fn, "VpcConfig", "SecurityGroupIds") == nil || dig(fn, "VpcConfig", "SubnetIds") == nil {
-		t.Error("Globals.Function.VpcConfig needs security groups and subnets")
+	vpc := dig(fn, "VpcConfig", "SecurityGroupIds") != nil && dig(fn, "VpcConfig", "SubnetIds") != nil
+	if vpc != inVpc(overrides) {
+		t.Errorf("Globals.Function.VpcConfig with security groups and subnets: %v, want %v", vpc, inVpc(overrides))
 	}
 	env, _ := dig(fn, "Environment", "Variables").(map[string]any)
-	for _, k := range []string{"FORGECI_DATABASE_HOST", "FORGECI_DATABASE_CREDENTIALS_SECRET_ARN", "FORGECI_BUCKET"} {
+	wantEnv, notEnv := "FORGECI_DATABASE_IAM_USER", "FORGECI_DATABASE_CREDENTIALS_SECRET_ARN"
+	if inVpc(overrides) {
+		wantEnv, notEnv = notEnv, wantEnv
+	}
+	for _, k := range []string{"FORGECI_DATABASE_HOST", wantEnv, "FORGECI_BUCKET"} {
 		if env[k] == nil {
 			t.Errorf("Globals environment has no %s", k)
 		}
+	}
+	if env[notEnv] != nil {
+		t.Errorf("Globals environment has %s in this shape", notEnv)
 	}
 	if _, ok := env["FORGECI_DATABASE_URL"]; ok {
 		t.Error("FORGECI_DATABASE_URL must not be in the template: it would hold a password")
@@ -374,6 +397,9 @@ func statements(where string, raw []any) []statement {
 	var out []statement
 	for _, r := range raw {
 		m, _ := r.(map[string]any)
+		if m == nil {
+			continue // a statement left out by its condition
+		}
 		out = append(out, statement{where: where, effect: fmt.Sprint(m["Effect"]),
 			actions: strs(m["Action"]), resources: strs(m["Resource"])})
 	}
@@ -399,37 +425,48 @@ func strs(v any) []string {
 // its own; no Allow statement anywhere in the template has a "*" resource
 // for an S3 or Secrets Manager action; S3 resources are the CAS bucket's,
 // secrets resources are secrets of this template.
-func checkPolicies(t *testing.T, tmpl *cloudformation.Template, generic map[string]any) {
+func checkPolicies(t *testing.T, tmpl *cloudformation.Template, generic map[string]any, overrides map[string]any) {
 	secrets := map[string]bool{}
 	for id, r := range tmpl.Resources {
 		if r.AWSCloudFormationType() == "AWS::SecretsManager::Secret" {
 			secrets["ref:"+id] = true
 		}
 	}
+	base := basePolicy(t, generic)
 	var all []statement
 	for id, fn := range tmpl.GetAllServerlessFunctionResources() {
-		if fn.Policies == nil || fn.Policies.IAMPolicyDocumentArray == nil || len(*fn.Policies.IAMPolicyDocumentArray) == 0 {
-			t.Errorf("%s has no inline policy (Policies: - Statement: ...)", id)
-			continue
+		own := append([]statement{}, base.statements...)
+		if fn.Policies != nil && fn.Policies.IAMPolicyDocumentArray != nil {
+			for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
+				own = append(own, statements(id, doc.Statement)...)
+			}
 		}
-		var own []statement
-		for _, doc := range *fn.Policies.IAMPolicyDocumentArray {
-			own = append(own, statements(id, doc.Statement)...)
+		if !base.roles["ref:"+id+"Role"] {
+			t.Errorf("%s's role is not in FunctionBasePolicy's Roles", id)
 		}
 		all = append(all, own...)
-		readable := map[string]bool{}
+		readable, connects := map[string]bool{}, false
 		for _, s := range own {
 			if s.effect == "Allow" && slices.Contains(s.actions, "secretsmanager:GetSecretValue") {
 				for _, r := range s.resources {
 					readable[r] = true
 				}
 			}
+			connects = connects || s.effect == "Allow" && slices.Contains(s.actions, "rds-db:connect")
 		}
-		if !readable["ref:DatabaseSecret"] {
-			t.Errorf("%s cannot read the database credentials (secretsmanager:GetSecretValue on !Ref DatabaseSecret)", id)
+		env := functionEnv(fn)
+		switch {
+		case env["FORGECI_DATABASE_CREDENTIALS_SECRET_ARN"] != "" || inVpc(overrides):
+			if !readable["ref:DatabaseSecret"] {
+				t.Errorf("%s cannot read the database credentials (secretsmanager:GetSecretValue on !Ref DatabaseSecret)", id)
+			}
+		case !connects:
+			t.Errorf("%s can neither read the database credentials nor log in by IAM token (rds-db:connect)", id)
+		case readable["ref:DatabaseSecret"]:
+			t.Errorf("%s may read the master password, which it does not use", id)
 		}
-		for k, v := range functionEnv(fn) {
-			if strings.HasSuffix(k, "_SECRET_ARN") && !readable[v] {
+		for k, v := range env {
+			if strings.HasSuffix(k, "_SECRET_ARN") && v != "" && !readable[v] {
 				t.Errorf("%s: %s=%v but the function may not read that secret", id, k, v)
 			}
 		}
@@ -503,6 +540,26 @@ func checkPolicies(t *testing.T, tmpl *cloudformation.Template, generic map[stri
 	if scm == nil || scm.FunctionName == nil || *scm.FunctionName != "sub:"+scmName {
 		t.Errorf("ScmFunction needs FunctionName: !Sub %s", scmName)
 	}
+}
+
+type base struct {
+	roles      map[string]bool
+	statements []statement
+}
+
+// basePolicy is FunctionBasePolicy: the roles it is on, its statements.
+func basePolicy(t *testing.T, generic map[string]any) base {
+	p := dig(generic, "Resources", "FunctionBasePolicy", "Properties")
+	if p == nil {
+		t.Fatal("no FunctionBasePolicy")
+	}
+	b := base{roles: map[string]bool{}}
+	for _, r := range strs(dig(p, "Roles")) {
+		b.roles[r] = true
+	}
+	raw, _ := dig(p, "PolicyDocument", "Statement").([]any)
+	b.statements = statements("FunctionBasePolicy", raw)
+	return b
 }
 
 func functionEnv(fn *serverless.Function) map[string]string {
@@ -591,8 +648,11 @@ func checkDatabase(t *testing.T, tmpl *cloudformation.Template, generic map[stri
 		t.Errorf("DatabaseProxy must authenticate with DatabaseSecret, has %v", a)
 	}
 	host := fmt.Sprint(dig(generic, "Globals", "Function", "Environment", "Variables", "FORGECI_DATABASE_HOST"))
-	wantHost := "getatt:DatabaseProxy.Endpoint"
-	if overrides["UseRdsProxy"] == "false" {
+	wantHost := "getatt:AuroraCluster.Endpoint.Address"
+	switch {
+	case overrides["UseRdsProxy"] == "true":
+		wantHost = "getatt:DatabaseProxy.Endpoint"
+	case overrides["DatabaseEngine"] == "rds-instance":
 		wantHost = "getatt:DatabaseInstance.Endpoint.Address"
 	}
 	if host != wantHost {
@@ -633,7 +693,7 @@ func TestCfnLint(t *testing.T) {
 // checkNetwork: both VPC shapes get an S3 gateway endpoint, with no policy
 // narrower than the functions' roles (CloudFormation's response bucket goes
 // through it too); the migrate function waits for the new VPC's routes.
-func checkNetwork(t *testing.T, tmpl *cloudformation.Template, generic map[string]any) {
+func checkNetwork(t *testing.T, tmpl *cloudformation.Template, generic map[string]any, overrides map[string]any) {
 	res, _ := generic["Resources"].(map[string]any)
 	for _, id := range []string{"S3Endpoint", "ExistingVpcS3Endpoint"} {
 		if dig(res, id, "Properties", "VpcEndpointType") != "Gateway" || !strings.Contains(fmt.Sprint(dig(res, id, "Properties", "ServiceName")), ".s3") {
@@ -647,11 +707,108 @@ func checkNetwork(t *testing.T, tmpl *cloudformation.Template, generic map[strin
 	if mig == nil {
 		t.Fatal("no MigrateFunction")
 	}
+	waits := []string{"ref:PublicDefaultRoute", "ref:PublicSubnetRoutes", "ref:PublicSubnetBRoutes"}
+	if inVpc(overrides) {
+		waits = []string{"ref:PrivateDefaultRoute", "ref:PrivateSubnetARoutes", "ref:PrivateSubnetBRoutes", "ref:S3Endpoint"}
+	}
 	if n := functionEnv(mig)["FORGECI_NETWORK"]; n != "existing" {
-		for _, want := range []string{"ref:PrivateDefaultRoute", "ref:PrivateSubnetARoutes", "ref:PrivateSubnetBRoutes", "ref:S3Endpoint"} {
+		for _, want := range waits {
 			if !strings.Contains(n, want) {
 				t.Errorf("MigrateFunction does not wait for %s (FORGECI_NETWORK=%s)", want, n)
 			}
 		}
+	}
+}
+
+// idleBilled are the resource types billed by the hour or month whether
+// used or not, and what each costs in the default shape (infra/costs
+// prices them; the rest are billed per request).
+var idleBilled = map[string]bool{
+	"AWS::EC2::NatGateway": true, "AWS::RDS::DBProxy": true, "AWS::EC2::VPCEndpoint": true,
+	"AWS::SecretsManager::Secret": true, "AWS::KMS::Key": true, "AWS::RDS::DBInstance": true, "AWS::EC2::EIP": true,
+}
+
+// rawTemplate is the template unprocessed, its parameters' defaults
+// overridden (what evalCondition reads).
+func rawTemplate(t *testing.T, overrides map[string]any) map[string]any {
+	raw, err := os.ReadFile(root + "template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := intrinsics.ProcessYAML(raw, &intrinsics.ProcessorOptions{NoProcess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(js, &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range overrides {
+		if p, ok := dig(m, "Parameters", k).(map[string]any); ok {
+			p["Default"] = v
+		}
+	}
+	return m
+}
+
+// idleResources counts the default shape's idle-billed resources by type, a
+// DBInstance counted only when it is not Aurora Serverless (which pauses).
+func idleResources(t *testing.T, generic map[string]any, overrides map[string]any) map[string]int {
+	out := map[string]int{}
+	res, _ := generic["Resources"].(map[string]any)
+	tmpl := rawTemplate(t, overrides)
+	for _, r := range res {
+		typ := fmt.Sprint(dig(r, "Type"))
+		if !idleBilled[typ] {
+			continue
+		}
+		if c, ok := dig(r, "Condition").(string); ok && !evalCondition(c, tmpl) {
+			continue
+		}
+		if typ == "AWS::RDS::DBInstance" && dig(r, "Properties", "DBInstanceClass") == "db.serverless" {
+			continue
+		}
+		if typ == "AWS::EC2::VPCEndpoint" && dig(r, "Properties", "VpcEndpointType") == "Gateway" {
+			continue // free
+		}
+		out[typ]++
+	}
+	return out
+}
+
+// checkIdle: the default shape bills nothing by the hour but the key that
+// seals project secrets and the database's credentials: no NAT gateway,
+// no proxy, no paid endpoint, an Aurora writer that pauses at 0 after 5
+// minutes, sessions ended when idle, TLS required, IAM authentication.
+func checkIdle(t *testing.T, generic map[string]any, overrides map[string]any) {
+	res, _ := generic["Resources"].(map[string]any)
+	if overrides == nil {
+		got := idleResources(t, generic, overrides)
+		want := map[string]int{"AWS::KMS::Key": 1, "AWS::SecretsManager::Secret": 1}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("the default shape's idle-billed resources are %v, want %v", got, want)
+		}
+		if fmt.Sprint(dig(res, "AuroraCluster", "Properties", "ServerlessV2ScalingConfiguration", "SecondsUntilAutoPause")) != "300" {
+			t.Error("Aurora does not auto-pause after 300 s")
+		}
+		if fmt.Sprint(dig(res, "AuroraInstance", "Properties", "PubliclyAccessible")) != "true" {
+			t.Error("the default shape's database is not reachable by the functions outside the VPC")
+		}
+	}
+	for _, id := range []string{"AuroraCluster", "DatabaseInstance"} {
+		if fmt.Sprint(dig(res, id, "Properties", "EnableIAMDatabaseAuthentication")) != "true" {
+			t.Errorf("%s: IAM database authentication is off", id)
+		}
+	}
+	params := fmt.Sprint(dig(res, "DatabaseParameterGroup", "Properties", "Parameters"))
+	if !strings.Contains(params, "idle_session_timeout:10000") {
+		t.Errorf("the database does not end idle sessions (idle_session_timeout): %s", params)
+	}
+	cluster := fmt.Sprint(dig(res, "AuroraClusterParameterGroup", "Properties", "Parameters"))
+	if !strings.Contains(cluster, "rds.force_ssl:1") {
+		t.Errorf("Aurora does not require TLS: %s", cluster)
+	}
+	if !inVpc(overrides) && overrides["DatabaseEngine"] == "rds-instance" && !strings.Contains(params, "rds.force_ssl:1") {
+		t.Errorf("the instance does not require TLS: %s", params)
 	}
 }

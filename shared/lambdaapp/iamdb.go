@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/rds/auth"
@@ -40,12 +41,33 @@ func iamUser() string {
 }
 
 // iamDatabaseURL is the URL of an IAM-authenticated connection: the user,
-// no password (each connection gets a fresh token, iamConfigure).
-func iamDatabaseURL(host, user string) string {
+// no password (each connection gets a fresh token, iamConfigure), TLS
+// verified against the RDS authorities.
+func iamDatabaseURL(host, user string) (string, error) {
+	q := url.Values{"sslmode": {"verify-full"}}
+	if err := rdsRootCert(q); err != nil {
+		return "", err
+	}
 	u := url.URL{Scheme: "postgres", User: url.User(user),
 		Host: net.JoinHostPort(host, envOr("FORGECI_DATABASE_PORT", "5432")), Path: "/" + envOr("FORGECI_DATABASE_NAME", "forgeci"),
-		RawQuery: url.Values{"sslmode": {"verify-full"}}.Encode()}
-	return u.String()
+		RawQuery: q.Encode()}
+	return u.String(), nil
+}
+
+// rdsRootCert adds sslrootcert (the RDS authorities, written to a file
+// once) to a URL's query when FORGECI_DATABASE_SSLROOTCERT is "rds": the
+// database itself presents a certificate of RDS's own authorities, which
+// no system trusts (RDS Proxy presents a public one).
+func rdsRootCert(q url.Values) error {
+	if os.Getenv("FORGECI_DATABASE_SSLROOTCERT") != "rds" {
+		return nil
+	}
+	path := filepath.Join(os.TempDir(), "forgeci-rds-ca.pem")
+	if err := os.WriteFile(path, rdsCA, 0o644); err != nil {
+		return fmt.Errorf("write the RDS authorities: %w", err)
+	}
+	q.Set("sslrootcert", path)
+	return nil
 }
 
 // iamConfigure makes cfg's connections sign an IAM token as their

@@ -15,11 +15,14 @@ func TestIAMDatabaseConnections(t *testing.T) {
 	t.Setenv("FORGECI_DATABASE_HOST", "db.cluster-x.eu-west-1.rds.amazonaws.com")
 	t.Setenv("FORGECI_DATABASE_IAM_USER", "forgeci_app")
 	t.Setenv("FORGECI_DATABASE_CREDENTIALS_SECRET_ARN", "")
+	t.Setenv("FORGECI_DATABASE_SSLROOTCERT", "rds")
+	t.Setenv("TMPDIR", t.TempDir())
 	url, err := DatabaseURL(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(url, ":@") || !strings.Contains(url, "forgeci_app@") || !strings.Contains(url, "sslmode=verify-full") {
+	if strings.Contains(url, ":@") || !strings.Contains(url, "forgeci_app@") || !strings.Contains(url, "sslmode=verify-full") ||
+		!strings.Contains(url, "sslrootcert=") {
 		t.Fatalf("url %s", url)
 	}
 	opts, err := poolOptions()
@@ -33,6 +36,7 @@ func TestIAMDatabaseConnections(t *testing.T) {
 	if err := opts.Configure(cfg); err != nil {
 		t.Fatal(err)
 	}
+	// pgx read the RDS authorities from sslrootcert.
 	if cfg.ConnConfig.TLSConfig == nil || cfg.ConnConfig.TLSConfig.RootCAs == nil || len(cfg.ConnConfig.Fallbacks) != 0 ||
 		cfg.ConnConfig.TLSConfig.ServerName != "db.cluster-x.eu-west-1.rds.amazonaws.com" {
 		t.Fatalf("TLS: %+v, fallbacks %d", cfg.ConnConfig.TLSConfig, len(cfg.ConnConfig.Fallbacks))

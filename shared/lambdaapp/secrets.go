@@ -80,7 +80,7 @@ func DatabaseURL(ctx context.Context) (string, error) {
 		return Secret(ctx, "FORGECI_DATABASE_URL")
 	}
 	if user := iamUser(); user != "" {
-		return iamDatabaseURL(host, user), nil
+		return iamDatabaseURL(host, user)
 	}
 	raw, err := Secret(ctx, "FORGECI_DATABASE_CREDENTIALS")
 	if err != nil {
@@ -95,9 +95,12 @@ func DatabaseURL(ctx context.Context) (string, error) {
 	}
 	port := envOr("FORGECI_DATABASE_PORT", "5432")
 	name := envOr("FORGECI_DATABASE_NAME", "forgeci")
+	q := url.Values{"sslmode": {envOr("FORGECI_DATABASE_SSLMODE", "verify-full")}}
+	if err := rdsRootCert(q); err != nil {
+		return "", err
+	}
 	u := url.URL{Scheme: "postgres", User: url.UserPassword(creds.Username, creds.Password),
-		Host: net.JoinHostPort(host, port), Path: "/" + name,
-		RawQuery: url.Values{"sslmode": {envOr("FORGECI_DATABASE_SSLMODE", "verify-full")}}.Encode()}
+		Host: net.JoinHostPort(host, port), Path: "/" + name, RawQuery: q.Encode()}
 	return u.String(), nil
 }
 
