@@ -126,6 +126,7 @@ func startSCMWorker(ctx context.Context, stack *localstack.Stack, apiServer *api
 		default:
 		}
 	}
+	stack.Store.SetSCM(true)
 	w := &scm.Worker{Store: stack.Store, CAS: stack.CAS, App: app, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}
 	go w.Loop(ctx, 5*time.Second, kick)
 	return nil

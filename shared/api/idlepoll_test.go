@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/forgeci/forgeci/infra/costs"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/wake"
 )
@@ -136,5 +139,54 @@ func TestIdlePollsSkipTheDatabase(t *testing.T) {
 	}
 	if a := e.idlePoll(r2.Token, strings.Repeat("x", 65)); a.status != http.StatusBadRequest {
 		t.Fatalf("an overlong hint: %+v", a)
+	}
+}
+
+// countingObjects counts the hints' S3 requests.
+type countingObjects struct {
+	wake.Objects
+	puts, gets atomic.Int64
+}
+
+func (c *countingObjects) PutNote(ctx context.Context, key string, body []byte) error {
+	c.puts.Add(1)
+	return c.Objects.PutNote(ctx, key, body)
+}
+
+func (c *countingObjects) GetNote(ctx context.Context, key string, max int64) ([]byte, error) {
+	c.gets.Add(1)
+	return c.Objects.GetNote(ctx, key, max)
+}
+
+// One slot polling every FORGECI_IDLE_POLL_SECONDS (20) makes
+// costs.Measured.IdlePollReads S3 GETs a poll and no PUT: the cost table's
+// figure.
+func TestIdlePollS3Requests(t *testing.T) {
+	e := setup(t)
+	objects := &countingObjects{Objects: e.cas}
+	b := wake.New(objects, time.Minute)
+	now := time.Now()
+	b.SetClock(func() time.Time { return now })
+	e.store.SetBoard(b)
+	r := e.registerRunner("idle")
+	e.idlePoll(r.Token, "")
+	now = now.Add(wake.QueueSettle + wake.Skew)
+	hint := e.idlePoll(r.Token, "").hint
+	if hint == "" {
+		t.Fatal("no hint")
+	}
+	objects.puts.Store(0)
+	objects.gets.Store(0)
+	const polls = 30
+	for range polls {
+		now = now.Add(20 * time.Second)
+		if a := e.idlePoll(r.Token, hint); a.status != http.StatusNoContent || a.hint != hint {
+			t.Fatalf("idle poll: %+v", a)
+		}
+	}
+	reads := float64(objects.gets.Load()) / polls
+	if math.Abs(reads-costs.Measured.IdlePollReads) > 0.01 || objects.puts.Load() != int64(costs.Measured.IdlePollWrites) {
+		t.Fatalf("an idle poll made %.2f GETs and %d PUTs in all (costs.Measured: %.2f, %d)", reads, objects.puts.Load(),
+			costs.Measured.IdlePollReads, costs.Measured.IdlePollWrites)
 	}
 }

@@ -114,6 +114,8 @@ func MustServer(ctx context.Context) *api.Server {
 	}
 	st.SetObjects(blobs)
 	st.SetBoard(wake.New(blobs, cfg.WakeGrain))
+	// With a GitHub App, writes note the GitHub worker's work too.
+	st.SetSCM(os.Getenv("FORGECI_SCM_ENABLED") == "1")
 	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log, Polls: cfg.Polls}
 }
 

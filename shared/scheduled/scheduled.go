@@ -12,6 +12,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/notify"
 	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // Pass does one kind's work in PostgreSQL and returns when it must next
@@ -78,11 +79,19 @@ func (w *Sweeper) Pass(ctx context.Context) (time.Time, error) {
 	if nerr != nil {
 		return time.Time{}, nerr
 	}
+	// The collector's work follows activity, and the sweeper runs only
+	// after some: note the collector due, once a day at most.
+	if b := w.Store.Board(); b != nil {
+		if err := b.MarkEvery(ctx, wake.GC, 24*time.Hour); err != nil {
+			return time.Time{}, err
+		}
+	}
 	return earliest(next, fired.Next), nil
 }
 
-// GC is the collector's pass. It runs at least daily (retention, idle
-// caches), and again at once while it leaves work.
+// GC is the collector's pass. The sweeper notes it due once a day after
+// activity; it runs again at once while it leaves work, and a day later
+// while it finds some.
 func GC(st *store.Store, budget time.Duration, log *slog.Logger) Pass {
 	return func(ctx context.Context) (time.Time, error) {
 		res, err := st.CollectGarbage(ctx, store.GCOptions{Budget: budget})
@@ -96,12 +105,15 @@ func GC(st *store.Store, budget time.Duration, log *slog.Logger) Pass {
 		if !res.Done {
 			return time.Now(), nil
 		}
-		return time.Now().Add(GCEvery), nil
+		// Again a day later while it finds work, so that what activity
+		// left (uploads never committed, idle caches) goes even if no
+		// more comes.
+		if res != (store.GCResult{Done: true}) {
+			return time.Now().Add(24 * time.Hour), nil
+		}
+		return time.Time{}, nil
 	}
 }
-
-// GCEvery is how often the collector runs when nothing marks it sooner.
-const GCEvery = 24 * time.Hour
 
 func earliest(a, b time.Time) time.Time {
 	if a.IsZero() || !b.IsZero() && b.Before(a) {

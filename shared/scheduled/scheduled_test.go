@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/forgeci/forgeci/infra/costs"
 	"github.com/forgeci/forgeci/shared/cas/castest"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
@@ -156,4 +158,110 @@ func TestClaimRefusedWhenItsHintIsLost(t *testing.T) {
 	if running != 0 {
 		t.Fatalf("%d jobs RUNNING after a refused claim", running)
 	}
+}
+
+// counting counts the S3 requests of the hints.
+type counting struct {
+	wake.Objects
+	puts, gets, lists, dels atomic.Int64
+}
+
+func (c *counting) PutNote(ctx context.Context, key string, body []byte) error {
+	c.puts.Add(1)
+	return c.Objects.PutNote(ctx, key, body)
+}
+
+func (c *counting) GetNote(ctx context.Context, key string, max int64) ([]byte, error) {
+	c.gets.Add(1)
+	return c.Objects.GetNote(ctx, key, max)
+}
+
+func (c *counting) ListNotes(ctx context.Context, prefix string, max int) ([]string, error) {
+	c.lists.Add(1)
+	return c.Objects.ListNotes(ctx, prefix, max)
+}
+
+func (c *counting) Delete(ctx context.Context, keys []string) error {
+	c.dels.Add(1)
+	return c.Objects.Delete(ctx, keys)
+}
+
+// One job of a one-job run, through three containers as in AWS (the api
+// function creates the run, the claim function leases it, the complete
+// function ends it), writes costs.Measured.NotesPerJob hints, each read
+// back once: the cost table's figure.
+func TestHintWritesPerJob(t *testing.T) {
+	f := newFixture(t) // made the run with its own board, not counted
+	ctx := context.Background()
+	objects := &counting{Objects: castest.New(t)}
+	container := func() *store.Store {
+		st := store.New(f.st.Pool(), store.Limits{LeaseTTL: 2 * time.Second})
+		st.SetBoard(wake.New(objects, time.Minute))
+		return st
+	}
+	api, claim, complete := container(), container(), container()
+	run, err := api.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
+		{Name: "b", Spec: domain.JobSpec{Steps: []domain.Step{{Run: "true"}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture's job first, so this run's is the one left.
+	for range 2 {
+		c, err := claim.Claim(ctx, f.runner, nil, 0)
+		if err != nil || c == nil {
+			t.Fatalf("claim: %v %v", c, err)
+		}
+		if _, err := complete.Complete(ctx, f.runner.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
+			t.Fatal(err)
+		}
+		if c.Lease.RunID == run.ID {
+			break
+		}
+	}
+	puts, gets := objects.puts.Load(), objects.gets.Load()
+	if puts != int64(costs.Measured.NotesPerJob) || gets != puts {
+		t.Fatalf("one job wrote %d hints and read %d (costs.Measured.NotesPerJob = %d)", puts, gets, costs.Measured.NotesPerJob)
+	}
+}
+
+// A scheduled invocation with nothing due makes costs.Measured's S3
+// requests and no database transaction.
+func TestIdlePassS3Requests(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	objects := &counting{Objects: castest.New(t)}
+	st := store.New(f.st.Pool(), store.Limits{})
+	st.SetBoard(wake.New(objects, time.Minute))
+	w := &scheduled.Sweeper{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	before := xacts(t, f.st)
+	own := xacts(t, f.st) - before // what counting costs
+	before = xacts(t, f.st)
+	for _, kind := range []string{wake.Sweep, wake.SCM, wake.GC} {
+		ran, err := scheduled.Run(ctx, st, kind, w.Pass)
+		if ran || err != nil {
+			t.Fatalf("%s ran (%v) with nothing due: %v", kind, ran, err)
+		}
+	}
+	if n := xacts(t, f.st) - before - own; n != 0 {
+		t.Fatalf("idle passes made %d database transactions", n)
+	}
+	if objects.lists.Load() != 3*int64(costs.Measured.IdlePassLists) || objects.gets.Load() != 3*int64(costs.Measured.IdlePassReads) ||
+		objects.puts.Load()+objects.dels.Load() != 0 {
+		t.Fatalf("three idle passes: %d lists, %d gets, %d puts, %d deletes", objects.lists.Load(), objects.gets.Load(),
+			objects.puts.Load(), objects.dels.Load())
+	}
+}
+
+// xacts counts the database's transactions, ending the pool's sessions
+// first so that they report theirs; the count's own is taken off.
+func xacts(t *testing.T, st *store.Store) int64 {
+	t.Helper()
+	st.Pool().Reset()
+	time.Sleep(500 * time.Millisecond)
+	var n int64
+	if err := st.Pool().QueryRow(context.Background(), `SELECT xact_commit + xact_rollback FROM pg_stat_database
+        WHERE datname = current_database()`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/protocol"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // claimSQL leases the oldest queued job whose labels the runner covers, in
@@ -207,7 +208,7 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 	}
 	// A lease is work for the sweeper: noted before it can commit, and
 	// the statement must finish while the note covers it.
-	if _, err := s.mark(ctx, false); err != nil {
+	if _, err := s.mark(ctx, false, wake.Sweep); err != nil {
 		return nil, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, s.commitDeadline())

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // GitHub webhook deliveries: recorded once, then leased by workers (the
@@ -114,7 +115,7 @@ type Delivery struct {
 func (s *Store) RecordDelivery(ctx context.Context, guid, event string, repositoryID int64, payload []byte) (bool, error) {
 	sum := sha256.Sum256(payload)
 	// Either the GUID or the signed body already seen: nothing new.
-	if _, err := s.mark(ctx, false); err != nil {
+	if _, err := s.mark(ctx, false, wake.SCM); err != nil {
 		return false, err
 	}
 	tag, err := s.pool.Exec(ctx, recordDeliverySQL, guid, event, repositoryID, payload, sum[:])

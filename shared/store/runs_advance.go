@@ -175,7 +175,19 @@ func advanceRun(ctx context.Context, tx pgx.Tx, runID string) error {
 			list, err = scanUndecided(rows)
 			return err
 		})
-		b.Queue(deriveRunStateSQL, runID)
+		b.Queue(deriveRunStateSQL+" RETURNING n.finished_at IS NOT NULL", runID).Query(func(rows pgx.Rows) error {
+			// A run that ended has notifications for the sweeper to send.
+			for rows.Next() {
+				var ended bool
+				if err := rows.Scan(&ended); err != nil {
+					return err
+				}
+				if ended {
+					noteSweep(tx)
+				}
+			}
+			return rows.Err()
+		})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("advance run %s: %w", runID, err)
 		}

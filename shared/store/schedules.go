@@ -13,6 +13,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // Schedules (docs/pipeline.md, "Schedules"): a trusted run of a project's
@@ -78,7 +79,7 @@ SET missed = excluded.missed, template_run_id = NULL, ref = excluded.ref, reposi
 func (s *Store) SetRepoSchedules(ctx context.Context, projectID string, repositoryID int64, ref string, list []domain.Schedule) error {
 	ids, crons, missed := scheduleColumns(list)
 	// The sweeper fires schedules: it must look again to learn the next slot.
-	if _, err := s.mark(ctx, false); err != nil {
+	if _, err := s.mark(ctx, false, wake.Sweep); err != nil {
 		return err
 	}
 	if _, err := s.pool.Exec(ctx, repoSchedulesSQL, projectID, ref, crons, missed, ids, repositoryID); err != nil {
@@ -102,6 +103,7 @@ func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, list []domain.Schedu
 		return nil
 	}
 	ids, crons, missed := scheduleColumns(list)
+	noteSweep(tx) // the sweeper fires schedules: it learns the next slot
 	if _, err := tx.Exec(ctx, setSchedulesSQL, run.ProjectID, run.GitRef, run.ID, crons, missed, ids); err != nil {
 		return fmt.Errorf("schedules: %w", err)
 	}

@@ -80,8 +80,10 @@ type Store struct {
 	// what the collector frees (nil: not configured).
 	objects Objects
 
-	// board holds the wake-up hints (wake.go; nil: none).
+	// board holds the wake-up hints (wake.go; nil: none); scm says
+	// writes note the GitHub worker's work too.
 	board *wake.Board
+	scm   bool
 
 	// now is the process's clock, for what the store decides in Go: when
 	// a claim scans the queue from its head (claimhint.go). Leases and

@@ -14,8 +14,11 @@ import (
 // The store notes in the wake-up hints (package wake) what its writes
 // leave to do, before they commit: that jobs were queued (the queue hint
 // idle runners poll), and that the scheduled functions have work (due
-// notes). Without a board (SetBoard) nothing is noted and everything polls
-// PostgreSQL as before.
+// notes): the sweeper when a lease is granted, a run ends (its
+// notifications) or schedules change; the GitHub worker, where a GitHub
+// App is configured (SetSCM), after any write; the collector is noted by
+// the sweeper's passes. Without a board (SetBoard) nothing is noted and
+// everything polls PostgreSQL as before.
 
 // SetBoard gives the store the wake-up hints.
 func (s *Store) SetBoard(b *wake.Board) { s.board = b }
@@ -33,15 +36,24 @@ func InPass(ctx context.Context, kind string) context.Context {
 	return context.WithValue(ctx, passKey{}, kind)
 }
 
-// scheduledKinds are the work kinds a write may leave work for.
-var scheduledKinds = []string{wake.Sweep, wake.SCM, wake.GC}
-
 // noteTx is the transaction inTx hands out: it remembers whether a
-// statement queued jobs.
+// statement queued jobs or left the sweeper work.
 type noteTx struct {
 	pgx.Tx
-	queued bool
+	queued, sweep bool
 }
+
+// noteSweep records that tx left the sweeper work: a run ended (its
+// notifications), schedules changed.
+func noteSweep(tx pgx.Tx) {
+	if n, ok := tx.(*noteTx); ok {
+		n.sweep = true
+	}
+}
+
+// SetSCM says a GitHub App is configured: writes then note the GitHub
+// worker's work too (check notices follow job states).
+func (s *Store) SetSCM(on bool) { s.scm = on }
 
 // noteQueued records that tx queued jobs (a statement set some QUEUED).
 // Every such statement runs in a transaction of inTx.
@@ -51,17 +63,19 @@ func noteQueued(tx pgx.Tx) {
 	}
 }
 
-// mark notes, before a commit, the scheduled work a write may leave
+// mark notes, before a commit, the scheduled work of kinds a write left
 // (but a pass's own kind) and, when queued, that jobs were queued.
-func (s *Store) mark(ctx context.Context, queued bool) (time.Time, error) {
+func (s *Store) mark(ctx context.Context, queued bool, kinds ...string) (time.Time, error) {
 	if s.board == nil {
 		return time.Time{}, nil
 	}
 	started := s.board.Now()
-	kinds := scheduledKinds
+	if s.scm && !slices.Contains(kinds, wake.SCM) {
+		kinds = append(kinds, wake.SCM)
+	}
 	own, _ := ctx.Value(passKey{}).(string)
 	if own != "" {
-		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == own })
+		kinds = slices.DeleteFunc(kinds, func(k string) bool { return k == own })
 	}
 	err := s.board.Mark(ctx, started, kinds...)
 	if err == nil && queued {
@@ -82,7 +96,11 @@ func (s *Store) mark(ctx context.Context, queued bool) (time.Time, error) {
 // commitMarked notes tx's work, then commits it, unless noting took so
 // long that the notes may no longer cover the commit (wake.MaxCommitDelay).
 func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
-	started, err := s.mark(ctx, tx.queued)
+	var kinds []string
+	if tx.sweep {
+		kinds = append(kinds, wake.Sweep)
+	}
+	started, err := s.mark(ctx, tx.queued, kinds...)
 	if err != nil {
 		return err
 	}

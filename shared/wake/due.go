@@ -51,6 +51,26 @@ func (b *Board) Mark(ctx context.Context, started time.Time, kinds ...string) er
 	return nil
 }
 
+// MarkEvery notes that kind must run now, at most once per period by this
+// process (the slot is the period's start).
+func (b *Board) MarkEvery(ctx context.Context, kind string, period time.Duration) error {
+	slot := b.now().Truncate(period)
+	key := kind + "/" + period.String()
+	b.mu.Lock()
+	done := b.marked[key].Equal(slot)
+	b.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := b.put(ctx, dueKey(kind, slot), nil); err != nil {
+		return fmt.Errorf("wake: mark %s: %w", kind, err)
+	}
+	b.mu.Lock()
+	b.marked[key] = slot
+	b.mu.Unlock()
+	return nil
+}
+
 // Due notes that kind must run at or after at (its slot may be earlier:
 // a pass that finds its work not due yet notes the exact time again).
 func (b *Board) Due(ctx context.Context, kind string, at time.Time) error {

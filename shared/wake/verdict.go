@@ -20,7 +20,7 @@ import (
 // deletions.
 const (
 	VerdictLife  = 24 * time.Hour
-	VerdictCache = 30 * time.Second
+	VerdictCache = time.Minute
 	// verdictRenew: a verdict this old is written again at the next
 	// poll that reaches the database.
 	verdictRenew = VerdictLife / 2
