@@ -91,14 +91,17 @@ func (s *Server) idlePoll(w http.ResponseWriter, r *http.Request, token string, 
 				rr.Features, rr.Version, rr.Slots = req.Features, req.Version, req.Slots
 				runner = &rr
 			}
-			c, err := s.scan(ctx, b, qs, *runner, req.Labels, hash, token)
+			c, settled, err := s.scan(ctx, b, qs, *runner, req.Labels, hash, token)
 			if err != nil || c != nil {
 				if c != nil {
 					writeJSON(w, http.StatusOK, c)
 				}
 				return err
 			}
-			hint = qs.Token
+			hint = ""
+			if settled {
+				hint = qs.Token
+			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
@@ -111,6 +114,9 @@ func (s *Server) idlePoll(w http.ResponseWriter, r *http.Request, token string, 
 		case <-t.C:
 		}
 		t.Stop()
+		if ctx.Err() != nil {
+			return nil // the runner went away: nothing to answer
+		}
 	}
 	if hint != "" {
 		w.Header().Set(protocol.HeaderQueueHint, hint)
@@ -130,19 +136,19 @@ func (s *Server) idlePoll(w http.ResponseWriter, r *http.Request, token string, 
 // made first (so that later polls can be idle), then one whole-queue
 // claim; when it finds nothing, the token's verdict is written if due.
 func (s *Server) scan(ctx context.Context, b *wake.Board, qs wake.QueueState, runner store.Runner, labels []string,
-	hash []byte, token string) (*store.Claim, error) {
+	hash []byte, token string) (*store.Claim, bool, error) {
 	if qs.Missing {
 		if err := b.MarkQueued(ctx, b.Now()); err != nil {
 			s.Log.Warn("queue hint", "err", err) // runners keep scanning until it is written
 		}
 	}
-	c, err := s.Store.ClaimScan(ctx, runner, labels)
+	c, settled, err := s.Store.ClaimScan(ctx, runner, labels)
 	if err != nil || c != nil || !b.NeedsVerdict(ctx, hash, runner.ID) {
-		return c, err
+		return c, settled, err
 	}
 	if err := b.PutVerdict(ctx, hash, runner.ID); err != nil {
 		s.Log.Warn("runner verdict", "runner", runner.ID, "err", err) // its polls keep asking PostgreSQL
-		return nil, nil
+		return nil, settled, nil
 	}
 	// A revocation that committed before the verdict was written has
 	// deleted nothing of it: look again, and take it back.
@@ -150,7 +156,7 @@ func (s *Server) scan(ctx context.Context, b *wake.Board, qs wake.QueueState, ru
 		if derr := b.DropVerdict(ctx, hash); derr != nil {
 			s.Log.Error("revoked runner's verdict stays", "runner", runner.ID, "err", derr)
 		}
-		return nil, err
+		return nil, false, err
 	}
-	return nil, nil
+	return nil, settled, nil
 }

@@ -190,3 +190,29 @@ func TestIdlePollS3Requests(t *testing.T) {
 			costs.Measured.IdlePollReads, costs.Measured.IdlePollWrites)
 	}
 }
+
+// A scan that passes over a queued job another transaction holds (a
+// cancel, a group step, another claim) gives no hint to rest on: when that
+// transaction rolls back, the job is taken at the next poll.
+func TestIdlePollAfterSkippedJob(t *testing.T) {
+	e := setupIdle(t)
+	r := e.registerRunner("r")
+	run := e.createRun("j")
+	ctx := context.Background()
+	lock, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM jobs WHERE run_id = $1 FOR UPDATE`, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(testSettle + wake.Skew) // the token settles
+	a := e.idlePoll(r.Token, "")
+	if a.status != http.StatusNoContent || a.hint != "" {
+		t.Fatalf("a scan that passed over a held job: %+v", a)
+	}
+	_ = lock.Rollback(ctx)
+	if a := e.idlePoll(r.Token, a.hint); a.status != http.StatusOK {
+		t.Fatalf("the job was not taken once let go: %+v", a)
+	}
+}

@@ -140,6 +140,17 @@ func StartScheduled(fn func(ctx context.Context) error) {
 	lambda.Start(func(ctx context.Context) error { return fn(ctx) })
 }
 
+// StartEvents runs fn for each invocation with the event's source ("" when
+// it has none): "aws.events" for EventBridge's schedule, another for a
+// function that invokes this one.
+func StartEvents(fn func(ctx context.Context, source string) error) {
+	lambda.Start(func(ctx context.Context, ev struct {
+		Source string `json:"source"`
+	}) error {
+		return fn(ctx, ev.Source)
+	})
+}
+
 // MustNot ends a cold start that failed in part what: err goes to the log
 // and the process exits, so Lambda reports the init error. A nil err does
 // nothing.

@@ -30,6 +30,17 @@ func Run(ctx context.Context, st *store.Store, kind string, pass Pass) (ran bool
 	return b.Pass(store.InPass(ctx, kind), kind, pass)
 }
 
+// RunKicked is an invocation that was asked for (the webhook's kick of the
+// GitHub worker): the pass runs whatever the notes say, and its next time
+// is noted; no note is deleted.
+func RunKicked(ctx context.Context, st *store.Store, kind string, pass Pass) error {
+	next, err := pass(store.InPass(ctx, kind))
+	if err != nil || next.IsZero() || st.Board() == nil {
+		return err
+	}
+	return st.Board().Due(ctx, kind, next)
+}
+
 // Sweeper is the sweeper's pass: lease expiry, schedules, notifications.
 type Sweeper struct {
 	Store    *store.Store
@@ -73,8 +84,8 @@ func (w *Sweeper) Pass(ctx context.Context) (time.Time, error) {
 	if qerr != nil {
 		return time.Time{}, qerr
 	}
-	if ferr != nil && fired.Left > 0 {
-		return time.Time{}, ferr // schedules left: run again, keep the notes
+	if ferr != nil {
+		return time.Time{}, ferr // a firing failed or was left: run again, keep the notes
 	}
 	if nerr != nil {
 		return time.Time{}, nerr

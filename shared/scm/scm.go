@@ -154,8 +154,15 @@ func (w *Worker) Pass(ctx context.Context) (time.Time, error) {
 // interval. The dev stack uses it; in AWS the scm function is invoked on a
 // schedule and by the webhook function.
 func (w *Worker) Loop(ctx context.Context, every time.Duration, kick <-chan struct{}) {
+	kicked := false
 	for {
-		if _, err := scheduled.Run(ctx, w.Store, wake.SCM, w.Pass); err != nil && ctx.Err() == nil {
+		var err error
+		if kicked {
+			err = scheduled.RunKicked(ctx, w.Store, wake.SCM, w.Pass)
+		} else {
+			_, err = scheduled.Run(ctx, w.Store, wake.SCM, w.Pass)
+		}
+		if err != nil && ctx.Err() == nil {
 			w.Log.Error("scm pass failed", "err", err)
 		}
 		t := time.NewTimer(every)
@@ -164,8 +171,10 @@ func (w *Worker) Loop(ctx context.Context, every time.Duration, kick <-chan stru
 			t.Stop()
 			return
 		case <-kick:
+			kicked = true
 			t.Stop()
 		case <-t.C:
+			kicked = false
 		}
 	}
 }

@@ -40,7 +40,7 @@ WITH candidate AS (
       AND (cardinality($7::text[]) = 0 OR project_id = ANY ($7::text[])) AND (trusted OR $8)
       AND (features = '{}'::text[] OR features <@ $9::text[])
       AND (queued_at, id) > ($4::timestamptz, $5::text)
-      AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.revoked_at IS NULL)
+      AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.revoked_at IS NULL FOR SHARE)
     ORDER BY queued_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -157,18 +157,37 @@ func effectiveLabels(runner Runner, requested []string) ([]string, error) {
 // ClaimScan is a short poll's claim (docs/runner-protocol.md "Idle
 // polls"): one scan that, when the remembered queue position finds
 // nothing, looks from the head, so that the runner, told afterwards that
-// nothing was queued since, has missed no job. nil, nil: none matched.
-func (s *Store) ClaimScan(ctx context.Context, runner Runner, labels []string) (*Claim, error) {
+// nothing was queued since, has missed no job. With no job, settled says
+// whether the queue holds none the runner could take: false when the
+// scan passed over jobs another transaction held (SKIP LOCKED), which
+// may go back to the queue with no new hint; the runner must then look
+// again rather than rest on the hint.
+func (s *Store) ClaimScan(ctx context.Context, runner Runner, labels []string) (c *Claim, settled bool, err error) {
 	effective, err := effectiveLabels(runner, labels)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	c, err := s.claimOnce(ctx, runner, effective, true)
-	if err == nil && c == nil {
-		s.touchRunner(ctx, runner)
+	c, err = s.claimOnce(ctx, runner, effective, true)
+	if err != nil || c != nil {
+		return c, false, err
 	}
-	return c, err
+	s.touchRunner(ctx, runner)
+	var waiting bool
+	err = s.pool.QueryRow(ctx, queuedForRunnerSQL, effective, nonNil(runner.Projects), runner.Untrusted,
+		nonNil(runner.Features)).Scan(&waiting)
+	if err != nil {
+		return nil, false, fmt.Errorf("claim: %w", err)
+	}
+	return nil, !waiting, nil
 }
+
+// queuedForRunnerSQL asks, without locking, whether a QUEUED job matches
+// a runner (claimSQL's conditions).
+const queuedForRunnerSQL = `
+SELECT EXISTS (SELECT 1 FROM jobs
+    WHERE state = 'QUEUED' AND labels <@ $1::text[]
+      AND (cardinality($2::text[]) = 0 OR project_id = ANY ($2::text[])) AND (trusted OR $3)
+      AND (features = '{}'::text[] OR features <@ $4::text[]))`
 
 func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string, whole bool) (*Claim, error) {
 	key := hintKey(labels, runner.Scope, runner.Features)
@@ -207,13 +226,21 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 		features = []string{}
 	}
 	// A lease is work for the sweeper: noted before it can commit, and
-	// the statement must finish while the note covers it.
-	if _, err := s.mark(ctx, false, wake.Sweep); err != nil {
+	// the statement must finish while the note covers it, counted from
+	// the note (the connection is taken first: a database resuming from
+	// a pause takes seconds).
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer conn.Release()
+	started, err := s.mark(ctx, false, wake.Sweep)
+	if err != nil {
 		return nil, err
 	}
-	qctx, cancel := context.WithTimeout(ctx, s.commitDeadline())
+	qctx, cancel := s.coveredBy(ctx, started)
 	defer cancel()
-	err := s.pool.QueryRow(qctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget,
+	err = conn.QueryRow(qctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget,
 		projects, runner.Untrusted, features).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
 		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &queuedAt,

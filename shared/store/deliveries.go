@@ -115,12 +115,15 @@ type Delivery struct {
 func (s *Store) RecordDelivery(ctx context.Context, guid, event string, repositoryID int64, payload []byte) (bool, error) {
 	sum := sha256.Sum256(payload)
 	// Either the GUID or the signed body already seen: nothing new.
-	if _, err := s.mark(ctx, false, wake.SCM); err != nil {
-		return false, err
-	}
 	tag, err := s.pool.Exec(ctx, recordDeliverySQL, guid, event, repositoryID, payload, sum[:])
 	if err != nil {
 		return false, fmt.Errorf("record delivery: %w", err)
+	}
+	// Noted after the insert, so a delivery is never refused for S3's
+	// sake: the webhook also kicks the GitHub worker, whose kicked
+	// invocations run whatever the notes say (scheduled.RunKicked).
+	if s.board != nil && tag.RowsAffected() == 1 {
+		_ = s.board.Mark(ctx, s.board.Now(), wake.SCM)
 	}
 	return tag.RowsAffected() == 1, nil
 }

@@ -278,10 +278,11 @@ func (s *Store) lookupToken(ctx context.Context, token, prefix, query string, de
 // flight either commits before the revocation or sees its lease ended.
 // That is why the fast paths' lease check need not read the runner's row.
 //
-// Its idle polls' verdict (package wake) is deleted in the transaction,
-// so the revocation fails rather than leave one, and again after the
-// commit, in case a poll wrote one meanwhile (that poll also checks the
-// runner again after writing).
+// Its idle polls' verdict (package wake) is deleted in the transaction and
+// again after the commit, in case a poll wrote one meanwhile (that poll
+// also checks the runner again after writing); the revocation itself
+// never waits on S3. A claim takes the runner's row FOR SHARE, so a
+// revocation waits for claims in flight and then ends their leases.
 func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
 	var hash []byte
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -295,7 +296,8 @@ func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
 		if _, err := tx.Exec(ctx, endRunnerLeasesSQL, runnerID); err != nil {
 			return fmt.Errorf("end the revoked runner's leases: %w", err)
 		}
-		return s.dropVerdict(ctx, hash)
+		_ = s.dropVerdict(ctx, hash) // again below; a revocation never waits on S3
+		return nil
 	})
 	if err != nil {
 		return err
@@ -308,7 +310,8 @@ func (s *Store) dropVerdict(ctx context.Context, hash []byte) error {
 		return nil
 	}
 	if err := s.board.DropVerdict(ctx, hash); err != nil {
-		return domain.Errorf(domain.EUnavailable, "the runner's idle-poll verdict could not be deleted (revoke again): %v", err)
+		return domain.Errorf(domain.EUnavailable, "the runner is revoked (no job, 401 on every other route), but its "+
+			"idle-poll verdict could not be deleted, so its idle polls may get 204 for up to 24 hours: revoke again to retry (%v)", err)
 	}
 	return nil
 }

@@ -78,11 +78,20 @@ SET missed = excluded.missed, template_run_id = NULL, ref = excluded.ref, reposi
 // repositories of a project is the one that set it last.
 func (s *Store) SetRepoSchedules(ctx context.Context, projectID string, repositoryID int64, ref string, list []domain.Schedule) error {
 	ids, crons, missed := scheduleColumns(list)
-	// The sweeper fires schedules: it must look again to learn the next slot.
-	if _, err := s.mark(ctx, false, wake.Sweep); err != nil {
+	// The sweeper fires schedules: it must look again to learn the next
+	// slot (noted first, the statement bounded from the note).
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("schedules: %w", err)
+	}
+	defer conn.Release()
+	started, err := s.mark(ctx, false, wake.Sweep)
+	if err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, repoSchedulesSQL, projectID, ref, crons, missed, ids, repositoryID); err != nil {
+	qctx, cancel := s.coveredBy(ctx, started)
+	defer cancel()
+	if _, err := conn.Exec(qctx, repoSchedulesSQL, projectID, ref, crons, missed, ids, repositoryID); err != nil {
 		return fmt.Errorf("schedules: %w", err)
 	}
 	return nil

@@ -155,11 +155,12 @@ func (s *Store) NextSCM(ctx context.Context) (time.Time, error) {
 	return *t, nil
 }
 
-// commitDeadline is how long a lone statement after a mark may take: a
-// context that ends then cancels it before it can commit uncovered.
-func (s *Store) commitDeadline() time.Duration {
-	if s.board == nil {
-		return time.Hour
+// coveredBy bounds a lone statement noted at started: a context that ends
+// then cancels it before it can commit uncovered by its note.
+func (s *Store) coveredBy(ctx context.Context, started time.Time) (context.Context, context.CancelFunc) {
+	if s.board == nil || started.IsZero() {
+		return context.WithCancel(ctx)
 	}
-	return s.board.CommitDelay() * 4 / 5
+	spent := s.board.Now().Sub(started) // on the board's clock, which tests set
+	return context.WithTimeout(ctx, s.board.CommitDelay()*4/5-spent)
 }
