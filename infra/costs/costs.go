@@ -64,17 +64,19 @@ var Measured = struct {
 
 // Assumed are what no test here can measure (AWS's own latencies), stated.
 var Assumed = struct {
-	IdlePollMillis, PassMillis float64 // billed Lambda duration
+	IdlePollMillis, PassMillis float64 // billed Lambda duration (an S3 GET or LIST in the region)
 	MemoryGB                   float64 // the functions' memory (template.yaml Globals: 256 MB)
+	ClaimMemoryGB              float64 // the claim function's (128 MB)
+	ResumeSeconds              float64 // Aurora Serverless v2 resuming from a pause (AWS: about 15 s, 30 s after a day)
 	IdlePollSeconds            float64 // FORGECI_IDLE_POLL_SECONDS default
 	StorageGB                  float64 // Aurora storage of a small installation
 	SweepsPerMonth, GCPerMonth float64 // EventBridge rates: every minute, every ten
 	IdleLogBytesPerInvocation  float64
 	// Per job, as in the table before (runner and user calls, I/O, logs).
 	CallsPerJob, CallMillis, IOPerJob, S3WritesPerJob, S3ReadsPerJob, LogMBPerJob float64
-}{IdlePollMillis: 20, PassMillis: 30, MemoryGB: 0.25, IdlePollSeconds: 20, StorageGB: 1,
+}{IdlePollMillis: 20, PassMillis: 30, MemoryGB: 0.25, ClaimMemoryGB: 0.125, ResumeSeconds: 15, IdlePollSeconds: 20, StorageGB: 1,
 	SweepsPerMonth: secondsPerMonth / 60, GCPerMonth: secondsPerMonth / 600, IdleLogBytesPerInvocation: 300,
-	CallsPerJob: 100, CallMillis: 10, IOPerJob: 1000, S3WritesPerJob: 3, S3ReadsPerJob: 6, LogMBPerJob: 0.06}
+	CallsPerJob: 100, CallMillis: 10, IOPerJob: 1000, S3WritesPerJob: 3, S3ReadsPerJob: 6, LogMBPerJob: 0.01}
 
 // line is one row of a table.
 type line struct {
@@ -106,8 +108,8 @@ func IdleSlot() []line {
 	polls := secondsPerMonth / a.IdlePollSeconds
 	return []line{
 		{fmt.Sprintf("HTTP API: %.0f idle polls (one every %.0f s)", polls, a.IdlePollSeconds), polls * httpAPIRequest.usd},
-		{fmt.Sprintf("Lambda: %.0f requests of %.0f ms at %.0f MB", polls, a.IdlePollMillis, a.MemoryGB*1024),
-			polls * (lambdaRequest.usd + a.IdlePollMillis/1000*a.MemoryGB*lambdaGBSecond.usd)},
+		{fmt.Sprintf("Lambda: %.0f requests of %.0f ms at %.0f MB", polls, a.IdlePollMillis, a.ClaimMemoryGB*1024),
+			polls * (lambdaRequest.usd + a.IdlePollMillis/1000*a.ClaimMemoryGB*lambdaGBSecond.usd)},
 		{fmt.Sprintf("S3: %.2f GETs and %d PUTs a poll (measured)", m.IdlePollReads, m.IdlePollWrites),
 			polls * (m.IdlePollReads*s3Read.usd + float64(m.IdlePollWrites)*s3Write.usd)},
 		{"database: none (measured)", 0},
@@ -127,7 +129,8 @@ func PerThousandJobs() []line {
 			1000 * (a.S3WritesPerJob*s3Write.usd + a.S3ReadsPerJob*s3Read.usd)},
 		{fmt.Sprintf("S3: wake-up hints, at most %d written and read back a job (measured)", m.NotesPerJob),
 			1000 * float64(m.NotesPerJob) * (s3Write.usd + s3Read.usd)},
-		{fmt.Sprintf("CloudWatch Logs (%.0f MB)", 1000*a.LogMBPerJob), 1000 * a.LogMBPerJob / 1000 * logsGB.usd},
+		{fmt.Sprintf("CloudWatch Logs (%.0f MB: the functions' own lines; Lambda's START/END/REPORT are off)", 1000*a.LogMBPerJob),
+			1000 * a.LogMBPerJob / 1000 * logsGB.usd},
 	}
 }
 
@@ -142,6 +145,7 @@ func Total(ls []line) float64 {
 
 // Table is the Markdown OPERATIONS.md holds between its costs markers.
 func Table() string {
+
 	var b strings.Builder
 	section := func(title, totalName string, ls []line) {
 		fmt.Fprintf(&b, "%s\n\n| item | per month |\n| --- | ---: |\n", title)
@@ -153,6 +157,8 @@ func Table() string {
 	section("Idle control plane, default shape (no job, no runner)", "idle control plane", Idle())
 	section("Each idle runner slot", "per idle slot", IdleSlot())
 	section("Per 1,000 jobs (control plane requests; the database's awake time is below)", "per 1,000 jobs", PerThousandJobs())
+	fmt.Fprintf(&b, "A job queued after a long quiet is picked up within one idle poll (%.0f s) plus Aurora's resume "+
+		"(about %.0f s, AWS's figure; about 30 s after a day paused), since the first scan wakes the database.\n\n", Assumed.IdlePollSeconds, Assumed.ResumeSeconds)
 	fmt.Fprintf(&b, "Prices (us-east-1, checked %s): ", Checked)
 	seen := map[string]bool{}
 	var srcs []string
