@@ -231,3 +231,17 @@ func randomToken() string {
 
 // Now is the board's clock.
 func (b *Board) Now() time.Time { return b.now() }
+
+// GetNote reads a named note of one value ("" when there is none).
+func (b *Board) GetNote(ctx context.Context, name string) (string, error) {
+	body, err := b.obj.GetNote(ctx, prefix+"notes/"+name, maxNote)
+	if isNotFound(err) {
+		return "", nil
+	}
+	return string(body), err
+}
+
+// SetNote writes a named note (read back, as every write).
+func (b *Board) SetNote(ctx context.Context, name, value string) error {
+	return b.put(ctx, prefix+"notes/"+name, []byte(value))
+}

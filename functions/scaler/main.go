@@ -1,0 +1,24 @@
+// Command scaler is the scheduled ForgeCI function that sets the desired
+// capacity of Auto Scaling groups of ephemeral runners from the queue
+// (package scaling; FORGECI_SCALE_GROUPS). EventBridge invokes it every
+// minute. Wiring only.
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/scaling"
+)
+
+func main() {
+	srv := lambdaapp.MustServer(context.Background())
+	groups, err := scaling.ParseGroups(os.Getenv("FORGECI_SCALE_GROUPS"))
+	lambdaapp.MustNot(srv.Log, "scale groups", err)
+	asg, err := scaling.NewAutoScaling()
+	lambdaapp.MustNot(srv.Log, "auto scaling client", err)
+	s := &scaling.Scaler{Store: srv.Store, ASG: asg, Groups: groups, Log: srv.Log, Now: time.Now}
+	lambdaapp.StartScheduled(s.Run)
+}

@@ -1,0 +1,174 @@
+// Package scaling drives EC2 Auto Scaling groups of ephemeral runners
+// (infra/runner-ec2.yaml, Scaling=elastic) from the queue: a group goes
+// out when a job its runners would take has waited longer than its wait,
+// and back to zero once nothing was queued or running for its idle
+// period. Each instance runs one job (`forgeci-runner --ephemeral`) and
+// ends itself, lowering the desired capacity; one that finds no job ends
+// after its own idle time. Instances are protected from scale-in, so
+// lowering the desired capacity never stops a job: it only stops the group
+// from replacing the instances that end.
+//
+// The scaler is invoked every minute and asks PostgreSQL nothing while its
+// groups are at zero and no job was queued since its last look (the queue
+// hint, package wake).
+package scaling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/wake"
+)
+
+// Group is one Auto Scaling group of ephemeral runners.
+type Group struct {
+	// ASG is the Auto Scaling group's name.
+	ASG string `json:"asg"`
+	// Labels are its runners' labels; Runner the name they registered
+	// under (one identity for the whole group).
+	Labels []string `json:"labels"`
+	Runner string   `json:"runner"`
+	// Max bounds the desired capacity (the group's MaxSize).
+	Max int `json:"max"`
+	// WaitSeconds: how long a job waits before the group goes out;
+	// IdleSeconds: how long with nothing queued or running before it
+	// goes back to zero.
+	WaitSeconds int `json:"wait_seconds"`
+	IdleSeconds int `json:"idle_seconds"`
+}
+
+// ParseGroups reads FORGECI_SCALE_GROUPS (a JSON list of Group), checking
+// every field.
+func ParseGroups(raw string) ([]Group, error) {
+	var gs []Group
+	if err := json.Unmarshal([]byte(raw), &gs); err != nil {
+		return nil, fmt.Errorf("scale groups: %w", err)
+	}
+	seen := map[string]bool{}
+	for i, g := range gs {
+		switch {
+		case g.ASG == "" || seen[g.ASG]:
+			return nil, fmt.Errorf("scale group %d: asg is required and must be unique", i)
+		case len(g.Labels) == 0 || g.Runner == "":
+			return nil, fmt.Errorf("scale group %s: labels and runner are required", g.ASG)
+		case g.Max < 1 || g.Max > 1000:
+			return nil, fmt.Errorf("scale group %s: max must be 1 to 1000", g.ASG)
+		case g.WaitSeconds < 0 || g.IdleSeconds < 60:
+			return nil, fmt.Errorf("scale group %s: wait_seconds must be at least 0 and idle_seconds at least 60", g.ASG)
+		}
+		if err := store.ValidateLabels(g.Labels); err != nil {
+			return nil, fmt.Errorf("scale group %s: %w", g.ASG, err)
+		}
+		seen[g.ASG] = true
+	}
+	return gs, nil
+}
+
+// Groups is the Auto Scaling API the scaler needs (autoscaling.go; a fake
+// in tests, through the SDK's endpoint override).
+type Groups interface {
+	Desired(ctx context.Context, names []string) (map[string]int, error)
+	SetDesired(ctx context.Context, name string, n int) error
+}
+
+// Scaler decides each group's desired capacity.
+type Scaler struct {
+	Store  *store.Store
+	ASG    Groups
+	Groups []Group
+	Log    *slog.Logger
+	// Now is the clock the idle period is measured on (the database's
+	// times are compared with it; tests set it).
+	Now func() time.Time
+}
+
+// scalerNote is where the scaler keeps the queue token of its last look.
+const scalerNote = "scaler"
+
+// Run is one invocation: it reads the groups' desired capacities (no
+// database), and asks PostgreSQL only if a group is above zero or a job
+// was queued since the last look.
+func (s *Scaler) Run(ctx context.Context) error {
+	names := make([]string, len(s.Groups))
+	for i, g := range s.Groups {
+		names[i] = g.ASG
+	}
+	desired, err := s.ASG.Desired(ctx, names)
+	if err != nil {
+		return err
+	}
+	b := s.Store.Board()
+	var qs wake.QueueState
+	if b != nil {
+		seen, _ := b.GetNote(ctx, scalerNote)
+		qs = b.Queue(ctx, seen)
+		if qs.Idle && allZero(desired) {
+			return nil
+		}
+		if qs.Missing {
+			// No job was ever queued: make the hint later looks compare.
+			if err := b.MarkQueued(ctx, b.Now()); err != nil {
+				return err
+			}
+		}
+	}
+	var errs []error
+	for _, g := range s.Groups {
+		errs = append(errs, s.decide(ctx, g, desired[g.ASG]))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err // the token stays: the next invocation looks again
+	}
+	if b != nil && qs.Token != "" {
+		return b.SetNote(ctx, scalerNote, qs.Token)
+	}
+	return nil
+}
+
+func allZero(m map[string]int) bool {
+	return !slices.ContainsFunc(mapValues(m), func(n int) bool { return n != 0 })
+}
+
+func mapValues(m map[string]int) []int {
+	out := make([]int, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// decide sets one group's desired capacity from its demand.
+func (s *Scaler) decide(ctx context.Context, g Group, desired int) error {
+	d, err := s.Store.GroupDemand(ctx, g.Labels, time.Duration(g.WaitSeconds)*time.Second, g.Runner)
+	if err != nil {
+		return err
+	}
+	target := desired
+	switch {
+	case d.Waiting > 0:
+		// Every queued job gets an instance beside those running.
+		target = max(desired, min(g.Max, d.Running+d.Queued))
+	case d.Queued == 0 && d.Running == 0 && desired > 0 && s.idleFor(d) >= time.Duration(g.IdleSeconds)*time.Second:
+		target = 0
+	}
+	if target == desired {
+		return nil
+	}
+	s.Log.Info("scale", "group", g.ASG, "from", desired, "to", target, "queued", d.Queued, "waiting", d.Waiting, "running", d.Running)
+	return s.ASG.SetDesired(ctx, g.ASG, target)
+}
+
+// idleFor is how long since the group's runner last ended a job (forever
+// if it never did).
+func (s *Scaler) idleFor(d store.Demand) time.Duration {
+	if d.LastEnded == nil {
+		return time.Duration(1<<63 - 1)
+	}
+	return s.Now().Sub(*d.LastEnded)
+}

@@ -1,0 +1,180 @@
+package scaling_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/cas/castest"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/scaling"
+	"github.com/forgeci/forgeci/shared/scaling/fakeasg"
+	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/wake"
+)
+
+type fixture struct {
+	st     *store.Store
+	fake   *fakeasg.ASG
+	scaler *scaling.Scaler
+	now    time.Time
+}
+
+// newFixture: a store with wake-up hints, the fake Auto Scaling service
+// reached through the SDK's endpoint override, and one group of up to 3
+// ephemeral runners named "ec2" labelled linux.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	st := pgtest.NewStore(t, store.Limits{})
+	b := wake.New(castest.New(t), time.Second)
+	b.SetTiming(1500*time.Millisecond, 400*time.Millisecond, 500*time.Millisecond)
+	st.SetBoard(b)
+	pgtest.Project(t, st, "p")
+	fake := fakeasg.New(t)
+	fake.AddGroup("runners", 0, 3, 0)
+	t.Setenv("AWS_ENDPOINT_URL_AUTO_SCALING", fake.Server.URL)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_REGION", "us-east-1")
+	asg, err := scaling.NewAutoScaling()
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3,
+		"wait_seconds": 1, "idle_seconds": 600}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{st: st, fake: fake, now: time.Now()}
+	f.scaler = &scaling.Scaler{Store: st, ASG: asg, Groups: groups, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now: func() time.Time { return f.now }}
+	return f
+}
+
+func (f *fixture) run(t *testing.T) {
+	t.Helper()
+	if err := f.scaler.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) queue(t *testing.T, labels ...string) {
+	t.Helper()
+	if _, err := f.st.CreateRun(context.Background(), store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "j",
+		Labels: labels, Spec: domain.JobSpec{Steps: []domain.Step{{Run: "true"}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestScaleOutAfterWaitThenToZero(t *testing.T) {
+	f := newFixture(t)
+	f.run(t)
+	if len(f.fake.Changes()) != 0 {
+		t.Fatal("an empty queue scaled the group")
+	}
+	f.queue(t, "linux")
+	f.queue(t, "linux")
+	f.queue(t, "gpu") // not the group's
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 0 {
+		t.Fatalf("scaled out to %d before the jobs waited wait_seconds", d)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	f.fake.DropResponses("SetDesiredCapacity", 1) // applied, answer lost: the SDK retries
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 2 {
+		t.Fatalf("desired %d after two linux jobs waited, want 2 (the gpu job is not the group's)", d)
+	}
+	// The jobs run elsewhere and end; the group is idle, but not yet for
+	// idle_seconds since its runner's last job.
+	if _, err := f.st.Pool().Exec(context.Background(), `UPDATE jobs SET state = 'PASSED', finished_at = now() WHERE 'linux' = ANY (labels)`); err != nil {
+		t.Fatal(err)
+	}
+	f.run(t) // never ran a job itself: idle since forever
+	if d := f.fake.Desired("runners"); d != 0 {
+		t.Fatalf("desired %d with nothing queued or running and the runner idle, want 0", d)
+	}
+}
+
+// At zero, with no job queued since the last look, the scaler reads the
+// queue hint and the groups, and asks the database nothing.
+func TestIdleScalerSkipsTheDatabase(t *testing.T) {
+	f := newFixture(t)
+	f.run(t) // first look: writes the hint the next compare with
+	time.Sleep(1500*time.Millisecond + wake.Skew)
+	f.run(t)
+	f.st.Pool().Reset()
+	stat := f.st.Pool().Stat()
+	f.run(t)
+	f.run(t)
+	if after := f.st.Pool().Stat(); after.NewConnsCount() != stat.NewConnsCount() || after.AcquireCount() != stat.AcquireCount() {
+		t.Fatalf("idle scaler invocations used the database: %d connections, %d acquires", after.NewConnsCount()-stat.NewConnsCount(),
+			after.AcquireCount()-stat.AcquireCount())
+	}
+	f.queue(t, "linux")
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 1 {
+		t.Fatalf("a job queued after the quiet did not scale out: desired %d", d)
+	}
+}
+
+func TestParseGroupsRefusesBadConfig(t *testing.T) {
+	for _, raw := range []string{`nope`, `[{"asg": ""}]`, `[{"asg": "a", "labels": ["x"], "runner": "r", "max": 0, "idle_seconds": 600}]`,
+		`[{"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 5}]`,
+		`[{"asg": "a", "labels": ["bad label"], "runner": "r", "max": 2, "idle_seconds": 600}]`,
+		`[{"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 600}, {"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 600}]`} {
+		if _, err := scaling.ParseGroups(raw); err == nil {
+			t.Errorf("accepted %s", raw)
+		}
+	}
+}
+
+// A group whose runner ended a job stays out for idle_seconds after it.
+func TestStaysOutForTheIdlePeriod(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, token, err := f.st.RegisterRunner(ctx, reg, "ec2", []string{"linux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.st.AuthenticateRunner(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.queue(t, "linux")
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 1 {
+		t.Fatalf("desired %d, want 1", d)
+	}
+	c, err := f.st.Claim(ctx, r, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim %v %v", c, err)
+	}
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 1 {
+		t.Fatalf("desired %d while its job runs, want 1", d)
+	}
+	if _, err := f.st.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, domain.OutcomePassed, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.fake.SetDesiredOutside("runners", 1) // (the instance would end itself; say it has not yet)
+	f.now = time.Now().Add(5 * time.Minute)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 1 {
+		t.Fatalf("desired %d five minutes after its last job (idle period ten), want 1", d)
+	}
+	f.now = time.Now().Add(11 * time.Minute)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 0 {
+		t.Fatalf("desired %d eleven minutes after its last job, want 0", d)
+	}
+}

@@ -1,0 +1,48 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Demand is what one runner group (package scaling) has to do: jobs its
+// labels cover that are queued (and of those, queued for at least the
+// scaler's wait), jobs its runner runs, and when its runner last ended a
+// job.
+type Demand struct {
+	Queued, Waiting, Running int
+	LastEnded                *time.Time
+}
+
+// groupDemandSQL: $1 the group's labels, $2 its wait in seconds, $3 its
+// runner's name (every instance of the group shares one identity, made by
+// the first). Queued jobs count only where that runner's scope would
+// take them (its projects and trust tiers), so that a job no instance
+// would claim never keeps instances coming; before the runner exists,
+// every covered job counts.
+const groupDemandSQL = `
+WITH r AS (SELECT id, projects, untrusted FROM runners WHERE name = $3 AND revoked_at IS NULL
+           ORDER BY created_at DESC LIMIT 1),
+q AS (
+    SELECT j.state, j.queued_at, j.runner_id FROM jobs j
+    WHERE j.state IN ('QUEUED', 'RUNNING') AND j.labels <@ $1::text[]
+      AND (NOT EXISTS (SELECT 1 FROM r) OR EXISTS (SELECT 1 FROM r
+           WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)))
+)
+SELECT count(*) FILTER (WHERE state = 'QUEUED'),
+       count(*) FILTER (WHERE state = 'QUEUED' AND queued_at <= now() - make_interval(secs => $2)),
+       count(*) FILTER (WHERE state = 'RUNNING' AND runner_id IN (SELECT id FROM r)),
+       (SELECT max(a.ended_at) FROM job_attempts a WHERE a.runner_id IN (SELECT id FROM r))
+FROM q`
+
+// GroupDemand reads a runner group's demand.
+func (s *Store) GroupDemand(ctx context.Context, labels []string, wait time.Duration, runnerName string) (Demand, error) {
+	var d Demand
+	err := s.pool.QueryRow(ctx, groupDemandSQL, nonNil(labels), wait.Seconds(), runnerName).Scan(
+		&d.Queued, &d.Waiting, &d.Running, &d.LastEnded)
+	if err != nil {
+		return d, fmt.Errorf("group demand: %w", err)
+	}
+	return d, nil
+}
