@@ -39,6 +39,10 @@ type Config struct {
 	Isolation *isolate.Isolator
 	// Ephemeral: run exactly one job, then return.
 	Ephemeral bool
+	// MaxIdle, with Ephemeral: return if no job was claimed this long
+	// (checked between polls, never cutting a claim short, whose lease
+	// would then be lost): a scaled-out machine that found no work ends.
+	MaxIdle time.Duration
 }
 
 // Agent runs jobs.
@@ -158,8 +162,13 @@ func (a *Agent) Abort() {
 func (a *Agent) worker(ctx context.Context, slot int) {
 	b := client.Backoff{Base: time.Second, Max: 30 * time.Second}
 	var poll client.Poll
+	started := time.Now()
 	for ctx.Err() == nil {
 		if poll.After > 0 && sleep(ctx, jitter(poll.After)) != nil {
+			return
+		}
+		if a.cfg.Ephemeral && a.cfg.MaxIdle > 0 && time.Since(started) > a.cfg.MaxIdle {
+			a.cfg.Log.Info("no job within max-idle: exiting", "max_idle", a.cfg.MaxIdle)
 			return
 		}
 		claim, next, err := a.cfg.Client.ClaimIdle(ctx, a.cfg.Labels, 20*time.Second, poll.Hint)

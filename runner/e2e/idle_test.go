@@ -2,8 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +20,7 @@ import (
 // work and holds no connection; a job submitted then is picked up at once.
 func TestIdleStack(t *testing.T) {
 	s := start(t)
+	first := s.runner
 	s.startRunnerN(2)
 	ctx := context.Background()
 	// Work first: every hint and note exists and was consumed since.
@@ -74,6 +80,53 @@ func TestIdleStack(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	if n := xactCount(t, db) - before - 1; n < 3 {
 		t.Fatalf("a long poll of 3 s made %d transactions: the count sees nothing", n)
+	}
+
+	// Ephemeral runners, as a scaled-out machine runs them: one that finds
+	// no job ends after --max-idle; one that gets a job runs it and ends.
+	for _, c := range []*exec.Cmd{first, s.runner} {
+		_ = c.Process.Signal(syscall.SIGTERM)
+		_, _ = c.Process.Wait()
+	}
+	idle := s.ephemeral(t, "2s")
+	if err := waitExit(idle, 30*time.Second); err != nil {
+		t.Fatalf("an ephemeral runner with no job did not end after --max-idle: %v", err)
+	}
+	busy := s.ephemeral(t, "60s")
+	id, err = s.submit(writePipeline(t, "jobs:\n  one:\n    runs-on: linux\n    steps: [{run: echo ephemeral}]\n"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitRun(id, func(v runView) bool { return v.State == "PASSED" }, 30*time.Second)
+	if err := waitExit(busy, 30*time.Second); err != nil {
+		t.Fatalf("an ephemeral runner did not end after its job: %v", err)
+	}
+}
+
+// ephemeral starts `forgeci-runner run --ephemeral --max-idle maxIdle`.
+func (s *stack) ephemeral(t *testing.T, maxIdle string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(s.bin, "forgeci-runner"), "run", "--server", s.vals["FORGECI_URL"],
+		"--token-file", filepath.Join(s.dir, "runner.token"), "--work-dir", s.workDir(), "--concurrency", "1",
+		"--ephemeral", "--max-idle", maxIdle, "--kill-grace", "1s")
+	logf, _ := os.OpenFile(filepath.Join(s.dir, "runner.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return cmd
+}
+
+// waitExit waits for cmd to end by itself, successfully, within d.
+func waitExit(cmd *exec.Cmd, d time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("still running after %s", d)
 	}
 }
 

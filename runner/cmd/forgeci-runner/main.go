@@ -2,7 +2,7 @@
 //
 //	forgeci-runner register --server URL --registration-token frg_... --name NAME --labels linux,x64 --token-file FILE
 //	forgeci-runner run [--config FILE] [--server URL] [--token-file FILE] [--labels L] [--work-dir DIR] [--concurrency N]
-//	                   [--isolation none|user|bwrap] [--slot-users U0,U1] [--memory-limit 4G] [--pids-limit N] [--cpu-limit 2] [--ephemeral]
+//	                   [--isolation none|user|bwrap] [--slot-users U0,U1] [--memory-limit 4G] [--pids-limit N] [--cpu-limit 2] [--ephemeral [--max-idle 15m]]
 //	forgeci-runner id-token --audience AUD [--socket PATH] [--json]   (in a step: prints an identity token)
 //
 // The config file holds key = value lines with the same names as the flags;
@@ -105,6 +105,7 @@ func run(args []string) error {
 	pids := fs.Int("pids-limit", 0, "processes of one job (default: none)")
 	cpus := fs.Float64("cpu-limit", 0, "CPUs of one job, such as 1.5 (default: none)")
 	ephemeral := fs.Bool("ephemeral", false, "run exactly one job, then exit (for throwaway machines)")
+	maxIdle := fs.Duration("max-idle", 0, "with --ephemeral: exit if no job came within this long (0: wait forever)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -121,6 +122,9 @@ func run(args []string) error {
 	raw, err := os.ReadFile(*tokenFile)
 	if err != nil {
 		return fmt.Errorf("read token: %w (register first)", err)
+	}
+	if *maxIdle < 0 || *maxIdle > 0 && !*ephemeral {
+		return errors.New("--max-idle is for --ephemeral runners, and not negative")
 	}
 	if *ephemeral && *concurrency != 1 {
 		return errors.New("--ephemeral runs exactly one job: leave --concurrency at 1")
@@ -149,7 +153,8 @@ func run(args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	a := agent.New(agent.Config{Client: client.New(*server, strings.TrimSpace(string(raw))), Labels: splitLabels(*labels),
-		WorkDir: *workDir, Concurrency: *concurrency, KillGrace: *grace, Log: log, Isolation: iso, Ephemeral: *ephemeral})
+		WorkDir: *workDir, Concurrency: *concurrency, KillGrace: *grace, Log: log, Isolation: iso, Ephemeral: *ephemeral,
+		MaxIdle: *maxIdle})
 	ctx, stop := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
