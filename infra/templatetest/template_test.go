@@ -379,7 +379,7 @@ func checkRoutes(t *testing.T, tmpl *cloudformation.Template) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("template HttpApi routes:\n%v\nhandler routes (api.Routes):\n%v", got, want)
 	}
-	wantSchedule := map[string]string{"sweeper": "rate(1 minute)", "scm": "rate(1 minute)", "gc": "rate(10 minutes)"}
+	wantSchedule := map[string]string{"sweeper": "rate(1 minute)", "scm": "rate(1 minute)", "gc": "rate(10 minutes)", "scaler": "rate(1 minute)"}
 	if fmt.Sprint(scheduled) != fmt.Sprint(wantSchedule) {
 		t.Errorf("scheduled functions %v, want %v", scheduled, wantSchedule)
 	}

@@ -46,6 +46,9 @@ type Group struct {
 // ParseGroups reads FORGECI_SCALE_GROUPS (a JSON list of Group), checking
 // every field.
 func ParseGroups(raw string) ([]Group, error) {
+	if raw == "" {
+		return nil, nil // no group: the scaler does nothing
+	}
 	var gs []Group
 	if err := json.Unmarshal([]byte(raw), &gs); err != nil {
 		return nil, fmt.Errorf("scale groups: %w", err)
@@ -95,6 +98,9 @@ const scalerNote = "scaler"
 // database), and asks PostgreSQL only if a group is above zero or a job
 // was queued since the last look.
 func (s *Scaler) Run(ctx context.Context) error {
+	if len(s.Groups) == 0 {
+		return nil
+	}
 	names := make([]string, len(s.Groups))
 	for i, g := range s.Groups {
 		names[i] = g.ASG
