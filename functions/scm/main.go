@@ -26,7 +26,11 @@ func main() {
 		w.App = app
 	}
 	lambdaapp.MustNot(srv.Log, "github", err)
-	lambdaapp.StartScheduled(func(ctx context.Context) error {
+	lambdaapp.StartEvents(func(ctx context.Context, source string) error {
+		if source != "aws.events" {
+			// Kicked by a function that recorded a delivery.
+			return scheduled.RunKicked(ctx, srv.Store, wake.SCM, w.Pass)
+		}
 		ran, err := scheduled.Run(ctx, srv.Store, wake.SCM, w.Pass)
 		srv.Log.Info("scm", "ran", ran, "err", err)
 		return err
