@@ -233,21 +233,27 @@ func TestIdlePassS3Requests(t *testing.T) {
 	st := store.New(f.st.Pool(), store.Limits{})
 	st.SetBoard(wake.New(objects, time.Minute))
 	w := &scheduled.Sweeper{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	before := xacts(t, f.st)
-	own := xacts(t, f.st) - before // what counting costs
-	before = xacts(t, f.st)
-	for _, kind := range []string{wake.Sweep, wake.SCM, wake.GC} {
-		ran, err := scheduled.Run(ctx, st, kind, w.Pass)
-		if ran || err != nil {
-			t.Fatalf("%s ran (%v) with nothing due: %v", kind, ran, err)
+	// The least of three rounds: a busy machine's stray reports add to a
+	// round, a pass that asked the database would add to every one.
+	least := int64(1 << 62)
+	for range 3 {
+		before := xacts(t, f.st)
+		own := xacts(t, f.st) - before // what counting costs
+		before = xacts(t, f.st)
+		for _, kind := range []string{wake.Sweep, wake.SCM, wake.GC} {
+			ran, err := scheduled.Run(ctx, st, kind, w.Pass)
+			if ran || err != nil {
+				t.Fatalf("%s ran (%v) with nothing due: %v", kind, ran, err)
+			}
 		}
+		least = min(least, xacts(t, f.st)-before-own)
 	}
-	if n := xacts(t, f.st) - before - own; n != 0 {
-		t.Fatalf("idle passes made %d database transactions", n)
+	if least > 0 {
+		t.Fatalf("idle passes made %d database transactions", least)
 	}
-	if objects.lists.Load() != 3*int64(costs.Measured.IdlePassLists) || objects.gets.Load() != 3*int64(costs.Measured.IdlePassReads) ||
+	if objects.lists.Load() != 9*int64(costs.Measured.IdlePassLists) || objects.gets.Load() != 9*int64(costs.Measured.IdlePassReads) ||
 		objects.puts.Load()+objects.dels.Load() != 0 {
-		t.Fatalf("three idle passes: %d lists, %d gets, %d puts, %d deletes", objects.lists.Load(), objects.gets.Load(),
+		t.Fatalf("nine idle passes: %d lists, %d gets, %d puts, %d deletes", objects.lists.Load(), objects.gets.Load(),
 			objects.puts.Load(), objects.dels.Load())
 	}
 }
