@@ -121,14 +121,7 @@ SELECT least((SELECT min(lease_expires_at) FROM jobs WHERE state = 'RUNNING'),
 // NextSweep is when a lease can next expire or a notification is next
 // due, by the database's clock (zero: neither is pending).
 func (s *Store) NextSweep(ctx context.Context) (time.Time, error) {
-	var t *time.Time
-	if err := s.pool.QueryRow(ctx, nextSweepSQL).Scan(&t); err != nil {
-		return time.Time{}, err
-	}
-	if t == nil {
-		return time.Time{}, nil
-	}
-	return *t, nil
+	return s.earliest(ctx, nextSweepSQL)
 }
 
 // TokenHash is a bearer token as the store keeps it (for verdicts).
@@ -145,14 +138,7 @@ SELECT least((SELECT min(greatest(next_attempt_at, coalesce(lease_expires_at, ne
 // NextSCM is when a GitHub delivery or check notice is next due, by the
 // database's clock (zero: none is pending).
 func (s *Store) NextSCM(ctx context.Context) (time.Time, error) {
-	var t *time.Time
-	if err := s.pool.QueryRow(ctx, nextSCMSQL).Scan(&t); err != nil {
-		return time.Time{}, err
-	}
-	if t == nil {
-		return time.Time{}, nil
-	}
-	return *t, nil
+	return s.earliest(ctx, nextSCMSQL)
 }
 
 // coveredBy bounds a lone statement noted at started: a context that ends
@@ -163,4 +149,16 @@ func (s *Store) coveredBy(ctx context.Context, started time.Time) (context.Conte
 	}
 	spent := s.board.Now().Sub(started) // on the board's clock, which tests set
 	return context.WithTimeout(ctx, s.board.CommitDelay()*4/5-spent)
+}
+
+// earliest runs a query of one nullable time: zero when NULL.
+func (s *Store) earliest(ctx context.Context, query string) (time.Time, error) {
+	var t *time.Time
+	if err := s.pool.QueryRow(ctx, query).Scan(&t); err != nil {
+		return time.Time{}, err
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
 }

@@ -33,20 +33,10 @@ func (b *Board) floor(t time.Time) time.Time { return t.Truncate(b.grain) }
 // every commit of that grain, since a pass deletes it only once
 // slot+grain+MaxCommitDelay has passed (Pass).
 func (b *Board) Mark(ctx context.Context, started time.Time, kinds ...string) error {
-	slot := b.floor(started)
 	for _, kind := range kinds {
-		b.mu.Lock()
-		done := b.marked[kind].Equal(slot)
-		b.mu.Unlock()
-		if done {
-			continue
+		if err := b.markSlot(ctx, kind, kind, b.floor(started)); err != nil {
+			return err
 		}
-		if err := b.put(ctx, dueKey(kind, slot), nil); err != nil {
-			return fmt.Errorf("wake: mark %s: %w", kind, err)
-		}
-		b.mu.Lock()
-		b.marked[kind] = slot
-		b.mu.Unlock()
 	}
 	return nil
 }
@@ -54,10 +44,14 @@ func (b *Board) Mark(ctx context.Context, started time.Time, kinds ...string) er
 // MarkEvery notes that kind must run now, at most once per period by this
 // process (the slot is the period's start).
 func (b *Board) MarkEvery(ctx context.Context, kind string, period time.Duration) error {
-	slot := b.now().Truncate(period)
-	key := kind + "/" + period.String()
+	return b.markSlot(ctx, kind+"/"+period.String(), kind, b.now().Truncate(period))
+}
+
+// markSlot writes kind's note of slot unless this process already wrote
+// it (remembered under cacheKey).
+func (b *Board) markSlot(ctx context.Context, cacheKey, kind string, slot time.Time) error {
 	b.mu.Lock()
-	done := b.marked[key].Equal(slot)
+	done := b.marked[cacheKey].Equal(slot)
 	b.mu.Unlock()
 	if done {
 		return nil
@@ -66,7 +60,7 @@ func (b *Board) MarkEvery(ctx context.Context, kind string, period time.Duration
 		return fmt.Errorf("wake: mark %s: %w", kind, err)
 	}
 	b.mu.Lock()
-	b.marked[key] = slot
+	b.marked[cacheKey] = slot
 	b.mu.Unlock()
 	return nil
 }
