@@ -12,12 +12,20 @@ import (
 
 // expiredLeaseSQL locks one job whose lease expired by the database
 // clock (oldest expiry first), skipping jobs another transaction holds.
-const expiredLeaseSQL = `
+const expiredLeaseSQL = expiredLeaseWaitSQL + ` SKIP LOCKED`
+
+// expiredLeaseWaitSQL is the same, waiting for a job another transaction
+// holds; PostgreSQL re-checks the row once the holder is done.
+const expiredLeaseWaitSQL = `
 SELECT id, run_id, generation FROM jobs
 WHERE state = 'RUNNING' AND lease_expires_at <= now() AND id <> ALL ($1::text[])
 ORDER BY lease_expires_at
 LIMIT 1
-FOR UPDATE SKIP LOCKED`
+FOR UPDATE`
+
+// sweepLockWait bounds how long a sweep waits for a job row that another
+// transaction holds (a late runner call, normally milliseconds).
+const sweepLockWait = "2s"
 
 // SweepResult counts what one sweep did.
 type SweepResult struct {
@@ -34,17 +42,26 @@ type SweepResult struct {
 // Each job is handled in its own short transaction under a SKIP LOCKED row
 // lock, so sweeps may run concurrently with each other and with late runner
 // calls: whoever holds the row decides, and the other sees the result.
+// Rows skipped because a late runner call held them are taken once more,
+// waiting, at the end: a rejected runner call ends nothing, so skipping
+// would leave its job RUNNING until the next sweep.
 func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	// A job whose ending fails is passed over for the rest of this sweep
 	// (and said), so that one cannot keep every other lease from ending.
 	failed := []string{}
 	var errs []error
+	query := expiredLeaseSQL
 	for {
 		var state, jobID, runID string
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			if query == expiredLeaseWaitSQL {
+				if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+sweepLockWait+"'"); err != nil {
+					return err
+				}
+			}
 			var generation int
-			err := tx.QueryRow(ctx, expiredLeaseSQL, failed).Scan(&jobID, &runID, &generation)
+			err := tx.QueryRow(ctx, query, failed).Scan(&jobID, &runID, &generation)
 			if err != nil {
 				return err
 			}
@@ -52,6 +69,10 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			return err
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
+			if query == expiredLeaseSQL {
+				query = expiredLeaseWaitSQL
+				continue
+			}
 			break
 		}
 		if err != nil && (jobID == "" || ctx.Err() != nil) {

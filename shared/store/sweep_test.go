@@ -328,3 +328,34 @@ func TestRunnerScope(t *testing.T) {
 		t.Fatalf("a runner taking untrusted work claimed %s", got)
 	}
 }
+
+// TestSweepWaitsForHeldRow: a late runner call holding an expired job's
+// row (it will be refused, and ends nothing) does not make the sweep pass
+// the job over: the sweep waits for the row and ends the job itself.
+func TestSweepWaitsForHeldRow(t *testing.T) {
+	ctx := context.Background()
+	s, r, _ := newRun(t, []store.NewJob{{Name: "build"}})
+	c, err := s.Claim(ctx, r, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	expire(t, s, c.Lease.JobID)
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, c.Lease.JobID); err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		time.Sleep(300 * time.Millisecond) // the late call's own work
+		_ = tx.Rollback(ctx)
+	}()
+	res, err := s.Sweep(ctx)
+	<-held
+	if err != nil || res.Aborted != 1 {
+		t.Fatalf("sweep beside a held row: %+v %v", res, err)
+	}
+}
