@@ -253,10 +253,6 @@ func (h *Harness) setup(ctx context.Context) error {
 	}
 	h.stack, err = localstack.Start(ctx, localstack.Options{PG: opts, Log: pgLog, Database: "forgeci", S3: s3,
 		Limits: store.Limits{LeaseTTL: h.cfg.LeaseTTL},
-		// Without wake-up hints: with them, runs under these faults were
-		// left QUEUED with no runner looking (found at the end of the
-		// session that built the hints; to investigate).
-		NoBoard: true,
 		Prepare: func(ctx context.Context, url string) error {
 			h.dbURL = url
 			if err := h.withAdmin(ctx, func(c *pgx.Conn) error {

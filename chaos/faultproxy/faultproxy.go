@@ -122,6 +122,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out.Host = r.Host
 	out.Body = io.NopCloser(bytes.NewReader(body))
 	out.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		// Else Go sends an empty body chunked, without Content-Length,
+		// and S3 refuses an empty PUT so sent (411).
+		out.Body = http.NoBody
+	}
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
 	}

@@ -67,3 +67,26 @@ func TestFaults(t *testing.T) {
 	}
 	<-exchanges
 }
+
+// TestEmptyBody: an empty PUT reaches the server with Content-Length 0,
+// not chunked (S3 refuses that with 411).
+func TestEmptyBody(t *testing.T) {
+	seen := make(chan *http.Request, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen <- r }))
+	defer up.Close()
+	p, err := Start(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req, _ := http.NewRequest("PUT", p.URL()+"/note", http.NoBody)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	r := <-seen
+	if r.ContentLength != 0 || len(r.TransferEncoding) != 0 {
+		t.Fatalf("upstream saw Content-Length %d, Transfer-Encoding %v", r.ContentLength, r.TransferEncoding)
+	}
+}
