@@ -125,13 +125,18 @@ func (s *Scaler) Run(ctx context.Context) error {
 		}
 	}
 	var errs []error
+	waiting := false
 	for _, g := range s.Groups {
-		errs = append(errs, s.decide(ctx, g, desired[g.ASG]))
+		queued, err := s.decide(ctx, g, desired[g.ASG])
+		errs = append(errs, err)
+		waiting = waiting || queued
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err // the token stays: the next invocation looks again
 	}
-	if b != nil && qs.Token != "" {
+	// A job a group could take is queued, not yet for its wait: keep
+	// looking (the token, once noted, would say nothing changed).
+	if b != nil && qs.Token != "" && !waiting {
 		return b.SetNote(ctx, scalerNote, qs.Token)
 	}
 	return nil
@@ -149,11 +154,12 @@ func mapValues(m map[string]int) []int {
 	return out
 }
 
-// decide sets one group's desired capacity from its demand.
-func (s *Scaler) decide(ctx context.Context, g Group, desired int) error {
+// decide sets one group's desired capacity from its demand, and says
+// whether jobs the group could take are queued.
+func (s *Scaler) decide(ctx context.Context, g Group, desired int) (bool, error) {
 	d, err := s.Store.GroupDemand(ctx, g.Labels, time.Duration(g.WaitSeconds)*time.Second, g.Runner)
 	if err != nil {
-		return err
+		return false, err
 	}
 	target := desired
 	switch {
@@ -164,10 +170,10 @@ func (s *Scaler) decide(ctx context.Context, g Group, desired int) error {
 		target = 0
 	}
 	if target == desired {
-		return nil
+		return d.Queued > 0, nil
 	}
 	s.Log.Info("scale", "group", g.ASG, "from", desired, "to", target, "queued", d.Queued, "waiting", d.Waiting, "running", d.Running)
-	return s.ASG.SetDesired(ctx, g.ASG, target)
+	return d.Queued > 0, s.ASG.SetDesired(ctx, g.ASG, target)
 }
 
 // idleFor is how long since the group's runner last ended a job (forever

@@ -2,6 +2,7 @@ package scaling_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -26,7 +27,10 @@ type fixture struct {
 // newFixture: a store with wake-up hints, the fake Auto Scaling service
 // reached through the SDK's endpoint override, and one group of up to 3
 // ephemeral runners named "ec2" labelled linux.
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWait(t, 1) }
+
+// newFixtureWait is newFixture with the group's wait_seconds.
+func newFixtureWait(t *testing.T, wait int) *fixture {
 	t.Helper()
 	st := pgtest.NewStore(t, store.Limits{})
 	b := wake.New(castest.New(t), time.Second)
@@ -43,8 +47,8 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3,
-		"wait_seconds": 1, "idle_seconds": 600}]`)
+	groups, err := scaling.ParseGroups(fmt.Sprintf(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3,
+		"wait_seconds": %d, "idle_seconds": 600}]`, wait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +123,25 @@ func TestIdleScalerSkipsTheDatabase(t *testing.T) {
 	f.run(t)
 	if d := f.fake.Desired("runners"); d != 1 {
 		t.Fatalf("a job queued after the quiet did not scale out: desired %d", d)
+	}
+}
+
+// A job queued, seen by a look after the hint settled but before it had
+// waited wait_seconds, still scales the group out once it has: the
+// scaler keeps asking while a job it could take is queued.
+func TestWaitLongerThanTheHintSettles(t *testing.T) {
+	f := newFixtureWait(t, 3)
+	f.run(t)
+	f.queue(t, "linux")
+	time.Sleep(1500*time.Millisecond + wake.Skew + 100*time.Millisecond) // the hint settles
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 0 {
+		t.Fatalf("scaled out to %d before the job waited wait_seconds", d)
+	}
+	time.Sleep(600 * time.Millisecond)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 1 {
+		t.Fatalf("desired %d after the job waited wait_seconds, want 1", d)
 	}
 }
 
