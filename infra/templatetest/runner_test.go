@@ -1,16 +1,22 @@
 package templatetest
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
-	"os/exec"
+	osexec "os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/awslabs/goformation/v7"
 	"github.com/awslabs/goformation/v7/intrinsics"
+
+	"github.com/forgeci/forgeci/shared/scaling"
 )
 
 // directives returns the key=value lines of a systemd unit, without
@@ -100,20 +106,193 @@ func TestRunnerEC2Template(t *testing.T) {
 	}
 }
 
+var runnerBin struct {
+	once sync.Once
+	path string
+	err  error
+	out  []byte
+}
+
+// buildRunner builds forgeci-runner once for the package's tests.
+func buildRunner(t *testing.T) string {
+	runnerBin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "forgeci-runner-")
+		if err != nil {
+			runnerBin.err = err
+			return
+		}
+		runnerBin.path = filepath.Join(dir, "forgeci-runner")
+		build := osexec.Command("go", "build", "-o", runnerBin.path, "./runner/cmd/forgeci-runner")
+		build.Dir = root
+		runnerBin.out, runnerBin.err = build.CombinedOutput()
+	})
+	if runnerBin.err != nil {
+		t.Fatalf("build runner: %v\n%s", runnerBin.err, runnerBin.out)
+	}
+	return runnerBin.path
+}
+
 // TestRunnerConfig: the real runner accepts infra/forgeci-runner.conf (it
 // gets as far as reading the token file), and install-runner.sh parses.
 func TestRunnerConfig(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "forgeci-runner")
-	build := exec.Command("go", "build", "-o", bin, "./runner/cmd/forgeci-runner")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build runner: %v\n%s", err, out)
-	}
-	out, _ := exec.Command(bin, "run", "--config", root+"infra/forgeci-runner.conf").CombinedOutput()
+	bin := buildRunner(t)
+	out, _ := osexec.Command(bin, "run", "--config", root+"infra/forgeci-runner.conf").CombinedOutput()
 	if !strings.Contains(string(out), "read token") {
 		t.Fatalf("the runner did not accept infra/forgeci-runner.conf: %s", out)
 	}
-	if out, err := exec.Command("bash", "-n", root+"infra/install-runner.sh").CombinedOutput(); err != nil {
+	if out, err := osexec.Command("bash", "-n", root+"infra/install-runner.sh").CombinedOutput(); err != nil {
 		t.Fatalf("install-runner.sh: %v\n%s", err, out)
+	}
+}
+
+// parseRunner is infra/runner-ec2.yaml with its intrinsics resolved
+// (symbolic), parameters overridden.
+func parseRunner(t *testing.T, overrides map[string]any) (raw string, generic map[string]any) {
+	t.Helper()
+	b, err := os.ReadFile(root + "infra/runner-ec2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	processed, err := intrinsics.ProcessYAML(b, &intrinsics.ProcessorOptions{IntrinsicHandlerOverrides: symbolic, ParameterOverrides: overrides})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(processed, &generic); err != nil {
+		t.Fatal(err)
+	}
+	return string(b), generic
+}
+
+// TestRunnerEC2Single: by default one long-lived runner, replaced when its
+// instance fails, with nothing of the elastic mode.
+func TestRunnerEC2Single(t *testing.T) {
+	_, g := parseRunner(t, nil)
+	asg := dig(g, "Resources", "RunnerGroup", "Properties")
+	if dig(asg, "DesiredCapacity") != "1" || dig(asg, "MaxSize") != "1" || dig(asg, "LaunchTemplate") == nil {
+		t.Errorf("single: group %v", asg)
+	}
+	if dig(asg, "MixedInstancesPolicy") != nil || dig(asg, "NewInstancesProtectedFromScaleIn") != false {
+		t.Errorf("single: elastic settings on the group: %v", asg)
+	}
+	if strings.Contains(fmt.Sprint(dig(asg, "Tags")), "ForgeciScaler") {
+		t.Error("single: the group carries the scaler's tag")
+	}
+	if dig(g, "Resources", "RetirePolicy", "Condition") != "Elastic" || dig(g, "Outputs", "ScaleGroup", "Condition") != "Elastic" {
+		t.Error("the retire permission and the scale group output must exist only when elastic")
+	}
+}
+
+// TestRunnerEC2Elastic: Scaling=elastic makes a group of zero to MaxSize
+// spot instances of several types, which the named control plane's
+// scaler (only) may resize, protected from scale-in; each instance runs
+// the same unit, ephemeral, through a drop-in the real runner accepts,
+// and leaves its group when done; the output is an entry the scaler
+// parses, naming this group and runner.
+func TestRunnerEC2Elastic(t *testing.T) {
+	raw, g := parseRunner(t, map[string]any{"Scaling": "elastic", "ControlPlaneStack": "ci"})
+	asg := dig(g, "Resources", "RunnerGroup", "Properties")
+	if dig(asg, "DesiredCapacity") != nil || dig(asg, "MinSize") != "0" || fmt.Sprint(dig(asg, "MaxSize")) != "4" ||
+		dig(asg, "NewInstancesProtectedFromScaleIn") != true || dig(asg, "LaunchTemplate") != nil {
+		t.Errorf("elastic: group %v", asg)
+	}
+	mip := dig(asg, "MixedInstancesPolicy")
+	var types []string
+	for _, o := range dig(mip, "LaunchTemplate", "Overrides").([]any) {
+		if o != nil {
+			types = append(types, fmt.Sprint(dig(o, "InstanceType")))
+		}
+	}
+	if strings.Join(types, ",") != "t4g.medium,t4g.large,m7g.medium" {
+		t.Errorf("elastic: instance types %v", types)
+	}
+	if fmt.Sprint(dig(mip, "InstancesDistribution", "OnDemandPercentageAboveBaseCapacity")) != "0" {
+		t.Errorf("elastic: spot by default, got %v", dig(mip, "InstancesDistribution"))
+	}
+	var tagged bool
+	for _, tag := range dig(asg, "Tags").([]any) {
+		if dig(tag, "Key") == "ForgeciScaler" {
+			tagged = dig(tag, "Value") == "ci" && dig(tag, "PropagateAtLaunch") == false
+		}
+	}
+	if !tagged {
+		t.Errorf("elastic: the group must carry ForgeciScaler=ci (not propagated): %v", dig(asg, "Tags"))
+	}
+	if got := dig(g, "Resources", "RunnerLaunchTemplate", "Properties", "LaunchTemplateData", "InstanceInitiatedShutdownBehavior"); got != "terminate" {
+		t.Errorf("elastic: shutdown behaviour %v", got)
+	}
+	name := "sub:${AWS::StackName}-runners"
+	if dig(asg, "AutoScalingGroupName") != name {
+		t.Errorf("group name %v", dig(asg, "AutoScalingGroupName"))
+	}
+	retire := fmt.Sprint(dig(g, "Resources", "RetirePolicy", "Properties", "PolicyDocument", "Statement"))
+	if !strings.Contains(retire, "autoscaling:TerminateInstanceInAutoScalingGroup") || !strings.Contains(retire, "autoScalingGroupName/${AWS::StackName}-runners") {
+		t.Errorf("the retire permission must name this group only: %s", retire)
+	}
+	checkElasticUserData(t, raw)
+	checkScaleGroupOutput(t, raw)
+}
+
+// checkElasticUserData: the drop-in replaces ExecStart with an ephemeral
+// one-job runner the real binary accepts, does not restart, and retires
+// the instance; the retire script is valid bash.
+func checkElasticUserData(t *testing.T, raw string) {
+	dropIn := regexp.MustCompile(`(?s)<<'DROPIN'\n(.*?)\n\s*DROPIN\n`).FindStringSubmatch(raw)
+	retire := regexp.MustCompile(`(?s)<<'RETIRE'\n(.*?)\n\s*RETIRE\n`).FindStringSubmatch(raw)
+	if dropIn == nil || retire == nil {
+		t.Fatal("no elastic drop-in or retire script in the user data")
+	}
+	d := directives(dropIn[1])
+	var exec string
+	for _, l := range d {
+		if v, ok := strings.CutPrefix(l, "ExecStart="); ok && v != "" {
+			exec = v
+		}
+	}
+	for _, want := range []string{"ExecStart=", "Restart=no", "ExecStopPost=/usr/local/sbin/forgeci-retire"} {
+		if !slices.Contains(d, want) {
+			t.Errorf("drop-in lacks %q: %v", want, d)
+		}
+	}
+	args := strings.Fields(strings.ReplaceAll(exec, "${IdleMinutes}", "15"))
+	if len(args) < 2 || !slices.Contains(args, "--ephemeral") || !slices.Contains(args, "--max-idle") {
+		t.Fatalf("drop-in ExecStart %q", exec)
+	}
+	bin := buildRunner(t)
+	for i, a := range args {
+		if a == "/etc/forgeci-runner.conf" {
+			args[i] = root + "infra/forgeci-runner.conf"
+		}
+	}
+	out, _ := osexec.Command(bin, args[1:]...).CombinedOutput()
+	if !strings.Contains(string(out), "read token") {
+		t.Errorf("the runner refused the drop-in's command line %v: %s", args[1:], out)
+	}
+	script := filepath.Join(t.TempDir(), "forgeci-retire")
+	body := regexp.MustCompile(`(?m)^            `).ReplaceAllString(retire[1], "")
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := osexec.Command("bash", "-n", script).CombinedOutput(); err != nil {
+		t.Errorf("forgeci-retire: %v\n%s", err, out)
+	}
+	if !strings.Contains(body, "--should-decrement-desired-capacity") || !strings.Contains(body, "shutdown -h now") {
+		t.Errorf("forgeci-retire must leave the group lowering its capacity, and shut down failing that:\n%s", body)
+	}
+}
+
+// checkScaleGroupOutput: the ScaleGroup output, substituted as
+// CloudFormation would, is an entry scaling.ParseGroups accepts.
+func checkScaleGroupOutput(t *testing.T, raw string) {
+	m := regexp.MustCompile(`(?m)^      - '(\{"asg".*)'$`).FindStringSubmatch(raw)
+	if m == nil {
+		t.Fatal("no ScaleGroup output")
+	}
+	entry := strings.NewReplacer("${AWS::StackName}", "office", "${LabelList}", `linux", "arm64", "ec2`, "${MaxSize}", "4").Replace(m[1])
+	gs, err := scaling.ParseGroups("[" + entry + "]")
+	if err != nil {
+		t.Fatalf("ScaleGroup output %s: %v", entry, err)
+	}
+	if g := gs[0]; g.ASG != "office-runners" || g.Runner != "office" || strings.Join(g.Labels, ",") != "linux,arm64,ec2" || g.Max != 4 {
+		t.Errorf("ScaleGroup output %+v", g)
 	}
 }
