@@ -122,6 +122,7 @@ var benchmarks = []benchmark{
 	{"gc", benchGC},
 	{"pipeline-parse", benchParse},
 	{"idle", benchIdle},
+	{"scale-out", benchScaleOut},
 }
 
 // freshDatabase creates and migrates a database for one benchmark.

@@ -39,11 +39,17 @@ type ASG struct {
 
 type group struct{ min, max, desired int }
 
-// New starts the fake; groups are added with AddGroup.
+// New starts the fake for a test; groups are added with AddGroup.
 func New(t testing.TB) *ASG {
+	a := Start()
+	t.Cleanup(a.Server.Close)
+	return a
+}
+
+// Start starts the fake (the caller closes a.Server).
+func Start() *ASG {
 	a := &ASG{groups: map[string]*group{}}
 	a.Server = httptest.NewServer(http.HandlerFunc(a.handle))
-	t.Cleanup(a.Server.Close)
 	return a
 }
 
