@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 
+	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
 	"github.com/forgeci/forgeci/shared/scm/kick"
 )
@@ -18,5 +19,5 @@ func main() {
 	wake, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
 	lambdaapp.MustNot(srv.Log, "lambda client", err)
 	srv.OnDelivery = wake
-	lambdaapp.StartHTTP(srv.Handler("api"))
+	lambdaapp.StartHTTP(srv.Serve(api.APIFunction))
 }

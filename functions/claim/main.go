@@ -5,10 +5,11 @@ package main
 import (
 	"context"
 
+	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
 )
 
 func main() {
 	srv := lambdaapp.MustServer(context.Background())
-	lambdaapp.StartHTTP(srv.Handler("claim"))
+	lambdaapp.StartHTTP(srv.Serve(api.ClaimFunction))
 }

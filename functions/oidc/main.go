@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 
+	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
 )
@@ -21,5 +22,5 @@ func main() {
 	if issuer != nil {
 		srv.IDTokens = issuer
 	}
-	lambdaapp.StartHTTP(srv.Handler("oidc"))
+	lambdaapp.StartHTTP(srv.Serve(api.OIDCFunction))
 }

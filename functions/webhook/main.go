@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 
+	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
 	"github.com/forgeci/forgeci/shared/scm/kick"
 )
@@ -25,5 +26,5 @@ func main() {
 	kick, kerr := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
 	lambdaapp.MustNot(srv.Log, "secret or lambda client", errors.Join(err, kerr))
 	srv.OnDelivery = kick
-	lambdaapp.StartHTTP(srv.Handler("webhook"))
+	lambdaapp.StartHTTP(srv.Serve(api.WebhookFunction))
 }

@@ -41,106 +41,143 @@ type route struct {
 	handler func(s *Server) http.HandlerFunc
 }
 
-// functions maps each Lambda function (functions/<name>) to the routes it
-// serves. template.yaml must list exactly these; a test holds them together.
-var functions = map[string][]route{
-	"register": {
-		{Route{"POST", protocol.PathRegister}, func(s *Server) http.HandlerFunc { return s.handle(s.register) }},
-	},
-	"claim": {
-		{Route{"POST", protocol.PathClaim}, func(s *Server) http.HandlerFunc { return s.handle(s.claimRoute) }},
-	},
-	"heartbeat": {
-		{jobRoute(protocol.RouteHeartbeat), leasedRoute(maxBody, http.StatusOK, (*Server).heartbeat)},
-	},
-	"source": {
-		{jobRoute(protocol.RouteSource), leasedRoute(maxBody, http.StatusOK, (*Server).source)},
-	},
-	"logs": {
-		{jobRoute(protocol.RouteLogs), leasedRoute(maxLogBody, http.StatusOK, (*Server).logs)},
-	},
-	"artifacts": {
-		{jobRoute(protocol.RouteArtifacts), leasedRoute(maxBody, http.StatusOK, (*Server).artifactUpload)},
-		{jobRoute(protocol.RouteArtifactCommit), leasedRoute(maxBody, http.StatusCreated, (*Server).artifactCommit)},
-		{jobRoute(protocol.RouteArtifactFetch), leasedRoute(maxBody, http.StatusOK, (*Server).artifactFetch)},
-	},
-	"cache": {
-		{jobRoute(protocol.RouteCacheRestore), leasedRoute(maxBody, http.StatusOK, (*Server).cacheRestore)},
-		{jobRoute(protocol.RouteCacheSave), leasedRoute(maxBody, http.StatusOK, (*Server).cacheSave)},
-		{jobRoute(protocol.RouteCacheCommit), leasedRoute(maxBody, http.StatusCreated, (*Server).cacheCommit)},
-	},
+// Function is one HTTP Lambda function (functions/<name>) and its routes.
+// template.yaml must list exactly these; a test holds them together.
+type Function struct {
+	Name   string
+	routes func() []route
+}
+
+// The HTTP functions. A bootstrap serves its own (Server.Serve), so that
+// the linker keeps only that function's handlers and what they use; the
+// table of them all (builtin: Handler, Routes) is for the local stack and
+// tests, and would keep every handler in every bootstrap.
+var (
+	RegisterFunction = Function{"register", func() []route {
+		return []route{
+			{Route{"POST", protocol.PathRegister}, func(s *Server) http.HandlerFunc { return s.handle(s.register) }},
+		}
+	}}
+	ClaimFunction = Function{"claim", func() []route {
+		return []route{
+			{Route{"POST", protocol.PathClaim}, func(s *Server) http.HandlerFunc { return s.handle(s.claimRoute) }},
+		}
+	}}
+	HeartbeatFunction = Function{"heartbeat", func() []route {
+		return []route{
+			{jobRoute(protocol.RouteHeartbeat), leasedRoute(maxBody, http.StatusOK, (*Server).heartbeat)},
+		}
+	}}
+	SourceFunction = Function{"source", func() []route {
+		return []route{
+			{jobRoute(protocol.RouteSource), leasedRoute(maxBody, http.StatusOK, (*Server).source)},
+		}
+	}}
+	LogsFunction = Function{"logs", func() []route {
+		return []route{
+			{jobRoute(protocol.RouteLogs), leasedRoute(maxLogBody, http.StatusOK, (*Server).logs)},
+		}
+	}}
+	ArtifactsFunction = Function{"artifacts", func() []route {
+		return []route{
+			{jobRoute(protocol.RouteArtifacts), leasedRoute(maxBody, http.StatusOK, (*Server).artifactUpload)},
+			{jobRoute(protocol.RouteArtifactCommit), leasedRoute(maxBody, http.StatusCreated, (*Server).artifactCommit)},
+			{jobRoute(protocol.RouteArtifactFetch), leasedRoute(maxBody, http.StatusOK, (*Server).artifactFetch)},
+		}
+	}}
+	CacheFunction = Function{"cache", func() []route {
+		return []route{
+			{jobRoute(protocol.RouteCacheRestore), leasedRoute(maxBody, http.StatusOK, (*Server).cacheRestore)},
+			{jobRoute(protocol.RouteCacheSave), leasedRoute(maxBody, http.StatusOK, (*Server).cacheSave)},
+			{jobRoute(protocol.RouteCacheCommit), leasedRoute(maxBody, http.StatusCreated, (*Server).cacheCommit)},
+		}
+	}}
 	// The user API: what the CLI and dashboard use. anyUser routes are
 	// authorised by the store against the project of what they touch.
-	"api": {
-		{Route{"POST", "/v1/uploads"}, userRoute(anyUser, (*Server).createUpload)},
-		{Route{"POST", "/v1/runs"}, userRoute(anyUser, (*Server).createRun)},
-		{Route{"POST", "/v1/projects/{project}/dispatch"}, userRoute(anyUser, (*Server).dispatch)},
-		{Route{"GET", "/v1/runs/{run_id}"}, userRoute(anyUser, (*Server).getRun)},
-		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(anyUser, (*Server).getLog)},
-		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/steps"}, userRoute(anyUser, (*Server).getLogIndex)},
-		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/report"}, userRoute(anyUser, (*Server).getReport)},
-		{Route{"GET", "/v1/projects/{project}/badge.svg"}, func(s *Server) http.HandlerFunc { return s.badge }},
-		{Route{"GET", "/v1/queue"}, userRoute(anyUser, (*Server).queue)},
-		{Route{"POST", "/v1/projects/{project}/hooks"}, userRoute(anyUser, (*Server).addHook)},
-		{Route{"GET", "/v1/projects/{project}/hooks"}, userRoute(anyUser, (*Server).listHooks)},
-		{Route{"POST", "/v1/projects/{project}/hooks/{hook_id}/delete"}, userRoute(anyUser, (*Server).deleteHook)},
-		{Route{"GET", "/v1/projects/{project}/notifications"}, userRoute(anyUser, (*Server).listNotifications)},
-		{Route{"GET", "/v1/runs/{run_id}/artifacts"}, userRoute(anyUser, (*Server).listArtifacts)},
-		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}"}, userRoute(anyUser, (*Server).downloadArtifact)},
-		{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},
-		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},
-		{Route{"POST", "/v1/runs/{run_id}/approve"}, userRoute(anyUser, (*Server).approve)},
-		{Route{"POST", "/v1/runs/{run_id}/reject"}, userRoute(anyUser, (*Server).reject)},
-		{Route{"GET", "/v1/projects"}, userRoute(anyUser, (*Server).listProjects)},
-		{Route{"POST", "/v1/projects"}, userRoute(adminOnly, (*Server).createProject)},
-		{Route{"GET", "/v1/projects/{project}"}, userRoute(anyUser, (*Server).getProject)},
-		{Route{"GET", "/v1/projects/{project}/members"}, userRoute(anyUser, (*Server).listMembers)},
-		{Route{"POST", "/v1/projects/{project}/members"}, userRoute(anyUser, (*Server).setMember)},
-		{Route{"POST", "/v1/projects/{project}/members/{user_id}/remove"}, userRoute(anyUser, (*Server).removeMember)},
-		{Route{"GET", "/v1/projects/{project}/secrets"}, userRoute(anyUser, (*Server).listSecrets)},
-		{Route{"POST", "/v1/projects/{project}/secrets"}, userRoute(anyUser, (*Server).setSecret)},
-		{Route{"POST", "/v1/projects/{project}/secrets/{name}/delete"}, userRoute(anyUser, (*Server).deleteSecret)},
-		{Route{"GET", "/v1/projects/{project}/environments"}, userRoute(anyUser, (*Server).listEnvironments)},
-		{Route{"POST", "/v1/projects/{project}/environments/{environment}"}, userRoute(anyUser, (*Server).setEnvironment)},
-		{Route{"POST", "/v1/projects/{project}/environments/{environment}/delete"}, userRoute(anyUser, (*Server).deleteEnvironment)},
-		{Route{"GET", "/v1/projects/{project}/deployments"}, userRoute(anyUser, (*Server).listDeployments)},
-		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/deployment/approve"}, userRoute(anyUser, (*Server).approveDeployment)},
-		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/deployment/reject"}, userRoute(anyUser, (*Server).rejectDeployment)},
-		{Route{"GET", "/v1/projects/{project}/storage"}, userRoute(anyUser, (*Server).getStorage)},
-		{Route{"POST", "/v1/projects/{project}/settings"}, userRoute(anyUser, (*Server).setSettings)},
-		{Route{"GET", "/v1/gc"}, userRoute(adminOnly, (*Server).gcPlan)},
-		{Route{"GET", "/v1/runs"}, userRoute(anyUser, (*Server).listRuns)},
-		{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}"}, userRoute(anyUser, (*Server).getJob)},
-		{Route{"POST", "/v1/runs/{run_id}/retry"}, userRoute(anyUser, (*Server).retry)},
-		{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/retry"}, userRoute(anyUser, (*Server).retry)},
-		{Route{"GET", "/v1/me"}, userRoute(anyUser, (*Server).whoami)},
-		// Runners serve every project until runners are scoped to
-		// projects: only global admins see and manage them.
-		{Route{"GET", "/v1/runners"}, userRoute(adminOnly, (*Server).listRunners)},
-		{Route{"POST", "/v1/runners/{runner_id}/revoke"}, userRoute(adminOnly, (*Server).revokeRunner)},
-		{Route{"POST", "/v1/registration-tokens"}, userRoute(adminOnly, (*Server).createRegistrationToken)},
-		{Route{"GET", "/v1/users"}, userRoute(adminOnly, (*Server).listUsers)},
-		{Route{"POST", "/v1/users"}, userRoute(adminOnly, (*Server).createUser)},
-		{Route{"POST", "/v1/users/{user_id}/tokens"}, userRoute(anyUser, (*Server).createUserToken)},
-		{Route{"POST", "/v1/users/{user_id}/disable"}, userRoute(adminOnly, (*Server).disableUser)},
-		{Route{"GET", "/v1/deliveries"}, userRoute(anyUser, (*Server).listDeliveries)},
-		{Route{"POST", "/v1/deliveries/{guid}/retry"}, userRoute(anyUser, (*Server).retryDelivery)},
-	},
+	APIFunction = Function{"api", func() []route {
+		return []route{
+			{Route{"POST", "/v1/uploads"}, userRoute(anyUser, (*Server).createUpload)},
+			{Route{"POST", "/v1/runs"}, userRoute(anyUser, (*Server).createRun)},
+			{Route{"POST", "/v1/projects/{project}/dispatch"}, userRoute(anyUser, (*Server).dispatch)},
+			{Route{"GET", "/v1/runs/{run_id}"}, userRoute(anyUser, (*Server).getRun)},
+			{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/logs"}, userRoute(anyUser, (*Server).getLog)},
+			{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/steps"}, userRoute(anyUser, (*Server).getLogIndex)},
+			{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/report"}, userRoute(anyUser, (*Server).getReport)},
+			{Route{"GET", "/v1/projects/{project}/badge.svg"}, func(s *Server) http.HandlerFunc { return s.badge }},
+			{Route{"GET", "/v1/queue"}, userRoute(anyUser, (*Server).queue)},
+			{Route{"POST", "/v1/projects/{project}/hooks"}, userRoute(anyUser, (*Server).addHook)},
+			{Route{"GET", "/v1/projects/{project}/hooks"}, userRoute(anyUser, (*Server).listHooks)},
+			{Route{"POST", "/v1/projects/{project}/hooks/{hook_id}/delete"}, userRoute(anyUser, (*Server).deleteHook)},
+			{Route{"GET", "/v1/projects/{project}/notifications"}, userRoute(anyUser, (*Server).listNotifications)},
+			{Route{"GET", "/v1/runs/{run_id}/artifacts"}, userRoute(anyUser, (*Server).listArtifacts)},
+			{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}/artifacts/{name}"}, userRoute(anyUser, (*Server).downloadArtifact)},
+			{Route{"POST", "/v1/runs/{run_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},
+			{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/cancel"}, userRoute(anyUser, (*Server).cancel)},
+			{Route{"POST", "/v1/runs/{run_id}/approve"}, userRoute(anyUser, (*Server).approve)},
+			{Route{"POST", "/v1/runs/{run_id}/reject"}, userRoute(anyUser, (*Server).reject)},
+			{Route{"GET", "/v1/projects"}, userRoute(anyUser, (*Server).listProjects)},
+			{Route{"POST", "/v1/projects"}, userRoute(adminOnly, (*Server).createProject)},
+			{Route{"GET", "/v1/projects/{project}"}, userRoute(anyUser, (*Server).getProject)},
+			{Route{"GET", "/v1/projects/{project}/members"}, userRoute(anyUser, (*Server).listMembers)},
+			{Route{"POST", "/v1/projects/{project}/members"}, userRoute(anyUser, (*Server).setMember)},
+			{Route{"POST", "/v1/projects/{project}/members/{user_id}/remove"}, userRoute(anyUser, (*Server).removeMember)},
+			{Route{"GET", "/v1/projects/{project}/secrets"}, userRoute(anyUser, (*Server).listSecrets)},
+			{Route{"POST", "/v1/projects/{project}/secrets"}, userRoute(anyUser, (*Server).setSecret)},
+			{Route{"POST", "/v1/projects/{project}/secrets/{name}/delete"}, userRoute(anyUser, (*Server).deleteSecret)},
+			{Route{"GET", "/v1/projects/{project}/environments"}, userRoute(anyUser, (*Server).listEnvironments)},
+			{Route{"POST", "/v1/projects/{project}/environments/{environment}"}, userRoute(anyUser, (*Server).setEnvironment)},
+			{Route{"POST", "/v1/projects/{project}/environments/{environment}/delete"}, userRoute(anyUser, (*Server).deleteEnvironment)},
+			{Route{"GET", "/v1/projects/{project}/deployments"}, userRoute(anyUser, (*Server).listDeployments)},
+			{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/deployment/approve"}, userRoute(anyUser, (*Server).approveDeployment)},
+			{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/deployment/reject"}, userRoute(anyUser, (*Server).rejectDeployment)},
+			{Route{"GET", "/v1/projects/{project}/storage"}, userRoute(anyUser, (*Server).getStorage)},
+			{Route{"POST", "/v1/projects/{project}/settings"}, userRoute(anyUser, (*Server).setSettings)},
+			{Route{"GET", "/v1/gc"}, userRoute(adminOnly, (*Server).gcPlan)},
+			{Route{"GET", "/v1/runs"}, userRoute(anyUser, (*Server).listRuns)},
+			{Route{"GET", "/v1/runs/{run_id}/jobs/{job_id}"}, userRoute(anyUser, (*Server).getJob)},
+			{Route{"POST", "/v1/runs/{run_id}/retry"}, userRoute(anyUser, (*Server).retry)},
+			{Route{"POST", "/v1/runs/{run_id}/jobs/{job_id}/retry"}, userRoute(anyUser, (*Server).retry)},
+			{Route{"GET", "/v1/me"}, userRoute(anyUser, (*Server).whoami)},
+			// Runners serve every project until runners are scoped to
+			// projects: only global admins see and manage them.
+			{Route{"GET", "/v1/runners"}, userRoute(adminOnly, (*Server).listRunners)},
+			{Route{"POST", "/v1/runners/{runner_id}/revoke"}, userRoute(adminOnly, (*Server).revokeRunner)},
+			{Route{"POST", "/v1/registration-tokens"}, userRoute(adminOnly, (*Server).createRegistrationToken)},
+			{Route{"GET", "/v1/users"}, userRoute(adminOnly, (*Server).listUsers)},
+			{Route{"POST", "/v1/users"}, userRoute(adminOnly, (*Server).createUser)},
+			{Route{"POST", "/v1/users/{user_id}/tokens"}, userRoute(anyUser, (*Server).createUserToken)},
+			{Route{"POST", "/v1/users/{user_id}/disable"}, userRoute(adminOnly, (*Server).disableUser)},
+			{Route{"GET", "/v1/deliveries"}, userRoute(anyUser, (*Server).listDeliveries)},
+			{Route{"POST", "/v1/deliveries/{guid}/retry"}, userRoute(anyUser, (*Server).retryDelivery)},
+		}
+	}}
 	// Identity tokens: the fenced runner route and the public issuer's.
-	"oidc": {
-		{jobRoute(protocol.RouteIDToken), leasedRoute(maxBody, http.StatusOK, (*Server).idToken)},
-		{Route{"GET", protocol.PathDiscovery}, func(s *Server) http.HandlerFunc { return s.handle(s.discovery) }},
-		{Route{"GET", protocol.PathJWKS}, func(s *Server) http.HandlerFunc { return s.handle(s.jwks) }},
-		{Route{"POST", protocol.PathIntrospect}, func(s *Server) http.HandlerFunc { return s.handle(s.introspect) }},
-	},
-	"webhook": {
-		{Route{"POST", "/v1/webhooks/github"}, func(s *Server) http.HandlerFunc { return s.handle(s.githubWebhook) }},
-	},
-	"complete": {
-		{jobRoute(protocol.RouteComplete), leasedRoute(maxBody, http.StatusOK, (*Server).complete)},
-		{jobRoute(protocol.RouteOutputs), leasedRoute(protocol.MaxOutputsBody, http.StatusOK, (*Server).outputs)},
-		{jobRoute(protocol.RouteReport), leasedRoute(protocol.MaxReportBody, http.StatusOK, (*Server).report)},
-	},
+	OIDCFunction = Function{"oidc", func() []route {
+		return []route{
+			{jobRoute(protocol.RouteIDToken), leasedRoute(maxBody, http.StatusOK, (*Server).idToken)},
+			{Route{"GET", protocol.PathDiscovery}, func(s *Server) http.HandlerFunc { return s.handle(s.discovery) }},
+			{Route{"GET", protocol.PathJWKS}, func(s *Server) http.HandlerFunc { return s.handle(s.jwks) }},
+			{Route{"POST", protocol.PathIntrospect}, func(s *Server) http.HandlerFunc { return s.handle(s.introspect) }},
+		}
+	}}
+	WebhookFunction = Function{"webhook", func() []route {
+		return []route{
+			{Route{"POST", "/v1/webhooks/github"}, func(s *Server) http.HandlerFunc { return s.handle(s.githubWebhook) }},
+		}
+	}}
+	CompleteFunction = Function{"complete", func() []route {
+		return []route{
+			{jobRoute(protocol.RouteComplete), leasedRoute(maxBody, http.StatusOK, (*Server).complete)},
+			{jobRoute(protocol.RouteOutputs), leasedRoute(protocol.MaxOutputsBody, http.StatusOK, (*Server).outputs)},
+			{jobRoute(protocol.RouteReport), leasedRoute(protocol.MaxReportBody, http.StatusOK, (*Server).report)},
+		}
+	}}
+)
+
+// builtin is every function of this package.
+func builtin() []Function {
+	return []Function{RegisterFunction, ClaimFunction, HeartbeatFunction, SourceFunction, LogsFunction, ArtifactsFunction,
+		CacheFunction, APIFunction, OIDCFunction, WebhookFunction, CompleteFunction}
 }
 
 // RouteHandler is a route with the handler the Server gives it.
@@ -149,15 +186,34 @@ type RouteHandler struct {
 	Handler func(s *Server) http.HandlerFunc
 }
 
-// Register adds the routes of a function defined in another package. The
-// dashboard registers itself (package ui, imported by functions/ui and the
-// local stack) so that html/template, which makes the linker keep every
+// Register adds a function defined in another package. The dashboard
+// registers itself (package ui, imported by functions/ui and the local
+// stack) so that html/template, which makes the linker keep every
 // exported method, is only in the ui bootstrap: 6 MB less in the others.
 func Register(function string, routes ...RouteHandler) {
-	for _, r := range routes {
-		functions[function] = append(functions[function], route{r.Route, r.Handler})
+	rs := make([]route, len(routes))
+	for i, r := range routes {
+		rs[i] = route{r.Route, r.Handler}
 	}
+	registered = append(registered, Function{function, func() []route { return rs }})
 }
+
+// registered are the functions other packages registered.
+var registered []Function
+
+// Registered is a function another package registered (its bootstrap's
+// way to name it).
+func Registered(function string) Function {
+	for _, f := range registered {
+		if f.Name == function {
+			return f
+		}
+	}
+	panic("api: no function " + function + " is registered")
+}
+
+// all is every function, registered ones included.
+func all() []Function { return append(builtin(), registered...) }
 
 // Who may call a user route before the store's own checks.
 const (
@@ -176,9 +232,9 @@ func jobRoute(name string) Route { return Route{"POST", protocol.JobPattern(name
 
 // Functions returns the names of the HTTP functions, sorted.
 func Functions() []string {
-	names := make([]string, 0, len(functions))
-	for n := range functions {
-		names = append(names, n)
+	var names []string
+	for _, f := range all() {
+		names = append(names, f.Name)
 	}
 	sort.Strings(names)
 	return names
@@ -187,25 +243,38 @@ func Functions() []string {
 // Routes returns the routes of one function.
 func Routes(function string) []Route {
 	var out []Route
-	for _, r := range functions[function] {
-		out = append(out, r.Route)
+	for _, f := range all() {
+		if f.Name != function {
+			continue
+		}
+		for _, r := range f.routes() {
+			out = append(out, r.Route)
+		}
 	}
 	return out
 }
 
 // Handler returns a handler serving the routes of the named functions (all
-// of them when none is named). A Lambda serves one function; the local stack
-// serves them all in one process, with the same handlers.
+// of them when none is named): the local stack serves them all in one
+// process, with the same handlers as the bootstraps.
 func (s *Server) Handler(names ...string) http.Handler {
+	var fns []Function
+	for _, f := range all() {
+		if len(names) == 0 || slices.Contains(names, f.Name) {
+			fns = append(fns, f)
+		}
+	}
+	return s.Serve(fns...)
+}
+
+// Serve returns a handler serving the routes of fns: a bootstrap's.
+func (s *Server) Serve(fns ...Function) http.Handler {
 	if s.Log == nil {
 		s.Log = slog.Default()
 	}
 	mux := http.NewServeMux()
-	for name, routes := range functions {
-		if len(names) > 0 && !slices.Contains(names, name) {
-			continue
-		}
-		for _, r := range routes {
+	for _, f := range fns {
+		for _, r := range f.routes() {
 			path := r.Path
 			if path == "/" {
 				path = "/{$}" // only the root, not every path (API Gateway's "/" is exact)

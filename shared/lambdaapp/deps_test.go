@@ -36,3 +36,29 @@ func TestHeavyDependenciesStayPut(t *testing.T) {
 		}
 	}
 }
+
+// TestBootstrapLinksItsOwnHandlers: a bootstrap serves only its own
+// routes, and links only their handlers: the heartbeat function carries
+// no user-API handler (nor the pipeline parser those need), which a table
+// of every route would keep in every bootstrap.
+func TestBootstrapLinksItsOwnHandlers(t *testing.T) {
+	bin := t.TempDir() + "/heartbeat"
+	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, "../../functions/heartbeat")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := exec.Command("go", "tool", "nm", bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms := string(out)
+	if !strings.Contains(syms, "shared/api.(*Server).heartbeat") {
+		t.Fatal("the heartbeat bootstrap lacks its own handler: is the symbol check still right?")
+	}
+	for _, absent := range []string{"shared/api.(*Server).createRun", "shared/api.(*Server).githubWebhook", "shared/pipeline.Parse"} {
+		if strings.Contains(syms, absent) {
+			t.Errorf("the heartbeat bootstrap links %s", absent)
+		}
+	}
+}
