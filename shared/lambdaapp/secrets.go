@@ -9,8 +9,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/forgeci/forgeci/shared/awsenv"
 )
 
@@ -20,12 +18,12 @@ import (
 // is the environment variable <name> itself. Setting neither is an error.
 func Secret(ctx context.Context, name string) (string, error) {
 	if arn := os.Getenv(name + "_SECRET_ARN"); arn != "" {
-		client, err := secretsClient(ctx)
+		client, err := secretsClient()
 		if err != nil {
 			return "", fmt.Errorf("secret %s: %w", name, err)
 		}
-		out, err := client.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(arn)})
-		if err != nil {
+		var out struct{ SecretString *string }
+		if err := client.JSON(ctx, "secretsmanager.GetSecretValue", map[string]string{"SecretId": arn}, &out); err != nil {
 			return "", fmt.Errorf("secret %s: read %s: %w", name, arn, err)
 		}
 		if out.SecretString == nil {
@@ -39,27 +37,13 @@ func Secret(ctx context.Context, name string) (string, error) {
 	return "", fmt.Errorf("%s is not set (nor %s_SECRET_ARN)", name, name)
 }
 
-var (
-	smOnce   sync.Once
-	smClient *secretsmanager.Client
-	smErr    error
-)
-
-// secretsClient is made once per container. AWS_ENDPOINT_URL_SECRETS_MANAGER
-// (read by the SDK) points it elsewhere, which the smoke tests use.
-func secretsClient(ctx context.Context) (*secretsmanager.Client, error) {
-	smOnce.Do(func() {
-		cfg, err := awsenv.Config("", "", "")
-		if err != nil {
-			smErr = err
-			return
-		}
-		smClient = secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
-			o.BaseEndpoint = awsenv.Endpoint("SECRETS_MANAGER")
-		})
-	})
-	return smClient, smErr
-}
+// secretsClient is made once per container: Secrets Manager's
+// GetSecretValue as a signed request (awsenv.Client), not the SDK's client.
+// AWS_ENDPOINT_URL_SECRETS_MANAGER points it elsewhere, which the smoke
+// tests use.
+var secretsClient = sync.OnceValues(func() (*awsenv.Client, error) {
+	return awsenv.NewClient("secretsmanager", "SECRETS_MANAGER")
+})
 
 // DatabaseURL returns the PostgreSQL URL the functions connect with.
 //

@@ -1,38 +1,42 @@
-// Package kick wakes the scm function from the webhook function. It is
-// apart from package scm so that the scm bootstrap does not carry the
-// Lambda API client.
+// Package kick wakes the scm function from the functions that record
+// deliveries. It is apart from package scm so that the scm bootstrap does
+// not carry it.
 package kick
 
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/lambda/types"
 
 	"github.com/forgeci/forgeci/shared/awsenv"
 )
 
+// payload is what the scm function receives: not a schedule, so it runs
+// a kicked pass.
+const payload = `{"source":"forgeci.webhook"}`
+
 // Lambda returns an OnDelivery hook that invokes the scm function
-// asynchronously (InvocationType Event: Lambda queues it and answers at
-// once), so a new delivery is processed in seconds rather than at the next
-// scheduled pass. A failed kick is only logged: the schedule catches up.
+// asynchronously (Lambda's Invoke with InvocationType Event: Lambda
+// queues it and answers 202 at once), so a new delivery is processed in
+// seconds rather than at the next scheduled pass. A failed kick is only
+// logged: the schedule catches up. The call is a signed request of its
+// own (awsenv.Client), not the SDK's Lambda client (0.8 MB).
 func Lambda(ctx context.Context, function string, log *slog.Logger) (func(context.Context), error) {
 	if function == "" {
 		return nil, nil
 	}
-	cfg, err := awsenv.Config("", "", "")
+	client, err := awsenv.NewClient("lambda", "LAMBDA")
 	if err != nil {
 		return nil, err
 	}
-	client := lambda.NewFromConfig(cfg, func(o *lambda.Options) { o.BaseEndpoint = awsenv.Endpoint("LAMBDA") })
+	path := "/2015-03-31/functions/" + url.PathEscape(function) + "/invocations"
+	header := http.Header{"X-Amz-Invocation-Type": {"Event"}, "Content-Type": {"application/json"}}
 	return func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if _, err := client.Invoke(ctx, &lambda.InvokeInput{FunctionName: aws.String(function),
-			InvocationType: types.InvocationTypeEvent, Payload: []byte(`{"source":"forgeci.webhook"}`)}); err != nil {
+		if _, _, err := client.Do(ctx, http.MethodPost, path, header, []byte(payload)); err != nil {
 			log.Warn("could not kick the scm function; the schedule will pick the delivery up", "err", err)
 		}
 	}, nil
