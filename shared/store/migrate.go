@@ -4,9 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -35,22 +39,76 @@ func Migrate(ctx context.Context, url string, log *slog.Logger) (applied int, er
 // MigrateAndSeal applies every pending migration, then seals the project
 // secrets an installation from before sealed secrets still holds in plain
 // text, with k (nil will do when there are none). The migrate command and
-// the migrate function call it on every deploy.
+// the migrate function call it on every deploy. When every migration is
+// applied already (most deploys) it asks one question on one connection
+// instead of running goose, which opens its own and takes a lock.
 func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretbox.Keyring) (applied, sealed int, err error) {
-	if applied, err = Migrate(ctx, url, log); err != nil {
-		return applied, 0, err
-	}
 	pool, err := OpenPool(ctx, url, PoolOptions{MaxConns: 1, NoStatementCache: true, NoStartupSettings: true})
 	if err != nil {
-		return applied, 0, err
+		return 0, 0, err
 	}
 	defer pool.Close()
+	current, err := upToDate(ctx, pool)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !current {
+		if applied, err = Migrate(ctx, url, log); err != nil {
+			return applied, 0, err
+		}
+	}
 	st := New(pool, Limits{})
 	if k != nil {
 		st.SetKeyring(k)
 	}
 	sealed, err = st.SealLegacySecrets(ctx)
 	return applied, sealed, err
+}
+
+// appliedSQL counts the versions $1 whose latest record in goose's table
+// says applied (zero rows: no table yet).
+const appliedSQL = `
+SELECT count(*) FROM (SELECT DISTINCT ON (version_id) version_id, is_applied FROM goose_db_version
+                      WHERE version_id = ANY ($1) ORDER BY version_id, id DESC) v
+WHERE is_applied`
+
+// upToDate says whether every embedded migration is applied.
+func upToDate(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	versions, err := migrationVersions()
+	if err != nil {
+		return false, err
+	}
+	var table *string
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('goose_db_version')::text`).Scan(&table); err != nil {
+		return false, fmt.Errorf("migrations: %w", err)
+	}
+	if table == nil {
+		return false, nil
+	}
+	var n int
+	if err := pool.QueryRow(ctx, appliedSQL, versions).Scan(&n); err != nil {
+		return false, fmt.Errorf("migrations: %w", err)
+	}
+	return n == len(versions), nil
+}
+
+// migrationVersions are the versions of the embedded migrations (the
+// number each file name starts with, as goose reads it).
+func migrationVersions() ([]int64, error) {
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, n := range names {
+		digits, _, _ := strings.Cut(n, "_")
+		v, err := strconv.ParseInt(digits, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: no version: %w", n, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // MigrateTo applies the migrations up to and including version (tests of

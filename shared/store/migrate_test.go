@@ -43,3 +43,26 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 		t.Fatalf("second migrate applied %d (%v), want 0", n, err)
 	}
 }
+
+// TestMigrateAndSealSkipsOnlyWhenCurrent: the deploy-time migration asks
+// whether every migration is applied and runs goose only if not: an empty
+// database gets them all, one a migration behind gets that one, and a
+// current one gets none.
+func TestMigrateAndSealSkipsOnlyWhenCurrent(t *testing.T) {
+	ctx := context.Background()
+	files, _ := fs.Glob(migrations.FS, "*.sql")
+	empty := pgtest.EmptyDatabase(t, "migrate_seal_empty")
+	if n, _, err := store.MigrateAndSeal(ctx, empty, nil, nil); err != nil || n != len(files) {
+		t.Fatalf("empty database: applied %d (%v), want %d", n, err, len(files))
+	}
+	if n, _, err := store.MigrateAndSeal(ctx, empty, nil, nil); err != nil || n != 0 {
+		t.Fatalf("current database: applied %d (%v), want 0", n, err)
+	}
+	behind := pgtest.EmptyDatabase(t, "migrate_seal_behind")
+	if err := store.MigrateTo(ctx, behind, int64(len(files)-1)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := store.MigrateAndSeal(ctx, behind, nil, nil); err != nil || n != 1 {
+		t.Fatalf("a database one behind: applied %d (%v), want 1", n, err)
+	}
+}
