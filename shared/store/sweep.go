@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,7 +26,7 @@ FOR UPDATE`
 
 // sweepLockWait bounds how long a sweep waits for a job row that another
 // transaction holds (a late runner call, normally milliseconds).
-const sweepLockWait = "2s"
+const sweepLockWait = 2 * time.Second
 
 // SweepResult counts what one sweep did.
 type SweepResult struct {
@@ -55,13 +56,15 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 	for {
 		var state, jobID, runID string
 		err := s.inTx(ctx, func(tx pgx.Tx) error {
+			// Waiting is bounded by a context, not lock_timeout: a SET would
+			// pin the session to its connection behind RDS Proxy.
+			qctx, cancel := ctx, context.CancelFunc(func() {})
 			if query == expiredLeaseWaitSQL {
-				if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+sweepLockWait+"'"); err != nil {
-					return err
-				}
+				qctx, cancel = context.WithTimeout(ctx, sweepLockWait)
 			}
 			var generation int
-			err := tx.QueryRow(ctx, query, failed).Scan(&jobID, &runID, &generation)
+			err := tx.QueryRow(qctx, query, failed).Scan(&jobID, &runID, &generation)
+			cancel()
 			if err != nil {
 				return err
 			}
