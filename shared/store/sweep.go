@@ -28,6 +28,8 @@ FOR UPDATE`
 // transaction holds (a late runner call, normally milliseconds).
 const sweepLockWait = 2 * time.Second
 
+var errHeldTooLong = fmt.Errorf("sweep: an expired job's row stayed locked past %s; the next sweep takes it", sweepLockWait)
+
 // SweepResult counts what one sweep did.
 type SweepResult struct {
 	Aborted  int // jobs made ABORTED with reason lease_expired
@@ -64,13 +66,23 @@ func (s *Store) Sweep(ctx context.Context) (SweepResult, error) {
 			}
 			var generation int
 			err := tx.QueryRow(qctx, query, failed).Scan(&jobID, &runID, &generation)
+			waited := qctx.Err() != nil && ctx.Err() == nil
 			cancel()
+			if waited {
+				return errHeldTooLong
+			}
 			if err != nil {
 				return err
 			}
 			state, err = finishAttempt(ctx, tx, jobID, runID, generation, domain.JobAborted, domain.ReasonLeaseExpired, nil)
 			return err
 		})
+		if errors.Is(err, errHeldTooLong) {
+			// The rest of the sweep goes on; the error keeps the sweeper's
+			// notes, so the next pass takes the job.
+			errs = append(errs, err)
+			break
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			if query == expiredLeaseSQL {
 				query = expiredLeaseWaitSQL

@@ -359,3 +359,36 @@ func TestSweepWaitsForHeldRow(t *testing.T) {
 		t.Fatalf("sweep beside a held row: %+v %v", res, err)
 	}
 }
+
+// TestSweepGivesUpOnARowHeldTooLong: a row held past the sweep's wait
+// makes the sweep say so and finish the rest (the other expired job ends);
+// it does not hang, and the held job ends at the next sweep.
+func TestSweepGivesUpOnARowHeldTooLong(t *testing.T) {
+	ctx := context.Background()
+	s, r, _ := newRun(t, []store.NewJob{{Name: "a"}, {Name: "b"}})
+	var claims []*store.Claim
+	for range 2 {
+		c, err := s.Claim(ctx, r, nil, 0)
+		if err != nil || c == nil {
+			t.Fatalf("claim: %v %v", c, err)
+		}
+		expire(t, s, c.Lease.JobID)
+		claims = append(claims, c)
+	}
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, claims[0].Lease.JobID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res, err := s.Sweep(ctx)
+	if err == nil || res.Aborted != 1 || time.Since(start) > 10*time.Second {
+		t.Fatalf("sweep beside a row held too long: %+v %v after %s", res, err, time.Since(start))
+	}
+	_ = tx.Rollback(ctx)
+	if res, err := s.Sweep(ctx); err != nil || res.Aborted != 1 {
+		t.Fatalf("next sweep: %+v %v", res, err)
+	}
+}
