@@ -145,6 +145,31 @@ func TestWaitLongerThanTheHintSettles(t *testing.T) {
 	}
 }
 
+// A group whose runner was revoked (and not registered again) does not
+// scale out: its instances would boot with the revoked token and fail,
+// over and over, for as long as jobs wait.
+func TestRevokedRunnerDoesNotScale(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := f.st.RegisterRunner(ctx, reg, "ec2", []string{"linux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.st.RevokeRunner(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	f.queue(t, "linux")
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 0 {
+		t.Fatalf("desired %d with the group's runner revoked, want 0", d)
+	}
+}
+
 func TestParseGroupsRefusesBadConfig(t *testing.T) {
 	for _, raw := range []string{`nope`, `[{"asg": ""}]`, `[{"asg": "a", "labels": ["x"], "runner": "r", "max": 0, "idle_seconds": 600}]`,
 		`[{"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 5}]`,

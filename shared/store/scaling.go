@@ -20,14 +20,17 @@ type Demand struct {
 // the first). Queued jobs count only where that runner's scope would
 // take them (its projects and trust tiers), so that a job no instance
 // would claim never keeps instances coming; before the runner exists,
-// every covered job counts.
+// every covered job counts. When only revoked runners of that name exist,
+// none does: instances would boot with the revoked token, fail and be
+// replaced for as long as jobs wait (infra/README.md says how to start
+// the group again).
 const groupDemandSQL = `
 WITH r AS (SELECT id, projects, untrusted FROM runners WHERE name = $3 AND revoked_at IS NULL
            ORDER BY created_at DESC LIMIT 1),
 q AS (
     SELECT j.state, j.queued_at, j.runner_id FROM jobs j
     WHERE j.state IN ('QUEUED', 'RUNNING') AND j.labels <@ $1::text[]
-      AND (NOT EXISTS (SELECT 1 FROM r) OR EXISTS (SELECT 1 FROM r
+      AND (NOT EXISTS (SELECT 1 FROM runners WHERE name = $3) OR EXISTS (SELECT 1 FROM r
            WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)))
 )
 SELECT count(*) FILTER (WHERE state = 'QUEUED'),
