@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what ForgeCI's tests and local stack need and are missing:
-# PostgreSQL server binaries, Chromium, bubblewrap and systemd-analyze from
+# PostgreSQL server binaries, Chromium, bubblewrap, nftables and systemd-analyze from
 # Debian and the runner's slot users (when root), versitygw and the
 # Lambda Runtime Interface Emulator (go install). Idempotent and quiet
 # when everything is present.
@@ -51,6 +51,13 @@ fi
 if ! command -v bwrap >/dev/null 2>&1; then
   echo "deps: installing bubblewrap (runner sandbox)" >&2
   apt_install bubblewrap
+fi
+
+# nft: the tests check the EC2 runner's rules that keep jobs from the
+# instance metadata service (nft -c, which changes nothing).
+if ! command -v nft >/dev/null 2>&1 && ! [ -x /usr/sbin/nft ]; then
+  echo "deps: installing nftables (rules check)" >&2
+  apt_install nftables
 fi
 
 # systemd-analyze: the tests verify the runner's systemd unit with it (the

@@ -1,6 +1,7 @@
 package templatetest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -230,6 +231,58 @@ func TestRunnerEC2Elastic(t *testing.T) {
 	}
 	checkElasticUserData(t, raw)
 	checkScaleGroupOutput(t, raw)
+}
+
+// userData is the launch template's user data as CloudFormation would
+// hand it to the instance, its ${...} substitutions left as they are.
+func userData(t *testing.T, g map[string]any) string {
+	t.Helper()
+	enc, _ := dig(g, "Resources", "RunnerLaunchTemplate", "Properties", "LaunchTemplateData", "UserData").(string)
+	raw, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || !strings.HasPrefix(string(raw), "sub:#!/bin/bash") {
+		t.Fatalf("user data %q: %v", enc, err)
+	}
+	return strings.TrimPrefix(string(raw), "sub:")
+}
+
+// TestRunnerEC2UserData: the user data is valid bash; it keeps every user
+// but root from the instance metadata service (whose credentials are the
+// instance role's) with rules nft accepts, at setup and at every start of
+// the runner; an elastic instance whose setup fails leaves its group.
+func TestRunnerEC2UserData(t *testing.T) {
+	_, g := parseRunner(t, nil)
+	ud := userData(t, g)
+	script := filepath.Join(t.TempDir(), "user-data.sh")
+	if err := os.WriteFile(script, []byte(ud), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := osexec.Command("bash", "-n", script).CombinedOutput(); err != nil {
+		t.Fatalf("user data: %v\n%s", err, out)
+	}
+	rules := regexp.MustCompile(`(?s)<<'NFT'\n(.*?)\nNFT\n`).FindStringSubmatch(ud)
+	if rules == nil || !strings.Contains(rules[1], "ip daddr 169.254.169.254 meta skuid != 0") {
+		t.Fatalf("no metadata rules for non-root users in the user data")
+	}
+	nft, err := osexec.LookPath("nft")
+	if err != nil {
+		t.Fatal("nft is not installed (make deps installs nftables)")
+	}
+	file := filepath.Join(t.TempDir(), "imds.nft")
+	if err := os.WriteFile(file, []byte(rules[1]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := osexec.Command(nft, "-c", "-f", file).CombinedOutput(); err != nil {
+		t.Fatalf("nft refuses the metadata rules: %v\n%s", err, out)
+	}
+	for _, want := range []string{"nft -f /etc/forgeci-runner-imds.nft\n", "ExecStartPre=/usr/sbin/nft -f /etc/forgeci-runner-imds.nft"} {
+		if !strings.Contains(ud, want) {
+			t.Errorf("user data lacks %q", want)
+		}
+	}
+	trap := strings.Index(ud, "trap 'rc=$?; [ \"$rc\" -eq 0 ] || /usr/local/sbin/forgeci-retire' EXIT")
+	if trap < 0 || trap > strings.Index(ud, "dnf install") {
+		t.Error("an elastic instance must arrange to leave its group before any setup step can fail")
+	}
 }
 
 // checkElasticUserData: the drop-in replaces ExecStart with an ephemeral
