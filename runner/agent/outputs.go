@@ -42,7 +42,7 @@ func parseOutputs(data []byte) (map[string]string, error) {
 		} else {
 			name, value, ok = strings.Cut(line, "=")
 		}
-		if !ok || !domain.OutputNameRE.MatchString(name) {
+		if !ok || !domain.OutputNameRE().MatchString(name) {
 			return nil, fmt.Errorf("line %d is not NAME=value or NAME<<DELIMITER", i+1)
 		}
 		out[name] = value

@@ -61,7 +61,7 @@ func FuzzParseOutputs(f *testing.F) {
 			t.Fatalf("%d outputs", len(out))
 		}
 		for k := range out {
-			if !domain.OutputNameRE.MatchString(k) {
+			if !domain.OutputNameRE().MatchString(k) {
 				t.Fatalf("output name %q", k)
 			}
 		}

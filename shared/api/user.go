@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -116,7 +115,7 @@ type RunView struct {
 	Jobs []store.JobInfo `json:"jobs"`
 }
 
-var gitSHARE = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
+var gitSHARE = domain.LazyRegexp(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 
 // createRun verifies an uploaded snapshot, reads its pipeline and creates
 // the run. Nothing is queued before the blob's digest, size and manifest
@@ -143,7 +142,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	if !protocol.ValidDigest(req.Source.ManifestDigest) {
 		return domain.Errorf(domain.EInvalid, "field source.manifest_digest must be sha256:<64 lowercase hex digits>")
 	}
-	if req.GitSHA != "" && !gitSHARE.MatchString(req.GitSHA) {
+	if req.GitSHA != "" && !gitSHARE().MatchString(req.GitSHA) {
 		return domain.Errorf(domain.EInvalid, "field git_sha must be a full commit SHA")
 	}
 	ref, err := branchRef(req.Branch)

@@ -2,7 +2,6 @@ package domain
 
 import (
 	"math"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -168,7 +167,7 @@ func (s JobSpec) Features() []string {
 func (s JobSpec) hasExpressions() bool {
 	found := false
 	look := func(v string) {
-		if strings.Contains(v, "${{") && strings.Contains(SecretRefRE.ReplaceAllString(v, ""), "${{") {
+		if strings.Contains(v, "${{") && strings.Contains(SecretRefRE().ReplaceAllString(v, ""), "${{") {
 			found = true
 		}
 	}
@@ -274,7 +273,7 @@ type EnvironmentSpec struct {
 // (GitHub's names are case-insensitive, so "Production" must not escape
 // the rules of "production"), and never a ':' (it is a field of an
 // identity token's sub).
-var EnvironmentNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+var EnvironmentNameRE = LazyRegexp(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
 // NeedResult is one needed job as needs.<job> shows it: its result
 // (success, failure, cancelled or skipped) and its outputs.
@@ -334,7 +333,7 @@ type Source struct {
 
 // SecretRefRE matches ${{ secrets.NAME }}, the one expression a job spec
 // keeps until claim time.
-var SecretRefRE = regexp.MustCompile(`\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
+var SecretRefRE = LazyRegexp(`\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}`)
 
 // strings visits every string of the spec that may hold ${{ secrets.NAME }}:
 // env values and step scripts.
@@ -369,7 +368,7 @@ func (s JobSpec) SecretNames() []string {
 	names := append([]string{}, s.Secrets...)
 	c := s.clone()
 	c.strings(func(p *string) {
-		for _, m := range SecretRefRE.FindAllStringSubmatch(*p, -1) {
+		for _, m := range SecretRefRE().FindAllStringSubmatch(*p, -1) {
 			names = append(names, m[1])
 		}
 	})
@@ -386,8 +385,8 @@ func (s JobSpec) SecretNames() []string {
 func (s *JobSpec) ExpandSecrets(values map[string]string, quote bool) map[string]string {
 	used := map[string]string{}
 	s.strings(func(p *string) {
-		*p = SecretRefRE.ReplaceAllStringFunc(*p, func(m string) string {
-			name := SecretRefRE.FindStringSubmatch(m)[1]
+		*p = SecretRefRE().ReplaceAllStringFunc(*p, func(m string) string {
+			name := SecretRefRE().FindStringSubmatch(m)[1]
 			v, ok := values[name]
 			if ok {
 				used[name] = v

@@ -2,7 +2,6 @@ package domain
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -49,7 +48,7 @@ func ParseBytes(s string) (int64, error) {
 
 // OutputNameRE is an output's name: a step's ($FORGECI_OUTPUT), a job's
 // (outputs:), as the outputs route takes them.
-var OutputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
+var OutputNameRE = LazyRegexp(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
 // Limits of a job's outputs: names, and bytes of names and values, of all
 // an attempt sends to the outputs route together.

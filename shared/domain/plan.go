@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"regexp"
 	"slices"
 	"strings"
 )
@@ -108,11 +107,11 @@ type Schedule struct {
 
 // branchRE is a branch name as ForgeCI takes one (git's rules, simply:
 // no .., //, trailing / or ., or .lock; see ValidBranch).
-var branchRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$`)
+var branchRE = LazyRegexp(`^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$`)
 
 // ValidBranch reports whether name is a branch name ForgeCI takes (a
 // client's, or one GitHub names).
 func ValidBranch(name string) bool {
-	return branchRE.MatchString(name) && !strings.Contains(name, "..") && !strings.Contains(name, "//") &&
+	return branchRE().MatchString(name) && !strings.Contains(name, "..") && !strings.Contains(name, "//") &&
 		!strings.HasSuffix(name, "/") && !strings.HasSuffix(name, ".") && !strings.HasSuffix(name, ".lock")
 }

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -31,7 +30,7 @@ type Input struct {
 // maxInputs is GitHub's limit of a workflow_dispatch's inputs.
 const maxInputs = 25
 
-var inputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
+var inputNameRE = domain.LazyRegexp(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
 func (p *parseState) dispatchTrigger(v ast.Node, path string) *Dispatch {
 	d := &Dispatch{}
@@ -57,7 +56,7 @@ func (p *parseState) dispatchTrigger(v ast.Node, path string) *Dispatch {
 // required, its default (which must fit the type) and a choice's options.
 func (p *parseState) input(kv *ast.MappingValueNode, path string) Input {
 	in := Input{Name: keyOf(kv), Type: "string"}
-	if !inputNameRE.MatchString(in.Name) {
+	if !inputNameRE().MatchString(in.Name) {
 		p.errorf(kv.Key, path, "input name %q must start with a letter or _ and hold letters, digits, _ and -", in.Name)
 	}
 	p.options(kv.Value, path, "description, type, required, default or options", map[string]func(ast.Node, string){

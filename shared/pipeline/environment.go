@@ -43,7 +43,7 @@ func (p *parseState) envText(v ast.Node, kp string, maxLen int) string {
 		return ""
 	}
 	if !strings.Contains(s, "${{") {
-		if strings.HasSuffix(kp, ".name") && !domain.EnvironmentNameRE.MatchString(strings.ToLower(s)) {
+		if strings.HasSuffix(kp, ".name") && !domain.EnvironmentNameRE().MatchString(strings.ToLower(s)) {
 			p.errorf(v, kp, "environment name %q must be 1 to 64 letters, digits, _ . or -, starting with a letter or digit", s)
 			return ""
 		}
@@ -73,7 +73,7 @@ func (p *parseState) expandEnvironment(j *rawJob, job *Job, combo map[string]str
 		env.URL = p.substitute(j, j.path+".environment.url", j.environment.URL, combo, at)
 	}
 	p.readsNeeds = reads
-	if !strings.Contains(env.Name, "${{") && !domain.EnvironmentNameRE.MatchString(strings.ToLower(env.Name)) {
+	if !strings.Contains(env.Name, "${{") && !domain.EnvironmentNameRE().MatchString(strings.ToLower(env.Name)) {
 		kp := j.path + ".environment.name"
 		p.errorf(p.nodes[kp], kp, "is %q here: an environment name is 1 to 64 letters, digits, _ . or -", env.Name)
 	}

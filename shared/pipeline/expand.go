@@ -264,7 +264,7 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 			return "***"
 		case !pl.secrets:
 			return fail("secrets may be used only in env values and run scripts")
-		case !secretNameRE.MatchString(name):
+		case !secretNameRE().MatchString(name):
 			return fail("secret names are upper-case letters, digits and _, not starting with a digit")
 		}
 		return "${{ secrets." + name + " }}"

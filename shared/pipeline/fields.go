@@ -43,7 +43,7 @@ func (p *parseState) artifacts(n ast.Node, path string) []domain.ArtifactSpec {
 			"name":  func(v ast.Node, kp string) { a.Name, _ = p.str(v, kp) },
 			"paths": func(v ast.Node, kp string) { a.Paths = p.relPaths(v, kp) },
 		})
-		if !artifactNameRE.MatchString(a.Name) {
+		if !artifactNameRE().MatchString(a.Name) {
 			p.errorf(an, ap+".name", "artifact name %q must hold only letters, digits and . _ - (at most 128)", a.Name)
 		}
 		if seen[a.Name] {

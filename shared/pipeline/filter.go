@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/forgeci/forgeci/shared/domain"
 )
 
 // A filter is a list of GitHub's filter patterns (branches, tags, paths):
@@ -25,7 +27,7 @@ type pattern struct {
 
 // classRE is what a [class] may hold: letters, digits, . and _, and
 // ranges of them (never ^, which would make it match /).
-var classRE = regexp.MustCompile(`^[A-Za-z0-9._]([A-Za-z0-9._-]*[A-Za-z0-9._])?$`)
+var classRE = domain.LazyRegexp(`^[A-Za-z0-9._]([A-Za-z0-9._-]*[A-Za-z0-9._])?$`)
 
 // compileFilter compiles patterns, or says what is wrong with one; a
 // filter needs a pattern, and one that is not a ! pattern (which alone
@@ -102,7 +104,7 @@ func globRegexp(p string) (*regexp.Regexp, error) {
 				return nil, fmt.Errorf("[ without a class and a ]")
 			}
 			class := p[i+1 : i+end]
-			if !classRE.MatchString(class) {
+			if !classRE().MatchString(class) {
 				return nil, fmt.Errorf("a [class] holds letters, digits, . _ and ranges such as a-z")
 			}
 			b.WriteString("[" + class + "]")

@@ -105,7 +105,7 @@ func (p *parseState) outputs(n ast.Node, path string) map[string]string {
 	out := map[string]string{}
 	for _, kv := range kvs {
 		name, kp := keyOf(kv), path+"."+keyOf(kv)
-		if !domain.OutputNameRE.MatchString(name) {
+		if !domain.OutputNameRE().MatchString(name) {
 			p.errorf(kv.Key, kp, "output name %q must start with a letter or _ and hold letters, digits, _ and -", name)
 		}
 		if s, ok := p.str(kv.Value, kp); ok {

@@ -3,15 +3,15 @@ package pipeline
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/goccy/go-yaml/ast"
 )
 
 // matrixKeyRE: an axis is named as in GitHub's workflows (node-version);
 // in the environment its - becomes _ (FORGECI_MATRIX_NODE_VERSION).
-var matrixKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
+var matrixKeyRE = domain.LazyRegexp(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
 // strategy reads strategy: the matrix's combinations (axes multiplied,
 // then exclude, then include, by GitHub's rules) and its keys in order;
@@ -93,7 +93,7 @@ func (p *parseState) matrix(n ast.Node, mp string) ([]map[string]string, []strin
 // axis reads one axis's values: an identifier's non-empty list, each once.
 func (p *parseState) axis(axis *ast.MappingValueNode, ap string) []string {
 	name := keyOf(axis)
-	if !matrixKeyRE.MatchString(name) {
+	if !matrixKeyRE().MatchString(name) {
 		p.errorf(axis.Key, ap, "matrix axis %q must be an identifier (letters, digits, _ and -)", name)
 	}
 	values := p.strList(axis.Value, ap)
@@ -131,7 +131,7 @@ func (p *parseState) entries(n ast.Node, path string) []map[string]string {
 		m := map[string]string{}
 		for _, kv := range kvs {
 			k := keyOf(kv)
-			if !matrixKeyRE.MatchString(k) {
+			if !matrixKeyRE().MatchString(k) {
 				p.errorf(kv.Key, ep+"."+k, "matrix key %q must be an identifier (letters, digits, _ and -)", k)
 			}
 			if v, ok := p.str(kv.Value, ep+"."+k); ok {

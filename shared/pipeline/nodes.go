@@ -4,7 +4,6 @@ import (
 	"fmt"
 	pathpkg "path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -128,7 +127,7 @@ func (p *parseState) env(n ast.Node, path string) map[string]string {
 	env := map[string]string{}
 	for _, kv := range kvs {
 		k := keyOf(kv)
-		if !envKeyRE.MatchString(k) {
+		if !envKeyRE().MatchString(k) {
 			p.errorf(kv.Key, path+"."+k, "environment variable name %q must be an identifier", k)
 		} else if strings.HasPrefix(k, "FORGECI_") {
 			p.errorf(kv.Key, path+"."+k, "names starting with FORGECI_ are reserved")
@@ -216,10 +215,10 @@ func firstLine(s string) string {
 	return line
 }
 
-var yamlPosRE = regexp.MustCompile(`\[(\d+):(\d+)\]`)
+var yamlPosRE = domain.LazyRegexp(`\[(\d+):(\d+)\]`)
 
 func yamlErrorPos(msg string) (int, int, bool) {
-	m := yamlPosRE.FindStringSubmatch(msg)
+	m := yamlPosRE().FindStringSubmatch(msg)
 	if m == nil {
 		return 0, 0, false
 	}

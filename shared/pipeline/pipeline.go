@@ -30,7 +30,6 @@ package pipeline
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -161,13 +160,13 @@ func AsError(err error) error {
 }
 
 var (
-	jobNameRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$`)
-	envKeyRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	labelRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
-	secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,99}$`)
+	jobNameRE    = domain.LazyRegexp(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$`)
+	envKeyRE     = domain.LazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	labelRE      = domain.LazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
+	secretNameRE = domain.LazyRegexp(`^[A-Z_][A-Z0-9_]{0,99}$`)
 	// Compiled once: compiling it for each artifact cost a realistic
 	// 256 KiB pipeline 30 MB.
-	artifactNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	artifactNameRE = domain.LazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 )
 
 type parseState struct {
@@ -333,7 +332,7 @@ func (p *parseState) jobs(n ast.Node, globalEnv map[string]string) []Job {
 	for _, kv := range kvs {
 		name := keyOf(kv)
 		path := "jobs." + name
-		if !jobNameRE.MatchString(name) {
+		if !jobNameRE().MatchString(name) {
 			p.errorf(kv.Key, path, "job name %q must start with a letter, digit or _ and hold only letters, digits, _ . - (at most 100)", name)
 			continue
 		}
@@ -396,7 +395,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 		case "runs-on":
 			j.labels = p.strList(kv.Value, kp)
 			for _, l := range j.labels {
-				if !labelRE.MatchString(l) && !strings.Contains(l, "${{") {
+				if !labelRE().MatchString(l) && !strings.Contains(l, "${{") {
 					p.errorf(kv.Value, kp, "label %q must hold only letters, digits and . _ : / - (at most 64)", l)
 				}
 			}
@@ -426,7 +425,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 		case "secrets":
 			j.secrets = p.strList(kv.Value, kp)
 			for _, name := range j.secrets {
-				if !secretNameRE.MatchString(name) {
+				if !secretNameRE().MatchString(name) {
 					p.errorf(kv.Value, kp, "secret name %q must be upper-case letters, digits and _, not starting with a digit", name)
 				}
 			}

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"regexp"
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
@@ -10,7 +9,7 @@ import (
 	"github.com/forgeci/forgeci/shared/expr"
 )
 
-var stepIDRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
+var stepIDRE = domain.LazyRegexp(`^[A-Za-z_][A-Za-z0-9_-]{0,99}$`)
 
 // shells are the named shells, as GitHub runs them; any other shell must
 // be a command with {0} for the script file.
@@ -64,7 +63,7 @@ func (p *parseState) minutes(v ast.Node, kp string) int {
 
 func (p *parseState) stepID(v ast.Node, kp string) string {
 	id, ok := p.str(v, kp)
-	if ok && !stepIDRE.MatchString(id) {
+	if ok && !stepIDRE().MatchString(id) {
 		p.errorf(v, kp, "a step id starts with a letter or _ and holds letters, digits, _ and -")
 	}
 	return id

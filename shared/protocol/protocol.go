@@ -8,7 +8,6 @@ package protocol
 
 import (
 	"math"
-	"regexp"
 	"strings"
 	"time"
 
@@ -103,11 +102,11 @@ const (
 const maxQueueHint = 64
 
 // runnerVersionRE is a runner's version as shown: printable, short.
-var runnerVersionRE = regexp.MustCompile(`^[A-Za-z0-9._+:@-]{0,64}$`)
+var runnerVersionRE = domain.LazyRegexp(`^[A-Za-z0-9._+:@-]{0,64}$`)
 
 // Validate checks the wait and the features.
 func (r *ClaimRequest) Validate() error {
-	if !runnerVersionRE.MatchString(r.Version) || r.Slots < 0 || r.Slots > 1024 {
+	if !runnerVersionRE().MatchString(r.Version) || r.Slots < 0 || r.Slots > 1024 {
 		return domain.Errorf(domain.EInvalid, "version is at most 64 letters, digits and . _ + : @ -; slots from 0 to 1024")
 	}
 	if r.WaitSeconds < 0 || time.Duration(r.WaitSeconds)*time.Second > MaxClaimWait {
@@ -259,7 +258,7 @@ func (r *OutputsRequest) Validate() error {
 	}
 	size := 0
 	for k, v := range r.Outputs {
-		if !domain.OutputNameRE.MatchString(k) {
+		if !domain.OutputNameRE().MatchString(k) {
 			return domain.Errorf(domain.EInvalid, "output name %q must start with a letter or _ and hold letters, digits, _ and - (at most 100)", k)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
@@ -310,14 +309,14 @@ type CompleteResponse struct {
 	JobState string `json:"job_state"`
 }
 
-var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+var digestRE = domain.LazyRegexp(`^sha256:[0-9a-f]{64}$`)
 
 // ValidDigest reports whether d is sha256:<64 lowercase hex digits>.
-func ValidDigest(d string) bool { return digestRE.MatchString(d) }
+func ValidDigest(d string) bool { return digestRE().MatchString(d) }
 
 // ValidBlob checks a digest (sha256:<64 hex>) and a size from 0 to MaxBlobBytes.
 func ValidBlob(digest string, size *int64) error {
-	if !digestRE.MatchString(digest) {
+	if !digestRE().MatchString(digest) {
 		return domain.Errorf(domain.EInvalid, "field digest must be sha256:<64 lowercase hex digits>")
 	}
 	if size == nil || *size < 0 || *size > MaxBlobBytes {

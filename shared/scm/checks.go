@@ -3,7 +3,6 @@ package scm
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 	"github.com/forgeci/forgeci/shared/store"
 )
 
-var shaRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+var shaRE = domain.LazyRegexp(`^[0-9a-f]{40}$`)
 
 const zeroSHA = "0000000000000000000000000000000000000000"
 

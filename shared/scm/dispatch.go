@@ -154,7 +154,7 @@ func (w *Worker) resolve(ctx context.Context, gh *github.Client, repo store.Repo
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", ref, err)
 	}
-	if !shaRE.MatchString(sha) {
+	if !shaRE().MatchString(sha) {
 		return "", domain.Errorf(domain.EInvalid, "GitHub resolved %s to %q, not a commit", ref, sha)
 	}
 	return sha, nil

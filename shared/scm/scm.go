@@ -194,7 +194,7 @@ func (w *Worker) processDelivery(ctx context.Context, d *store.Delivery, res *Re
 	}
 	run, note, sha, err := w.deliver(ctx, d)
 	switch {
-	case err != nil && domain.ErrorCode(err) == domain.EInvalid && shaRE.MatchString(sha):
+	case err != nil && domain.ErrorCode(err) == domain.EInvalid && shaRE().MatchString(sha):
 		// The commit cannot make a run (no or a broken pipeline file):
 		// fail the delivery and tell the author on the commit.
 		log.Warn("delivery made no run", "err", err)
@@ -275,7 +275,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	default:
 		return nil, "event " + d.Event + " does not create runs", "", nil
 	}
-	if !shaRE.MatchString(sha) {
+	if !shaRE().MatchString(sha) {
 		return nil, "", "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
 	}
 	nr.GitSHA = sha

@@ -67,7 +67,7 @@ DELETE FROM environments WHERE project_id = $1 AND name = $2`
 // checks it.
 func CheckEnvironmentName(name string) (string, error) {
 	n := strings.ToLower(name)
-	if !domain.EnvironmentNameRE.MatchString(n) {
+	if !domain.EnvironmentNameRE().MatchString(n) {
 		return "", domain.Errorf(domain.EInvalid, "environment name %q must be 1 to 64 letters, digits, _ . or -, starting with a letter or digit", name)
 	}
 	return n, nil

@@ -3,12 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
-	"regexp"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/jackc/pgx/v5"
 )
 
-var roleNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+var roleNameRE = domain.LazyRegexp(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // EnsureIAMUser makes the database user the functions connect as with IAM
 // tokens (the default shape, template.yaml): a login role granted the
@@ -16,7 +16,7 @@ var roleNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // before) and, on RDS, rds_iam, which makes it log in by token only. It is
 // run by the migrate function, which alone holds the master password.
 func EnsureIAMUser(ctx context.Context, url, user string) error {
-	if !roleNameRE.MatchString(user) {
+	if !roleNameRE().MatchString(user) {
 		return fmt.Errorf("database IAM user %q: lower-case letters, digits and _ only", user)
 	}
 	conn, err := pgx.Connect(ctx, url)

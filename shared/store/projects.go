@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -91,20 +90,20 @@ type Project struct {
 }
 
 var (
-	projectNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`)
-	branchRE      = regexp.MustCompile(`^[A-Za-z0-9._][A-Za-z0-9._/-]{0,199}$`)
+	projectNameRE = domain.LazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$`)
+	branchRE      = domain.LazyRegexp(`^[A-Za-z0-9._][A-Za-z0-9._/-]{0,199}$`)
 )
 
 // ValidateProjectName checks a project name.
 func ValidateProjectName(name string) error {
-	if !projectNameRE.MatchString(name) || strings.Contains(name, "//") || strings.HasSuffix(name, "/") {
+	if !projectNameRE().MatchString(name) || strings.Contains(name, "//") || strings.HasSuffix(name, "/") {
 		return domain.Errorf(domain.EInvalid, "project name must be 1 to 200 letters, digits or . _ / -, starting with a letter or digit, such as acme/app")
 	}
 	return nil
 }
 
 func validateBranch(b string) error {
-	if !branchRE.MatchString(b) || strings.Contains(b, "..") || strings.HasSuffix(b, "/") || strings.HasPrefix(b, "refs/") {
+	if !branchRE().MatchString(b) || strings.Contains(b, "..") || strings.HasSuffix(b, "/") || strings.HasPrefix(b, "refs/") {
 		return domain.Errorf(domain.EInvalid, "default_branch must be a branch name such as main (not a full ref)")
 	}
 	return nil

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,7 +34,7 @@ type Repository struct {
 	CreatedAt      time.Time `json:"created_at"`
 }
 
-var fullNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
+var fullNameRE = domain.LazyRegexp(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$`)
 
 // AddRepository registers (or updates) a repository for an existing
 // project, named by r.Project.
@@ -43,7 +42,7 @@ func (s *Store) AddRepository(ctx context.Context, r Repository) error {
 	switch {
 	case r.GitHubID <= 0:
 		return domain.Errorf(domain.EInvalid, "the GitHub repository ID must be a positive integer")
-	case !fullNameRE.MatchString(r.FullName):
+	case !fullNameRE().MatchString(r.FullName):
 		return domain.Errorf(domain.EInvalid, "repository must be owner/name, got %q", r.FullName)
 	case r.InstallationID <= 0:
 		return domain.Errorf(domain.EInvalid, "the GitHub App installation ID must be a positive integer")

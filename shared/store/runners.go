@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -124,7 +123,7 @@ type RunnerJob struct {
 	RunNumber int64  `json:"run_number"`
 }
 
-var labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
+var labelRE = domain.LazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
 
 // ValidateLabels checks runner or job labels.
 func ValidateLabels(labels []string) error {
@@ -133,7 +132,7 @@ func ValidateLabels(labels []string) error {
 	}
 	seen := map[string]bool{}
 	for _, l := range labels {
-		if !labelRE.MatchString(l) {
+		if !labelRE().MatchString(l) {
 			return domain.Errorf(domain.EInvalid, "label %q is not valid: use letters, digits and . _ : / - (at most 64)", l)
 		}
 		if seen[l] {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -61,7 +60,7 @@ const MinSecretBytes = mask.MinLen
 // MaxSecretBytes is the longest secret value accepted.
 const MaxSecretBytes = 65536
 
-var secretNameRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]{0,99}$`)
+var secretNameRE = domain.LazyRegexp(`^[A-Z_][A-Z0-9_]{0,99}$`)
 
 // ErrNoKeyring means no master key is configured, so secrets cannot be
 // sealed or opened.
@@ -101,7 +100,7 @@ func (s *Store) SetSecret(ctx context.Context, u User, projectID, name, value st
 // of the project. Only jobs that deploy to env get an environment's
 // secret, in place of a project secret of the same name.
 func (s *Store) SetScopedSecret(ctx context.Context, u User, projectID, env, name, value string) error {
-	if !secretNameRE.MatchString(name) {
+	if !secretNameRE().MatchString(name) {
 		return domain.Errorf(domain.EInvalid, "secret names are upper-case letters, digits and _, not starting with a digit: %q", name)
 	}
 	if len(value) < MinSecretBytes {
