@@ -38,11 +38,16 @@ func NewClient(service, envName string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	endpoint := "https://" + service + "." + cfg.Region + ".amazonaws.com"
+	domain := "amazonaws.com"
+	if strings.HasPrefix(cfg.Region, "cn-") {
+		domain = "amazonaws.com.cn" // the aws-cn partition
+	}
+	endpoint := "https://" + service + "." + cfg.Region + "." + domain
 	if e := Endpoint(envName); e != nil {
 		endpoint = strings.TrimSuffix(*e, "/")
 	}
-	return &Client{cfg: cfg, service: service, endpoint: endpoint, http: &http.Client{Timeout: 10 * time.Second},
+	// Three attempts of 3 s stay inside Lambda's 10 s for a cold start.
+	return &Client{cfg: cfg, service: service, endpoint: endpoint, http: &http.Client{Timeout: 3 * time.Second},
 		signer: v4.NewSigner()}, nil
 }
 
@@ -115,9 +120,13 @@ func errorOf(resp *http.Response, body []byte) *Error {
 	return &Error{Status: resp.StatusCode, Type: t, Message: msg}
 }
 
+// MaxAttempts is how many times JSON tries a call.
+const MaxAttempts = 3
+
 // JSON calls an operation of an AWS JSON 1.1 API (target: the
-// X-Amz-Target, e.g. "secretsmanager.GetSecretValue"), retrying twice
-// on throttling, a server error or no answer.
+// X-Amz-Target, e.g. "secretsmanager.GetSecretValue"), trying it up to
+// MaxAttempts times on throttling, a server error or no answer (the
+// operations called this way are safe to repeat).
 func (c *Client) JSON(ctx context.Context, target string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -130,7 +139,7 @@ func (c *Client) JSON(ctx context.Context, target string, in, out any) error {
 		if err == nil {
 			return json.Unmarshal(raw, out)
 		}
-		if attempt == 2 || !retryable(err) || ctx.Err() != nil {
+		if attempt == MaxAttempts-1 || !retryable(err) || ctx.Err() != nil {
 			return err
 		}
 		select {
