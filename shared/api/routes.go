@@ -188,8 +188,7 @@ type RouteHandler struct {
 
 // Register adds a function defined in another package. The dashboard
 // registers itself (package ui, imported by functions/ui and the local
-// stack) so that html/template, which makes the linker keep every
-// exported method, is only in the ui bootstrap: 6 MB less in the others.
+// stack), so that its pages are only in the ui bootstrap.
 func Register(function string, routes ...RouteHandler) {
 	rs := make([]route, len(routes))
 	for i, r := range routes {

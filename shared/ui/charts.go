@@ -3,7 +3,6 @@ package ui
 import (
 	"fmt"
 	"html"
-	"html/template"
 	"strings"
 
 	"github.com/forgeci/forgeci/shared/store"
@@ -20,7 +19,11 @@ const (
 
 // durationChart is a bar per run of a job, its height the job's
 // duration, coloured by outcome, each bar titled and linked to its run.
-func durationChart(runs []store.JobRun) template.HTML {
+// svg is markup a chart function built (numbers, and text it escaped):
+// written as it is.
+type svg string
+
+func durationChart(runs []store.JobRun) svg {
 	if len(runs) < 2 {
 		return ""
 	}
@@ -45,12 +48,12 @@ func durationChart(runs []store.JobRun) template.HTML {
 	}
 	fmt.Fprintf(&b, `<text x="0" y="12" font-size="10" fill="#666">%s</text><text x="0" y="%d" font-size="10" fill="#666">0</text></svg>`,
 		seconds(longest), chartH-15)
-	return template.HTML(b.String()) // built above from numbers and escaped text
+	return svg(b.String()) // built above from numbers and escaped text
 }
 
 // passRateChart is a line per branch: its pass rate over a window of its
 // last ended runs, run after run.
-func passRateChart(branches []store.BranchOutcomes) template.HTML {
+func passRateChart(branches []store.BranchOutcomes) svg {
 	const window = 10
 	colours := []string{"#1f6feb", "#8250df", "#bf3989", "#d4a72c", "#2e9e44"}
 	var lines, legend strings.Builder
@@ -81,7 +84,7 @@ func passRateChart(branches []store.BranchOutcomes) template.HTML {
 	if drawn == 0 {
 		return ""
 	}
-	return template.HTML(fmt.Sprintf(`<svg class="chart" id="pass-rate-chart" role="img" viewBox="0 0 %d %d" width="100%%" height="%d" xmlns="http://www.w3.org/2000/svg">`+
+	return svg(fmt.Sprintf(`<svg class="chart" id="pass-rate-chart" role="img" viewBox="0 0 %d %d" width="100%%" height="%d" xmlns="http://www.w3.org/2000/svg">`+
 		`<title>Pass rate per branch (over the last %d runs, run after run)</title>`+
 		`<text x="0" y="14" font-size="10" fill="#666">100%%</text><text x="0" y="%d" font-size="10" fill="#666">0%%</text>%s%s</svg>`,
 		chartW, chartH, chartH, window, chartH-20, lines.String(), legend.String()))

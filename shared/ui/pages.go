@@ -3,7 +3,6 @@ package ui
 import (
 	"context"
 	"fmt"
-	"html/template"
 	"net/http"
 	"net/url"
 	"sort"
@@ -22,7 +21,7 @@ type runsPage struct {
 	page
 	Filter       store.RunFilter
 	States       []string
-	NextURL      template.URL // the next page's link, with the filter (encoded here)
+	NextURL      string // the next page's link, with the filter (encoded here)
 	Project      string
 	Projects     []store.Project
 	MoreProjects bool
@@ -62,12 +61,12 @@ func Runs(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error 
 }
 
 // nextRuns is the link to the runs after cursor, filtered as now.
-func nextRuns(filter url.Values, cursor string) template.URL {
+func nextRuns(filter url.Values, cursor string) string {
 	if cursor == "" {
 		return ""
 	}
 	filter.Set("before", cursor)
-	return template.URL("/?" + filter.Encode()) // every value is encoded
+	return "/?" + filter.Encode() // every value is encoded
 }
 
 type queuePage struct {
@@ -168,7 +167,7 @@ type jobPage struct {
 	// Report is the attempt's test report summary (nil: none).
 	Report *protocol.TestSummary
 	// DurationChart is the job's duration over its last runs (SVG).
-	DurationChart template.HTML
+	DurationChart svg
 }
 
 // Job shows a job's attempts and follows its log.

@@ -1,7 +1,6 @@
 package ui
 
 import (
-	"html/template"
 	"net/http"
 	"net/url"
 
@@ -59,7 +58,7 @@ type projectPage struct {
 	Notifications []store.NotificationInfo
 	Hooks         []store.Hook
 	// PassRate is each busy branch's pass rate, run after run (SVG).
-	PassRate     template.HTML
+	PassRate     svg
 	Environments []store.Environment
 }
 

@@ -1,4 +1,4 @@
-// Package ui is ForgeCI's web dashboard: server-rendered pages (html/template
+// Package ui is ForgeCI's web dashboard: server-rendered pages (render.go
 // escapes everything shown) and a little JavaScript to follow logs. It logs
 // in with a user API token kept in an HttpOnly, SameSite=Strict cookie;
 // state-changing forms also check the Origin header.
@@ -8,55 +8,22 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
-//go:embed templates/*.html
-var templateFS embed.FS
-
 //go:embed static
 var staticFS embed.FS
 
 const cookieName = "forgeci_token"
-
-var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"short": func(s string) string {
-		s = strings.TrimPrefix(s, "sha256:")
-		if len(s) > 12 {
-			return s[:12]
-		}
-		return s
-	},
-	"when": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-	"duration": func(start, end *time.Time) string {
-		if start == nil {
-			return ""
-		}
-		stop := time.Now()
-		if end != nil {
-			stop = *end
-		}
-		return stop.Sub(*start).Round(100 * time.Millisecond).String()
-	},
-	"join":      func(s []string) string { return strings.Join(s, ", ") },
-	"list":      func(s ...string) []string { return s },
-	"seconds":   seconds,
-	"bytes":     humanBytes,
-	"deref":     func(p *int) int { return *p },
-	"derefStr":  func(p *string) string { return *p },
-	"str":       func(p *string) string { return *p },
-	"derefTime": func(p *time.Time) time.Time { return *p },
-}).ParseFS(templateFS, "templates/*.html"))
 
 // UI serves the dashboard.
 type UI struct {
@@ -79,12 +46,18 @@ type page struct {
 }
 
 func (u *UI) render(w http.ResponseWriter, status int, name string, data any) {
+	var o out
+	if err := writePage(&o, name, data); err != nil {
+		if u.Log != nil {
+			u.Log.Error("render", "page", name, "err", err)
+		}
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
 	secureHeaders(w)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	if err := pages.ExecuteTemplate(w, name, data); err != nil && u.Log != nil {
-		u.Log.Error("render", "page", name, "err", err)
-	}
+	_, _ = io.WriteString(w, o.String())
 }
 
 // secureHeaders: no inline script or style may run, nothing may frame us.

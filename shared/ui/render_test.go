@@ -1,0 +1,99 @@
+package ui
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// evil is what a hostile project, job, artifact, branch or user name could
+// hold: it breaks out of text, of a double- or single-quoted attribute and
+// of a URL.
+const evil = `x"'><script>alert(1)</script><img src=y onerror=alert(2)>javascript:alert(3)`
+
+// fill sets every string reachable from v (fields, slices of one element,
+// pointers) to evil, and every bool to on, so that each branch that shows a
+// value is taken.
+func fill(v reflect.Value, on bool) {
+	switch v.Kind() {
+	case reflect.String:
+		if v.Type() != reflect.TypeFor[svg]() { // markup the charts built
+			v.SetString(evil)
+		}
+	case reflect.Bool:
+		v.SetBool(on)
+	case reflect.Int, reflect.Int64:
+		if v.Type() != reflect.TypeFor[time.Duration]() {
+			v.SetInt(2)
+		}
+	case reflect.Pointer:
+		if v.Type() == reflect.TypeFor[*time.Time]() {
+			now := time.Now()
+			v.Set(reflect.ValueOf(&now))
+			return
+		}
+		p := reflect.New(v.Type().Elem())
+		fill(p.Elem(), on)
+		v.Set(p)
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 1, 1)
+		fill(s.Index(0), on)
+		v.Set(s)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i), on)
+			}
+		}
+	}
+}
+
+// TestPagesEscapeEverything: every page, with every value hostile and
+// every optional part shown, carries no markup of the values' own: text
+// and attributes are escaped, and a link a user gave (a deployment's URL)
+// is not a javascript: one.
+func TestPagesEscapeEverything(t *testing.T) {
+	pages := map[string]any{"login": page{}, "error": page{}, "runs": runsPage{}, "run": runPage{}, "job": jobPage{},
+		"queue": queuePage{}, "runners": runnersPage{}, "projects": projectsPage{}, "project": projectPage{},
+		"environment": environmentPage{}, "dispatch": dispatchPage{}}
+	for name, data := range pages {
+		for _, on := range []bool{true, false} {
+			v := reflect.New(reflect.TypeOf(data)).Elem()
+			fill(v, on)
+			var o out
+			if err := writePage(&o, name, v.Interface()); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			got := o.String()
+			for _, bad := range []string{"<script>", "<img src=y", `x"'`, `"javascript:`, "'>"} {
+				if strings.Contains(got, bad) {
+					i := strings.Index(got, bad)
+					t.Errorf("%s (options %v) carries %q unescaped: …%s…", name, on, bad, got[max(0, i-80):min(len(got), i+40)])
+				}
+			}
+			if !strings.Contains(got, "&lt;script&gt;") && name != "login" {
+				t.Errorf("%s (options %v) shows none of the values", name, on)
+			}
+		}
+	}
+}
+
+// TestHrefRefusesSchemes: a link target from a user is a path of this site
+// or an http(s) address.
+func TestHrefRefusesSchemes(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://ok.example/a?b=c&d": "https://ok.example/a?b=c&amp;d", "/runs/1": "/runs/1",
+		"javascript:alert(1)": "#ZgotmplZ", "JavaScript:alert(1)": "#ZgotmplZ", "data:text/html,x": "#ZgotmplZ",
+		"//evil.example": "//evil.example", "relative": "#ZgotmplZ", " javascript:x": "#ZgotmplZ",
+	} {
+		var o out
+		o.href(in)
+		if o.String() != want {
+			t.Errorf("href(%q) = %q, want %q", in, o.String(), want)
+		}
+	}
+}
