@@ -177,15 +177,33 @@ func (s *idleStack) close() {
 // dbCounts reads the database's transactions so far and the client
 // connections to it (this one's excepted).
 func dbCounts(ctx context.Context, url string) (xacts int64, conns int, err error) {
-	c, err := pgx.Connect(ctx, url)
+	c, err := dbCount(ctx, url)
+	return c.xacts, c.conns, err
+}
+
+// counts are a database's cumulative transactions (autovacuum's among
+// them) and client sessions, and the client connections open now.
+type counts struct {
+	xacts, sessions int64
+	conns           int
+}
+
+func (c counts) minus(d counts) counts {
+	return counts{xacts: c.xacts - d.xacts, sessions: c.sessions - d.sessions, conns: c.conns}
+}
+
+func dbCount(ctx context.Context, url string) (counts, error) {
+	var c counts
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return 0, 0, err
+		return c, err
 	}
-	defer c.Close(ctx)
-	err = c.QueryRow(ctx, `SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()),
+	defer conn.Close(ctx)
+	err = conn.QueryRow(ctx, `SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()),
+        (SELECT sessions FROM pg_stat_database WHERE datname = current_database()),
         (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
-                                                 AND backend_type = 'client backend')`).Scan(&xacts, &conns)
-	return xacts, conns, err
+                                                 AND backend_type = 'client backend')`).Scan(&c.xacts, &c.sessions, &c.conns)
+	return c, err
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -246,9 +264,12 @@ func benchIdle(ctx context.Context, admin string, _ int) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	control, hintedC, beforeC := xacts[0], xacts[1], xacts[2]
 	return []row{
-		{name: fmt.Sprintf("idle: DB transactions in %s, %d idle slots", idleWindow, idleSlots), figure: float64(xacts[0]),
-			baseline: float64(xacts[1]), unit: "xacts", baselineName: "without wake-up hints", atMost: 0, hasAtMost: true},
+		{name: fmt.Sprintf("idle: client sessions opened in %s, %d idle slots", idleWindow, idleSlots), figure: float64(hintedC.sessions),
+			baseline: float64(beforeC.sessions), unit: "sessions", baselineName: "without wake-up hints", atMost: 0, hasAtMost: true},
+		{name: fmt.Sprintf("idle: DB transactions in %s (autovacuum's: untouched db %d)", idleWindow, control.xacts),
+			figure: float64(hintedC.xacts), baseline: float64(beforeC.xacts), unit: "xacts", baselineName: "without wake-up hints"},
 		{name: "idle: connections held 30 s after the last request", figure: float64(held), baseline: float64(heldBefore),
 			unit: "conns", baselineName: "pool keeping idle conns", atMost: 0, hasAtMost: true},
 		{name: fmt.Sprintf("pickup of the first job after %s idle (polls as in AWS)", idleMinutes),
@@ -257,47 +278,56 @@ func benchIdle(ctx context.Context, admin string, _ int) ([]row, error) {
 	}, nil
 }
 
-// idleXacts counts each stack's transactions over idleWindow, less what
-// counting itself costs.
-func idleXacts(ctx context.Context, admin string, stacks []*idleStack) ([]int64, error) {
+// idleXacts counts, over idleWindow, each stack's database and an
+// untouched one migrated alike: client sessions opened (any work of
+// ForgeCI's needs one) and transactions (autovacuum's among them, which
+// the untouched database shows), less what counting itself costs.
+func idleXacts(ctx context.Context, admin string, stacks []*idleStack) ([]counts, error) {
 	own, err := countCost(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
-	start := make([]int64, len(stacks))
-	for i, s := range stacks {
-		a, _, err := dbCounts(ctx, s.url)
-		if err != nil {
+	control, drop, err := freshDatabase(ctx, admin, "bench_idle_control")
+	if err != nil {
+		return nil, err
+	}
+	defer drop()
+	urls := []string{control}
+	for _, s := range stacks {
+		urls = append(urls, s.url)
+	}
+	start := make([]counts, len(urls))
+	for i, u := range urls {
+		if start[i], err = dbCount(ctx, u); err != nil {
 			return nil, err
 		}
-		start[i] = a
 	}
 	time.Sleep(idleWindow)
 	time.Sleep(2 * time.Second) // backends report within a second of idling
-	out := make([]int64, len(stacks))
-	for i, s := range stacks {
-		b, _, err := dbCounts(ctx, s.url)
+	out := make([]counts, len(urls))
+	for i, u := range urls {
+		end, err := dbCount(ctx, u)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = b - start[i] - own
+		out[i] = end.minus(start[i]).minus(own)
 	}
 	return out, nil
 }
 
-// countCost is what one count adds to a database's transactions, measured
-// on one nothing else uses.
-func countCost(ctx context.Context, admin string) (int64, error) {
+// countCost is what one count adds to a database's counts, measured on
+// one nothing else uses.
+func countCost(ctx context.Context, admin string) (counts, error) {
 	url, drop, err := freshDatabase(ctx, admin, "bench_idle_count")
 	if err != nil {
-		return 0, err
+		return counts{}, err
 	}
 	defer drop()
-	a, _, err := dbCounts(ctx, url)
+	a, err := dbCount(ctx, url)
 	if err != nil {
-		return 0, err
+		return counts{}, err
 	}
 	time.Sleep(2 * time.Second)
-	b, _, err := dbCounts(ctx, url)
-	return b - a, err
+	b, err := dbCount(ctx, url)
+	return b.minus(a), err
 }
