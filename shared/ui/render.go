@@ -187,13 +187,37 @@ func errorPage(o *out, p page) {
 	bottom(o)
 }
 
-// runLink writes "<a href=/runs/ID>project #n</a>"-like links' targets.
+// runHref writes a run's path.
 func runHref(o *out, runID string) { o.raw(`/runs/`); o.seg(runID) }
 
 func jobHref(o *out, runID, jobID string) {
 	runHref(o, runID)
 	o.raw(`/jobs/`)
 	o.seg(jobID)
+}
+
+// runLink writes a link to a run: "project #n".
+func runLink(o *out, runID, project string, number int64) {
+	o.raw(`<a href="`)
+	runHref(o, runID)
+	o.raw(`">`)
+	o.text(project)
+	o.raw(" #")
+	o.num(number)
+	o.raw("</a>")
+}
+
+// jobLink writes a link to a job: "project #n name".
+func jobLink(o *out, runID, jobID, project string, number int64, name string) {
+	o.raw(`<a href="`)
+	jobHref(o, runID, jobID)
+	o.raw(`">`)
+	o.text(project)
+	o.raw(" #")
+	o.num(number)
+	o.raw(" ")
+	o.text(name)
+	o.raw("</a>")
 }
 
 func queueHTML(o *out, p queuePage) {
@@ -204,15 +228,9 @@ func queueHTML(o *out, p queuePage) {
 	for _, j := range p.Jobs {
 		o.raw(`<tr id="queued-`)
 		o.text(j.JobID)
-		o.raw(`"><td><a href="`)
-		jobHref(o, j.RunID, j.JobID)
-		o.raw(`">`)
-		o.text(j.Project)
-		o.raw(" #")
-		o.num(j.RunNumber)
-		o.raw(" ")
-		o.text(j.Name)
-		o.raw("</a></td><td>")
+		o.raw(`"><td>`)
+		jobLink(o, j.RunID, j.JobID, j.Project, j.RunNumber, j.Name)
+		o.raw("</td><td>")
 		o.text(join(j.Labels))
 		o.raw(`</td>
 <td class="waiting">`)
@@ -284,15 +302,8 @@ func runnerRow(o *out, r store.RunnerInfo) {
 	}
 	o.raw("</td>\n<td>")
 	for _, j := range r.Jobs {
-		o.raw(`<a href="`)
-		jobHref(o, j.RunID, j.JobID)
-		o.raw(`">`)
-		o.text(j.Project)
-		o.raw(" #")
-		o.num(j.RunNumber)
-		o.raw(" ")
-		o.text(j.Name)
-		o.raw("</a><br>")
+		jobLink(o, j.RunID, j.JobID, j.Project, j.RunNumber, j.Name)
+		o.raw("<br>")
 	}
 	if len(r.Jobs) == 0 {
 		o.raw("idle")

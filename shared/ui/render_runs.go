@@ -33,13 +33,9 @@ func runsHTML(o *out, p runsPage) {
 	o.raw(`<table class="runs"><thead><tr><th>Run</th><th>State</th><th>Trigger</th><th>Commit</th><th>Source</th><th>Started</th><th>Duration</th></tr></thead><tbody>
 `)
 	for _, r := range p.Runs {
-		o.raw(`<tr><td><a href="`)
-		runHref(o, r.ID)
-		o.raw(`">`)
-		o.text(r.Project)
-		o.raw(" #")
-		o.num(r.Number)
-		o.raw("</a></td><td>")
+		o.raw("<tr><td>")
+		runLink(o, r.ID, r.Project, r.Number)
+		o.raw("</td><td>")
 		o.state(r.State)
 		o.raw("</td>\n<td>")
 		o.text(r.Trigger)
@@ -278,13 +274,9 @@ func runArtifacts(o *out, runID string, as []store.ArtifactInfo) {
 func jobHTML(o *out, p jobPage) {
 	r, j := p.Run, p.Job
 	top(o, p.page)
-	o.raw(`<p><a href="`)
-	runHref(o, r.ID)
-	o.raw(`">`)
-	o.text(r.Project)
-	o.raw(" #")
-	o.num(r.Number)
-	o.raw("</a></p>\n<h1>")
+	o.raw("<p>")
+	runLink(o, r.ID, r.Project, r.Number)
+	o.raw("</p>\n<h1>")
 	o.text(j.Name)
 	o.raw(` <span class="state `)
 	o.text(j.State)
