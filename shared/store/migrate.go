@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -66,27 +68,26 @@ func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretb
 }
 
 // appliedSQL counts the versions $1 whose latest record in goose's table
-// says applied (zero rows: no table yet).
+// says applied.
 const appliedSQL = `
 SELECT count(*) FROM (SELECT DISTINCT ON (version_id) version_id, is_applied FROM goose_db_version
                       WHERE version_id = ANY ($1) ORDER BY version_id, id DESC) v
 WHERE is_applied`
 
-// upToDate says whether every embedded migration is applied.
+// upToDate says whether every embedded migration is applied (no goose
+// table yet: no).
 func upToDate(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	versions, err := migrationVersions()
 	if err != nil {
 		return false, err
 	}
-	var table *string
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('goose_db_version')::text`).Scan(&table); err != nil {
-		return false, fmt.Errorf("migrations: %w", err)
-	}
-	if table == nil {
+	var n int
+	err = pool.QueryRow(ctx, appliedSQL, versions).Scan(&n)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
 		return false, nil
 	}
-	var n int
-	if err := pool.QueryRow(ctx, appliedSQL, versions).Scan(&n); err != nil {
+	if err != nil {
 		return false, fmt.Errorf("migrations: %w", err)
 	}
 	return n == len(versions), nil
