@@ -176,11 +176,6 @@ func (s *idleStack) close() {
 
 // dbCounts reads the database's transactions so far and the client
 // connections to it (this one's excepted).
-func dbCounts(ctx context.Context, url string) (xacts int64, conns int, err error) {
-	c, err := dbCount(ctx, url)
-	return c.xacts, c.conns, err
-}
-
 // counts are a database's cumulative transactions (autovacuum's among
 // them) and client sessions, and the client connections open now.
 type counts struct {
@@ -242,7 +237,7 @@ func benchIdle(ctx context.Context, admin string, _ int) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, held, err := dbCounts(ctx, hinted.url)
+	held, err := dbCount(ctx, hinted.url)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +246,7 @@ func benchIdle(ctx context.Context, admin string, _ int) ([]row, error) {
 	before.stop()
 	before.wg.Wait()
 	time.Sleep(30 * time.Second)
-	_, heldBefore, err := dbCounts(ctx, before.url)
+	heldBefore, err := dbCount(ctx, before.url)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +266,7 @@ func benchIdle(ctx context.Context, admin string, _ int) ([]row, error) {
 			unit: "sessions", baselineName: "without wake-up hints", atMost: 0, hasAtMost: true},
 		{name: fmt.Sprintf("idle: DB transactions in %s (autovacuum's: untouched db %d)", idleWindow, control.xacts),
 			figure: float64(hintedC.xacts), baseline: float64(beforeC.xacts), unit: "xacts", baselineName: "without wake-up hints"},
-		{name: "idle: connections held 30 s after the last request", figure: float64(held), baseline: float64(heldBefore),
+		{name: "idle: connections held 30 s after the last request", figure: float64(held.conns), baseline: float64(heldBefore.conns),
 			unit: "conns", baselineName: "pool keeping idle conns", atMost: 0, hasAtMost: true},
 		{name: fmt.Sprintf("pickup of the first job after %s idle (polls as in AWS)", idleMinutes),
 			figure: afterIdle.Seconds() * 1000, baseline: busy.Seconds() * 1000, unit: "ms",

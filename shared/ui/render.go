@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"fmt"
 	"html"
 	"net/url"
@@ -90,6 +91,13 @@ func duration(start, end *time.Time) string {
 }
 
 func join(s []string) string { return strings.Join(s, ", ") }
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
 
 // writePage writes the page named name with data (a page struct of this
 // package).
@@ -291,9 +299,9 @@ func runnerRow(o *out, r store.RunnerInfo) {
 		o.raw("all")
 	}
 	o.raw("</td><td>")
-	o.raw(map[bool]string{true: "yes", false: "no"}[r.Untrusted])
+	o.raw(yesNo(r.Untrusted))
 	o.raw("</td>\n<td>")
-	o.text(cmpOr(r.Version, "unknown"))
+	o.text(cmp.Or(r.Version, "unknown"))
 	o.raw(`</td><td class="slots">`)
 	o.num(int64(len(r.Jobs)))
 	if r.Slots != 0 {
@@ -334,12 +342,4 @@ func runnerRow(o *out, r store.RunnerInfo) {
 		o.raw(`/revoke"><button>Revoke</button></form>`)
 	}
 	o.raw("</td></tr>\n")
-}
-
-// cmpOr is s, or def when s is empty.
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

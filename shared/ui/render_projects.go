@@ -1,17 +1,12 @@
 package ui
 
 import (
+	"cmp"
+
 	"github.com/forgeci/forgeci/shared/store"
 )
 
 // The project pages' markup (render.go says how values are escaped).
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
 
 func projectHref(o *out, id string) { o.raw(`/projects/`); o.seg(id) }
 
@@ -158,7 +153,7 @@ func projectEnvironments(o *out, p projectPage) {
 		o.raw(`">`)
 		o.text(e.Name)
 		o.raw("</a></td><td>")
-		o.text(cmpOr(e.ReviewerRole, "none"))
+		o.text(cmp.Or(e.ReviewerRole, "none"))
 		o.raw("</td>\n<td>")
 		if len(e.AllowedRefs) > 0 {
 			o.text(join(e.AllowedRefs))
@@ -216,7 +211,7 @@ func projectNotifications(o *out, p projectPage) {
 		o.raw("</a></td><td>")
 		o.text(n.HookHost)
 		badge := map[string]string{"DELIVERED": "PASSED", "FAILED": "FAILED"}[n.State]
-		o.raw(`</td><td><span class="state `, cmpOr(badge, "PENDING"), `">`)
+		o.raw(`</td><td><span class="state `, cmp.Or(badge, "PENDING"), `">`)
 		o.text(n.State)
 		o.raw("</span></td>\n<td>")
 		o.num(int64(n.Attempts))

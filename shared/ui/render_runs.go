@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/forgeci/forgeci/shared/store"
@@ -337,7 +338,7 @@ func jobDeployment(o *out, p jobPage) {
 	o.raw(`<p id="deploy-what">Commit <code>`)
 	o.text(shortID(r.GitSHA))
 	o.raw("</code> of <code>")
-	o.text(cmpOr(r.GitRef, "no ref"))
+	o.text(cmp.Or(r.GitRef, "no ref"))
 	o.raw("</code>, started by ")
 	o.text(r.Trigger)
 	o.ifRaw(r.GitDirty, ", <strong>from a checkout with uncommitted changes</strong>")
