@@ -108,6 +108,17 @@ type Emulator struct {
 // free loopback ports. The function's init runs at the first Invoke, as in
 // Lambda. Call Stop when done.
 func Start(ctx context.Context, rie, bootstrap string, env []string) (*Emulator, error) {
+	for attempt := 1; ; attempt++ {
+		e, err := startOnce(ctx, rie, bootstrap, env)
+		// A free port can be taken by another process between being chosen
+		// and the emulator binding it: choose again.
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return e, err
+		}
+	}
+}
+
+func startOnce(ctx context.Context, rie, bootstrap string, env []string) (*Emulator, error) {
 	apiPort, err := localnet.FreePort()
 	if err != nil {
 		return nil, err
