@@ -11,6 +11,6 @@ import (
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectAtStart)
 	lambdaapp.StartAdmin(srv.Store)
 }

@@ -13,7 +13,7 @@ import (
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx)
+	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectAtStart)
 	// A GitHub project's manual run, or a retried delivery, is a
 	// delivery: wake the scm function for it.
 	wake, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)

@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectLazily)
 	pass := scheduled.GC(srv.Store, 0, srv.Log)
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
 		ran, err := scheduled.Run(ctx, srv.Store, wake.GC, pass)

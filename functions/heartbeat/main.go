@@ -10,6 +10,6 @@ import (
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectAtStart)
 	lambdaapp.StartHTTP(srv.Serve(api.HeartbeatFunction))
 }

@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background())
+	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectLazily)
 	groups, err := scaling.ParseGroups(os.Getenv("FORGECI_SCALE_GROUPS"))
 	lambdaapp.MustNot(srv.Log, "scale groups", err)
 	asg, err := scaling.NewAutoScaling()

@@ -16,7 +16,7 @@ import (
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx)
+	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
 	w := &scm.Worker{Store: srv.Store, CAS: srv.CAS, Log: srv.Log,
 		PublicURL: os.Getenv("FORGECI_PUBLIC_URL"), TempDir: os.TempDir()}
 	key, err := lambdaapp.Secret(ctx, "FORGECI_GITHUB_PRIVATE_KEY")

@@ -18,7 +18,7 @@ import (
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx)
+	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
 	// A GitHub project's schedule firing is a delivery: wake the scm
 	// function for it rather than wait for its next pass.
 	wakeSCM, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)

@@ -14,7 +14,7 @@ import (
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx)
+	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
 	// A GitHub project's run from the Run form is a delivery: wake the
 	// scm function for it.
 	wake, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)

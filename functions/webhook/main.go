@@ -15,7 +15,7 @@ import (
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx)
+	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
 	// The App's webhook secret is optional: repository webhooks carry their own.
 	var err error
 	if os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET_SECRET_ARN")+os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET") != "" {

@@ -82,9 +82,24 @@ func LoadConfig(ctx context.Context) (Config, error) {
 	return cfg, nil
 }
 
+// Connect says when a function opens its first database connection.
+type Connect int
+
+const (
+	// ConnectLazily opens it at the first query: for functions whose
+	// events may need none (claim's idle polls, answered from the hint;
+	// the scheduled passes with nothing due; the webhook's refusals; the
+	// dashboard's sign-in page). An idle stack holds no connection.
+	ConnectLazily Connect = iota
+	// ConnectAtStart opens it in the background at cold start, while the
+	// rest of the cold start and the event's delivery go on
+	// (store.ConnectEarly): for functions whose every event queries.
+	ConnectAtStart
+)
+
 // MustServer builds the store and API server at cold start, or exits: a
 // function that cannot reach its database should fail its init loudly.
-func MustServer(ctx context.Context) *api.Server {
+func MustServer(ctx context.Context, connect Connect) *api.Server {
 	cfg, err := LoadConfig(ctx)
 	if err != nil {
 		fail(cfg.Log, "config", err)
@@ -99,6 +114,9 @@ func MustServer(ctx context.Context) *api.Server {
 	}
 	st := store.New(pool, store.Limits{LeaseTTL: cfg.LeaseTTL, MaxLogBytes: cfg.MaxLogBytes,
 		MaxRunLogBytes: cfg.MaxRunLogBytes, MaxRunArtifactBytes: cfg.MaxRunArtifactBytes})
+	if connect == ConnectAtStart {
+		st.ConnectEarly()
+	}
 	// The master key of project secrets: KMS in AWS (FORGECI_KMS_KEY_ID).
 	// Without one, secrets cannot be set and jobs that name them wait.
 	keys, err := secretbox.FromEnv(ctx)

@@ -59,7 +59,7 @@ const (
 
 // Store is the database behind the control plane.
 type Store struct {
-	pool   *pgxpool.Pool
+	pool   *pool
 	limits Limits
 
 	// queuedCh is closed (and replaced) whenever this process queues jobs,
@@ -92,7 +92,7 @@ type Store struct {
 }
 
 // New wraps an open pool.
-func New(pool *pgxpool.Pool, limits Limits) *Store {
+func New(p *pgxpool.Pool, limits Limits) *Store {
 	if limits.LeaseTTL <= 0 {
 		limits.LeaseTTL = DefaultLeaseTTL
 	}
@@ -105,7 +105,7 @@ func New(pool *pgxpool.Pool, limits Limits) *Store {
 	if limits.MaxRunArtifactBytes <= 0 {
 		limits.MaxRunArtifactBytes = DefaultMaxRunArtifactBytes
 	}
-	return &Store{pool: pool, limits: limits, queuedCh: make(chan struct{}), now: time.Now}
+	return &Store{pool: &pool{Pool: p}, limits: limits, queuedCh: make(chan struct{}), now: time.Now}
 }
 
 // SetClock replaces the process clock the store reads (tests; see the now
@@ -134,7 +134,7 @@ func (s *Store) signalQueued() {
 func (s *Store) Limits() Limits { return s.limits }
 
 // Pool returns the underlying pool (for tests and benchmarks).
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+func (s *Store) Pool() *pgxpool.Pool { return s.pool.Pool }
 
 // PoolOptions shape a connection pool for where it runs.
 type PoolOptions struct {
