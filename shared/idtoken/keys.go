@@ -16,9 +16,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kms"
-	"github.com/aws/aws-sdk-go-v2/service/kms/types"
 	"github.com/go-jose/go-jose/v4"
 
 	"github.com/forgeci/forgeci/shared/awsenv"
@@ -38,8 +35,9 @@ type backend interface {
 // hold a token request (Sign's OpaqueSigner has no context of its own).
 const kmsTimeout = 5 * time.Second
 
-// kmsMaxAttempts bounds the SDK's own retries, as in shared/secretbox.
-const kmsMaxAttempts = 3
+// kmsMaxAttempts is how many times a KMS call is tried (awsenv.Client's
+// retries, as in shared/secretbox).
+const kmsMaxAttempts = awsenv.MaxAttempts
 
 // minRSABits is the smallest RSA modulus accepted, for signing or in the
 // JWKS: what RS256 relying parties (and KMS) accept.
@@ -126,35 +124,38 @@ func checkRSA(keyID string, pub any) (*rsa.PublicKey, error) {
 	return rsaPub, nil
 }
 
-// kmsBackend keeps the keys in AWS KMS.
+// kmsBackend keeps the keys in AWS KMS. Its two calls are signed
+// requests of KMS's JSON API (awsenv.Client), as in shared/secretbox, not
+// the SDK's KMS client, which weighs 1.6 MB of the oidc bootstrap.
 type kmsBackend struct {
-	client *kms.Client
+	client *awsenv.Client
 }
 
 func newKMSBackend() (*kmsBackend, error) {
-	cfg, err := awsenv.Config("", "", "")
+	client, err := awsenv.NewClient("kms", "KMS")
 	if err != nil {
 		return nil, fmt.Errorf(errorPrefix+"%w", err)
 	}
-	client := kms.NewFromConfig(cfg, func(o *kms.Options) {
-		o.BaseEndpoint = awsenv.Endpoint("KMS")
-		o.RetryMaxAttempts = kmsMaxAttempts
-	})
 	return &kmsBackend{client: client}, nil
 }
+
+const rs256 = "RSASSA_PKCS1_V1_5_SHA_256"
 
 func (b *kmsBackend) publicKey(ctx context.Context, keyID string) (*rsa.PublicKey, error) {
 	ctx, cancel := context.WithTimeout(ctx, kmsTimeout)
 	defer cancel()
-	out, err := b.client.GetPublicKey(ctx, &kms.GetPublicKeyInput{KeyId: aws.String(keyID)})
-	if err != nil {
+	var out struct {
+		KeySpec, KeyUsage string
+		SigningAlgorithms []string
+		PublicKey         []byte // DER, base64 in the JSON
+	}
+	if err := b.client.JSON(ctx, "TrentService.GetPublicKey", map[string]string{"KeyId": keyID}, &out); err != nil {
 		return nil, fmt.Errorf(errorPrefix+"kms get public key of %s: %w", keyID, err)
 	}
-	rsaSpec := out.KeySpec == types.KeySpecRsa2048 || out.KeySpec == types.KeySpecRsa3072 || out.KeySpec == types.KeySpecRsa4096
-	if !rsaSpec || out.KeyUsage != types.KeyUsageTypeSignVerify ||
-		!slices.Contains(out.SigningAlgorithms, types.SigningAlgorithmSpecRsassaPkcs1V15Sha256) {
-		return nil, fmt.Errorf(errorPrefix+"KMS key %s is %s with usage %s, want an RSA_2048 (or larger) SIGN_VERIFY key that signs RSASSA_PKCS1_V1_5_SHA_256",
-			keyID, out.KeySpec, out.KeyUsage)
+	rsaSpec := out.KeySpec == "RSA_2048" || out.KeySpec == "RSA_3072" || out.KeySpec == "RSA_4096"
+	if !rsaSpec || out.KeyUsage != "SIGN_VERIFY" || !slices.Contains(out.SigningAlgorithms, rs256) {
+		return nil, fmt.Errorf(errorPrefix+"KMS key %s is %s with usage %s, want an RSA_2048 (or larger) SIGN_VERIFY key that signs %s",
+			keyID, out.KeySpec, out.KeyUsage, rs256)
 	}
 	pub, err := x509.ParsePKIXPublicKey(out.PublicKey)
 	if err != nil {
@@ -166,14 +167,13 @@ func (b *kmsBackend) publicKey(ctx context.Context, keyID string) (*rsa.PublicKe
 func (b *kmsBackend) signDigest(ctx context.Context, keyID string, digest []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, kmsTimeout)
 	defer cancel()
-	out, err := b.client.Sign(ctx, &kms.SignInput{
-		KeyId:            aws.String(keyID),
-		Message:          digest,
-		MessageType:      types.MessageTypeDigest,
-		SigningAlgorithm: types.SigningAlgorithmSpecRsassaPkcs1V15Sha256,
-	})
-	if err != nil {
+	in := map[string]any{"KeyId": keyID, "Message": digest, "MessageType": "DIGEST", "SigningAlgorithm": rs256}
+	var out struct{ Signature []byte }
+	if err := b.client.JSON(ctx, "TrentService.Sign", in, &out); err != nil {
 		return nil, fmt.Errorf(errorPrefix+"kms sign with %s: %w", keyID, err)
+	}
+	if len(out.Signature) == 0 {
+		return nil, fmt.Errorf(errorPrefix+"kms sign with %s: no signature in the answer", keyID)
 	}
 	return out.Signature, nil
 }
