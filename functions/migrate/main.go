@@ -6,5 +6,5 @@ package main
 import "github.com/forgeci/forgeci/shared/lambdaapp"
 
 func main() {
-	lambdaapp.StartCustomResource(lambdaapp.Migrations)
+	lambdaapp.StartMigrations()
 }

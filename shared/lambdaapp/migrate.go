@@ -4,10 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/cfn"
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
@@ -24,9 +26,11 @@ const migrationsResourceID = "forgeci-migrations"
 // the database outlives the resource. Unlike MustServer it never exits at
 // cold start: CloudFormation waits up to an hour for an answer, so every
 // failure, including a missing secret, must come back as a FAILED response.
-func Migrations(ctx context.Context, ev cfn.Event) (physicalID string, data map[string]any, err error) {
+// early is the connection StartMigrations began at cold start (nil: none).
+func Migrations(ctx context.Context, ev cfn.Event, early *EarlyDB) (physicalID string, data map[string]any, err error) {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if ev.RequestType == cfn.RequestDelete {
+		early.discard()
 		log.Info("migrations resource deleted; the database is left as it is")
 		return ev.PhysicalResourceID, nil, nil
 	}
@@ -36,15 +40,29 @@ func Migrations(ctx context.Context, ev cfn.Event) (physicalID string, data map[
 		ctx, cancel = context.WithDeadline(ctx, dl.Add(-10*time.Second))
 		defer cancel()
 	}
-	url, err := DatabaseURL(ctx)
-	if err != nil {
-		return migrationsResourceID, nil, err
+	url, pool, earlyErr := early.take(ctx)
+	if pool != nil {
+		defer pool.Close()
+	}
+	if pool == nil {
+		// No early connection, or it failed (the database resuming, say):
+		// try again within this event's time, and report what fails.
+		if earlyErr != nil {
+			log.Warn("the connection begun at cold start failed; trying again", "err", earlyErr)
+		}
+		if url, err = DatabaseURL(ctx); err != nil {
+			return migrationsResourceID, nil, err
+		}
+		if pool, err = store.OpenMigrationPool(ctx, url); err != nil {
+			return migrationsResourceID, nil, err
+		}
+		defer pool.Close()
 	}
 	keys, err := secretbox.FromEnv(ctx)
 	if err != nil {
 		return migrationsResourceID, nil, err
 	}
-	applied, sealed, err := store.MigrateAndSeal(ctx, url, log, keys)
+	applied, sealed, err := store.MigrateAndSealWith(ctx, pool, url, log, keys)
 	log.Info("migrations", "request", ev.RequestType, "applied", applied, "sealed_secrets", sealed, "err", err)
 	if err != nil {
 		return migrationsResourceID, nil, err
@@ -58,9 +76,74 @@ func Migrations(ctx context.Context, ev cfn.Event) (physicalID string, data map[
 	return migrationsResourceID, map[string]any{"Applied": applied, "SealedSecrets": sealed}, nil
 }
 
-// StartCustomResource runs fn for CloudFormation custom resource events,
-// answering CloudFormation (SUCCESS or FAILED) through the event's
-// presigned response URL. It does not return.
-func StartCustomResource(fn cfn.CustomResourceFunction) {
-	lambda.Start(cfn.LambdaWrap(fn))
+// EarlyDB is the migrate function's connection, begun at cold start so
+// that reading the credentials and connecting overlap the runtime's
+// fetching the event. The first event takes it; later events of the same
+// container connect afresh, since a connection left idle in a frozen
+// container may be closed by the database in between.
+type EarlyDB struct {
+	done  chan struct{}
+	taken sync.Once
+	url   string
+	pool  *pgxpool.Pool
+	err   error
+}
+
+// ConnectEarly reads the database URL and opens the migration pool in the
+// background.
+func ConnectEarly() *EarlyDB {
+	e := &EarlyDB{done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if e.url, e.err = DatabaseURL(ctx); e.err == nil {
+			e.pool, e.err = store.OpenMigrationPool(ctx, e.url)
+		}
+	}()
+	return e
+}
+
+// take waits for the early connection and hands it to the first caller;
+// later callers, and a nil e, get nothing.
+func (e *EarlyDB) take(ctx context.Context) (url string, pool *pgxpool.Pool, err error) {
+	if e == nil {
+		return "", nil, nil
+	}
+	e.taken.Do(func() {
+		select {
+		case <-e.done:
+			url, pool, err = e.url, e.pool, e.err
+		case <-ctx.Done():
+			e.closeWhenDone() // this event connects itself
+		}
+	})
+	return url, pool, err
+}
+
+// discard lets the early connection go unused, when the first event needs
+// none (a Delete): it is closed whenever it comes, and not waited for.
+func (e *EarlyDB) discard() {
+	if e != nil {
+		e.taken.Do(e.closeWhenDone)
+	}
+}
+
+func (e *EarlyDB) closeWhenDone() {
+	go func() {
+		<-e.done
+		if e.pool != nil {
+			e.pool.Close()
+		}
+	}()
+}
+
+// StartMigrations serves the Custom::Migrations resource, answering
+// CloudFormation (SUCCESS or FAILED) through the event's presigned
+// response URL. It does not return.
+func StartMigrations() {
+	early := ConnectEarly()
+	lambda.Start(cfn.LambdaWrap(func(ctx context.Context, ev cfn.Event) (string, map[string]any, error) {
+		return Migrations(ctx, ev, early)
+	}))
 }

@@ -45,11 +45,23 @@ func Migrate(ctx context.Context, url string, log *slog.Logger) (applied int, er
 // applied already (most deploys) it asks one question on one connection
 // instead of running goose, which opens its own and takes a lock.
 func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretbox.Keyring) (applied, sealed int, err error) {
-	pool, err := OpenPool(ctx, url, PoolOptions{MaxConns: 1, NoStatementCache: true, NoStartupSettings: true})
+	pool, err := OpenMigrationPool(ctx, url)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer pool.Close()
+	return MigrateAndSealWith(ctx, pool, url, log, k)
+}
+
+// OpenMigrationPool opens and checks the one connection MigrateAndSealWith
+// asks on.
+func OpenMigrationPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	return OpenPool(ctx, url, PoolOptions{MaxConns: 1, NoStatementCache: true, NoStartupSettings: true})
+}
+
+// MigrateAndSealWith is MigrateAndSeal on a pool of url opened already
+// (OpenMigrationPool), which it leaves open.
+func MigrateAndSealWith(ctx context.Context, pool *pgxpool.Pool, url string, log *slog.Logger, k secretbox.Keyring) (applied, sealed int, err error) {
 	current, err := upToDate(ctx, pool)
 	if err != nil {
 		return 0, 0, err
