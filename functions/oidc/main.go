@@ -14,10 +14,8 @@ import (
 
 func main() {
 	ctx := context.Background()
-	// Its discovery and key routes need no query, but relying parties
-	// fetch them while a job presents a token, when the database is
-	// awake anyway; the id-token and introspection routes query.
-	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectAtStart)
+	// Lazily: its discovery and key routes are public and need no query.
+	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
 	// A KMS key signs the tokens (FORGECI_OIDC_*); without them, the
 	// routes answer 503 unavailable.
 	issuer, err := idtoken.FromEnv(ctx)

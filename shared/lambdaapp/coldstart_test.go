@@ -23,7 +23,7 @@ import (
 // The others must not, or an idle stack would hold connections: claim's
 // idle polls and the scheduled passes with nothing due cold-start too.
 var connectsAtStart = map[string]bool{"admin": true, "api": true, "artifacts": true, "cache": true, "complete": true,
-	"heartbeat": true, "logs": true, "oidc": true, "register": true, "source": true}
+	"heartbeat": true, "logs": true, "register": true, "source": true}
 
 // Each function is cold-started, in its own database, with an event that
 // needs no query. Those that connect at start then hold one session; the

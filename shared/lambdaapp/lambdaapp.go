@@ -88,17 +88,21 @@ type Connect int
 const (
 	// ConnectLazily opens it at the first query: for functions whose
 	// events may need none (claim's idle polls, answered from the hint;
-	// the scheduled passes with nothing due; the webhook's refusals; the
-	// dashboard's sign-in page). An idle stack holds no connection.
+	// the scheduled passes with nothing due) and for those with public
+	// routes that need none (the webhook's refusals, the dashboard's
+	// sign-in page, the OIDC discovery document and keys, which scanners
+	// ask for), whose cold starts must not wake a paused database.
 	ConnectLazily Connect = iota
 	// ConnectAtStart opens it in the background at cold start, while the
 	// rest of the cold start and the event's delivery go on
-	// (store.ConnectEarly): for functions whose every event queries.
+	// (store.ConnectEarly): for functions whose events all query, bar a
+	// request with no credentials at all.
 	ConnectAtStart
 )
 
-// MustServer builds the store and API server at cold start, or exits: a
-// function that cannot reach its database should fail its init loudly.
+// MustServer builds the store and API server at cold start, or exits on
+// a configuration it cannot use. An unreachable database is met by the
+// first query, which answers its request with the error.
 func MustServer(ctx context.Context, connect Connect) *api.Server {
 	cfg, err := LoadConfig(ctx)
 	if err != nil {
@@ -115,7 +119,9 @@ func MustServer(ctx context.Context, connect Connect) *api.Server {
 	st := store.New(pool, store.Limits{LeaseTTL: cfg.LeaseTTL, MaxLogBytes: cfg.MaxLogBytes,
 		MaxRunLogBytes: cfg.MaxRunLogBytes, MaxRunArtifactBytes: cfg.MaxRunArtifactBytes})
 	if connect == ConnectAtStart {
-		st.ConnectEarly()
+		st.ConnectEarly(func(err error) {
+			cfg.Log.Warn("the database connection begun at cold start failed; the first query tries again", "err", err)
+		})
 	}
 	// The master key of project secrets: KMS in AWS (FORGECI_KMS_KEY_ID).
 	// Without one, secrets cannot be set and jobs that name them wait.
@@ -142,8 +148,8 @@ func MustServer(ctx context.Context, connect Connect) *api.Server {
 // the containers. No statement cache and no startup settings, so
 // the proxy neither pins sessions nor refuses the connection.
 // A container opens its first connection at its first query (an idle
-// poll or a pass with nothing due makes none), and closes one idle for
-// 5 seconds; the database also ends sessions idle for 10 (template.yaml),
+// poll or a pass with nothing due makes none), or at cold start for the
+// functions that ConnectAtStart, and closes one idle for 5 seconds; the database also ends sessions idle for 10 (template.yaml),
 // since a frozen container's timers do not run.
 var PoolOptions = store.PoolOptions{MaxConns: 2, NoStatementCache: true, NoStartupSettings: true,
 	IdleClose: 5 * time.Second, Lazy: true}

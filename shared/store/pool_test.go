@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestConnectEarlyOpensOneConnection(t *testing.T) {
 	}
 
 	s := lambdaPool(t, url)
-	s.ConnectEarly()
+	s.ConnectEarly(func(err error) { t.Errorf("the early connection failed: %v", err) })
 	if _, _, err := s.ListRunners(ctx, store.Page{}); err != nil {
 		t.Fatal(err)
 	}
@@ -58,25 +59,66 @@ func TestConnectEarlyOpensOneConnection(t *testing.T) {
 	}
 }
 
-// An early connection that fails leaves the first query to try again and
-// report the error; nothing hangs.
+// An early connection that fails is reported, and leaves the first query
+// to try again and report its own error; nothing hangs.
 func TestConnectEarlyFailureReachesTheQuery(t *testing.T) {
 	port, err := localnet.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := lambdaPool(t, fmt.Sprintf("postgres://forgeci:x@127.0.0.1:%d/forgeci?sslmode=disable&connect_timeout=3", port))
-	s.ConnectEarly()
+	failed := make(chan error, 1)
+	s.ConnectEarly(func(err error) { failed <- err })
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
-	start := time.Now()
 	if _, _, err := s.ListRunners(ctx, store.Page{}); err == nil {
 		t.Fatal("a query on an unreachable database succeeded")
 	}
-	if took := time.Since(start); took > 7*time.Second {
-		t.Fatalf("the query took %s to fail", took)
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Fatal("the early connection's failure was reported as nil")
+		}
+	case <-ctx.Done():
+		t.Fatal("the early connection's failure was never reported")
 	}
 	if n := s.Pool().Stat().TotalConns(); n != 0 {
 		t.Fatalf("the pool holds %d connections to a closed port", n)
+	}
+}
+
+// A database that accepts and then says nothing (one resuming, or a lost
+// packet): the query waits for the early connection to time out before it
+// dials again itself, rather than dialling a second one beside it.
+func TestConnectEarlySlowDatabase(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan time.Time, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- time.Now()
+			defer c.Close() // held open, unanswered
+		}
+	}()
+	s := lambdaPool(t, "postgres://forgeci:x@"+ln.Addr().String()+"/forgeci?sslmode=disable&connect_timeout=1")
+	s.ConnectEarly(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, _, err := s.ListRunners(ctx, store.Page{}); err == nil {
+		t.Fatal("a query on a silent database succeeded")
+	}
+	first, second := <-accepted, <-accepted
+	if gap := second.Sub(first); gap < 900*time.Millisecond {
+		t.Fatalf("the query dialled %s after the early connection, while it was still coming up", gap)
+	}
+	if len(accepted) != 0 {
+		t.Fatalf("%d more connections", len(accepted))
 	}
 }

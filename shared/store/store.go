@@ -105,7 +105,7 @@ func New(p *pgxpool.Pool, limits Limits) *Store {
 	if limits.MaxRunArtifactBytes <= 0 {
 		limits.MaxRunArtifactBytes = DefaultMaxRunArtifactBytes
 	}
-	return &Store{pool: &pool{Pool: p}, limits: limits, queuedCh: make(chan struct{}), now: time.Now}
+	return &Store{pool: &pool{pgx: p}, limits: limits, queuedCh: make(chan struct{}), now: time.Now}
 }
 
 // SetClock replaces the process clock the store reads (tests; see the now
@@ -134,7 +134,7 @@ func (s *Store) signalQueued() {
 func (s *Store) Limits() Limits { return s.limits }
 
 // Pool returns the underlying pool (for tests and benchmarks).
-func (s *Store) Pool() *pgxpool.Pool { return s.pool.Pool }
+func (s *Store) Pool() *pgxpool.Pool { return s.pool.pgx }
 
 // PoolOptions shape a connection pool for where it runs.
 type PoolOptions struct {
@@ -165,6 +165,10 @@ type PoolOptions struct {
 	Configure func(*pgxpool.Config) error
 }
 
+// ConnectTimeout bounds opening one connection, unless the URL sets
+// connect_timeout.
+const ConnectTimeout = 25 * time.Second
+
 // OpenPool connects to PostgreSQL and checks the connection.
 func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
@@ -189,6 +193,12 @@ func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 		if err := opts.Configure(cfg); err != nil {
 			return nil, fmt.Errorf("database connection: %w", err)
 		}
+	}
+	// A connection that does not come up in this long (Aurora resuming from
+	// a pause takes about 15 s) fails, rather than waiting on whatever
+	// context its first caller had.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
 	}
 	if opts.IdleClose > 0 {
 		cfg.MaxConnIdleTime = opts.IdleClose
