@@ -35,8 +35,9 @@ type backend interface {
 // hold a token request (Sign's OpaqueSigner has no context of its own).
 const kmsTimeout = 5 * time.Second
 
-// kmsMaxAttempts is how many times a KMS call is tried (awsenv.Client's
-// retries, as in shared/secretbox).
+// kmsMaxAttempts is how many times a KMS call is tried at most
+// (awsenv.Client's retries, as in shared/secretbox), within kmsTimeout:
+// a KMS that does not answer at all gets two.
 const kmsMaxAttempts = awsenv.MaxAttempts
 
 // minRSABits is the smallest RSA modulus accepted, for signing or in the

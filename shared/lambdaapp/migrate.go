@@ -2,6 +2,7 @@ package lambdaapp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -44,6 +45,9 @@ func Migrations(ctx context.Context, ev cfn.Event, early *EarlyDB) (physicalID s
 	if pool != nil {
 		defer pool.Close()
 	}
+	if ctx.Err() != nil {
+		return migrationsResourceID, nil, fmt.Errorf("the database connection begun at cold start did not come up in the time left: %w", ctx.Err())
+	}
 	if pool == nil {
 		// No early connection, or it failed (the database resuming, say):
 		// try again within this event's time, and report what fails.
@@ -78,7 +82,9 @@ func Migrations(ctx context.Context, ev cfn.Event, early *EarlyDB) (physicalID s
 
 // EarlyDB is the migrate function's connection, begun at cold start so
 // that reading the credentials and connecting overlap the runtime's
-// fetching the event. The first event takes it; later events of the same
+// fetching the event. A Delete (the stack going, or a failed create
+// rolled back) does not wait for it but cannot stop it either: the
+// function's events come with deploys, never while the stack is idle. The first event takes it; later events of the same
 // container connect afresh, since a connection left idle in a frozen
 // container may be closed by the database in between.
 type EarlyDB struct {
@@ -95,7 +101,14 @@ func ConnectEarly() *EarlyDB {
 	e := &EarlyDB{done: make(chan struct{})}
 	go func() {
 		defer close(e.done)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// A panic here would end the process unanswered, and CloudFormation
+		// would wait an hour: it becomes this connection's error instead.
+		defer func() {
+			if r := recover(); r != nil {
+				e.err = fmt.Errorf("connecting at cold start: panic: %v", r)
+			}
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), store.ConnectTimeout+10*time.Second)
 		defer cancel()
 		if e.url, e.err = DatabaseURL(ctx); e.err == nil {
 			e.pool, e.err = store.OpenMigrationPool(ctx, e.url)

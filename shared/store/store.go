@@ -211,7 +211,7 @@ func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 	if opts.Lazy {
 		return pool, nil
 	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, ConnectTimeout+5*time.Second)
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
