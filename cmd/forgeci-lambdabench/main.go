@@ -6,7 +6,8 @@
 //
 // A cold invoke is the round trip of the first event sent to a fresh
 // emulator: the emulator starts the bootstrap, which reads its secrets,
-// opens its pool (connect and ping) and serves the event. The emulator has
+// opens its first database connection (at cold start, or at its first
+// query: lambdaapp.ConnectAtStart) and serves the event. The emulator has
 // no network or sandbox overhead of Lambda's, so the figures are a lower
 // bound for Lambda's; the ratio to hello-world is what carries over.
 package main
@@ -61,6 +62,7 @@ type result struct {
 	sizeArm64    int64
 	sizeHere     int64
 	cold         time.Duration // median
+	helloCold    time.Duration // median of hello's, taken between this one's
 	warm, warm90 time.Duration
 }
 
@@ -112,31 +114,33 @@ func run(ctx context.Context, colds, warms int) error {
 	}
 	sort.Strings(names)
 	var results []result
-	// hello's cold starts are taken again beside each function's, and its
-	// figure is the median of them all: one set at the start made every
-	// ratio move with that minute's noise.
+	// A function's cold starts alternate with hello's, one each, and its
+	// ratio is to the hello cold starts taken between its own: the
+	// machine's pace drifts over minutes, and a hello measured at another
+	// time moved every ratio with it. hello's own row is the median of
+	// them all.
 	var helloCold []time.Duration
-	for _, name := range append([]string{"hello"}, names...) {
+	hello := result{name: "hello", sizeArm64: size(arm["hello"]), sizeHere: size(here["hello"])}
+	for _, name := range names {
 		fmt.Fprintf(os.Stderr, "measuring %s ...\n", name)
 		r := result{name: name, sizeArm64: size(arm[name]), sizeHere: size(here[name])}
-		cold, warm, err := measure(ctx, rie, here[name], env, event(name, cfn.URL), colds, warms)
+		cold, beside, warm, err := paired(ctx, rie, here[name], here["hello"], env, event(name, cfn.URL), colds, warms)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		if name != "hello" {
-			again, _, err := measure(ctx, rie, here["hello"], env, event("hello", cfn.URL), colds, 0)
-			if err != nil {
-				return fmt.Errorf("hello: %w", err)
-			}
-			helloCold = append(helloCold, again...)
-		} else {
-			helloCold = append(helloCold, cold...)
-		}
-		r.cold = quantile(cold, 0.5)
+		helloCold = append(helloCold, beside...)
+		r.cold, r.helloCold = quantile(cold, 0.5), quantile(beside, 0.5)
 		r.warm, r.warm90 = quantile(warm, 0.5), quantile(warm, 0.9)
 		results = append(results, r)
 	}
-	results[0].cold = quantile(helloCold, 0.5)
+	_, helloWarm, err := measure(ctx, rie, here["hello"], env, event("hello", cfn.URL), 1, warms)
+	if err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	hello.cold = quantile(helloCold, 0.5)
+	hello.helloCold = hello.cold
+	hello.warm, hello.warm90 = quantile(helloWarm, 0.5), quantile(helloWarm, 0.9)
+	results = append([]result{hello}, results...)
 	printResults(results, colds, warms)
 	return nil
 }
@@ -187,6 +191,27 @@ func benchDatabase(ctx context.Context, admin string) (url string, drop func(), 
 	return url, drop, nil
 }
 
+// paired takes bootstrap's cold starts one by one, each followed by one of
+// hello's (beside), and then bootstrap's warm invokes.
+func paired(ctx context.Context, rie, bootstrap, hello string, env []string, ev any, colds, warms int) (cold, beside, warm []time.Duration, err error) {
+	for i := range colds {
+		n := 0
+		if i == colds-1 {
+			n = warms
+		}
+		c, w, err := measure(ctx, rie, bootstrap, env, ev, 1, n)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		h, _, err := measure(ctx, rie, hello, env, event("hello", ""), 1, 0)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("hello: %w", err)
+		}
+		cold, beside, warm = append(cold, c...), append(beside, h...), append(warm, w...)
+	}
+	return cold, beside, warm, nil
+}
+
 // measure invokes a bootstrap colds times, each in a fresh emulator, and
 // then the last emulator warms times more.
 func measure(ctx context.Context, rie, bootstrap string, env []string, ev any, colds, warms int) (cold, warm []time.Duration, err error) {
@@ -226,10 +251,11 @@ func printResults(results []result, colds, warms int) {
 			ok = "OVER"
 		}
 		fmt.Fprintf(w, "%s\t%.2f MiB\t(%.2f)\t%.2f MiB\t%.1f ms\t%.1f\t%.2f ms\t%.2f ms\t%.1f\t%s\t\n", r.name, mb(r.sizeArm64), float64(r.sizeArm64)/1e6, mb(r.sizeHere),
-			msf(r.cold), float64(r.cold)/float64(hello.cold), msf(r.warm), msf(r.warm90), float64(r.warm)/float64(hello.warm), ok)
+			msf(r.cold), float64(r.cold)/float64(r.helloCold), msf(r.warm), msf(r.warm90), float64(r.warm)/float64(hello.warm), ok)
 	}
 	w.Flush()
-	fmt.Printf("\ncold: median of %d fresh emulators (hello: of %d beside each function's); warm: %d sequential invokes of one; each function serves one\n"+
+	fmt.Printf("\ncold: median of %d fresh emulators, each ratio to the median of the %d hello cold starts taken between them\n"+
+		"(hello's row: the median of them all); warm: %d sequential invokes of one; each function serves one\n"+
 		"representative event (see cmd/forgeci-lambdabench): HTTP functions a request that authenticates against\n"+
 		"PostgreSQL and is refused (401), scheduled functions a scheduled event, migrate a custom resource Update,\n"+
 		"admin list-runners.\n", colds, colds, warms)
