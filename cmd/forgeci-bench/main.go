@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/forgeci/forgeci/shared/schema"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -137,7 +138,7 @@ func freshDatabase(ctx context.Context, admin, name string) (string, func(), err
 		return "", nil, err
 	}
 	url := strings.Replace(admin, "/postgres?", "/"+name+"?", 1)
-	if _, err := store.Migrate(ctx, url, nil); err != nil {
+	if _, err := schema.Migrate(ctx, url, nil); err != nil {
 		conn.Close(ctx)
 		return "", nil, err
 	}

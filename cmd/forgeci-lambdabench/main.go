@@ -35,7 +35,7 @@ import (
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/lambdaapp/lambdatest"
 	"github.com/forgeci/forgeci/shared/localnet"
-	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/schema"
 	_ "github.com/forgeci/forgeci/shared/ui" // the dashboard registers its routes
 )
 
@@ -184,7 +184,7 @@ func benchDatabase(ctx context.Context, admin string) (url string, drop func(), 
 		return "", nil, err
 	}
 	url = strings.Replace(admin, "/postgres?", "/"+dbName+"?", 1)
-	if _, err := store.Migrate(ctx, url, nil); err != nil {
+	if _, err := schema.Migrate(ctx, url, nil); err != nil {
 		drop()
 		return "", nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/s3local"
 	"github.com/forgeci/forgeci/shared/scheduled"
+	"github.com/forgeci/forgeci/shared/schema"
 	"github.com/forgeci/forgeci/shared/scm"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
@@ -193,7 +194,7 @@ func migrateCommand(ctx context.Context, databaseURL string) error {
 	if err != nil {
 		return err
 	}
-	n, sealed, err := store.MigrateAndSeal(ctx, *url, nil, keys)
+	n, sealed, err := schema.MigrateAndSeal(ctx, *url, nil, keys)
 	if err != nil {
 		return err
 	}

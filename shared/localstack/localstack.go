@@ -28,6 +28,7 @@ import (
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/s3local"
+	"github.com/forgeci/forgeci/shared/schema"
 	"github.com/forgeci/forgeci/shared/store"
 	"github.com/forgeci/forgeci/shared/wake"
 )
@@ -125,7 +126,7 @@ func (s *Stack) startDatabase(ctx context.Context, o Options) error {
 			s.DatabaseURL = c.DatabaseURL(o.Database)
 		}
 	}
-	if _, err := store.Migrate(ctx, s.DatabaseURL, nil); err != nil {
+	if _, err := schema.Migrate(ctx, s.DatabaseURL, nil); err != nil {
 		return err
 	}
 	if o.Prepare != nil {

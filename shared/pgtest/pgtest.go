@@ -24,6 +24,7 @@ import (
 
 	"github.com/forgeci/forgeci/migrations"
 	"github.com/forgeci/forgeci/shared/pglocal"
+	"github.com/forgeci/forgeci/shared/schema"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -166,7 +167,7 @@ func template(ctx context.Context, admin string) (string, error) {
 	if _, err := conn.Exec(ctx, `CREATE DATABASE `+building); err != nil {
 		return "", err
 	}
-	if _, err := store.Migrate(ctx, replaceDB(admin, building), nil); err != nil {
+	if _, err := schema.Migrate(ctx, replaceDB(admin, building), nil); err != nil {
 		return "", err
 	}
 	// Renamed only when complete, so a half-built template is never used.

@@ -12,6 +12,7 @@ import (
 	"github.com/forgeci/forgeci/shared/pglocal"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/pipeline"
+	"github.com/forgeci/forgeci/shared/schema"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -169,7 +170,7 @@ func TestScheduleMissedSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	if _, err := store.Migrate(ctx, c.URL, nil); err != nil {
+	if _, err := schema.Migrate(ctx, c.URL, nil); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := store.OpenPool(ctx, c.URL, store.PoolOptions{MaxConns: 4})

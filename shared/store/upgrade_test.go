@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/schema"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -25,7 +26,7 @@ import (
 func TestUpgradeToTenancy(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.EmptyDatabase(t, fmt.Sprintf("upgrade_%d", len(t.Name())))
-	if err := store.MigrateTo(ctx, url, 4); err != nil {
+	if err := schema.MigrateTo(ctx, url, 4); err != nil {
 		t.Fatal(err)
 	}
 	old, err := pgx.Connect(ctx, url)
@@ -57,10 +58,10 @@ func TestUpgradeToTenancy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.MigrateAndSeal(ctx, url, nil, nil); err == nil || !strings.Contains(err.Error(), "plain text") {
+	if _, _, err := schema.MigrateAndSeal(ctx, url, nil, nil); err == nil || !strings.Contains(err.Error(), "plain text") {
 		t.Fatalf("sealing without a master key: %v", err)
 	}
-	if _, sealed, err := store.MigrateAndSeal(ctx, url, nil, keys); err != nil || sealed != 1 {
+	if _, sealed, err := schema.MigrateAndSeal(ctx, url, nil, keys); err != nil || sealed != 1 {
 		t.Fatalf("upgrade: sealed %d, %v", sealed, err)
 	}
 	db, err := pgx.Connect(ctx, url)

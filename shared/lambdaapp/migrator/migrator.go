@@ -1,4 +1,7 @@
-package lambdaapp
+// Package migrator is the migrate function: the handler of the template's
+// Custom::Migrations resource. It is apart from package lambdaapp so that
+// goose (package schema) is linked into this function only.
+package migrator
 
 import (
 	"context"
@@ -12,6 +15,8 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/schema"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -22,12 +27,12 @@ import (
 const migrationsResourceID = "forgeci-migrations"
 
 // Migrations is the handler of the template's Custom::Migrations resource:
-// on Create and Update it applies every pending migration (store.Migrate is
+// on Create and Update it applies every pending migration (schema.Migrate is
 // idempotent and holds an advisory lock); on Delete it does nothing, since
 // the database outlives the resource. Unlike MustServer it never exits at
 // cold start: CloudFormation waits up to an hour for an answer, so every
 // failure, including a missing secret, must come back as a FAILED response.
-// early is the connection StartMigrations began at cold start (nil: none).
+// early is the connection Start began at cold start (nil: none).
 func Migrations(ctx context.Context, ev cfn.Event, early *EarlyDB) (physicalID string, data map[string]any, err error) {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if ev.RequestType == cfn.RequestDelete {
@@ -54,10 +59,10 @@ func Migrations(ctx context.Context, ev cfn.Event, early *EarlyDB) (physicalID s
 		if earlyErr != nil {
 			log.Warn("the connection begun at cold start failed; trying again", "err", earlyErr)
 		}
-		if url, err = DatabaseURL(ctx); err != nil {
+		if url, err = lambdaapp.DatabaseURL(ctx); err != nil {
 			return migrationsResourceID, nil, err
 		}
-		if pool, err = store.OpenMigrationPool(ctx, url); err != nil {
+		if pool, err = schema.OpenPool(ctx, url); err != nil {
 			return migrationsResourceID, nil, err
 		}
 		defer pool.Close()
@@ -66,7 +71,7 @@ func Migrations(ctx context.Context, ev cfn.Event, early *EarlyDB) (physicalID s
 	if err != nil {
 		return migrationsResourceID, nil, err
 	}
-	applied, sealed, err := store.MigrateAndSealWith(ctx, pool, url, log, keys)
+	applied, sealed, err := schema.MigrateAndSealWith(ctx, pool, url, log, keys)
 	log.Info("migrations", "request", ev.RequestType, "applied", applied, "sealed_secrets", sealed, "err", err)
 	if err != nil {
 		return migrationsResourceID, nil, err
@@ -110,8 +115,8 @@ func ConnectEarly() *EarlyDB {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), store.ConnectTimeout+10*time.Second)
 		defer cancel()
-		if e.url, e.err = DatabaseURL(ctx); e.err == nil {
-			e.pool, e.err = store.OpenMigrationPool(ctx, e.url)
+		if e.url, e.err = lambdaapp.DatabaseURL(ctx); e.err == nil {
+			e.pool, e.err = schema.OpenPool(ctx, e.url)
 		}
 	}()
 	return e
@@ -151,10 +156,10 @@ func (e *EarlyDB) closeWhenDone() {
 	}()
 }
 
-// StartMigrations serves the Custom::Migrations resource, answering
+// Start serves the Custom::Migrations resource, answering
 // CloudFormation (SUCCESS or FAILED) through the event's presigned
 // response URL. It does not return.
-func StartMigrations() {
+func Start() {
 	early := ConnectEarly()
 	lambda.Start(cfn.LambdaWrap(func(ctx context.Context, ev cfn.Event) (string, map[string]any, error) {
 		return Migrations(ctx, ev, early)

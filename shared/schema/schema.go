@@ -1,4 +1,7 @@
-package store
+// Package schema applies the database's migrations (the embedded SQL of
+// package migrations, with goose). It is apart from package store so that
+// goose and database/sql stay out of the functions that only query.
+package schema
 
 import (
 	"context"
@@ -19,6 +22,7 @@ import (
 
 	"github.com/forgeci/forgeci/migrations"
 	"github.com/forgeci/forgeci/shared/secretbox"
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 // migrationLockID is the PostgreSQL advisory lock key goose holds while it
@@ -45,7 +49,7 @@ func Migrate(ctx context.Context, url string, log *slog.Logger) (applied int, er
 // applied already (most deploys) it asks one question on one connection
 // instead of running goose, which opens its own and takes a lock.
 func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretbox.Keyring) (applied, sealed int, err error) {
-	pool, err := OpenMigrationPool(ctx, url)
+	pool, err := OpenPool(ctx, url)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -53,14 +57,14 @@ func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretb
 	return MigrateAndSealWith(ctx, pool, url, log, k)
 }
 
-// OpenMigrationPool opens and checks the one connection MigrateAndSealWith
-// asks on.
-func OpenMigrationPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	return OpenPool(ctx, url, PoolOptions{MaxConns: 1, NoStatementCache: true, NoStartupSettings: true})
+// OpenPool opens and checks the one connection MigrateAndSealWith asks
+// on.
+func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	return store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 1, NoStatementCache: true, NoStartupSettings: true})
 }
 
 // MigrateAndSealWith is MigrateAndSeal on a pool of url opened already
-// (OpenMigrationPool), which it leaves open.
+// (OpenPool), which it leaves open.
 func MigrateAndSealWith(ctx context.Context, pool *pgxpool.Pool, url string, log *slog.Logger, k secretbox.Keyring) (applied, sealed int, err error) {
 	current, err := upToDate(ctx, pool)
 	if err != nil {
@@ -71,7 +75,7 @@ func MigrateAndSealWith(ctx context.Context, pool *pgxpool.Pool, url string, log
 			return applied, 0, err
 		}
 	}
-	st := New(pool, Limits{})
+	st := store.New(pool, store.Limits{})
 	if k != nil {
 		st.SetKeyring(k)
 	}

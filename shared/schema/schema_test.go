@@ -1,4 +1,4 @@
-package store_test
+package schema_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/forgeci/forgeci/migrations"
 	"github.com/forgeci/forgeci/shared/pgtest"
-	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/schema"
 )
 
 // TestMigrateConcurrentAndIdempotent: four processes migrating an empty
@@ -26,7 +26,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := store.Migrate(ctx, url, nil)
+			n, err := schema.Migrate(ctx, url, nil)
 			if err != nil {
 				t.Error(err)
 			}
@@ -39,7 +39,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 	if total != len(files) {
 		t.Fatalf("concurrent migrations applied %d in all, want %d", total, len(files))
 	}
-	if n, err := store.Migrate(ctx, url, nil); err != nil || n != 0 {
+	if n, err := schema.Migrate(ctx, url, nil); err != nil || n != 0 {
 		t.Fatalf("second migrate applied %d (%v), want 0", n, err)
 	}
 }
@@ -52,17 +52,17 @@ func TestMigrateAndSealSkipsOnlyWhenCurrent(t *testing.T) {
 	ctx := context.Background()
 	files, _ := fs.Glob(migrations.FS, "*.sql")
 	empty := pgtest.EmptyDatabase(t, "migrate_seal_empty")
-	if n, _, err := store.MigrateAndSeal(ctx, empty, nil, nil); err != nil || n != len(files) {
+	if n, _, err := schema.MigrateAndSeal(ctx, empty, nil, nil); err != nil || n != len(files) {
 		t.Fatalf("empty database: applied %d (%v), want %d", n, err, len(files))
 	}
-	if n, _, err := store.MigrateAndSeal(ctx, empty, nil, nil); err != nil || n != 0 {
+	if n, _, err := schema.MigrateAndSeal(ctx, empty, nil, nil); err != nil || n != 0 {
 		t.Fatalf("current database: applied %d (%v), want 0", n, err)
 	}
 	behind := pgtest.EmptyDatabase(t, "migrate_seal_behind")
-	if err := store.MigrateTo(ctx, behind, int64(len(files)-1)); err != nil {
+	if err := schema.MigrateTo(ctx, behind, int64(len(files)-1)); err != nil {
 		t.Fatal(err)
 	}
-	if n, _, err := store.MigrateAndSeal(ctx, behind, nil, nil); err != nil || n != 1 {
+	if n, _, err := schema.MigrateAndSeal(ctx, behind, nil, nil); err != nil || n != 1 {
 		t.Fatalf("a database one behind: applied %d (%v), want 1", n, err)
 	}
 }

@@ -1,4 +1,4 @@
-package lambdaapp
+package migrator
 
 import (
 	"context"
