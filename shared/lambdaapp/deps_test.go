@@ -10,11 +10,14 @@ import (
 // TestHeavyDependenciesStayPut: what only one function needs is linked
 // into that function alone (each MiB of a bootstrap is cold-start time in
 // every function): the identity-token signing code (JOSE, the issuer)
-// into oidc.
+// into oidc, goose and the migrations into migrate.
 func TestHeavyDependenciesStayPut(t *testing.T) {
 	owners := map[string]string{
 		"github.com/go-jose/go-jose/v4":             "oidc",
 		"github.com/forgeci/forgeci/shared/idtoken": "oidc",
+		"github.com/pressly/goose/v3":               "migrate",
+		"github.com/forgeci/forgeci/shared/schema":  "migrate",
+		"github.com/forgeci/forgeci/migrations":     "migrate",
 	}
 	dirs, err := os.ReadDir("../../functions")
 	if err != nil {
