@@ -14,7 +14,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -28,7 +27,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/api"
@@ -273,14 +271,13 @@ func event(name, responseURL string) any {
 			"StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/forgeci/1", "ResourceProperties": map[string]any{}}
 	case "admin":
 		return map[string]any{"command": "list-runners"}
-	case "sweeper", "scm":
-		return events.EventBridgeEvent{Version: "0", ID: "bench", DetailType: "Scheduled Event", Source: "aws.events",
-			Time: time.Now(), Region: "us-east-1", Detail: json.RawMessage("{}")}
+	case "sweeper", "scm", "gc", "scaler":
+		return lambdatest.Scheduled("bench")
 	}
-	method, path := "POST", "/v1/runners/register"
+	route, path := "POST /v1/runners/register", "/v1/runners/register"
 	body := `{"registration_token":"frg_bench","name":"bench","labels":["linux"]}`
 	if rs := api.Routes(name); len(rs) > 0 {
-		method, path = rs[0].Method, strings.NewReplacer("{job_id}", "00000000-0000-0000-0000-000000000000",
+		route, path = rs[0].Method+" "+rs[0].Path, strings.NewReplacer("{job_id}", "00000000-0000-0000-0000-000000000000",
 			"{run_id}", "00000000-0000-0000-0000-000000000000").Replace(rs[0].Path)
 		if name != "register" {
 			body = `{}`
@@ -292,10 +289,8 @@ func event(name, responseURL string) any {
 	if name == "api" {
 		token = "fru_" + strings.Repeat("x", 43)
 	}
-	return events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: method + " " + path, RawPath: path, Body: body,
-		Headers: map[string]string{"authorization": "Bearer " + token, "content-type": "application/json"},
-		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "bench", DomainName: "bench.example",
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: path}}}
+	return lambdatest.HTTPRequest("bench", route, path,
+		map[string]string{"authorization": "Bearer " + token, "content-type": "application/json"}, body)
 }
 
 func size(path string) int64 {

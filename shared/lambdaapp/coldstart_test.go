@@ -2,14 +2,12 @@ package lambdaapp_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/cas"
@@ -148,11 +146,7 @@ func queryFreeEvent(name string) any {
 	case "admin":
 		return map[string]any{"command": "no-such-command"}
 	case "sweeper", "gc", "scm", "scaler":
-		return events.EventBridgeEvent{Version: "0", ID: "cold", DetailType: "Scheduled Event", Source: "aws.events",
-			Time: time.Now(), Region: "us-east-1", Detail: json.RawMessage("{}")}
+		return lambdatest.Scheduled("cold")
 	}
-	const path = "/no-such-route"
-	return events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET " + path, RawPath: path,
-		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "cold", DomainName: "cold.example",
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "GET", Path: path}}}
+	return lambdatest.HTTPRequest("cold", "GET /no-such-route", "/no-such-route", nil, "")
 }

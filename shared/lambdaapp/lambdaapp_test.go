@@ -13,6 +13,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/lambdaapp/lambdatest"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -43,15 +44,8 @@ func TestAdapterV2(t *testing.T) {
 	event := func(l domain.Lease) events.APIGatewayV2HTTPRequest {
 		body, _ := json.Marshal(map[string]any{"lease": l})
 		path := "/v1/runner/jobs/" + c.Lease.JobID + "/heartbeat"
-		return events.APIGatewayV2HTTPRequest{
-			Version: "2.0", RouteKey: "POST /v1/runner/jobs/{job_id}/heartbeat", RawPath: path,
-			Headers: map[string]string{"authorization": "Bearer " + token, "content-type": "application/json"},
-			Body:    string(body),
-			RequestContext: events.APIGatewayV2HTTPRequestContext{
-				DomainName: "api.example", RequestID: "req-1",
-				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: path},
-			},
-		}
+		return lambdatest.HTTPRequest("req-1", "POST /v1/runner/jobs/{job_id}/heartbeat", path,
+			map[string]string{"authorization": "Bearer " + token, "content-type": "application/json"}, string(body))
 	}
 	resp, err := proxy(ctx, event(c.Lease))
 	if err != nil || resp.StatusCode != 200 {

@@ -189,27 +189,17 @@ var requestSeq int
 // ("POST /v1/runner/jobs/{job_id}/logs") with the path filled in.
 func (f *fleet) call(name, route, path, token string, body any) response {
 	f.t.Helper()
-	method, _, _ := strings.Cut(route, " ")
 	raw := ""
 	if body != nil {
 		b, _ := json.Marshal(body)
 		raw = string(b)
 	}
-	p, query, _ := strings.Cut(path, "?")
 	headers := map[string]string{"content-type": "application/json", "user-agent": "forgeci-smoke"}
 	if token != "" {
 		headers["authorization"] = "Bearer " + token
 	}
 	requestSeq++
-	ev := events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: route, RawPath: p, RawQueryString: query, Headers: headers, Body: raw,
-		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			AccountID: "123456789012", APIID: "smoke", Stage: "$default", DomainName: "smoke.execute-api.us-east-1.amazonaws.com",
-			RequestID: fmt.Sprintf("smoke-%d", requestSeq), TimeEpoch: time.Now().UnixMilli(),
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: p, Protocol: "HTTP/1.1",
-				SourceIP: "203.0.113.7", UserAgent: "forgeci-smoke"},
-		},
-	}
+	ev := lambdatest.HTTPRequest(fmt.Sprintf("smoke-%d", requestSeq), route, path, headers, raw)
 	var resp events.APIGatewayV2HTTPResponse
 	if err := json.Unmarshal(f.invoke(name, ev), &resp); err != nil {
 		f.t.Fatalf("%s %s: not an HTTP API response: %v", name, route, err)
@@ -233,10 +223,7 @@ func (f *fleet) webhook(body []byte, sig string) response {
 	if sig != "" {
 		headers["x-hub-signature-256"] = sig
 	}
-	ev := events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "POST /v1/webhooks/github", RawPath: "/v1/webhooks/github",
-		Headers: headers, Body: string(body),
-		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "smoke-webhook", DomainName: "smoke.example",
-			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/v1/webhooks/github"}}}
+	ev := lambdatest.HTTPRequest("smoke-webhook", "POST /v1/webhooks/github", "/v1/webhooks/github", headers, string(body))
 	var resp events.APIGatewayV2HTTPResponse
 	if err := json.Unmarshal(f.invoke("webhook", ev), &resp); err != nil {
 		f.t.Fatal(err)
@@ -563,8 +550,7 @@ func TestLambdaSmoke(t *testing.T) {
 	}
 	f.expect("api", "POST /v1/runs", "/v1/runs", userToken, map[string]any{"project": "smoke", "source": source}, 201).json(t, &run3)
 	c3 := claim("claim#short")
-	scheduled := events.EventBridgeEvent{Version: "0", ID: "smoke", DetailType: "Scheduled Event", Source: "aws.events",
-		AccountID: "123456789012", Time: time.Now(), Region: "us-east-1", Detail: json.RawMessage("{}")}
+	scheduled := lambdatest.Scheduled("smoke")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		f.invoke("sweeper", scheduled)

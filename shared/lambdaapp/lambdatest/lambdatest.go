@@ -29,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
+
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/localnet"
 )
@@ -329,4 +331,27 @@ func AWSEnv(dbURL string, blobs cas.Config) ([]string, *SecretsManager, error) {
 		"FORGECI_GITHUB_APP_ID=12345", "FORGECI_GITHUB_API_URL=http://127.0.0.1:1/", "FORGECI_PUBLIC_URL=https://ci.example",
 		"FORGECI_SCM_FUNCTION=forgeci-scm",
 	}, sm, nil
+}
+
+// Scheduled is the event EventBridge's schedule sends a function.
+func Scheduled(id string) events.EventBridgeEvent {
+	return events.EventBridgeEvent{Version: "0", ID: id, DetailType: "Scheduled Event", Source: "aws.events",
+		AccountID: "123456789012", Time: time.Now(), Region: "us-east-1", Detail: json.RawMessage("{}")}
+}
+
+// HTTPRequest is the API Gateway HTTP API (payload v2) event of route
+// ("POST /v1/runner/jobs/{job_id}/logs") for path, the route with its
+// parameters filled in and any query after "?".
+func HTTPRequest(id, route, path string, headers map[string]string, body string) events.APIGatewayV2HTTPRequest {
+	method, _, _ := strings.Cut(route, " ")
+	p, query, _ := strings.Cut(path, "?")
+	return events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: route, RawPath: p, RawQueryString: query, Headers: headers, Body: body,
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			AccountID: "123456789012", APIID: "lambdatest", Stage: "$default", DomainName: "lambdatest.execute-api.us-east-1.amazonaws.com",
+			RequestID: id, TimeEpoch: time.Now().UnixMilli(),
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: method, Path: p, Protocol: "HTTP/1.1",
+				SourceIP: "203.0.113.7", UserAgent: headers["user-agent"]},
+		},
+	}
 }
