@@ -162,8 +162,18 @@ func TestCancelLeavesAlways(t *testing.T) {
 	if got := states(t, s, run.ID); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after cancel: %v\nwant %v", got, want)
 	}
+	// The job running at the cancel hears it; the jobs that run after it
+	// because of it do not.
+	if _, cancel, err := s.Heartbeat(ctx, r.ID, a.Lease.JobID, a.Lease); err != nil || !cancel {
+		t.Fatalf("heartbeat of the job running at the cancel: cancel %v, %v", cancel, err)
+	}
 	complete(t, s, r, a, domain.OutcomeCanceled)
 	after := claimOnly(t, s, r, run.ID, "always", "on-cancel")
+	for name, c := range after {
+		if _, cancel, err := s.Heartbeat(ctx, r.ID, c.Lease.JobID, c.Lease); err != nil || cancel {
+			t.Fatalf("heartbeat of %s, which runs because of the cancel: cancel %v, %v", name, cancel, err)
+		}
+	}
 	if st := states(t, s, run.ID)["always-not-main"]; st != "SKIPPED" {
 		t.Fatalf("always-not-main %s", st)
 	}

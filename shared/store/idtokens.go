@@ -112,7 +112,7 @@ func (s *Store) RecordIDToken(ctx context.Context, runnerID, jobID string, l dom
 const leaseActiveSQL = `
 SELECT EXISTS (SELECT 1 FROM jobs j JOIN runners ru ON ru.id = j.runner_id JOIN runs r ON r.id = j.run_id
                WHERE ` + leaseMatchSQL + ` AND ru.revoked_at IS NULL
-                 AND NOT j.cancel_requested AND NOT r.cancel_requested)`
+                 AND NOT ` + cancelAskedSQL + `)`
 
 // LeaseActive reports whether l is the current lease of its job, by the
 // database's clock.

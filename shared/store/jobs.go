@@ -23,7 +23,7 @@ UPDATE jobs j SET lease_expires_at = now() + make_interval(secs => $6),
        log_size = ` + logEndSQL + `
 FROM runs r
 WHERE ` + leaseMatchSQL + ` AND r.id = j.run_id
-RETURNING j.lease_expires_at, j.cancel_requested OR r.cancel_requested`
+RETURNING j.lease_expires_at, ` + cancelAskedSQL
 
 // extendLeaseSQL is the heartbeat's slow path, under withLease's row lock.
 const extendLeaseSQL = `

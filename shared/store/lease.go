@@ -109,11 +109,17 @@ const logEndSQL = `coalesce((SELECT c.start_offset + length(c.data) FROM log_chu
 	    WHERE c.job_id = j.id AND c.generation = j.generation
 	    ORDER BY c.start_offset DESC LIMIT 1), 0)`
 
+// cancelAskedSQL is whether job j (of run r) is asked to stop: the job
+// itself, or its run, unless the job's condition calls always() or
+// cancelled(), which run after their run's cancel (the jobs running at
+// the cancel were asked one by one).
+const cancelAskedSQL = `(j.cancel_requested OR (r.cancel_requested AND NOT j.survives_cancel))`
+
 // lockLeaseSQL locks job $1 and reads what lockLease classifies, with
 // runner $2's row (absent or revoked: the lease is refused).
 const lockLeaseSQL = `
 SELECT j.id, j.run_id, r.project_id, r.trusted, j.name, j.generation, j.needs, j.spec,
-       j.cancel_requested OR r.cancel_requested,
+       ` + cancelAskedSQL + `,
        j.state, j.runner_id, j.lease_id::text,
        coalesce(j.lease_expires_at <= now(), true),
        coalesce(ru.revoked_at IS NOT NULL, true), ru.id IS NOT NULL
