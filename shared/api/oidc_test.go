@@ -230,6 +230,48 @@ func TestIDTokenRefused(t *testing.T) {
 	}
 }
 
+// TestIDTokenRecordChecksAgain: the record of a signed token checks the
+// cancel and the minute's count again, in its own transaction. Grants
+// write nothing, so requests in parallel all pass the grant's count, and
+// a cancel may come while a token is signed: either way the token must
+// not be recorded, so it is never handed out.
+func TestIDTokenRecordChecksAgain(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	a := e.registerRunner("box")
+	c := e.deployJob(a, "refs/heads/main", "")
+	var grants []store.IDTokenGrant
+	for range store.MaxIDTokensPerMinute + 1 {
+		g, err := e.store.GrantIDToken(ctx, a.ID, c.Job.ID, c.Lease)
+		if err != nil {
+			t.Fatalf("grant %d: %v", len(grants)+1, err)
+		}
+		grants = append(grants, g)
+	}
+	for i, g := range grants {
+		err := e.store.RecordIDToken(ctx, a.ID, c.Job.ID, c.Lease, g, "aud")
+		if i < store.MaxIDTokensPerMinute && err != nil {
+			t.Fatalf("record %d: %v", i+1, err)
+		}
+		if i == store.MaxIDTokensPerMinute && !domain.Is(err, domain.ETooLarge) {
+			t.Fatalf("record %d of the minute, granted before any was recorded: %v", i+1, err)
+		}
+	}
+	e.exec(`UPDATE id_tokens SET issued_at = issued_at - interval '2 minutes'`)
+	g, err := e.store.GrantIDToken(ctx, a.ID, c.Job.ID, c.Lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(`UPDATE runs SET cancel_requested = true WHERE id = $1`, c.Lease.RunID) // while it is signed
+	if err := e.store.RecordIDToken(ctx, a.ID, c.Job.ID, c.Lease, g, "aud"); !domain.Is(err, domain.EConflict) {
+		t.Fatalf("record after a cancel: %v", err)
+	}
+	var n int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM id_tokens WHERE job_id = $1`, c.Job.ID).Scan(&n); err != nil || n != store.MaxIDTokensPerMinute {
+		t.Fatalf("%d tokens recorded, want %d (%v)", n, store.MaxIDTokensPerMinute, err)
+	}
+}
+
 // TestIssuerDiscovery: the discovery document has every field AWS IAM
 // requires of an OIDC provider, served without a token; its jwks_uri
 // serves the keys.

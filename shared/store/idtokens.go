@@ -63,15 +63,9 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 			return domain.Errorf(domain.EForbidden, "job %s does not ask for identity tokens: its pipeline needs permissions: {id-token: write}", job.Name)
 		case !job.Trusted:
 			return domain.Errorf(domain.EForbidden, "an untrusted run's jobs get no identity tokens")
-		case job.CancelRequested:
-			return domain.Errorf(domain.EConflict, "job %s is being canceled: it gets no new identity tokens", job.Name)
 		}
-		var recent int
-		if err := tx.QueryRow(ctx, recentIDTokensSQL, job.ID, job.Generation).Scan(&recent); err != nil {
-			return fmt.Errorf("count tokens: %w", err)
-		}
-		if recent >= MaxIDTokensPerMinute {
-			return domain.Errorf(domain.ETooLarge, "job %s had %d identity tokens in the last minute, the most an attempt may", job.Name, recent)
+		if err := mayHaveIDToken(ctx, tx, job); err != nil {
+			return err
 		}
 		g.Trusted = true
 		if err := tx.QueryRow(ctx, idTokenFactsSQL, job.ID).Scan(&g.Project, &g.Ref, &g.SHA, &g.Event, &g.Environment,
@@ -94,12 +88,35 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 	return g, err
 }
 
-// RecordIDToken records a signed token, checking the lease again in the
-// transaction that writes: the token is handed out only if this commits,
-// so a lease lost while it was signed gets none, and a token that was
-// never handed out is never recorded.
+// mayHaveIDToken refuses a new token to a job being canceled or one that
+// had MaxIDTokensPerMinute in the last minute. Both the grant and the
+// record ask: a cancel may come while the token is signed, and requests
+// in parallel all pass the grant's count before any is recorded. Records
+// hold the job row FOR UPDATE (withLease), so their counts are exact.
+func mayHaveIDToken(ctx context.Context, tx pgx.Tx, job *LeasedJob) error {
+	if job.CancelRequested {
+		return domain.Errorf(domain.EConflict, "job %s is being canceled: it gets no new identity tokens", job.Name)
+	}
+	var recent int
+	if err := tx.QueryRow(ctx, recentIDTokensSQL, job.ID, job.Generation).Scan(&recent); err != nil {
+		return fmt.Errorf("count tokens: %w", err)
+	}
+	if recent >= MaxIDTokensPerMinute {
+		return domain.Errorf(domain.ETooLarge, "job %s had %d identity tokens in the last minute, the most an attempt may", job.Name, recent)
+	}
+	return nil
+}
+
+// RecordIDToken records a signed token, checking the lease, the cancel
+// and the count again in the transaction that writes: the token is handed
+// out only if this commits, so a lease lost or a cancel asked while it was
+// signed gets none, and a token that was never handed out is never
+// recorded.
 func (s *Store) RecordIDToken(ctx context.Context, runnerID, jobID string, l domain.Lease, g IDTokenGrant, audience string) error {
 	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		if err := mayHaveIDToken(ctx, tx, job); err != nil {
+			return err
+		}
 		_, err := tx.Exec(ctx, insertIDTokenSQL, g.JTI, job.ID, job.Generation, l.LeaseID, audience, g.Expiry)
 		return err
 	})
