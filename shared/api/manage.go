@@ -134,8 +134,8 @@ func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, _ store.Use
 	})
 }
 
-func (s *Server) revokeRunner(w http.ResponseWriter, r *http.Request, _ store.User) error {
-	if err := s.Store.RevokeRunner(r.Context(), r.PathValue("runner_id")); err != nil {
+func (s *Server) revokeRunner(w http.ResponseWriter, r *http.Request, u store.User) error {
+	if err := s.Store.RevokeRunnerAs(r.Context(), u, r.PathValue("runner_id")); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"revoked": r.PathValue("runner_id")})
@@ -151,7 +151,7 @@ type registrationTokenRequest struct {
 	Untrusted bool     `json:"untrusted"`
 }
 
-func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request, _ store.User) error {
+func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request, u store.User) error {
 	var req registrationTokenRequest
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
@@ -162,7 +162,7 @@ func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request,
 	if req.TTLSeconds < 60 || req.TTLSeconds > 7*24*3600 {
 		return domain.Errorf(domain.EInvalid, "ttl_seconds must be from 60 to 604800")
 	}
-	token, expires, err := s.Store.CreateRegistrationToken(r.Context(), time.Duration(req.TTLSeconds)*time.Second, req.Description,
+	token, expires, err := s.Store.CreateRegistrationTokenAs(r.Context(), u, time.Duration(req.TTLSeconds)*time.Second, req.Description,
 		store.Scope{Projects: req.Projects, Untrusted: req.Untrusted})
 	if err != nil {
 		return err
@@ -182,9 +182,9 @@ type createUserRequest struct {
 	Role string `json:"role"`
 }
 
-func (s *Server) createUser(w http.ResponseWriter, r *http.Request, _ store.User) error {
+func (s *Server) createUser(w http.ResponseWriter, r *http.Request, by store.User) error {
 	return answerTo(w, r, http.StatusCreated, func(ctx context.Context, req createUserRequest) (any, error) {
-		u, token, err := s.Store.CreateUser(ctx, req.Name, req.Role)
+		u, token, err := s.Store.CreateUserAs(ctx, by, req.Name, req.Role)
 		return map[string]any{"user": u, "token": token}, err
 	})
 }
@@ -206,7 +206,7 @@ func (s *Server) createUserToken(w http.ResponseWriter, r *http.Request, u store
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	tid, token, err := s.Store.CreateUserToken(r.Context(), id, req.Description)
+	tid, token, err := s.Store.CreateUserTokenAs(r.Context(), u, id, req.Description)
 	if err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (s *Server) disableUser(w http.ResponseWriter, r *http.Request, u store.Use
 	if r.PathValue("user_id") == u.ID {
 		return domain.Errorf(domain.EInvalid, "you cannot disable yourself")
 	}
-	if err := s.Store.DisableUser(r.Context(), r.PathValue("user_id")); err != nil {
+	if err := s.Store.DisableUserAs(r.Context(), u, r.PathValue("user_id")); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"disabled": r.PathValue("user_id")})

@@ -97,6 +97,26 @@ func requireGlobalAdmin(ctx context.Context, tx pgx.Tx, u User) error {
 	return nil
 }
 
+// check is a permission checked first in the transaction that makes a
+// change, so that it holds until the change commits. The operator's calls
+// (the admin function, the CLI) have none: their authority is not a
+// user's.
+type check func(ctx context.Context, tx pgx.Tx) error
+
+// byAdmin is the check of a global admin's change: u is still an active
+// global admin (requireGlobalAdmin, holding the user row). An admin
+// disabled or demoted while the request was read changes nothing.
+func byAdmin(u User) check {
+	return func(ctx context.Context, tx pgx.Tx) error { return requireGlobalAdmin(ctx, tx, u) }
+}
+
+func (c check) run(ctx context.Context, tx pgx.Tx) error {
+	if c == nil {
+		return nil
+	}
+	return c(ctx, tx)
+}
+
 // runProject returns the project of a run, locking nothing.
 func runProject(ctx context.Context, tx pgx.Tx, runID string) (string, error) {
 	var projectID string

@@ -160,8 +160,19 @@ func hashSecret(s string) []byte {
 // CreateRegistrationToken makes a one-time token that registers one runner
 // within ttl. The token is returned once and stored only as a hash.
 // The runner it registers serves scope; projects are named by name or ID
-// and must exist.
+// and must exist. It is the operator's call; people go through
+// CreateRegistrationTokenAs.
 func (s *Store) CreateRegistrationToken(ctx context.Context, ttl time.Duration, description string, scope Scope) (string, time.Time, error) {
+	return s.createRegistrationToken(ctx, nil, ttl, description, scope)
+}
+
+// CreateRegistrationTokenAs makes a registration token on behalf of by,
+// who must be a global admin.
+func (s *Store) CreateRegistrationTokenAs(ctx context.Context, by User, ttl time.Duration, description string, scope Scope) (string, time.Time, error) {
+	return s.createRegistrationToken(ctx, byAdmin(by), ttl, description, scope)
+}
+
+func (s *Store) createRegistrationToken(ctx context.Context, may check, ttl time.Duration, description string, scope Scope) (string, time.Time, error) {
 	if ttl <= 0 || ttl > 30*24*time.Hour {
 		return "", time.Time{}, domain.Errorf(domain.EInvalid, "registration token lifetime must be between 1s and 30 days")
 	}
@@ -171,6 +182,9 @@ func (s *Store) CreateRegistrationToken(ctx context.Context, ttl time.Duration, 
 	tok := newSecret(registrationTokenPrefix)
 	var expires time.Time
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := may.run(ctx, tx); err != nil {
+			return err
+		}
 		ids := []string{}
 		for _, p := range scope.Projects {
 			var id string
@@ -282,9 +296,24 @@ func (s *Store) lookupToken(ctx context.Context, token, prefix, query string, de
 // also checks the runner again after writing); the revocation itself
 // never waits on S3. A claim takes the runner's row FOR SHARE, so a
 // revocation waits for claims in flight and then ends their leases.
+//
+// It is the operator's call; people go through RevokeRunnerAs.
 func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
+	return s.revokeRunner(ctx, nil, runnerID)
+}
+
+// RevokeRunnerAs revokes a runner on behalf of by, who must be a global
+// admin.
+func (s *Store) RevokeRunnerAs(ctx context.Context, by User, runnerID string) error {
+	return s.revokeRunner(ctx, byAdmin(by), runnerID)
+}
+
+func (s *Store) revokeRunner(ctx context.Context, may check, runnerID string) error {
 	var hash []byte
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := may.run(ctx, tx); err != nil {
+			return err
+		}
 		err := tx.QueryRow(ctx, revokeRunnerSQL, runnerID).Scan(&hash)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)

@@ -62,8 +62,19 @@ type User struct {
 // IsAdmin reports whether the user is a global admin.
 func (u User) IsAdmin() bool { return u.Role == RoleAdmin }
 
-// CreateUser makes a user with a first API token, returned once.
+// CreateUser makes a user with a first API token, returned once. It is
+// the operator's call (the admin function, the CLI); people go through
+// CreateUserAs.
 func (s *Store) CreateUser(ctx context.Context, name, role string) (User, string, error) {
+	return s.createUser(ctx, nil, name, role)
+}
+
+// CreateUserAs makes a user on behalf of by, who must be a global admin.
+func (s *Store) CreateUserAs(ctx context.Context, by User, name, role string) (User, string, error) {
+	return s.createUser(ctx, byAdmin(by), name, role)
+}
+
+func (s *Store) createUser(ctx context.Context, may check, name, role string) (User, string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 100 {
 		return User{}, "", domain.Errorf(domain.EInvalid, "user name must be 1 to 100 characters")
@@ -79,6 +90,9 @@ func (s *Store) CreateUser(ctx context.Context, name, role string) (User, string
 	u := User{ID: uuid.Must(uuid.NewV7()).String(), Name: name, Role: role}
 	token := newSecret(userTokenPrefix)
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := may.run(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, insertUserSQL, u.ID, u.Name, u.Role); err != nil {
 			if isUniqueViolation(err) {
 				return domain.Errorf(domain.EConflict, "a user named %q exists", name)
@@ -137,26 +151,75 @@ func (s *Store) ListUsers(ctx context.Context, pg Page) ([]UserInfo, string, err
 	return us, next, nil
 }
 
-// CreateUserToken gives a user another API token, returned once.
+// CreateUserToken gives a user another API token, returned once: the
+// operator's call.
 func (s *Store) CreateUserToken(ctx context.Context, userID, description string) (id, token string, err error) {
+	return s.createUserToken(ctx, nil, userID, description)
+}
+
+// CreateUserTokenAs gives a user another API token on behalf of by: a
+// global admin for anyone, anyone for themselves (the token is made only
+// while its user is active, so a user disabled meanwhile gets none).
+func (s *Store) CreateUserTokenAs(ctx context.Context, by User, userID, description string) (id, token string, err error) {
+	var may check
+	if userID != by.ID {
+		may = byAdmin(by)
+	}
+	return s.createUserToken(ctx, may, userID, description)
+}
+
+func (s *Store) createUserToken(ctx context.Context, may check, userID, description string) (id, token string, err error) {
 	description = strings.TrimSpace(description)
 	if len(description) > 200 {
 		return "", "", domain.Errorf(domain.EInvalid, "description is at most 200 characters")
 	}
 	id, token = uuid.Must(uuid.NewV7()).String(), newSecret(userTokenPrefix)
-	tag, err := s.pool.Exec(ctx, insertTokenSQL, id, userID, hashSecret(token), description)
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if err := may.run(ctx, tx); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, insertTokenSQL, id, userID, hashSecret(token), description)
+		if err != nil {
+			return fmt.Errorf("create token: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.ENotFound, "no active user %s", userID)
+		}
+		return nil
+	})
 	if err != nil {
-		return "", "", fmt.Errorf("create token: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return "", "", domain.Errorf(domain.ENotFound, "no active user %s", userID)
+		return "", "", err
 	}
 	return id, token, nil
 }
 
-// DisableUser disables a user and revokes every token of theirs.
+// lockUsersSQL takes users $1 FOR UPDATE in one order, so that two admins
+// disabling each other wait for one another instead of deadlocking: the
+// second then finds itself disabled.
+const lockUsersSQL = `SELECT id FROM users WHERE id = ANY ($1) ORDER BY id FOR UPDATE`
+
+// DisableUser disables a user and revokes every token of theirs: the
+// operator's call.
 func (s *Store) DisableUser(ctx context.Context, userID string) error {
+	return s.disableUser(ctx, nil, userID)
+}
+
+// DisableUserAs disables a user on behalf of by, who must be a global
+// admin.
+func (s *Store) DisableUserAs(ctx context.Context, by User, userID string) error {
+	return s.disableUser(ctx, byAdmin(by), userID, by.ID)
+}
+
+// disableUser disables userID after locking it and lock (the acting
+// admin) in one order.
+func (s *Store) disableUser(ctx context.Context, may check, userID string, lock ...string) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockUsersSQL, append(lock, userID)); err != nil {
+			return fmt.Errorf("lock users: %w", err)
+		}
+		if err := may.run(ctx, tx); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, disableUserSQL, userID)
 		if err != nil {
 			return err

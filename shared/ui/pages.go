@@ -296,8 +296,8 @@ func Runners(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 }
 
 // RevokeRunner revokes a runner (global admins).
-func RevokeRunner(u *UI, w http.ResponseWriter, r *http.Request, _ store.User) error {
-	if err := u.Store.RevokeRunner(r.Context(), r.PathValue("runner_id")); err != nil {
+func RevokeRunner(u *UI, w http.ResponseWriter, r *http.Request, by store.User) error {
+	if err := u.Store.RevokeRunnerAs(r.Context(), by, r.PathValue("runner_id")); err != nil {
 		return err
 	}
 	http.Redirect(w, r, "/runners", http.StatusSeeOther)
