@@ -165,36 +165,26 @@ func (s *Server) source(ctx context.Context, l held, _ *protocol.SourceRequest) 
 }
 
 // uploadAnswer is the answer of artifacts, cache/save and uploads: the
-// blob's (project, tier) holds it already, or where to PUT it (after the
-// lease or membership check, never before), recorded as an upload so the
-// collector removes it if it is never committed.
-func (s *Server) uploadAnswer(ctx context.Context, ref store.BlobRef, size int64) (*protocol.UploadResponse, error) {
-	held, ok, err := s.Store.HeldBlob(ctx, ref)
+// blob's (project, tier) holds it already, or where to PUT it. The store
+// recorded the upload in the transaction of the lease or membership check;
+// the URL is signed only after that committed.
+func (s *Server) uploadAnswer(ctx context.Context, up store.Upload, size int64) (*protocol.UploadResponse, error) {
+	if up.Held {
+		return &protocol.UploadResponse{Exists: true, KeyExists: up.KeyExists}, nil
+	}
+	put, err := s.CAS.PresignPut(ctx, up.Ref.Key(), up.Ref.Digest, size)
 	if err != nil {
 		return nil, err
 	}
-	if ok {
-		if held.Size != size {
-			return nil, domain.Errorf(domain.EInvalid, "blob %s is %d bytes, not %d", ref.Digest, held.Size, size)
-		}
-		return &protocol.UploadResponse{Exists: true}, nil
-	}
-	if err := s.Store.StartUpload(ctx, ref, size); err != nil {
-		return nil, err
-	}
-	up, err := s.CAS.PresignPut(ctx, ref.Key(), ref.Digest, size)
-	if err != nil {
-		return nil, err
-	}
-	return &protocol.UploadResponse{URL: up.URL, Method: up.Method, Headers: up.Headers}, nil
+	return &protocol.UploadResponse{URL: put.URL, Method: put.Method, Headers: put.Headers}, nil
 }
 
 func (s *Server) artifactUpload(ctx context.Context, l held, req *protocol.ArtifactRequest) (*protocol.UploadResponse, error) {
-	job, err := s.Store.CheckLease(ctx, l.Runner.ID, l.JobID, l.Lease)
+	up, err := s.Store.PrepareArtifactUpload(ctx, l.Runner.ID, l.JobID, l.Lease, req.Digest, *req.Size)
 	if err != nil {
 		return nil, err
 	}
-	return s.uploadAnswer(ctx, store.BlobRef{ProjectID: job.ProjectID, Trusted: job.Trusted, Digest: req.Digest}, *req.Size)
+	return s.uploadAnswer(ctx, up, *req.Size)
 }
 
 // artifactCommit and cacheCommit: the store checks the lease first (no S3
@@ -234,19 +224,13 @@ func (s *Server) cacheRestore(ctx context.Context, l held, req *protocol.Restore
 }
 
 func (s *Server) cacheSave(ctx context.Context, l held, req *protocol.CacheRequest) (*protocol.UploadResponse, error) {
-	job, err := s.Store.CheckLease(ctx, l.Runner.ID, l.JobID, l.Lease)
+	// An entry for the key exists already (entries are immutable): the
+	// answer tells the runner not to bother uploading.
+	up, err := s.Store.PrepareCacheUpload(ctx, l.Runner.ID, l.JobID, l.Lease, req.Key, req.Digest, *req.Size)
 	if err != nil {
 		return nil, err
 	}
-	exists, err := s.Store.CacheExists(ctx, l.Runner.ID, l.JobID, l.Lease, req.Key)
-	if err != nil {
-		return nil, err
-	}
-	if exists {
-		// Entries are immutable; tell the runner not to bother uploading.
-		return &protocol.UploadResponse{Exists: true, KeyExists: true}, nil
-	}
-	return s.uploadAnswer(ctx, store.BlobRef{ProjectID: job.ProjectID, Trusted: job.Trusted, Digest: req.Digest}, *req.Size)
+	return s.uploadAnswer(ctx, up, *req.Size)
 }
 
 func (s *Server) cacheCommit(ctx context.Context, l held, req *protocol.CacheRequest) (*protocol.CacheCommitResponse, error) {

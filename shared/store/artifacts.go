@@ -216,16 +216,6 @@ func (s *Store) CommitCache(ctx context.Context, runnerID, jobID string, l domai
 	})
 }
 
-// CacheExists reports whether the run's own scope and tier already have an
-// entry for key (entries are immutable: the first passing job's save wins).
-func (s *Store) CacheExists(ctx context.Context, runnerID, jobID string, l domain.Lease, key string) (bool, error) {
-	var exists bool
-	err := s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
-		return tx.QueryRow(ctx, cacheExistsSQL, job.RunID, key).Scan(&exists)
-	})
-	return exists, err
-}
-
 // promoteCaches publishes the pending caches of a passing attempt into its
 // run's scope and tier.
 func promoteCaches(ctx context.Context, tx pgx.Tx, jobID string, generation int) error {
