@@ -279,8 +279,9 @@ func dropCutTail(s string, n int) string {
 	return cut(body, max(len(body)-(n-1), 0)) + "…"
 }
 
-// cut shortens s to at most n bytes of valid UTF-8 (what the protocol
-// takes, whatever a report or a step's name held).
+// cut shortens s to at most n bytes of valid UTF-8 without NUL (what the
+// protocol takes, whatever a report or a step's name held): the server
+// refuses a string holding NUL, and the whole report with it.
 func cut(s string, n int) string {
-	return domain.Truncate(strings.ToValidUTF8(s, "\uFFFD"), n)
+	return domain.Truncate(strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD"), n)
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,12 +20,29 @@ const (
 )
 
 // decodeJSON reads exactly one JSON object into v, refusing unknown fields,
-// trailing data and bodies over limit, each with a clear message.
+// trailing data, strings holding NUL and bodies over limit, each with a
+// clear message.
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return domain.Errorf(domain.EInvalid, "Content-Type must be application/json, got %q", ct)
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return decodeError(err, limit)
+	}
+	if err := decodeBytes(raw, limit, v); err != nil {
+		return err
+	}
+	// Invalid UTF-8 the decoder already turned into U+FFFD.
+	if at := nulEscape(raw); at >= 0 {
+		return domain.Errorf(domain.EInvalid, "request body holds a NUL character (\\u0000, at byte %d) in a string, which text may not hold", at)
+	}
+	return nil
+}
+
+// decodeBytes decodes exactly one JSON object of raw into v.
+func decodeBytes(raw []byte, limit int64, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err, limit)
@@ -38,6 +56,25 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) erro
 		return domain.Errorf(domain.EInvalid, "request body must hold exactly one JSON object")
 	}
 	return nil
+}
+
+// nulEscape is the offset of the first \u0000 escape in raw, a valid JSON
+// text, or -1. A raw NUL byte is not valid JSON, and in valid JSON every
+// backslash begins an escape inside a string: reading them in turn, the
+// text "\\u0000" is an escaped backslash followed by "u0000".
+func nulEscape(raw []byte) int {
+	for i := 0; i < len(raw); {
+		j := bytes.IndexByte(raw[i:], '\\')
+		if j < 0 || i+j+1 >= len(raw) {
+			return -1
+		}
+		i += j
+		if bytes.HasPrefix(raw[i+1:], []byte("u0000")) {
+			return i
+		}
+		i += 2 // the backslash and the escape's letter (\uXXXX's digits are not backslashes)
+	}
+	return -1
 }
 
 func decodeError(err error, limit int64) error {

@@ -13,13 +13,22 @@ import (
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/protocol"
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 // writeError writes every error response. Errors that are not *domain.Error
 // are internal: the client hears only "internal error" and a request ID, the
-// details go to the log under that ID.
+// details go to the log under that ID. A value PostgreSQL refused for its
+// bytes is the client's error (store.InputError), logged as a warning: a
+// value that got that far unchecked is a gap to close.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var de *domain.Error
+	if !errors.As(err, &de) {
+		if ie := store.InputError(err); ie != nil {
+			log.Warn("a value the database refused", "method", r.Method, "path", r.URL.Path, "err", err)
+			err = ie
+		}
+	}
 	if !errors.As(err, &de) {
 		id := requestID(r)
 		log.Error("internal error", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -46,46 +47,52 @@ type route struct {
 type Function struct {
 	Name   string
 	routes func() []route
+	// refuse answers a request refused before its route's handler, in the
+	// function's style; nil is the API's JSON error.
+	refuse Refusal
 }
+
+// Refusal answers a request refused before its route's handler ran.
+type Refusal func(s *Server, w http.ResponseWriter, r *http.Request, err error)
 
 // The HTTP functions. A bootstrap serves its own (Server.Serve), so that
 // the linker keeps only that function's handlers and what they use; the
 // table of them all (builtin: Handler, Routes) is for the local stack and
 // tests, and would keep every handler in every bootstrap.
 var (
-	RegisterFunction = Function{"register", func() []route {
+	RegisterFunction = Function{Name: "register", routes: func() []route {
 		return []route{
 			{Route{"POST", protocol.PathRegister}, func(s *Server) http.HandlerFunc { return s.handle(s.register) }},
 		}
 	}}
-	ClaimFunction = Function{"claim", func() []route {
+	ClaimFunction = Function{Name: "claim", routes: func() []route {
 		return []route{
 			{Route{"POST", protocol.PathClaim}, func(s *Server) http.HandlerFunc { return s.handle(s.claimRoute) }},
 		}
 	}}
-	HeartbeatFunction = Function{"heartbeat", func() []route {
+	HeartbeatFunction = Function{Name: "heartbeat", routes: func() []route {
 		return []route{
 			{jobRoute(protocol.RouteHeartbeat), leasedRoute(maxBody, http.StatusOK, (*Server).heartbeat)},
 		}
 	}}
-	SourceFunction = Function{"source", func() []route {
+	SourceFunction = Function{Name: "source", routes: func() []route {
 		return []route{
 			{jobRoute(protocol.RouteSource), leasedRoute(maxBody, http.StatusOK, (*Server).source)},
 		}
 	}}
-	LogsFunction = Function{"logs", func() []route {
+	LogsFunction = Function{Name: "logs", routes: func() []route {
 		return []route{
 			{jobRoute(protocol.RouteLogs), leasedRoute(maxLogBody, http.StatusOK, (*Server).logs)},
 		}
 	}}
-	ArtifactsFunction = Function{"artifacts", func() []route {
+	ArtifactsFunction = Function{Name: "artifacts", routes: func() []route {
 		return []route{
 			{jobRoute(protocol.RouteArtifacts), leasedRoute(maxBody, http.StatusOK, (*Server).artifactUpload)},
 			{jobRoute(protocol.RouteArtifactCommit), leasedRoute(maxBody, http.StatusCreated, (*Server).artifactCommit)},
 			{jobRoute(protocol.RouteArtifactFetch), leasedRoute(maxBody, http.StatusOK, (*Server).artifactFetch)},
 		}
 	}}
-	CacheFunction = Function{"cache", func() []route {
+	CacheFunction = Function{Name: "cache", routes: func() []route {
 		return []route{
 			{jobRoute(protocol.RouteCacheRestore), leasedRoute(maxBody, http.StatusOK, (*Server).cacheRestore)},
 			{jobRoute(protocol.RouteCacheSave), leasedRoute(maxBody, http.StatusOK, (*Server).cacheSave)},
@@ -94,7 +101,7 @@ var (
 	}}
 	// The user API: what the CLI and dashboard use. anyUser routes are
 	// authorised by the store against the project of what they touch.
-	APIFunction = Function{"api", func() []route {
+	APIFunction = Function{Name: "api", routes: func() []route {
 		return []route{
 			{Route{"POST", "/v1/uploads"}, userRoute(anyUser, (*Server).createUpload)},
 			{Route{"POST", "/v1/runs"}, userRoute(anyUser, (*Server).createRun)},
@@ -152,7 +159,7 @@ var (
 		}
 	}}
 	// Identity tokens: the fenced runner route and the public issuer's.
-	OIDCFunction = Function{"oidc", func() []route {
+	OIDCFunction = Function{Name: "oidc", routes: func() []route {
 		return []route{
 			{jobRoute(protocol.RouteIDToken), leasedRoute(maxBody, http.StatusOK, (*Server).idToken)},
 			{Route{"GET", protocol.PathDiscovery}, func(s *Server) http.HandlerFunc { return s.handle(s.discovery) }},
@@ -160,12 +167,12 @@ var (
 			{Route{"POST", protocol.PathIntrospect}, func(s *Server) http.HandlerFunc { return s.handle(s.introspect) }},
 		}
 	}}
-	WebhookFunction = Function{"webhook", func() []route {
+	WebhookFunction = Function{Name: "webhook", routes: func() []route {
 		return []route{
 			{Route{"POST", "/v1/webhooks/github"}, func(s *Server) http.HandlerFunc { return s.handle(s.githubWebhook) }},
 		}
 	}}
-	CompleteFunction = Function{"complete", func() []route {
+	CompleteFunction = Function{Name: "complete", routes: func() []route {
 		return []route{
 			{jobRoute(protocol.RouteComplete), leasedRoute(maxBody, http.StatusOK, (*Server).complete)},
 			{jobRoute(protocol.RouteOutputs), leasedRoute(protocol.MaxOutputsBody, http.StatusOK, (*Server).outputs)},
@@ -188,13 +195,14 @@ type RouteHandler struct {
 
 // Register adds a function defined in another package. The dashboard
 // registers itself (package ui, imported by functions/ui and the local
-// stack), so that its pages are only in the ui bootstrap.
-func Register(function string, routes ...RouteHandler) {
+// stack), so that its pages are only in the ui bootstrap. refuse answers
+// its requests refused at the edge (nil: the JSON error).
+func Register(function string, refuse Refusal, routes ...RouteHandler) {
 	rs := make([]route, len(routes))
 	for i, r := range routes {
 		rs[i] = route{r.Route, r.Handler}
 	}
-	registered = append(registered, Function{function, func() []route { return rs }})
+	registered = append(registered, Function{Name: function, routes: func() []route { return rs }, refuse: refuse})
 }
 
 // registered are the functions other packages registered.
@@ -272,6 +280,7 @@ func (s *Server) Serve(fns ...Function) http.Handler {
 		s.Log = slog.Default()
 	}
 	mux := http.NewServeMux()
+	refusals := map[string]Refusal{} // by the mux's pattern
 	for _, f := range fns {
 		for _, r := range f.routes() {
 			path := r.Path
@@ -279,19 +288,53 @@ func (s *Server) Serve(fns ...Function) http.Handler {
 				path = "/{$}" // only the root, not every path (API Gateway's "/" is exact)
 			}
 			mux.Handle(r.Method+" "+path, r.handler(s))
+			if f.refuse != nil {
+				refusals[r.Method+" "+path] = f.refuse
+			}
 		}
 	}
-	return notFoundJSON(mux, s)
+	return edge(mux, refusals, s)
 }
 
-// notFoundJSON answers requests no route matches with the error envelope
+// edge checks what every route reads before any handler: a path or query
+// parameter holding a NUL byte or invalid UTF-8 is refused (PostgreSQL's
+// text holds neither, and a handler would pass it on), in the style of
+// the route's function. Requests no route matches get the error envelope
 // rather than the mux's plain-text page.
-func notFoundJSON(mux *http.ServeMux, s *Server) http.Handler {
+func edge(mux *http.ServeMux, refusals map[string]Refusal, s *Server) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" {
+		_, pattern := mux.Handler(r)
+		if err := checkURL(r); err != nil {
+			if refuse := refusals[pattern]; refuse != nil {
+				refuse(s, w, r, err)
+			} else {
+				writeError(w, r, s.Log, err)
+			}
+			return
+		}
+		if pattern == "" {
 			writeError(w, r, s.Log, domain.Errorf(domain.ENotFound, "no route for %s %s", r.Method, r.URL.Path))
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// checkURL refuses a request whose path (so any path value) or query
+// parameter, name or value, holds a NUL byte or invalid UTF-8.
+func checkURL(r *http.Request) error {
+	if err := store.CheckText("the path", r.URL.Path); err != nil {
+		return err
+	}
+	for name, values := range r.URL.Query() {
+		if err := store.CheckText("a query parameter's name", name); err != nil {
+			return err
+		}
+		for _, v := range values {
+			if err := store.CheckText(fmt.Sprintf("query parameter %q", name), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

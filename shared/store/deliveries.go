@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,6 +93,9 @@ const (
 	DeliveryIgnored = "IGNORED"
 	DeliveryFailed  = "FAILED"
 )
+
+// deliveryStates are the states a delivery may be in, for the filter.
+var deliveryStates = []string{DeliveryPending, DeliveryDone, DeliveryIgnored, DeliveryFailed}
 
 // Delivery is a recorded webhook delivery.
 type Delivery struct {
@@ -235,9 +240,13 @@ func (s *Store) FailDelivery(ctx context.Context, d *Delivery, cause error, perm
 }
 
 // Deliveries lists a page of the deliveries of the projects u may read,
-// newest first, optionally in one state.
+// newest first, optionally in one state. A state no delivery can be in is
+// refused rather than answered with an empty list.
 func (s *Store) Deliveries(ctx context.Context, u User, state string, pg Page) ([]Delivery, string, error) {
-	limit, after, err := pg.parse(2)
+	if state != "" && !slices.Contains(deliveryStates, state) {
+		return nil, "", domain.Errorf(domain.EInvalid, "state must be one of %s, not %q", strings.Join(deliveryStates, ", "), state)
+	}
+	limit, after, err := pg.parseTimed(2, 0) // received_at, guid
 	if err != nil {
 		return nil, "", err
 	}

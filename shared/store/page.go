@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -37,6 +38,26 @@ func (p Page) parse(n int) (int, []string, error) {
 	return limit, after, err
 }
 
+// parseTimed is parse for a list whose query casts the cursor's parts at
+// the indexes times to timestamps (trim's callers write them with
+// time.RFC3339Nano): a part that is not one was not given out here, and
+// must not reach the cast.
+func (p Page) parseTimed(n int, times ...int) (int, []string, error) {
+	limit, after, err := p.parse(n)
+	if err != nil || p.Cursor == "" {
+		return limit, after, err
+	}
+	for _, i := range times {
+		if _, err := time.Parse(time.RFC3339Nano, after[i]); err != nil {
+			return 0, nil, errForeignCursor
+		}
+	}
+	return limit, after, nil
+}
+
+// errForeignCursor refuses a cursor this server did not write.
+var errForeignCursor = domain.Errorf(domain.EInvalid, "cursor is not one this server gave out")
+
 func (p Page) limit() (int, error) {
 	switch {
 	case p.Limit == 0:
@@ -58,7 +79,14 @@ func (p Page) keys(n int) ([]string, error) {
 		err = json.Unmarshal(raw, &parts)
 	}
 	if err != nil || len(parts) != n {
-		return nil, domain.Errorf(domain.EInvalid, "cursor is not one this server gave out")
+		return nil, errForeignCursor
+	}
+	// The parts are sort keys the queries compare: the server's keys are
+	// text PostgreSQL holds (JSON's \u0000 decodes to a NUL byte).
+	for _, part := range parts {
+		if CheckText("cursor", part) != nil {
+			return nil, errForeignCursor
+		}
 	}
 	return parts, nil
 }

@@ -346,7 +346,7 @@ func (s *Store) dropVerdict(ctx context.Context, hash []byte) error {
 
 // ListRunners returns a page of the runners, newest first.
 func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string, error) {
-	limit, after, err := pg.parse(2)
+	limit, after, err := pg.parseTimed(2, 0) // created_at, id
 	if err != nil {
 		return nil, "", err
 	}

@@ -56,8 +56,11 @@ func RejectDeployment(u *UI, w http.ResponseWriter, r *http.Request, user store.
 }
 
 func reviewDeployment(u *UI, w http.ResponseWriter, r *http.Request, user store.User, approve bool) error {
-	comment := formValue(w, r, "comment")
-	if _, err := u.Store.DecideDeployment(r.Context(), user, r.PathValue("run_id"), r.PathValue("job_id"), approve, comment); err != nil {
+	form, err := readForm(w, r, maxSmallForm)
+	if err != nil {
+		return err
+	}
+	if _, err := u.Store.DecideDeployment(r.Context(), user, r.PathValue("run_id"), r.PathValue("job_id"), approve, form.Get("comment")); err != nil {
 		return err
 	}
 	http.Redirect(w, r, runPath(r), http.StatusSeeOther)

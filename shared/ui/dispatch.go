@@ -60,13 +60,13 @@ func DispatchForm(u *UI, w http.ResponseWriter, r *http.Request, user store.User
 
 // DispatchRun starts the manual run the form asked for and opens it.
 func DispatchRun(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
+	form, err := readForm(w, r, 64<<10)
+	if err != nil {
 		return err
 	}
-	project, ref := r.PathValue("project"), r.PostForm.Get("ref")
+	project, ref := r.PathValue("project"), form.Get("ref")
 	inputs := map[string]string{}
-	for key, vals := range r.PostForm {
+	for key, vals := range form {
 		if name, ok := strings.CutPrefix(key, "input."); ok && name != "" && len(vals) > 0 {
 			inputs[name] = vals[len(vals)-1]
 		}

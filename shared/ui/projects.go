@@ -27,16 +27,16 @@ func Projects(u *UI, w http.ResponseWriter, r *http.Request, user store.User) er
 	return nil
 }
 
-// formValue reads one field of a small form body.
-func formValue(w http.ResponseWriter, r *http.Request, name string) string {
-	r.Body = http.MaxBytesReader(w, r.Body, 8<<10)
-	return r.PostFormValue(name)
-}
+// maxSmallForm bounds the body of the dashboard's small forms.
+const maxSmallForm = 8 << 10
 
 // CreateProject makes a project (global admins) and opens it.
 func CreateProject(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	name := formValue(w, r, "name")
-	p, err := u.Store.CreateProjectAs(r.Context(), user, name, r.PostFormValue("default_branch"))
+	form, err := readForm(w, r, maxSmallForm)
+	if err != nil {
+		return err
+	}
+	p, err := u.Store.CreateProjectAs(r.Context(), user, form.Get("name"), form.Get("default_branch"))
 	if err != nil {
 		return err
 	}
@@ -105,13 +105,16 @@ func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 
 // SetMember adds a member or changes their role (project admins).
 func SetMember(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	name := formValue(w, r, "user")
+	form, err := readForm(w, r, maxSmallForm)
+	if err != nil {
+		return err
+	}
 	p, err := u.Store.GetProject(r.Context(), user, r.PathValue("project"))
 	if err != nil {
 		return err
 	}
-	if _, err := u.Store.SetMember(r.Context(), user, p.ID, name, r.PostFormValue("role"),
-		r.PostFormValue("secrets") == "on"); err != nil {
+	if _, err := u.Store.SetMember(r.Context(), user, p.ID, form.Get("user"), form.Get("role"),
+		form.Get("secrets") == "on"); err != nil {
 		return err
 	}
 	http.Redirect(w, r, "/projects/"+url.PathEscape(p.ID), http.StatusSeeOther)
@@ -121,7 +124,12 @@ func SetMember(u *UI, w http.ResponseWriter, r *http.Request, user store.User) e
 // SetBadges makes the project's status badges public or private
 // (project admins).
 func SetBadges(u *UI, w http.ResponseWriter, r *http.Request, user store.User) error {
-	public := formValue(w, r, "public") == "on"
+	// A form that cannot be read must not turn the badges private.
+	form, err := readForm(w, r, maxSmallForm)
+	if err != nil {
+		return err
+	}
+	public := form.Get("public") == "on"
 	p, err := u.Store.GetProject(r.Context(), user, r.PathValue("project"))
 	if err != nil {
 		return err

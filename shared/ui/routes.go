@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 // The dashboard's routes join the routes table of package api (and so
@@ -22,7 +23,12 @@ func init() {
 	route := func(method, path string, h func(s *api.Server) http.HandlerFunc) api.RouteHandler {
 		return api.RouteHandler{Route: api.Route{Method: method, Path: path}, Handler: h}
 	}
-	api.Register("ui",
+	// A request refused at the edge (bad bytes in its path or query) is
+	// answered with the error page.
+	refuse := func(s *api.Server, w http.ResponseWriter, r *http.Request, err error) {
+		ui(s).fail(w, store.User{}, err)
+	}
+	api.Register("ui", refuse,
 		route("GET", "/", page(anyUser, Runs)),
 		route("GET", "/login", plain(func(u *UI) http.HandlerFunc { return u.LoginForm })),
 		route("POST", "/login", plain(func(u *UI) http.HandlerFunc { return u.Login })),

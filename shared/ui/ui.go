@@ -115,9 +115,18 @@ func sameOrigin(r *http.Request) bool {
 
 // fail shows an error page with the status the API would answer (one
 // table, in package protocol); an error that is not a *domain.Error is
-// internal and its text goes to the log only.
+// internal and its text goes to the log only, unless it is a value
+// PostgreSQL refused for its bytes: the user's mistake (as for the API).
 func (u *UI) fail(w http.ResponseWriter, user store.User, err error) {
 	var de *domain.Error
+	if !errors.As(err, &de) {
+		if ie := store.InputError(err); ie != nil {
+			if u.Log != nil {
+				u.Log.Warn("ui: a value the database refused", "err", err)
+			}
+			err = ie
+		}
+	}
 	if !errors.As(err, &de) || de.Code == domain.EInternal {
 		if u.Log != nil {
 			u.Log.Error("ui", "err", err)
@@ -133,14 +142,43 @@ func (u *UI) LoginForm(w http.ResponseWriter, r *http.Request) {
 	u.render(w, http.StatusOK, "login", page{Title: "Log in", Next: localPath(r.URL.Query().Get("next"))})
 }
 
+// readForm reads a form body of at most limit bytes. A body too large, a
+// form that does not parse, or a field that holds a NUL byte or invalid
+// UTF-8 (PostgreSQL's text holds neither) is the user's error.
+func readForm(w http.ResponseWriter, r *http.Request, limit int64) (url.Values, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	if err := r.ParseForm(); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, domain.Errorf(domain.ETooLarge, "the form is over the limit of %d bytes", limit)
+		}
+		return nil, domain.Errorf(domain.EInvalid, "the form could not be read: %v", err)
+	}
+	for name, values := range r.PostForm {
+		if err := store.CheckText("a form field's name", name); err != nil {
+			return nil, err
+		}
+		for _, v := range values {
+			if err := store.CheckText(fmt.Sprintf("form field %q", name), v); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r.PostForm, nil
+}
+
 // Login checks the token and sets the cookie.
 func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	if !sameOrigin(r) {
 		u.fail(w, store.User{}, domain.Errorf(domain.EForbidden, "cross-site form refused"))
 		return
 	}
-	token := strings.TrimSpace(r.PostFormValue("token"))
+	form, err := readForm(w, r, 4096)
+	if err != nil {
+		u.fail(w, store.User{}, err)
+		return
+	}
+	token := strings.TrimSpace(form.Get("token"))
 	if _, err := u.Store.AuthenticateUser(r.Context(), token); err != nil {
 		u.render(w, http.StatusUnauthorized, "login", page{Title: "Log in", Next: localPath(r.URL.Query().Get("next")),
 			Error: "That token is unknown, revoked or of a disabled user."})
