@@ -41,7 +41,9 @@ func TestUploadRecordedUnderTheLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, save := range []func() (store.Upload, error){
-		func() (store.Upload, error) { return s.PrepareArtifactUpload(ctx, r.ID, c.Lease.JobID, c.Lease, digest, 10) },
+		func() (store.Upload, error) {
+			return s.PrepareArtifactUpload(ctx, r.ID, c.Lease.JobID, c.Lease, digest, 10)
+		},
 		func() (store.Upload, error) {
 			return s.PrepareCacheUpload(ctx, r.ID, c.Lease.JobID, c.Lease, "k", digest, 10)
 		},
