@@ -87,7 +87,7 @@ func (s *Server) createUpload(w http.ResponseWriter, r *http.Request, u store.Us
 	if err != nil {
 		return err
 	}
-	up, err := s.Store.PrepareUpload(r.Context(), store.BlobRef{ProjectID: p.ID, Trusted: p.Secrets, Digest: req.Digest}, *req.Size)
+	up, err := s.Store.PrepareUploadAs(r.Context(), u, p.ID, req.Digest, *req.Size)
 	if err != nil {
 		return err
 	}

@@ -110,6 +110,25 @@ func byAdmin(u User) check {
 	return func(ctx context.Context, tx pgx.Tx) error { return requireGlobalAdmin(ctx, tx, u) }
 }
 
+// holdActiveUserSQL holds user $1's row while the user is active.
+const holdActiveUserSQL = `SELECT 1 FROM users WHERE id = $1 AND disabled_at IS NULL FOR SHARE`
+
+// byActive is the check of a change anyone may make for themselves: u is
+// still active, holding the user row.
+func byActive(u User) check {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		var one int
+		err := tx.QueryRow(ctx, holdActiveUserSQL, u.ID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Errorf(domain.EUnauthorized, "user is disabled")
+		}
+		if err != nil {
+			return fmt.Errorf("check user: %w", err)
+		}
+		return nil
+	}
+}
+
 func (c check) run(ctx context.Context, tx pgx.Tx) error {
 	if c == nil {
 		return nil

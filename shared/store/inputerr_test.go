@@ -107,6 +107,9 @@ func TestForeignCursors(t *testing.T) {
 		"NUL in the key":  cursor(time.Now().Format(time.RFC3339Nano), "x\x00"),
 		"one part":        cursor(time.Now().Format(time.RFC3339Nano)),
 		"not base64":      "%%%",
+		// Times Go parses and PostgreSQL's timestamptz refuses.
+		"year zero":        cursor("0000-01-01T00:00:00Z", "x"),
+		"year zero in UTC": cursor("0001-01-01T00:00:00+01:00", "x"),
 	}
 	for list, call := range lists {
 		for name, c := range foreign {
@@ -117,6 +120,10 @@ func TestForeignCursors(t *testing.T) {
 		}
 		if err := call(store.Page{Cursor: cursor(time.Now().Format(time.RFC3339Nano), "x")}); err != nil {
 			t.Errorf("%s, a cursor of the server's form: %v", list, err)
+		}
+		// An offset PostgreSQL refuses (it allows ±15:59) is read in UTC.
+		if err := call(store.Page{Cursor: cursor("2024-01-01T00:00:00+23:59", "x")}); err != nil {
+			t.Errorf("%s, a time with a large offset: %v", list, err)
 		}
 	}
 	// The server's own cursor pages on.

@@ -48,9 +48,14 @@ func (p Page) parseTimed(n int, times ...int) (int, []string, error) {
 		return limit, after, err
 	}
 	for _, i := range times {
-		if _, err := time.Parse(time.RFC3339Nano, after[i]); err != nil {
+		t, err := time.Parse(time.RFC3339Nano, after[i])
+		// Go takes years from 0 and offsets to ±23:59; PostgreSQL's
+		// timestamptz neither (22008, 22009). In UTC, from year 1, it
+		// takes every time Go writes.
+		if t = t.UTC(); err != nil || t.Year() < 1 {
 			return 0, nil, errForeignCursor
 		}
+		after[i] = t.Format(time.RFC3339Nano)
 	}
 	return limit, after, nil
 }

@@ -61,13 +61,19 @@ func (s *Store) PrepareCacheUpload(ctx context.Context, runnerID, jobID string, 
 	return up, err
 }
 
-// PrepareUpload is the upload of a source snapshot to ref, which the
-// caller's membership allows (the run that names it checks again).
-func (s *Store) PrepareUpload(ctx context.Context, ref BlobRef, size int64) (Upload, error) {
-	up := Upload{Ref: ref}
+// PrepareUploadAs is u's upload of a source snapshot into project
+// projectID (by ID), checking in its transaction that u may write there;
+// the tier is u's (trusted with the secrets permission). The run that
+// names the snapshot checks again.
+func (s *Store) PrepareUploadAs(ctx context.Context, u User, projectID, digest string, size int64) (Upload, error) {
+	var up Upload
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var err error
-		up.Held, err = prepareUpload(ctx, tx, ref, size)
+		a, err := authorize(ctx, tx, u, projectID, RankWrite, "project "+projectID)
+		if err != nil {
+			return err
+		}
+		up.Ref = BlobRef{ProjectID: projectID, Trusted: a.Secrets, Digest: digest}
+		up.Held, err = prepareUpload(ctx, tx, up.Ref, size)
 		return err
 	})
 	return up, err

@@ -158,12 +158,13 @@ func (s *Store) CreateUserToken(ctx context.Context, userID, description string)
 }
 
 // CreateUserTokenAs gives a user another API token on behalf of by: a
-// global admin for anyone, anyone for themselves (the token is made only
-// while its user is active, so a user disabled meanwhile gets none).
+// global admin for anyone, anyone for themselves while active (the user
+// row is held, so a user disabled meanwhile gets none: the disabling
+// waits, or is seen).
 func (s *Store) CreateUserTokenAs(ctx context.Context, by User, userID, description string) (id, token string, err error) {
-	var may check
-	if userID != by.ID {
-		may = byAdmin(by)
+	may := byAdmin(by)
+	if userID == by.ID {
+		may = byActive(by)
 	}
 	return s.createUserToken(ctx, may, userID, description)
 }
@@ -193,10 +194,13 @@ func (s *Store) createUserToken(ctx context.Context, may check, userID, descript
 	return id, token, nil
 }
 
-// lockUsersSQL takes users $1 FOR UPDATE in one order, so that two admins
-// disabling each other wait for one another instead of deadlocking: the
-// second then finds itself disabled.
-const lockUsersSQL = `SELECT id FROM users WHERE id = ANY ($1) ORDER BY id FOR UPDATE`
+// lockUsersSQL takes users $1 in one order, so that two admins disabling
+// each other wait for one another instead of deadlocking: the second then
+// finds itself disabled. FOR NO KEY UPDATE, the lock the UPDATE takes
+// anyway: FOR UPDATE would also block the foreign-key checks of rows that
+// name the user (a token, a membership), a deadlock with an admin who
+// makes one for this one while being disabled.
+const lockUsersSQL = `SELECT id FROM users WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE`
 
 // DisableUser disables a user and revokes every token of theirs: the
 // operator's call.
