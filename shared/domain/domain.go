@@ -411,9 +411,17 @@ func cloneEnv(m map[string]string) map[string]string {
 	return out
 }
 
-// Truncate cuts s to at most n bytes, never inside a UTF-8 sequence (a
-// text column, or a protocol field, refuses a broken one).
+// Truncate is s as text a column or a protocol field takes: NUL bytes
+// and bytes that are not UTF-8 become U+FFFD, and it is cut to at most n
+// bytes, never inside a UTF-8 sequence. The messages stored through it
+// quote what they were given (a pipeline's key, a condition, an answer
+// from GitHub), which may hold either; refused by PostgreSQL, the message
+// and the state change recorded with it would be lost.
 func Truncate(s string, n int) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
 	}

@@ -154,7 +154,7 @@ func (s *Store) CheckPushed(ctx context.Context, w CheckWork, githubID int64) er
 // CheckFailed records a failed push; the row is due again after backoff.
 // The ID, if learnt before the failure, is kept.
 func (s *Store) CheckFailed(ctx context.Context, w CheckWork, githubID int64, cause error, backoff time.Duration) error {
-	return s.checkUpdate(ctx, w, checkFailedSQL, githubID, cause.Error(), backoff.Seconds())
+	return s.checkUpdate(ctx, w, checkFailedSQL, githubID, domain.Truncate(cause.Error(), 4000), backoff.Seconds())
 }
 
 // CheckStatus is a check run's outbox row, for tests and admins.

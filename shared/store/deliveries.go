@@ -191,10 +191,7 @@ func (s *Store) CompleteDeliveryWithRun(ctx context.Context, d *Delivery, nr New
 // (its pipeline file is missing or invalid) and, in the same transaction,
 // queues a failing check run on the commit that says why.
 func (s *Store) FailDeliveryWithNotice(ctx context.Context, d *Delivery, cause error, headSHA, checkName string) error {
-	msg := cause.Error()
-	if len(msg) > 4000 {
-		msg = msg[:4000]
-	}
+	msg := domain.Truncate(cause.Error(), 4000)
 	return s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, deliveryErrorSQL, d.GUID, msg); err != nil {
 			return err
@@ -217,10 +214,7 @@ func (s *Store) IgnoreDelivery(ctx context.Context, d *Delivery, note string) er
 // allowed attempt, marks the delivery FAILED with its error for admins;
 // otherwise it is retried after backoff.
 func (s *Store) FailDelivery(ctx context.Context, d *Delivery, cause error, permanent bool, maxAttempts int, backoff time.Duration) error {
-	msg := cause.Error()
-	if len(msg) > 4000 {
-		msg = msg[:4000]
-	}
+	msg := domain.Truncate(cause.Error(), 4000)
 	if permanent || d.Attempts >= maxAttempts {
 		return s.inTx(ctx, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, deliveryErrorSQL, d.GUID, msg); err != nil {

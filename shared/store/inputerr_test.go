@@ -147,3 +147,38 @@ func TestForeignCursors(t *testing.T) {
 		t.Errorf("a known state: %v %v", ds, err)
 	}
 }
+
+// A delivery whose pipeline error quotes a NUL byte or bytes that are not
+// UTF-8 (a key of the commit's .forgeci.yml) is still failed, with its
+// notice: the message is stored with U+FFFD in their place.
+func TestDeliveryErrorWithBadBytes(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	p := pgtest.Project(t, s, "p")
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project_id)
+		VALUES (5, 'acme/app', 1, 'a webhook secret of length', $1)`, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordDelivery(ctx, "delivery-1", "push", 5, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.ClaimDelivery(ctx, time.Minute)
+	if err != nil || d == nil {
+		t.Fatalf("claim: %v", err)
+	}
+	cause := errors.New(".forgeci.yml: jobs.a\x00b: not a job; \xff\xfe")
+	if err := s.FailDeliveryWithNotice(ctx, d, cause, strings.Repeat("ab", 20), "forgeci"); err != nil {
+		t.Fatalf("fail with notice: %v", err)
+	}
+	var state, last string
+	if err := s.Pool().QueryRow(ctx, `SELECT state, last_error FROM scm_deliveries WHERE guid = 'delivery-1'`).Scan(&state, &last); err != nil {
+		t.Fatal(err)
+	}
+	if state != store.DeliveryFailed || last != ".forgeci.yml: jobs.a\uFFFDb: not a job; \uFFFD" {
+		t.Fatalf("delivery %s %q", state, last)
+	}
+	var notices int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM check_runs`).Scan(&notices); err != nil || notices != 1 {
+		t.Fatalf("%d notices (%v)", notices, err)
+	}
+}
