@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,6 +43,27 @@ LEFT JOIN jobs j ON j.id = l.job_id
 LEFT JOIN runs ru ON ru.id = j.run_id
 LEFT JOIN job_reports rep ON rep.job_id = j.id AND rep.generation = j.generation
 JOIN projects p ON p.id = r.project_id`
+
+// runCheckTargetSQL is where run $1's jobs are mirrored: the repository
+// and commit of its check runs, if it has any.
+const runCheckTargetSQL = `
+SELECT c.repository_id, c.head_sha FROM check_runs c JOIN jobs j ON j.id = c.job_id WHERE j.run_id = $1 LIMIT 1`
+
+// runCheckTarget is where run runID's jobs are mirrored to GitHub, nil if
+// they are not: a retry of the run is mirrored to the same commit, so that
+// its passing replaces the failed check runs (GitHub shows the newest of
+// each name).
+func runCheckTarget(ctx context.Context, tx pgx.Tx, runID string) (*CheckTarget, error) {
+	var t CheckTarget
+	err := tx.QueryRow(ctx, runCheckTargetSQL, runID).Scan(&t.RepositoryID, &t.HeadSHA)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("check runs of run %s: %w", runID, err)
+	}
+	return &t, nil
+}
 
 // The updates of a leased check run: $1 its ID, $2 its lease.
 

@@ -24,6 +24,9 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 	if err != nil {
 		return NewRun{}, err
 	}
+	if nr.Checks, err = runCheckTarget(ctx, tx, runID); err != nil {
+		return NewRun{}, err
+	}
 	nr.Trigger = fmt.Sprintf("retry of #%d by %s", old.Number, who)
 	if jobID != "" {
 		j := nr.Jobs[0]
