@@ -135,9 +135,13 @@ func (j *job) report(log *slog.Logger, outcome domain.Outcome, exitCode int) {
 	// The report outlives the job's cancel or timeout, not its lease.
 	ctx, cancel := context.WithTimeout(j.lease.Context(), 30*time.Second)
 	defer cancel()
-	if err := j.logs.Close(ctx); err != nil && j.lease.Lost() {
-		log.Warn("lease lost while flushing logs")
-		return
+	if err := j.logs.Close(ctx); err != nil {
+		if j.lease.Lost() {
+			log.Warn("lease lost while flushing logs")
+			return
+		}
+		// Refused (413 at the log cap) or given up: the job still reports.
+		log.Warn("the log was not all sent", "err", err)
 	}
 	if err := j.lease.Complete(ctx, outcome, exitCode, why); err != nil {
 		log.Warn("complete failed", "err", err)

@@ -25,10 +25,14 @@ type lineMarks struct {
 	takenMS int64
 }
 
+// maxHeldMarks bounds the marks held untaken (16 bytes each): past it a
+// line goes unmarked and shows the time of the mark before it.
+const maxHeldMarks = 64 << 10
+
 func (l *lineMarks) Write(p []byte) (int, error) {
 	ms := l.now().UnixMilli()
 	for i, c := range p {
-		if l.start && ms != l.lastMS {
+		if l.start && ms != l.lastMS && len(l.marks) < maxHeldMarks {
 			l.marks = append(l.marks, protocol.LineTime{l.written + int64(i), ms})
 			l.lastMS = ms
 		}

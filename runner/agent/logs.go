@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -41,15 +42,27 @@ type logAppender struct {
 	wake    chan struct{}
 	done    chan struct{}
 	closed  bool
-	offset  int64 // acknowledged: where the next batch starts
-	failed  error
-	every   time.Duration // how often queued output is sent
+	// stopped: loop has returned (lease ended, or an append was refused,
+	// as 413 past the log cap), so nothing more will be sent.
+	stopped bool
+	// truncated: output past maxHeld was dropped; the log says so once.
+	truncated bool
+	offset    int64 // acknowledged: where the next batch starts
+	failed    error
+	every     time.Duration // how often queued output is sent
 }
 
 const (
 	maxBatch   = 256 << 10
 	flushEvery = 200 * time.Millisecond
+	// maxHeld bounds the output held unsent: a step's output is hostile
+	// and the control plane may be slow or refuse more (413 at the log
+	// cap), and the runner runs as root.
+	maxHeld = 4 << 20
 )
+
+// truncatedLine ends a log whose output came faster than it was sent.
+var truncatedLine = fmt.Sprintf("==> log truncated: the rest of the output is dropped (more than %d MiB was waiting to be sent)\n", maxHeld>>20)
 
 func newLogAppender(h *client.Lease, redact []string) *logAppender {
 	a := &logAppender{lease: h, wake: make(chan struct{}, 1), done: make(chan struct{}), every: flushEvery,
@@ -116,10 +129,21 @@ func (a *logAppender) maskSet() *mask.Set {
 	return a.set
 }
 
-// Write masks and queues output; it never blocks on the network.
+// Write masks and queues output; it never blocks on the network. Past
+// maxHeld unsent, the rest of the output is dropped, as the server drops
+// what passes the log cap; once nothing more can be sent, all of it is.
 func (a *logAppender) Write(p []byte) (int, error) {
 	a.mu.Lock()
-	_, _ = a.mask.Write(p) // into a bytes.Buffer: no error
+	switch {
+	case a.stopped || a.truncated:
+		// dropped
+	case a.pending.Len()+a.mask.Held()+len(p) > maxHeld:
+		a.truncated = true
+		a.endLine()
+		_, _ = a.mask.Write([]byte(truncatedLine)) // a few bytes past the bound, once
+	default:
+		_, _ = a.mask.Write(p) // into a bytes.Buffer: no error
+	}
 	n := a.pending.Len()
 	a.mu.Unlock()
 	if n >= maxBatch {
@@ -152,6 +176,7 @@ func (a *logAppender) Close(ctx context.Context) error {
 
 func (a *logAppender) loop() {
 	defer close(a.done)
+	defer a.stop()
 	t := time.NewTicker(a.every)
 	defer t.Stop()
 	for {
@@ -179,6 +204,15 @@ func (a *logAppender) loop() {
 			}
 		}
 	}
+}
+
+// stop records that nothing more will be sent and frees what was held.
+func (a *logAppender) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stopped = true
+	a.pending = bytes.Buffer{}
+	a.lines.marks = nil
 }
 
 // cut is the append of batch, the next bytes from a.offset: with the
