@@ -140,6 +140,7 @@ cat /proc/`+me+`/cmdline /proc/`+me+`/environ || echo "proc: refused"
 kill -0 `+me+` || echo "signal: refused"
 ls `+dir+` || echo "list: refused"
 id -u
+grep NoNewPrivs /proc/self/status
 kill -KILL -1
 `)
 			if strings.Contains(out, "frt_the_runners_token") || strings.Contains(out, "forgeci") && strings.Contains(out, "test.v") {
@@ -161,6 +162,11 @@ kill -KILL -1
 			}
 			if strings.Contains(out, "\n0\n") {
 				t.Fatalf("the step ran as root:\n%s", out)
+			}
+			// Without no_new_privs a setuid program (crontab, at) would
+			// let the step leave work behind outside its cgroup.
+			if !strings.Contains(out, "NoNewPrivs:\t1\n") {
+				t.Fatalf("the step may gain privileges through setuid programs:\n%s", out)
 			}
 			// kill -1 reached only the step's own processes: this one, the
 			// runner, is still here to check.

@@ -159,8 +159,11 @@ func (b *Box) StepCommand(st Step) (*exec.Cmd, error) {
 			cd = "." // bwrap enters wd inside its sandbox
 		}
 		argv = append([]string{"env", "-i", b.i.bash, "--noprofile", "--norc", "-c", loadEnv, "load-env", envFile, cd}, argv...)
+		// no_new_privs: setuid programs (crontab, at, su) would let a
+		// step act as another user or outside the job's cgroup; bwrap,
+		// run after it, is not setuid here and needs no privilege.
 		argv = append([]string{"setpriv", "--reuid=" + strconv.Itoa(b.su.uid), "--regid=" + strconv.Itoa(b.su.gid),
-			"--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"}, argv...)
+			"--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"}, argv...)
 		cmdEnv = []string{"PATH=" + rootPath, "LANG=C.UTF-8"}
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
