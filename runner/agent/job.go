@@ -178,39 +178,59 @@ func (j *job) limitHit() string {
 }
 
 // heartbeat extends the lease every third of its TTL. It stops the job on
-// cancel_requested; a 409 ends the lease (the client does that); and when
-// no heartbeat has succeeded for a whole TTL (measured on the monotonic
-// clock) it gives the lease up as lost, because by then the control plane
-// may have given the job to someone else.
+// cancel_requested; a 409 ends the lease (the client does that). The
+// lease holds until the send time of the last heartbeat that succeeded
+// plus the TTL, less leaseMargin (the server's clock counts from when it
+// got the request, later): a timer gives it up as lost then, since the
+// control plane may already have given the job to someone else, and no
+// heartbeat call outlasts it.
 func (j *job) heartbeat(done <-chan struct{}) {
 	ttl := time.Duration(j.claim.LeaseTTLSeconds) * time.Second
 	if ttl <= 0 {
 		ttl = 60 * time.Second
 	}
-	lastOK := time.Now()
+	margin := leaseMargin(ttl)
+	// The claim (a long poll) was answered just now, its lease granted a
+	// moment before: the margin covers that until the first heartbeat,
+	// sent at once, gives a send time to count from.
+	deadline := time.Now().Add(ttl - margin)
+	expire := time.AfterFunc(time.Until(deadline), func() {
+		j.lease.Lose(fmt.Errorf("no heartbeat succeeded within the %s lease", ttl))
+	})
+	defer expire.Stop()
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-j.ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-done:
+				return
+			case <-j.ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
-		hctx, cancel := context.WithTimeout(j.lease.Context(), ttl/3)
+		sent := time.Now()
+		hctx, cancel := context.WithDeadline(j.lease.Context(), deadline)
 		cancelRequested, err := j.lease.Heartbeat(hctx)
 		cancel()
-		switch {
-		case err == nil:
-			lastOK = time.Now()
-			if cancelRequested {
-				j.stop(ErrCanceled)
-			}
-		case time.Since(lastOK) >= ttl:
-			j.lease.Lose(fmt.Errorf("no heartbeat succeeded for %s: %w", ttl, err))
+		if err != nil {
+			continue
+		}
+		// Stop fails once the timer fired: the lease is lost for good.
+		if deadline = sent.Add(ttl - margin); expire.Stop() {
+			expire.Reset(time.Until(deadline))
+		}
+		if cancelRequested {
+			j.stop(ErrCanceled)
 		}
 	}
+}
+
+// leaseMargin is how long before the lease's end by the runner's clock
+// it is given up: a twentieth of the TTL, at least half a second.
+func leaseMargin(ttl time.Duration) time.Duration {
+	return max(ttl/20, 500*time.Millisecond)
 }
 
 // execute prepares the workspace and runs the steps; it returns the

@@ -18,7 +18,7 @@ import (
 // runStep runs one step (by default with bash -e, as GitHub's) in its own
 // process group and returns its exit code and the outputs it wrote to
 // $FORGECI_OUTPUT. When the job is stopped the whole group gets SIGTERM,
-// then SIGKILL after the grace period.
+// then SIGKILL after the grace period; when its lease is lost, SIGKILL.
 func (j *job) runStep(st domain.Step) (int, map[string]string) {
 	output, err := j.box.NewOutputFile()
 	if err != nil {
@@ -73,6 +73,13 @@ func (j *job) wait(cmd *exec.Cmd, st domain.Step) int {
 			fmt.Fprintf(j.logs, "\n==> step timed out after %ds\n", st.TimeoutSeconds)
 		}
 		pgid := cmd.Process.Pid
+		if j.lease.Lost() {
+			// Another runner may hold the job by now: nothing of it may
+			// go on, so no grace.
+			j.killNow(pgid)
+			<-waited
+			return 137
+		}
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
 		select {
 		case err = <-waited:
@@ -97,6 +104,15 @@ func (j *job) wait(cmd *exec.Cmd, st domain.Step) int {
 		return 1
 	}
 	return 0
+}
+
+// killNow kills the step's process group and every process of the job
+// (its cgroup, when it has one) at once.
+func (j *job) killNow(pgid int) {
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if err := j.box.Kill(); err != nil {
+		j.a.cfg.Log.Error("the job's processes could not be killed", "err", err)
+	}
 }
 
 // stepOutput copies a step's output into the job's log. The step writes to

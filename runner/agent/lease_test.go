@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/forgeci/forgeci/runner/client"
+	"github.com/forgeci/forgeci/runner/isolate"
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
+)
+
+// heartbeatServer accepts heartbeats while accept is set, noting when the
+// last accepted one arrived; then it answers none (they hang until the
+// runner gives up). Log appends are all taken.
+type heartbeatServer struct {
+	accept atomic.Bool
+	stop   chan struct{}
+	mu     sync.Mutex
+	last   time.Time // arrival of the last accepted heartbeat
+	offset int64
+}
+
+func (s *heartbeatServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/"+protocol.RouteHeartbeat):
+		arrived := time.Now()
+		if !s.accept.Load() {
+			select {
+			case <-r.Context().Done():
+			case <-s.stop:
+			}
+			return
+		}
+		s.mu.Lock()
+		s.last = arrived
+		s.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(protocol.HeartbeatResponse{})
+	case strings.HasSuffix(r.URL.Path, "/"+protocol.RouteLogs):
+		var req protocol.LogsRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		s.mu.Lock()
+		s.offset += int64(len(req.Data))
+		next := s.offset
+		s.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(protocol.LogsResponse{NextOffset: next})
+	default:
+		http.Error(w, "{}", http.StatusNotFound)
+	}
+}
+
+// gone reports whether process pid has ended (a zombie has).
+func gone(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z'
+}
+
+// TestLeaseLossKillsAtOnce: once the control plane stops answering
+// heartbeats, the job's processes (a step ignoring SIGTERM and one it
+// left in the background) are gone by the time the lease expires on the
+// server: the arrival of the last accepted heartbeat plus the TTL.
+func TestLeaseLossKillsAtOnce(t *testing.T) {
+	s := &heartbeatServer{stop: make(chan struct{})}
+	s.accept.Store(true)
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { close(s.stop) })
+	iso, err := isolate.New(isolate.Config{Mode: isolate.None}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(iso.Close)
+	c := client.New(ts.URL, "runner-secret")
+	a := New(Config{Client: c, KillGrace: 10 * time.Second, Isolation: iso,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	const ttl = 3 * time.Second
+	claim := &protocol.Claim{LeaseTTLSeconds: int(ttl / time.Second),
+		Lease: domain.Lease{RunID: "run-1", JobID: "job-1", RunnerID: "runner-1", LeaseID: "lease-1", Generation: 1},
+		Job:   domain.ClaimedJob{Name: "j", TimeoutSeconds: 600}}
+	j, done := a.newJob(claim)
+	t.Cleanup(done)
+	go j.logs.loop()
+	box, err := iso.NewBox(0, filepath.Join(t.TempDir(), "run-1", "job-1", "lease-1"), isolate.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { box.Close() })
+	if err := box.HandOver(); err != nil {
+		t.Fatal(err)
+	}
+	j.box, j.ws = box, box.Workspace()
+	hbDone := make(chan struct{})
+	t.Cleanup(func() { close(hbDone) })
+	go j.heartbeat(hbDone)
+
+	pids := filepath.Join(box.TmpDir(), "pids")
+	ended := make(chan int, 1)
+	go func() {
+		code, _ := j.runStep(domain.Step{Run: "trap '' TERM\nsleep 300 &\necho $$ $! > " + pids + ".new\nmv " + pids + ".new " + pids + "\nsleep 300\n"})
+		ended <- code
+	}()
+	var pid []int
+	for deadline := time.Now().Add(10 * time.Second); len(pid) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the step did not start")
+		}
+		b, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(b)) {
+			n, _ := strconv.Atoi(f)
+			pid = append(pid, n)
+		}
+	}
+	time.Sleep(ttl / 2) // a heartbeat or two accepted meanwhile
+	s.accept.Store(false)
+	stopped := time.Now()
+	for !gone(pid[0]) || !gone(pid[1]) {
+		if time.Since(stopped) > time.Minute {
+			t.Fatal("the job's processes still run a minute after heartbeats stopped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	goneAt := time.Now()
+	s.mu.Lock()
+	expiry := s.last.Add(ttl)
+	s.mu.Unlock()
+	if goneAt.After(expiry) {
+		t.Fatalf("the job's processes were gone %s after the lease expired", goneAt.Sub(expiry))
+	}
+	if !j.lease.Lost() {
+		t.Fatal("the lease was not given up")
+	}
+	select {
+	case code := <-ended:
+		t.Logf("step ended %d, %s before the lease expired", code, expiry.Sub(goneAt))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the step did not end")
+	}
+}
