@@ -109,6 +109,11 @@ func (w *hashWalk) entry(d *os.File, rel string, e fs.DirEntry) error {
 			w.matched = append(w.matched, path)
 		}
 	case e.IsDir():
+		// One descriptor is held per level: a step's deep nesting must
+		// not exhaust the runner's (reportWalk bounds it the same way).
+		if depth := strings.Count(path, "/") + 1; depth > maxWalkDepth {
+			return fmt.Errorf("directories nest deeper than %d levels at %s", maxWalkDepth, path)
+		}
 		fd, err := unix.Openat2(int(d.Fd()), e.Name(), &unix.OpenHow{
 			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
