@@ -2,6 +2,7 @@ package scm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -19,6 +20,27 @@ const zeroSHA = "0000000000000000000000000000000000000000"
 // NoticeCheckName names the check run that reports a commit ForgeCI could
 // not run (its pipeline file is missing or invalid).
 const NoticeCheckName = "forgeci"
+
+// pushClaimed pushes one leased check run, giving up at three quarters of
+// its lease (Worker.CheckLease), and records a failed push to be tried
+// again after a backoff.
+func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bool, err error) {
+	pctx, cancel := context.WithTimeout(ctx, w.CheckLease*3/4)
+	err = w.pushCheck(pctx, cw)
+	cancel()
+	if err == nil {
+		return true, nil
+	}
+	w.Log.Warn("check run push failed", "job", cw.JobID, "attempt", cw.Attempts+1, "err", err)
+	var known int64
+	if pe := (*pushError)(nil); errors.As(err, &pe) {
+		known = pe.id
+	}
+	if err := w.Store.CheckFailed(ctx, cw, known, err, w.Backoff(cw.Attempts+1)); err != nil && !errors.Is(err, store.ErrCheckLeaseLost) {
+		return false, err
+	}
+	return false, nil
+}
 
 // pushCheck makes GitHub's check run for one job show the job as it is now.
 // The check run is created once: the outbox commits create_attempted before

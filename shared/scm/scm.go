@@ -28,7 +28,9 @@ import (
 const (
 	DefaultDeliveryLease = 5 * time.Minute
 	DefaultMaxAttempts   = 5
-	checkLease           = time.Minute
+	// DefaultCheckLease is how long a worker owns one check run's push: a
+	// push makes up to three GitHub calls of at most 30 s each.
+	DefaultCheckLease = 2 * time.Minute
 )
 
 // Worker processes deliveries and reconciles check runs. Several may run at
@@ -45,6 +47,12 @@ type Worker struct {
 	// dies is replaced after it. MaxAttempts bounds retries.
 	DeliveryLease time.Duration
 	MaxAttempts   int
+	// CheckLease is how long a worker owns a check run's push. The push
+	// gives up at three quarters of it, so that a call cut short has the
+	// last quarter to land at GitHub before another worker may take the
+	// row: two pushes of one check run never overlap (a second create of
+	// it, or an old state sent after a newer one).
+	CheckLease time.Duration
 	// Backoff returns the wait before attempt n+1 (n >= 1).
 	Backoff func(n int) time.Duration
 	// TempDir holds source trees while they are snapshotted ("" for the
@@ -63,6 +71,9 @@ func (w *Worker) defaults() {
 	}
 	if w.MaxAttempts == 0 {
 		w.MaxAttempts = DefaultMaxAttempts
+	}
+	if w.CheckLease == 0 {
+		w.CheckLease = DefaultCheckLease
 	}
 	if w.Backoff == nil {
 		w.Backoff = ExponentialBackoff(10*time.Second, 10*time.Minute)
@@ -108,28 +119,23 @@ func (w *Worker) RunOnce(ctx context.Context) (Result, error) {
 		}
 		w.processDelivery(ctx, d, &res)
 	}
+	// One check run at a time: its lease starts when its push does.
 	for ctx.Err() == nil {
-		work, err := w.Store.ClaimChecks(ctx, 20, checkLease)
+		work, err := w.Store.ClaimChecks(ctx, 1, w.CheckLease)
 		if err != nil {
 			return res, err
 		}
 		if len(work) == 0 {
 			break
 		}
-		for _, cw := range work {
-			if err := w.pushCheck(ctx, cw); err != nil {
-				res.CheckErrors++
-				w.Log.Warn("check run push failed", "job", cw.JobID, "attempt", cw.Attempts+1, "err", err)
-				var known int64
-				if pe := (*pushError)(nil); errors.As(err, &pe) {
-					known = pe.id
-				}
-				if err := w.Store.CheckFailed(ctx, cw, known, err, w.Backoff(cw.Attempts+1)); err != nil && !errors.Is(err, store.ErrCheckLeaseLost) {
-					return res, err
-				}
-				continue
-			}
+		pushed, err := w.pushClaimed(ctx, work[0])
+		if err != nil {
+			return res, err
+		}
+		if pushed {
 			res.ChecksPushed++
+		} else {
+			res.CheckErrors++
 		}
 	}
 	return res, nil
