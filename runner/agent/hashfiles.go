@@ -20,6 +20,9 @@ import (
 const (
 	maxHashFiles   = 100000
 	maxHashEntries = 1000000
+	// maxHashDepth bounds the descriptors the walk holds (one a level)
+	// far above any real tree (node_modules of npm 2 nest some dozens).
+	maxHashDepth = 256
 )
 
 // hashFiles is GitHub's hashFiles(patterns): the SHA-256 of the SHA-256s
@@ -111,8 +114,8 @@ func (w *hashWalk) entry(d *os.File, rel string, e fs.DirEntry) error {
 	case e.IsDir():
 		// One descriptor is held per level: a step's deep nesting must
 		// not exhaust the runner's (reportWalk bounds it the same way).
-		if depth := strings.Count(path, "/") + 1; depth > maxWalkDepth {
-			return fmt.Errorf("directories nest deeper than %d levels at %s", maxWalkDepth, path)
+		if depth := strings.Count(path, "/") + 1; depth > maxHashDepth {
+			return fmt.Errorf("directories nest deeper than %d levels at %s", maxHashDepth, path)
 		}
 		fd, err := unix.Openat2(int(d.Fd()), e.Name(), &unix.OpenHow{
 			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,

@@ -97,13 +97,13 @@ func TestHashFiles(t *testing.T) {
 			t.Fatalf("hard link to another's file: %v", err)
 		}
 	}
-	// Nesting past maxWalkDepth is refused, not walked a descriptor a level.
-	deep := filepath.Join(ws, strings.Repeat("d/", maxWalkDepth+1))
+	// Nesting past maxHashDepth is refused, not walked a descriptor a level.
+	deep := filepath.Join(ws, strings.Repeat("d/", maxHashDepth+1))
 	if err := os.MkdirAll(deep, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := hashFiles(ctx, ws, -1, []string{"*.sum"}); err == nil || !strings.Contains(err.Error(), "nest deeper than") {
-		t.Fatalf("directories %d deep: %v", maxWalkDepth+1, err)
+		t.Fatalf("directories %d deep: %v", maxHashDepth+1, err)
 	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
