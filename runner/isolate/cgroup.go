@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -312,7 +313,7 @@ func (l *Layout) ReapStale() int {
 	for _, e := range entries {
 		pid, ok := strings.CutPrefix(e.Name(), "forgeci-runner-")
 		p, err := strconv.Atoi(pid)
-		if !ok || err != nil || e.Name() == self || !e.IsDir() || processAlive(p) {
+		if !ok || err != nil || e.Name() == self || !e.IsDir() || runnerAlive(p) {
 			continue
 		}
 		jobs, _ := os.ReadDir(filepath.Join(parent, e.Name()))
@@ -336,7 +337,22 @@ func (l *Layout) ReapStale() int {
 	return n
 }
 
-func processAlive(pid int) bool {
-	_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
-	return err == nil
+// runnerAlive is whether pid is a runner still: a process of root's
+// running this program. Not only that the PID is taken: a job orphaned by
+// a runner that died could fork until it holds that PID (as its slot
+// user) and so keep its group from being reaped.
+func runnerAlive(pid int) bool {
+	fi, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
+	if err != nil {
+		return false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 0 {
+		return false
+	}
+	exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+	self, serr := os.Executable()
+	if err != nil || serr != nil {
+		return true // unreadable: not reaped, as before
+	}
+	return filepath.Base(strings.TrimSuffix(exe, " (deleted)")) == filepath.Base(self)
 }
