@@ -257,7 +257,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if err != nil {
 		return nil, "", "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
 	}
-	nr := store.NewRun{Project: repo.Project}
+	nr := store.NewRun{Project: repo.Project, EventAt: d.ReceivedAt}
 	switch e := ev.(type) {
 	case *github.PushEvent:
 		if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {

@@ -25,9 +25,11 @@ import (
 const groupLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 1873))`
 
 // groupOpenSQL lists the open runs of group $2 of project $1 other than
-// run $3, waiting ones first: id, number, waiting.
+// run $3, waiting ones first: id, number, waiting, and whether its event
+// is newer than $4 (run $3's event; null: run $3 was made for no
+// earlier event, so none is newer).
 const groupOpenSQL = `
-SELECT id, number, concurrency_waiting FROM runs
+SELECT id, number, concurrency_waiting, coalesce(coalesce(event_at, created_at) > $4, false) FROM runs
 WHERE project_id = $1 AND concurrency_group = $2 AND state IN ('PENDING', 'RUNNING') AND id <> $3
 ORDER BY concurrency_waiting DESC, number`
 
@@ -104,7 +106,7 @@ func joinGroup(ctx context.Context, tx pgx.Tx, run *Run, c *domain.Concurrency) 
 	if _, err := tx.Exec(ctx, groupLockSQL, run.ProjectID, run.ConcurrencyGroup); err != nil {
 		return fmt.Errorf("lock concurrency group: %w", err)
 	}
-	rows, err := tx.Query(ctx, groupOpenSQL, run.ProjectID, run.ConcurrencyGroup, run.ID)
+	rows, err := tx.Query(ctx, groupOpenSQL, run.ProjectID, run.ConcurrencyGroup, run.ID, run.eventAt)
 	if err != nil {
 		return fmt.Errorf("concurrency group: %w", err)
 	}
@@ -112,13 +114,22 @@ func joinGroup(ctx context.Context, tx pgx.Tx, run *Run, c *domain.Concurrency) 
 		id      string
 		number  int64
 		waiting bool
+		newer   bool // made for a later event than run's
 	}
 	others, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (open, error) {
 		var o open
-		return o, row.Scan(&o.id, &o.number, &o.waiting)
+		return o, row.Scan(&o.id, &o.number, &o.waiting, &o.newer)
 	})
 	if err != nil {
 		return fmt.Errorf("concurrency group: %w", err)
+	}
+	// A run of an older event than one already in the group (a push whose
+	// delivery was retried after a later push's) comes too late: it is
+	// the one superseded, and cancels nothing.
+	for _, o := range others {
+		if o.newer {
+			return cancelRunTx(ctx, tx, run.ID, fmt.Sprintf("superseded by #%d, of a later event", o.number), true)
+		}
 	}
 	busy := false
 	for _, o := range others {

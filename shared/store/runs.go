@@ -67,6 +67,11 @@ type NewRun struct {
 	// retry): a trusted run of the default branch makes them the
 	// project's.
 	Schedules []domain.Schedule
+	// EventAt is when the event the run is for happened (a delivery's
+	// arrival); zero: the run is made for none earlier than now. In a
+	// concurrency group, a run of an older event than an open run's is
+	// superseded at once instead of taking the group.
+	EventAt time.Time
 }
 
 // CheckTarget is where a run's check runs go.
@@ -128,6 +133,8 @@ type Run struct {
 	canceled  []string
 	// concurrencySpec is the pipeline's concurrency, kept for schedules.
 	concurrencySpec *domain.Concurrency
+	// eventAt is NewRun.EventAt (nil: none).
+	eventAt *time.Time
 }
 
 // CreateRun stores a run and its jobs as PENDING, then queues the jobs that
@@ -213,6 +220,9 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		return Run{}, err
 	}
 	run.concurrencySpec = nr.Concurrency
+	if !nr.EventAt.IsZero() {
+		run.eventAt = &nr.EventAt
+	}
 	if err := insertRun(ctx, tx, &run); err != nil {
 		return Run{}, err
 	}
@@ -282,7 +292,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
-		run.concurrencySpec)
+		run.concurrencySpec, run.eventAt)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}

@@ -12,9 +12,9 @@ const actorApprovedSQL = `SELECT EXISTS (SELECT 1 FROM approved_actors WHERE pro
 const insertRunSQL = `
 INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
                   source_digest, manifest_digest, source_size, trusted, scope, base_ref, actor, approval,
-                  workflow, head_ref, concurrency_group, concurrency_cancel, inputs, concurrency_spec)
+                  workflow, head_ref, concurrency_group, concurrency_cancel, inputs, concurrency_spec, event_at)
 VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11,
-        $12, nullif($13, ''), $14, $15, nullif($16, ''), nullif($17, ''), nullif($18, ''), $19, $20, $21)`
+        $12, nullif($13, ''), $14, $15, nullif($16, ''), nullif($17, ''), nullif($18, ''), $19, $20, $21, $22)`
 
 // concurrencySpecSQL reads run $1's concurrency as its pipeline says it.
 const concurrencySpecSQL = `SELECT concurrency_spec FROM runs WHERE id = $1`
