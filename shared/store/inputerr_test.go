@@ -82,10 +82,7 @@ func TestForeignCursors(t *testing.T) {
 	}
 	// A delivery, so that the query's cast meets a row.
 	p := pgtest.Project(t, s, "p")
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project_id)
-		VALUES (5, 'acme/app', 1, 'a webhook secret of length', $1)`, p.ID); err != nil {
-		t.Fatal(err)
-	}
+	addRepository(t, s, p.ID)
 	if _, err := s.RecordDelivery(ctx, "delivery-1", "push", 5, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
@@ -155,10 +152,7 @@ func TestDeliveryErrorWithBadBytes(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
 	p := pgtest.Project(t, s, "p")
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project_id)
-		VALUES (5, 'acme/app', 1, 'a webhook secret of length', $1)`, p.ID); err != nil {
-		t.Fatal(err)
-	}
+	addRepository(t, s, p.ID)
 	if _, err := s.RecordDelivery(ctx, "delivery-1", "push", 5, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}

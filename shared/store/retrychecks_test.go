@@ -16,10 +16,7 @@ func TestRetryKeepsCheckRuns(t *testing.T) {
 	s := pgtest.NewStore(t, store.Limits{})
 	root := pgtest.Admin(t, s, "root")
 	p := pgtest.Project(t, s, "p")
-	if _, err := s.Pool().Exec(ctx, `INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project_id)
-		VALUES (5, 'acme/app', 1, 'a webhook secret of length', $1)`, p.ID); err != nil {
-		t.Fatal(err)
-	}
+	addRepository(t, s, p.ID)
 	sha := strings.Repeat("ab", 20)
 	run, err := s.CreateRun(ctx, store.NewRun{Project: "p", GitSHA: sha, GitRef: "refs/heads/main",
 		Checks: &store.CheckTarget{RepositoryID: 5, HeadSHA: sha}, Jobs: []store.NewJob{{Name: "build"}, {Name: "test"}}})
@@ -64,5 +61,15 @@ func TestRetryKeepsCheckRuns(t *testing.T) {
 	again, err := s.Retry(ctx, root, plain.ID, "")
 	if err != nil || len(checks(again.ID)) != 0 {
 		t.Fatalf("a plain run's retry: %v %v", checks(again.ID), err)
+	}
+}
+
+// addRepository connects GitHub repository 5 (acme/app) to project
+// projectID, as the App's installation does.
+func addRepository(t *testing.T, s *store.Store, projectID string) {
+	t.Helper()
+	if _, err := s.Pool().Exec(context.Background(), `INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project_id)
+		VALUES (5, 'acme/app', 1, 'a webhook secret of length', $1)`, projectID); err != nil {
+		t.Fatal(err)
 	}
 }
