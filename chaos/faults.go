@@ -204,6 +204,11 @@ func (h *Harness) decide(s3 bool) func(r *http.Request, body []byte) (faultproxy
 			return faultproxy.DropRequest, 0
 		case x < f.DropRequest+f.DropResponse:
 			return faultproxy.DropResponse, 0
+		case x < f.DropRequest+f.DropResponse+f.Delay && !s3 && strings.HasPrefix(r.URL.Path, "/v1/runner/jobs/") && h.float() < 0.25:
+			// Delivered late: past the lease it was sent under, whatever
+			// the runner did meanwhile (it gives the lease up by its own
+			// clock, so the control plane must refuse this one).
+			return faultproxy.Delay, h.cfg.LeaseTTL + h.between(500*time.Millisecond, 1500*time.Millisecond)
 		case x < f.DropRequest+f.DropResponse+f.Delay:
 			return faultproxy.Delay, h.between(100*time.Millisecond, 1500*time.Millisecond)
 		}
@@ -221,13 +226,22 @@ func routeOf(path string) (route, jobID string) {
 	return strings.TrimPrefix(strings.TrimPrefix(path, "/v1/runner/"), "/v1/"), ""
 }
 
+// arrived is when the server got the request: a delayed one later than
+// the proxy did, and the lease is judged as of then.
+func arrived(ex faultproxy.Exchange) time.Time {
+	if !ex.Forwarded.IsZero() {
+		return ex.Forwarded
+	}
+	return ex.Received
+}
+
 // logRequest records one runner request to the control plane.
 func (h *Harness) logRequest(ex faultproxy.Exchange) {
 	route, jobID := routeOf(ex.Request.URL.Path)
 	token := strings.TrimSpace(strings.TrimPrefix(ex.Request.Header.Get("Authorization"), "Bearer "))
 	op := Op{Kind: "request", Runner: h.tokens[token], Route: route, Job: jobID, Status: ex.Status,
 		Fault: string(ex.Fault), DelayMS: ex.Delayed.Milliseconds(), Delivered: ex.Delivered,
-		Received: ex.Received.UnixNano()}
+		Received: arrived(ex).UnixNano()}
 	if !ex.Answered.IsZero() {
 		op.Answered = ex.Answered.UnixNano()
 	}

@@ -40,6 +40,7 @@ type Exchange struct {
 	Delayed   time.Duration
 	Delivered bool // the client received the answer
 	Received  time.Time
+	Forwarded time.Time // when it was sent on to the server, after any delay (zero if not)
 	Answered  time.Time // when the server's answer arrived (zero if none)
 	Err       error     // forwarding failed
 }
@@ -130,6 +131,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
 	}
+	ex.Forwarded = time.Now()
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
 		ex.Err = err
