@@ -163,13 +163,16 @@ func (c *Cluster) startServer() error {
 	return nil
 }
 
+// errExitedDuringStart: the server exited before it accepted a connection.
+var errExitedDuringStart = errors.New("postgres exited during start")
+
 func (c *Cluster) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
 		case err := <-c.done:
 			c.done <- err
-			return fmt.Errorf("postgres exited during start: %v", err)
+			return fmt.Errorf("%w: %v", errExitedDuringStart, err)
 		default:
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -2,6 +2,7 @@ package pglocal
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"time"
 )
@@ -28,8 +29,21 @@ func (c *Cluster) Restart(ctx context.Context, crash bool) error {
 			}
 		}
 	}
-	if err := c.startServer(); err != nil {
-		return err
+	// The backends of a crashed server may still be exiting, attached to
+	// its shared memory, for a moment after the postmaster is gone: a
+	// server started then refuses ("pre-existing shared memory block is
+	// still in use") and exits. So a start that exits is tried again.
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		}
+		if err = c.startServer(); err != nil {
+			return err
+		}
+		if err = c.waitReady(ctx); err == nil || !errors.Is(err, errExitedDuringStart) {
+			return err
+		}
 	}
-	return c.waitReady(ctx)
+	return err
 }
