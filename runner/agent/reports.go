@@ -282,6 +282,5 @@ func dropCutTail(s string, n int) string {
 // cut shortens s to at most n bytes of valid UTF-8 without NUL (what the
 // protocol takes, whatever a report or a step's name held): the server
 // refuses a string holding NUL, and the whole report with it.
-func cut(s string, n int) string {
-	return domain.Truncate(strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD"), n)
-}
+// domain.Truncate makes text so.
+func cut(s string, n int) string { return domain.Truncate(s, n) }

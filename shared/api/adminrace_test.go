@@ -183,18 +183,3 @@ func (f *firstRead) Read(p []byte) (int, error) {
 	}
 	return f.ReadCloser.Read(p)
 }
-
-// snapshotOf is the rows of tables, in a stable order, as text.
-func (e *env) snapshotOf(tables ...string) string {
-	e.t.Helper()
-	var b strings.Builder
-	for _, table := range tables {
-		var s string
-		if err := e.pool.QueryRow(context.Background(),
-			`SELECT coalesce(string_agg(t::text, E'\n' ORDER BY t::text), '') FROM `+table+` t`).Scan(&s); err != nil {
-			e.t.Fatal(err)
-		}
-		b.WriteString(table + ":\n" + s + "\n")
-	}
-	return b.String()
-}

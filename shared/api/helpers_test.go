@@ -185,8 +185,23 @@ func (e *env) jobState(jobID string) string {
 func (e *env) snapshot() string {
 	e.t.Helper()
 	var b strings.Builder
-	for _, table := range []string{"runs", "jobs", "job_attempts", "log_chunks", "job_steps", "job_reports", "artifacts",
-		"caches", "pending_caches", "blobs", "runners", "registration_tokens", "projects", "id_tokens"} {
+	b.WriteString(e.snapshotOf("runs", "jobs", "job_attempts", "log_chunks", "job_steps", "job_reports", "artifacts",
+		"caches", "pending_caches", "blobs", "runners", "registration_tokens", "projects", "id_tokens"))
+	objects, err := e.cas.List(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, o := range objects {
+		fmt.Fprintf(&b, "s3 %s %d %s\n", o.Key, o.Size, o.ETag)
+	}
+	return b.String()
+}
+
+// snapshotOf renders the rows of tables, in a stable order.
+func (e *env) snapshotOf(tables ...string) string {
+	e.t.Helper()
+	var b strings.Builder
+	for _, table := range tables {
 		rows, err := e.pool.Query(context.Background(), `SELECT to_jsonb(t)::text FROM `+table+` t ORDER BY 1`)
 		if err != nil {
 			e.t.Fatal(err)
@@ -199,13 +214,6 @@ func (e *env) snapshot() string {
 			b.WriteString(table + " " + s + "\n")
 		}
 		rows.Close()
-	}
-	objects, err := e.cas.List(context.Background())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, o := range objects {
-		fmt.Fprintf(&b, "s3 %s %d %s\n", o.Key, o.Size, o.ETag)
 	}
 	return b.String()
 }

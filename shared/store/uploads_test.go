@@ -108,15 +108,22 @@ func TestUploadRecordedUnderTheLease(t *testing.T) {
 func waitForLockWait(t *testing.T, s *store.Store) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		var waiting bool
-		if err := s.Pool().QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
+		if lockWaiting(t, s) {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("no session waited for the lock")
+}
+
+// lockWaiting is whether some session of the test's database waits for a
+// lock.
+func lockWaiting(t *testing.T, s *store.Store) bool {
+	t.Helper()
+	var waiting bool
+	if err := s.Pool().QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
+	return waiting
 }
