@@ -87,4 +87,12 @@ func TestQueueAndRunners(t *testing.T) {
 		r.Failures != 1 || r.Attempts != 1 {
 		t.Fatalf("the linux runner: %+v", r)
 	}
+	// A passed attempt counts among its attempts, not its failures.
+	complete(t, s, linux, c, domain.OutcomePassed)
+	if runners, _, err = s.ListRunners(ctx, store.Page{}); err != nil {
+		t.Fatal(err)
+	}
+	if r = runners[i]; r.ID != linux.ID || len(r.Jobs) != 0 || r.Failures != 1 || r.Attempts != 2 {
+		t.Fatalf("the linux runner after a pass: %+v", r)
+	}
 }

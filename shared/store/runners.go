@@ -56,7 +56,8 @@ UPDATE jobs SET lease_expires_at = 'epoch'
 WHERE id IN (SELECT id FROM jobs WHERE runner_id = $1 AND state = 'RUNNING' FOR UPDATE)`
 
 // listRunnersSQL is a page of the runners, newest first, before the
-// cursor ($1, $2; empty for the first page), at most $3.
+// cursor ($1, $2; empty for the first page), at most $3. A week's attempts
+// are counted in one pass: a new backend plans each subquery afresh.
 const listRunnersSQL = `
 SELECT r.id, r.name, r.labels, coalesce((SELECT array_agg(p.name ORDER BY p.name) FROM projects p WHERE p.id = ANY (r.projects)), '{}'),
        r.untrusted, r.created_at, r.last_seen_at, r.revoked_at, coalesce(r.version, ''), coalesce(r.slots, 0),
@@ -64,10 +65,10 @@ SELECT r.id, r.name, r.labels, coalesce((SELECT array_agg(p.name ORDER BY p.name
                                                      'project', p.name, 'run_number', ru.number) ORDER BY j.started_at)
                  FROM jobs j JOIN runs ru ON ru.id = j.run_id JOIN projects p ON p.id = ru.project_id
                  WHERE j.runner_id = r.id AND j.state = 'RUNNING'), '[]'),
-       (SELECT count(*) FROM job_attempts a WHERE a.runner_id = r.id AND a.outcome IN ('FAILED', 'ABORTED')
-          AND a.ended_at > now() - interval '7 days'),
-       (SELECT count(*) FROM job_attempts a WHERE a.runner_id = r.id AND a.ended_at > now() - interval '7 days')
-FROM runners r
+       a.failures, a.attempts
+FROM runners r,
+     LATERAL (SELECT count(*) FILTER (WHERE a.outcome IN ('FAILED', 'ABORTED')) AS failures, count(*) AS attempts
+              FROM job_attempts a WHERE a.runner_id = r.id AND a.ended_at > now() - interval '7 days') a
 WHERE $1 = '' OR (r.created_at, r.id) < ($1::timestamptz, $2)
 ORDER BY r.created_at DESC, r.id DESC LIMIT $3`
 
