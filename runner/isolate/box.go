@@ -231,7 +231,10 @@ const loadEnv = `while IFS= read -r -d '' kv; do export "$kv" || exit 125; done 
 // arguments up to --) so that nothing the step starts is outside them,
 // then, in user and bwrap modes (private mount and IPC namespaces), mounts
 // a /proc that shows only the slot user's own processes and gives the job
-// /tmp and /var/tmp of its own and the step a fresh /dev/shm and /run/lock. $1 is the job's tmp, $2 "mount" or "".
+// /tmp and /var/tmp of its own and the step a fresh /dev/shm and /run/lock,
+// and a /dev/mqueue of its IPC namespace: the machine's shows, and makes,
+// the machine's queues (hidden by an empty one where the kernel has no
+// mqueue). $1 is the job's tmp, $2 "mount" or "".
 const joinAndMount = `t=$1 m=$2; shift 2
 while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift
 if [ "$m" = mount ]; then
@@ -241,6 +244,10 @@ if [ "$m" = mount ]; then
   for d in /dev/shm /run/lock; do
     if [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$d" || exit 125; fi
   done
+  if [ -d /dev/mqueue ] && [ ! -L /dev/mqueue ]; then
+    mount -t mqueue -o nosuid,nodev,noexec mqueue /dev/mqueue ||
+      mount -t tmpfs -o ro,mode=755,nosuid,nodev,noexec tmpfs /dev/mqueue || exit 125
+  fi
 fi
 exec "$@"`
 
