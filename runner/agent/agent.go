@@ -51,6 +51,8 @@ type Agent struct {
 	// running holds the leases of jobs in progress (for Abort).
 	mu      sync.Mutex
 	running map[string]*client.Lease
+	// workLock is the work directory's lock, held shared while it runs.
+	workLock *os.File
 }
 
 // New returns an agent.
@@ -73,7 +75,11 @@ func New(cfg Config) *Agent {
 // Run claims and runs jobs until ctx is done; then it stops claiming and
 // waits for the jobs in progress to finish. Abort stops them instead.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := a.prepare(); err != nil {
+	err := a.prepare()
+	if a.workLock != nil {
+		defer a.workLock.Close()
+	}
+	if err != nil {
 		return err
 	}
 	defer a.cfg.Isolation.Close()
@@ -124,6 +130,14 @@ func (a *Agent) prepare() error {
 	}
 	if err := iso.CheckWorkDir(a.cfg.WorkDir); err != nil {
 		return err
+	}
+	lock, swept, err := lockWorkDir(a.cfg.WorkDir)
+	if err != nil {
+		return err
+	}
+	a.workLock = lock
+	if swept > 0 {
+		a.cfg.Log.Warn("removed what runners no longer running had left in the work directory", "attempts", swept)
 	}
 	sweepSockets(filepath.Join(a.cfg.WorkDir, "id-token"))
 	return iso.Probe(a.cfg.WorkDir)

@@ -22,6 +22,14 @@ func (j *job) prepare(slot int) error {
 			fmt.Fprintf(j.logs, "==> the job's limits are not enforced: this runner makes no cgroups (it does not run as root)\n")
 		}
 	}
+	if err := safeIDs(l.RunID, l.JobID, l.LeaseID); err != nil {
+		return fmt.Errorf("the claim's IDs, no step was run: %w", err)
+	}
+	// Noted first, so that a runner killed from here on leaves nothing a
+	// later one would not remove.
+	if err := noteAttempt(j.a.cfg.WorkDir, l); err != nil {
+		return fmt.Errorf("the runner could not note the attempt, no step was run: %w", err)
+	}
 	box, err := j.a.cfg.Isolation.NewBox(slot, filepath.Join(j.a.cfg.WorkDir, l.RunID, l.JobID, l.LeaseID), lim)
 	if err != nil {
 		return fmt.Errorf("the runner could not isolate the job, no step was run: %w", err)
@@ -74,7 +82,12 @@ func (j *job) cleanUp(log *slog.Logger) bool {
 			ok = false
 		}
 	}
-	_ = os.RemoveAll(filepath.Join(jobDir, l.LeaseID))
+	if safeIDs(l.RunID, l.JobID, l.LeaseID) != nil {
+		return ok // nothing was made
+	}
+	if err := os.RemoveAll(filepath.Join(jobDir, l.LeaseID)); err == nil {
+		forgetAttempt(j.a.cfg.WorkDir, l)
+	}
 	isolate.RemoveParents(filepath.Join(jobDir, l.LeaseID))
 	return ok
 }

@@ -346,6 +346,10 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitForFile(t, marker, "step never started")
+		attempts := filepath.Join(s.workDir(), id, s.run(id).Jobs[0].ID)
+		if entries, err := os.ReadDir(attempts); err != nil || len(entries) != 1 {
+			t.Fatalf("the running attempt's directory: %v %v", entries, err)
+		}
 		_ = s.runner.Process.Signal(syscall.SIGKILL)
 		_, _ = s.runner.Process.Wait()
 		v := s.waitRun(id, func(v runView) bool { return v.State == "ABORTED" }, 30*time.Second)
@@ -353,6 +357,15 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("job %+v", j)
 		}
 		s.startRunner()
+		// The killed runner's workspace (and its steps' environment, with
+		// any secrets) is removed by the next runner on the directory.
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(s.workDir(), id)); os.IsNotExist(err) {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the killed runner's attempt is still there: %v", err)
+			}
+		}
 		time.Sleep(2 * time.Second)
 		if v := s.run(id); v.Jobs[0].State != "ABORTED" {
 			t.Fatalf("a restarted runner resumed the job: %+v", v)
