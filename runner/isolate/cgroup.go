@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,6 +73,17 @@ func DetectLayout(root string, own map[string]string, base string) (*Layout, err
 		}
 	}
 	return l, nil
+}
+
+// Controls reports whether jobs' groups get controller c (memory, pids,
+// cpu).
+func (l *Layout) Controls(c string) bool {
+	if l.V2Controllers {
+		b, _ := os.ReadFile(filepath.Join(l.V2, "cgroup.subtree_control"))
+		return slices.Contains(strings.Fields(string(b)), c)
+	}
+	_, ok := l.V1[c]
+	return ok
 }
 
 // delegateV2 makes the controllers available below the runner's own v2

@@ -68,6 +68,11 @@ type Config struct {
 	// (user and bwrap).
 	SlotUsers []string
 	Limits    Limits
+	// DefaultPids, with no Limits.Pids, gives each job DefaultPids(slots)
+	// where the runner makes cgroups with a pids controller: without a
+	// bound, one job's fork bomb takes every PID of the machine, and the
+	// runner then cannot start a thread or another job a process.
+	DefaultPids bool
 	// CgroupRoot is where cgroup hierarchies are mounted (default
 	// /sys/fs/cgroup); CgroupBase names this runner's groups under them.
 	CgroupRoot, CgroupBase string
@@ -168,6 +173,9 @@ func New(cfg Config, slots int) (*Isolator, error) {
 			return nil, fmt.Errorf("isolation %s: %w", cfg.Mode, err)
 		}
 		i.cgroups = l
+		if l != nil && cfg.DefaultPids && cfg.Limits.Pids == 0 && l.Controls("pids") {
+			i.cfg.Limits.Pids = DefaultPids(slots)
+		}
 		if l != nil {
 			if n := l.ReapStale(); n > 0 {
 				i.Warning = strings.TrimPrefix(i.Warning+fmt.Sprintf("; killed what %d jobs of runners no longer running had left", n), "; ")
@@ -178,6 +186,27 @@ func New(cfg Config, slots int) (*Isolator, error) {
 	}
 	return i, nil
 }
+
+// DefaultPids is the processes (threads included) one job may have by
+// default: together the slots' jobs take at most half of the machine's
+// PIDs, and one job at most 8192 (at least 256).
+func DefaultPids(slots int) int {
+	machine := 0
+	for _, f := range []string{"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"} {
+		if b, err := os.ReadFile(f); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && (machine == 0 || n < machine) {
+				machine = n
+			}
+		}
+	}
+	if machine == 0 {
+		machine = 32768 // Linux's default pid_max
+	}
+	return max(256, min(8192, machine/2/max(slots, 1)))
+}
+
+// Limits are the runner's limits of every job.
+func (i *Isolator) Limits() Limits { return i.cfg.Limits }
 
 // DefaultMode is user for a runner running as root, none otherwise.
 func DefaultMode() Mode {

@@ -102,7 +102,7 @@ func run(args []string) error {
 	isolation := fs.String("isolation", string(isolate.DefaultMode()), "how steps are kept from the runner and each other: none, user (a user per slot; needs root) or bwrap (user, inside a bubblewrap sandbox)")
 	slotUsers := fs.String("slot-users", "", "comma-separated users steps run as, one per slot (default forgeci-slot0,forgeci-slot1,...)")
 	memory := fs.String("memory-limit", "", "memory of one job, such as 4G (default: none)")
-	pids := fs.Int("pids-limit", 0, "processes of one job (default: none)")
+	pids := fs.Int("pids-limit", -1, "processes (threads too) of one job; 0: none (default: where the runner makes cgroups, half the machine's PIDs shared among the slots, at most 8192 a job)")
 	cpus := fs.Float64("cpu-limit", 0, "CPUs of one job, such as 1.5 (default: none)")
 	ephemeral := fs.Bool("ephemeral", false, "run exactly one job, then exit (for throwaway machines)")
 	maxIdle := fs.Duration("max-idle", 0, "with --ephemeral: exit if no job came within this long (0: wait forever)")
@@ -132,14 +132,14 @@ func run(args []string) error {
 	if *concurrency < 1 || *concurrency > 256 {
 		return errors.New("--concurrency must be from 1 to 256")
 	}
-	lim := isolate.Limits{Pids: *pids, CPUs: *cpus}
+	lim := isolate.Limits{Pids: max(*pids, 0), CPUs: *cpus}
 	if *memory != "" {
 		if lim.MemoryBytes, err = domain.ParseBytes(*memory); err != nil {
 			return fmt.Errorf("--memory-limit %q: %w", *memory, err)
 		}
 	}
-	if lim.Pids < 0 || lim.CPUs < 0 {
-		return errors.New("--pids-limit and --cpu-limit must not be negative")
+	if *pids < -1 || lim.CPUs < 0 {
+		return errors.New("--pids-limit is a number of processes, 0 for none; --cpu-limit must not be negative")
 	}
 	users := splitLabels(*slotUsers)
 	if len(users) == 0 {
@@ -147,7 +147,8 @@ func run(args []string) error {
 			users = append(users, fmt.Sprintf("forgeci-slot%d", i))
 		}
 	}
-	iso, err := isolate.New(isolate.Config{Mode: isolate.Mode(*isolation), SlotUsers: users, Limits: lim}, *concurrency)
+	iso, err := isolate.New(isolate.Config{Mode: isolate.Mode(*isolation), SlotUsers: users, Limits: lim,
+		DefaultPids: *pids == -1}, *concurrency)
 	if err != nil {
 		return err
 	}
@@ -167,7 +168,7 @@ func run(args []string) error {
 		a.Abort()
 	}()
 	log.Info("runner started", "server", *server, "concurrency", *concurrency, "work_dir", *workDir,
-		"isolation", iso.Mode(), "ephemeral", *ephemeral)
+		"isolation", iso.Mode(), "ephemeral", *ephemeral, "job_pids_limit", iso.Limits().Pids)
 	return a.Run(ctx)
 }
 
