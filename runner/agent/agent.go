@@ -131,11 +131,14 @@ func (a *Agent) prepare() error {
 	if err := iso.CheckWorkDir(a.cfg.WorkDir); err != nil {
 		return err
 	}
-	lock, swept, err := lockWorkDir(a.cfg.WorkDir)
+	lock, swept, refused, err := lockWorkDir(a.cfg.WorkDir)
 	if err != nil {
 		return err
 	}
 	a.workLock = lock
+	if refused != "" {
+		a.cfg.Log.Warn(refused, "work_dir", a.cfg.WorkDir)
+	}
 	if swept > 0 {
 		a.cfg.Log.Warn("removed what runners no longer running had left in the work directory", "attempts", swept)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/forgeci/forgeci/runner/client"
@@ -55,9 +56,9 @@ func TestSweepRemovesWhatRunnersMade(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, attemptNotes, "forged"), []byte(rel+"/x/y"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f, n, err := lockWorkDir(dir)
-	if err != nil {
-		t.Fatal(err)
+	f, n, refused, err := lockWorkDir(dir)
+	if err != nil || refused != "" {
+		t.Fatal(err, refused)
 	}
 	defer f.Close()
 	if n != 1 || exists(left) || exists(filepath.Join(dir, "probe-123-0")) {
@@ -76,12 +77,12 @@ func TestSweepRemovesWhatRunnersMade(t *testing.T) {
 // start after they have all gone does.
 func TestSweepSparesLiveRunners(t *testing.T) {
 	dir := t.TempDir()
-	first, _, err := lockWorkDir(dir)
+	first, _, _, err := lockWorkDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	live := leftAttempt(t, dir, domain.Lease{RunID: "run-1", JobID: "job-1", LeaseID: "lease-1"})
-	second, n, err := lockWorkDir(dir)
+	second, n, _, err := lockWorkDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestSweepSparesLiveRunners(t *testing.T) {
 	}
 	first.Close()
 	second.Close()
-	third, n, err := lockWorkDir(dir)
+	third, n, _, err := lockWorkDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +123,8 @@ func TestUnsafeIDsNameNoDirectory(t *testing.T) {
 		{RunID: "run", JobID: "job", LeaseID: ""},
 		{RunID: "run", JobID: "job", LeaseID: ".forgeci-attempts"},
 		{RunID: "run\n", JobID: "job", LeaseID: "lease"},
+		{RunID: "id-token", JobID: "job", LeaseID: "lease"}, // the runner's own
+		{RunID: "probe-1-0", JobID: "job", LeaseID: "lease"},
 	} {
 		j, done := a.newJob(&protocol.Claim{Lease: l, Job: domain.ClaimedJob{Name: "j", TimeoutSeconds: 60}})
 		err := j.prepare(0)
@@ -133,5 +136,50 @@ func TestUnsafeIDsNameNoDirectory(t *testing.T) {
 		if !exists(victim) {
 			t.Fatalf("%+v: the clean-up removed %s", l, victim)
 		}
+	}
+}
+
+// TestSweepStaysInside: a note naming a path through a symlink out of
+// the work directory removes nothing out there, and a note that is a
+// FIFO does not hang the start; in a directory others may write, nothing
+// is removed at all.
+func TestSweepStaysInside(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(outside, "projects", "thesis"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, attemptNotes), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, attemptNotes, "planted"), []byte("a/projects/thesis"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, attemptNotes, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, n, _, err := lockWorkDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n != 0 || !exists(filepath.Join(outside, "projects", "thesis")) {
+		t.Fatalf("the sweep followed a symlink out of the work directory (%d)", n)
+	}
+
+	open := t.TempDir()
+	left := leftAttempt(t, open, domain.Lease{RunID: "run-1", JobID: "job-1", LeaseID: "lease-1"})
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	f, n, refused, err := lockWorkDir(open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if n != 0 || !exists(left) || !strings.Contains(refused, "not the runner's alone") {
+		t.Fatalf("swept %d in a directory others may write (%q)", n, refused)
 	}
 }

@@ -245,7 +245,7 @@ if [ "$m" = mount ]; then
     if [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$d" || exit 125; fi
   done
   if [ -d /dev/mqueue ] && [ ! -L /dev/mqueue ]; then
-    mount -t mqueue -o nosuid,nodev,noexec mqueue /dev/mqueue ||
+    mount -t mqueue -o nosuid,nodev,noexec mqueue /dev/mqueue 2>/dev/null ||
       mount -t tmpfs -o ro,mode=755,nosuid,nodev,noexec tmpfs /dev/mqueue || exit 125
   fi
 fi
@@ -287,7 +287,7 @@ func nulJoin(env []string) []byte {
 // token, its state, other jobs) are not there at all.
 func (b *Box) bwrapArgs(wd, output string) []string {
 	args := []string{b.i.bwrap, "--unshare-all", "--share-net", "--die-with-parent", "--new-session",
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run", "--tmpfs", "/var"}
+		"--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue", "--tmpfs", "/run", "--tmpfs", "/var"}
 	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"} {
 		if fi, err := os.Lstat(d); err == nil {
 			if fi.Mode()&os.ModeSymlink != 0 {

@@ -86,6 +86,26 @@ func (l *Layout) Controls(c string) bool {
 	return ok
 }
 
+// PidsCeiling is the tightest pids.max above the jobs' groups (the
+// runner's own groups and theirs: a systemd unit's TasksMax), 0 if none.
+func (l *Layout) PidsCeiling() int {
+	dir := l.V2
+	if !l.V2Controllers {
+		dir = l.V1["pids"]
+	}
+	ceiling := 0
+	for ; dir != "" && dir != filepath.Dir(dir); dir = filepath.Dir(dir) {
+		b, err := os.ReadFile(filepath.Join(dir, "pids.max"))
+		if err != nil {
+			break // the hierarchy's root has none
+		}
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && (ceiling == 0 || n < ceiling) {
+			ceiling = n
+		}
+	}
+	return ceiling
+}
+
 // delegateV2 makes the controllers available below the runner's own v2
 // group. A group with processes cannot pass controllers down (the "no
 // internal processes" rule), so unless the runner is in the root group

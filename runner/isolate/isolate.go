@@ -173,8 +173,12 @@ func New(cfg Config, slots int) (*Isolator, error) {
 			return nil, fmt.Errorf("isolation %s: %w", cfg.Mode, err)
 		}
 		i.cgroups = l
-		if l != nil && cfg.DefaultPids && cfg.Limits.Pids == 0 && l.Controls("pids") {
-			i.cfg.Limits.Pids = DefaultPids(slots)
+		if l != nil && cfg.DefaultPids && cfg.Limits.Pids == 0 {
+			if l.Controls("pids") {
+				i.cfg.Limits.Pids = DefaultPids(slots, MachinePids(), l.PidsCeiling())
+			} else {
+				i.Warning = strings.TrimPrefix(i.Warning+"; no pids controller: jobs have no limit of processes", "; ")
+			}
 		}
 		if l != nil {
 			if n := l.ReapStale(); n > 0 {
@@ -188,9 +192,19 @@ func New(cfg Config, slots int) (*Isolator, error) {
 }
 
 // DefaultPids is the processes (threads included) one job may have by
-// default: together the slots' jobs take at most half of the machine's
-// PIDs, and one job at most 8192 (at least 256).
-func DefaultPids(slots int) int {
+// default: together the slots' jobs take at most half of what the machine
+// and the runner's own cgroups (a systemd unit's TasksMax) allow, leaving
+// the rest to the runner; one job at least 256 and at most 8192.
+func DefaultPids(slots, machine, ceiling int) int {
+	budget := machine
+	if ceiling > 0 && ceiling < budget {
+		budget = ceiling
+	}
+	return max(256, min(8192, budget/2/max(slots, 1)))
+}
+
+// MachinePids is the lower of kernel.pid_max and kernel.threads-max.
+func MachinePids() int {
 	machine := 0
 	for _, f := range []string{"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"} {
 		if b, err := os.ReadFile(f); err == nil {
@@ -202,7 +216,7 @@ func DefaultPids(slots int) int {
 	if machine == 0 {
 		machine = 32768 // Linux's default pid_max
 	}
-	return max(256, min(8192, machine/2/max(slots, 1)))
+	return machine
 }
 
 // Limits are the runner's limits of every job.
