@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
@@ -36,7 +37,8 @@ type tenancy struct {
 	liveJob, doneJob    string
 	delivery            string
 	source              domain.Source
-	hook                string // a notification hook of acme/app
+	hook                string                  // a notification hook of acme/app
+	sessions            map[string]*http.Cookie // dashboard sessions by token
 	// A run whose job "ship" waits for a review to deploy to acme/app's
 	// environment production (reviewed by writers).
 	deploying store.Run
@@ -140,6 +142,19 @@ func pgtestProject(t *testing.T, e *env, name string) store.Project {
 	return p
 }
 
+// session is a dashboard session of token's, opened once.
+func (f *tenancy) session(token string) *http.Cookie {
+	if f.sessions == nil {
+		f.sessions = map[string]*http.Cookie{}
+	}
+	if c, ok := f.sessions[token]; ok {
+		return c
+	}
+	c := pgtest.SessionCookie(f.t, f.store, token)
+	f.sessions[token] = c
+	return c
+}
+
 func (f *tenancy) userID(name string) string {
 	var id string
 	if err := f.pool.QueryRow(context.Background(), `SELECT id FROM users WHERE name = $1`, name).Scan(&id); err != nil {
@@ -179,7 +194,7 @@ func (f *tenancy) call(method, path, token string, body any, page bool) (int, st
 		req.Header.Set("Content-Type", ctype)
 	}
 	if page {
-		req.AddCookie(&http.Cookie{Name: "forgeci_token", Value: token})
+		req.AddCookie(f.session(token))
 	} else {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}

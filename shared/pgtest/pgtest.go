@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -224,4 +225,16 @@ func Admin(t testing.TB, st *store.Store, name string) store.User {
 		t.Fatalf("create admin %s: %v", name, err)
 	}
 	return u
+}
+
+// SessionCookie opens a dashboard session with an API token, as signing in
+// does, and returns its cookie. A token the store refuses goes into the
+// cookie as it is: the dashboard refuses it just the same.
+func SessionCookie(t testing.TB, st *store.Store, token string) *http.Cookie {
+	t.Helper()
+	c := &http.Cookie{Name: "forgeci_session", Value: token}
+	if session, _, err := st.OpenSession(context.Background(), token); err == nil {
+		c.Value = session
+	}
+	return c
 }

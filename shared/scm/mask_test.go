@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/forgeci/forgeci/shared/api"
+	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
@@ -47,6 +48,7 @@ func TestSecretsMaskedWhereShown(t *testing.T) {
 	srv := httptest.NewServer((&api.Server{Store: e.store, CAS: e.cas, Log: e.log}).Handler())
 	defer srv.Close()
 	viewer := e.reader("viewer")
+	session := pgtest.SessionCookie(t, e.store, viewer)
 	runnerToken := e.runnerToken()
 	claim := call[protocol.Claim](t, srv.URL+"/v1/runner/claim", runnerToken, map[string]any{"wait_seconds": 0})
 	if claim.Secrets["DEPLOY_TOKEN"] != maskSecret {
@@ -57,7 +59,7 @@ func TestSecretsMaskedWhereShown(t *testing.T) {
 	first, second := "token="+maskSecret[:6], maskSecret[6:]+"\n"
 	call[map[string]any](t, srv.URL+"/v1/runner/jobs/"+l.JobID+"/logs", runnerToken,
 		map[string]any{"lease": l, "offset": 0, "data": []byte(first)})
-	if code, text, next := get(t, srv.URL+logPath, viewer); code != 200 || text != "token=" || next != "6" {
+	if code, text, next := get(t, srv.URL+logPath, viewer, session); code != 200 || text != "token=" || next != "6" {
 		t.Fatalf("while running, half the secret stored: %d %q next %s", code, text, next)
 	}
 	call[map[string]any](t, srv.URL+"/v1/runner/jobs/"+l.JobID+"/logs", runnerToken,
@@ -70,12 +72,12 @@ func TestSecretsMaskedWhereShown(t *testing.T) {
 		t.Fatalf("stored bytes: %q %v", stored, err)
 	}
 	for _, path := range []string{logPath, "/runs/" + run.ID + "/jobs/" + l.JobID + "/log"} {
-		code, text, next := get(t, srv.URL+path+"?offset=0", viewer)
+		code, text, next := get(t, srv.URL+path+"?offset=0", viewer, session)
 		if code != 200 || text != "token=***\n" || next != strconv.Itoa(len(raw)) {
 			t.Fatalf("%s: %d %q next %s", path, code, text, next)
 		}
 		for off := range len(raw) {
-			if _, text, _ := get(t, srv.URL+path+"?offset="+strconv.Itoa(off), viewer); leaks(text) {
+			if _, text, _ := get(t, srv.URL+path+"?offset="+strconv.Itoa(off), viewer, session); leaks(text) {
 				t.Fatalf("%s from offset %d: %q", path, off, text)
 			}
 		}
@@ -83,7 +85,7 @@ func TestSecretsMaskedWhereShown(t *testing.T) {
 	// The runner's reason is masked before it is stored.
 	for path, want := range map[string]string{"/v1/runs/" + run.ID: "deploy printed ***", "/runs/" + run.ID: run.ID,
 		"/runs/" + run.ID + "/jobs/" + l.JobID: "deploy printed ***"} {
-		if code, text, _ := get(t, srv.URL+path, viewer); code != 200 || leaks(text) || !strings.Contains(text, want) {
+		if code, text, _ := get(t, srv.URL+path, viewer, session); code != 200 || leaks(text) || !strings.Contains(text, want) {
 			t.Fatalf("%s: %d\n%s", path, code, text)
 		}
 	}
@@ -100,7 +102,7 @@ func TestSecretsMaskedWhereShown(t *testing.T) {
 	down := httptest.NewServer((&api.Server{Store: cold, CAS: e.cas, Log: e.log}).Handler())
 	defer down.Close()
 	for _, path := range []string{logPath, "/runs/" + run.ID + "/jobs/" + l.JobID + "/log"} {
-		if code, text, _ := get(t, down.URL+path, viewer); code != http.StatusServiceUnavailable || leaks(text) {
+		if code, text, _ := get(t, down.URL+path, viewer, session); code != http.StatusServiceUnavailable || leaks(text) {
 			t.Fatalf("%s with the secrets unavailable: %d %q", path, code, text)
 		}
 	}
@@ -164,11 +166,11 @@ func call[T any](t *testing.T, url, token string, body any) T {
 
 // get GETs a page or log as a user (API bearer token and dashboard
 // cookie both): status, body and X-Next-Offset.
-func get(t *testing.T, url, token string) (int, string, string) {
+func get(t *testing.T, url, token string, session *http.Cookie) (int, string, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.AddCookie(&http.Cookie{Name: "forgeci_token", Value: token})
+	req.AddCookie(session)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -269,12 +269,17 @@ func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, e
 // hash, so its timing depends on the hash, not on the secret, and the final
 // compare is constant time anyway.
 func (s *Store) lookupToken(ctx context.Context, token, prefix, query string, dest ...any) (found bool, err error) {
+	return s.lookupTokenWith(ctx, token, prefix, query, nil, dest...)
+}
+
+// lookupTokenWith is lookupToken with more arguments for query ($2 on).
+func (s *Store) lookupTokenWith(ctx context.Context, token, prefix, query string, args []any, dest ...any) (found bool, err error) {
 	if !strings.HasPrefix(token, prefix) || len(token) > 200 {
 		return false, nil
 	}
 	want := hashSecret(token)
 	var got []byte
-	err = s.pool.QueryRow(ctx, query, want).Scan(append(dest, &got)...)
+	err = s.pool.QueryRow(ctx, query, append([]any{want}, args...)...).Scan(append(dest, &got)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}

@@ -33,10 +33,11 @@ func TestBadInputPages(t *testing.T) {
 	if err := st.SetSettings(ctx, root, project.ID, store.Settings{BadgesPublic: &public}); err != nil {
 		t.Fatal(err)
 	}
+	session := pgtest.SessionCookie(t, st, admin)
 	call := func(method, path, body string) (int, string) {
 		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.AddCookie(&http.Cookie{Name: "forgeci_token", Value: admin})
+		req.AddCookie(session)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -62,7 +62,7 @@ func JobRaw(u *UI, w http.ResponseWriter, r *http.Request, user store.User) erro
 		next, gen = lw.NextOffset, lw.Generation
 	}
 	secureHeaders(w)
-	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'; frame-ancestors 'none'")
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if len(data) >= rawPart {
 		w.Header().Set("Link", fmt.Sprintf(`<%s?generation=%d&offset=%d>; rel="next"`, r.URL.EscapedPath(), gen, next))

@@ -21,7 +21,15 @@ func init() {
 		return func(s *api.Server) http.HandlerFunc { return h(ui(s)) }
 	}
 	route := func(method, path string, h func(s *api.Server) http.HandlerFunc) api.RouteHandler {
-		return api.RouteHandler{Route: api.Route{Method: method, Path: path}, Handler: h}
+		return api.RouteHandler{Route: api.Route{Method: method, Path: path}, Handler: func(s *api.Server) http.HandlerFunc {
+			inner := h(s)
+			return func(w http.ResponseWriter, r *http.Request) {
+				if secureRequest(r) { // browsers keep to HTTPS here from then on
+					w.Header().Set("Strict-Transport-Security", "max-age=31536000")
+				}
+				inner(w, r)
+			}
+		}}
 	}
 	// A request refused at the edge (bad bytes in its path or query) is
 	// answered with the error page.

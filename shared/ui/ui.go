@@ -23,7 +23,18 @@ import (
 //go:embed static
 var staticFS embed.FS
 
-const cookieName = "forgeci_token"
+// The session cookie's name: over HTTPS with the __Host- prefix, which the
+// browser keeps to this host and path / and sets only when Secure, so a
+// sibling subdomain or a plain-HTTP response cannot plant one; the local
+// stack serves plain HTTP on loopback, where the prefix cannot be had.
+const cookieName, secureCookieName = "forgeci_session", "__Host-forgeci_session"
+
+func sessionCookie(r *http.Request) string {
+	if secureRequest(r) {
+		return secureCookieName
+	}
+	return cookieName
+}
 
 // UI serves the dashboard.
 type UI struct {
@@ -76,9 +87,9 @@ func secureHeaders(w http.ResponseWriter) {
 func (u *UI) Page(adminOnly bool, h Handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var user store.User
-		c, err := r.Cookie(cookieName)
+		c, err := r.Cookie(sessionCookie(r))
 		if err == nil {
-			user, err = u.Store.AuthenticateUser(r.Context(), c.Value)
+			user, err = u.Store.AuthenticateSession(r.Context(), c.Value)
 		}
 		if err != nil {
 			if r.Method == http.MethodGet && !scriptFeed(r.URL.Path) {
@@ -102,15 +113,22 @@ func (u *UI) Page(adminOnly bool, h Handler) http.HandlerFunc {
 	}
 }
 
-// sameOrigin: a POST must come from our own pages. Browsers send Origin on
-// every cross-site POST; the cookie is SameSite=Strict as well.
+// sameOrigin: a POST must come from our own pages (scheme and host).
+// Browsers send Origin on every cross-site POST, and those that omit it
+// send Sec-Fetch-Site; the cookie is SameSite=Strict as well.
 func sameOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
-		return true // not a browser, or a same-origin navigation that omitted it
+		// Not a browser, or one that says where the request comes from here.
+		site := r.Header.Get("Sec-Fetch-Site")
+		return site == "" || site == "same-origin" || site == "none"
 	}
 	o, err := url.Parse(origin)
-	return err == nil && o.Host == r.Host
+	scheme := "http"
+	if secureRequest(r) {
+		scheme = "https"
+	}
+	return err == nil && o.Host == r.Host && o.Scheme == scheme
 }
 
 // fail shows an error page with the status the API would answer (one
@@ -179,13 +197,21 @@ func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := strings.TrimSpace(form.Get("token"))
-	if _, err := u.Store.AuthenticateUser(r.Context(), token); err != nil {
+	session, _, err := u.Store.OpenSession(r.Context(), token)
+	if err != nil {
+		var de *domain.Error
+		if !errors.As(err, &de) || de.Code != domain.EUnauthorized {
+			u.fail(w, store.User{}, err)
+			return
+		}
 		u.render(w, http.StatusUnauthorized, "login", page{Title: "Log in", Next: localPath(r.URL.Query().Get("next")),
 			Error: "That token is unknown, revoked or of a disabled user."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: token, Path: "/", HttpOnly: true,
-		Secure: secureRequest(r), SameSite: http.SameSiteStrictMode, MaxAge: 12 * 3600})
+	// The cookie holds the session's secret, never the token: a copied
+	// cookie is no API credential, and it ends with the session.
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie(r), Value: session, Path: "/", HttpOnly: true,
+		Secure: secureRequest(r), SameSite: http.SameSiteStrictMode, MaxAge: int(store.SessionTTL.Seconds())})
 	next := localPath(r.URL.Query().Get("next"))
 	if next == "" {
 		next = "/"
@@ -215,9 +241,20 @@ func localPath(p string) string {
 	return u.RequestURI()
 }
 
-// Logout clears the cookie.
+// Logout ends the session and clears the cookie; another site's form
+// cannot sign a user out.
 func (u *UI) Logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true, Secure: secureRequest(r),
+	if !sameOrigin(r) {
+		u.fail(w, store.User{}, domain.Errorf(domain.EForbidden, "cross-site form refused"))
+		return
+	}
+	if c, err := r.Cookie(sessionCookie(r)); err == nil {
+		if err := u.Store.CloseSession(r.Context(), c.Value); err != nil {
+			u.fail(w, store.User{}, err)
+			return
+		}
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie(r), Value: "", Path: "/", HttpOnly: true, Secure: secureRequest(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

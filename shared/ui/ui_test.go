@@ -46,7 +46,7 @@ func TestPages(t *testing.T) {
 	get := func(path, token string) (int, string, http.Header) {
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)
 		if token != "" {
-			req.AddCookie(&http.Cookie{Name: "forgeci_token", Value: token})
+			req.AddCookie(pgtest.SessionCookie(t, st, token))
 		}
 		resp, err := noRedirect.Do(req)
 		if err != nil {
@@ -58,7 +58,7 @@ func TestPages(t *testing.T) {
 	}
 	post := func(path, token, origin string) int {
 		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(""))
-		req.AddCookie(&http.Cookie{Name: "forgeci_token", Value: token})
+		req.AddCookie(pgtest.SessionCookie(t, st, token))
 		if origin != "" {
 			req.Header.Set("Origin", origin)
 		}
