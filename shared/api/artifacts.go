@@ -37,7 +37,7 @@ func (s *Server) downloadArtifact(w http.ResponseWriter, r *http.Request, u stor
 	if err != nil {
 		return err
 	}
-	url, err := s.CAS.PresignGet(r.Context(), b.Key)
+	url, err := s.CAS.PresignDownload(r.Context(), b.Key, artifactFile(r.PathValue("name")))
 	if err != nil {
 		return err
 	}
@@ -52,5 +52,9 @@ func (s *Server) ArtifactURL(ctx context.Context, u store.User, runID, jobID, na
 	if err != nil {
 		return "", err
 	}
-	return s.CAS.PresignGet(ctx, b.Key)
+	return s.CAS.PresignDownload(ctx, b.Key, artifactFile(name))
 }
+
+// artifactFile names an artifact's download: a snapshot, a tar stream
+// compressed with zstd (docs/runners.md).
+func artifactFile(name string) string { return name + ".tar.zst" }

@@ -230,8 +230,8 @@ func TestRunArtifacts(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	got, _ := io.ReadAll(resp.Body)
-	if string(got) != "a report" {
-		t.Fatalf("downloaded %q", got)
+	if string(got) != "a report" || resp.Header.Get("Content-Disposition") != "attachment; filename*=UTF-8''report.tar.zst" {
+		t.Fatalf("downloaded %q as %q", got, resp.Header.Get("Content-Disposition"))
 	}
 	if code, _ := f.call("GET", "/v1/runs/"+f.done.ID+"/jobs/"+a.JobID+"/artifacts/nope", f.readerA, nil, false); code != 404 {
 		t.Fatalf("an artifact that is not there: %d", code)

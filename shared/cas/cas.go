@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -219,6 +220,20 @@ func (s *Store) PresignGet(ctx context.Context, key string) (string, error) {
 		s3.WithPresignExpires(s.expiry))
 	if err != nil {
 		return "", fmt.Errorf("cas: presign get %s: %w", key, err)
+	}
+	return req.URL, nil
+}
+
+// PresignDownload is PresignGet for a person's browser: the answer says
+// attachment, named filename, of type application/octet-stream, so what a
+// job stored is saved, never shown inline on the bucket's origin.
+func (s *Store) PresignDownload(ctx context.Context, key, filename string) (string, error) {
+	disposition := "attachment; filename*=UTF-8''" + url.PathEscape(filename)
+	req, err := s.presign.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(key),
+		ResponseContentDisposition: aws.String(disposition), ResponseContentType: aws.String("application/octet-stream")},
+		s3.WithPresignExpires(s.expiry))
+	if err != nil {
+		return "", fmt.Errorf("cas: presign download %s: %w", key, err)
 	}
 	return req.URL, nil
 }

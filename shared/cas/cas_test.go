@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"testing"
@@ -153,5 +154,21 @@ func TestPresigned(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("tampered presigned get: %d, want 403", resp.StatusCode)
+	}
+	// A person's download is an attachment, never shown inline.
+	dl, err := st.PresignDownload(ctx, key, `dist "x"/ü.tar.zst`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = http.Get(dl); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	_, params, err := mime.ParseMediaType(resp.Header.Get("Content-Disposition"))
+	if resp.StatusCode != 200 || !bytes.Equal(body, data) || err != nil || params["filename"] != `dist "x"/ü.tar.zst` ||
+		!strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment;") ||
+		resp.Header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("download: %d %q %q %v", resp.StatusCode, resp.Header.Get("Content-Disposition"), resp.Header.Get("Content-Type"), err)
 	}
 }
