@@ -79,10 +79,18 @@ func (w *Worker) snapshotCommit(ctx context.Context, gh *github.Client, owner, r
 	if _, err := blob.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	// The run's creation registers the blob for its (project, tier).
+	// The run's creation registers the blob for its (project, tier); the
+	// upload is recorded first, so that the object is collected if no run
+	// does (its transaction failed), and must fit the tier's quota.
 	tier.Digest = res.BlobDigest
-	if err := w.CAS.Put(ctx, tier.Key(), res.BlobDigest, blob, res.Size); err != nil {
+	held, err := w.Store.PrepareBlobUpload(ctx, tier, res.Size)
+	if err != nil {
 		return nil, err
+	}
+	if !held {
+		if err := w.CAS.Put(ctx, tier.Key(), res.BlobDigest, blob, res.Size); err != nil {
+			return nil, err
+		}
 	}
 	return &commitSource{
 		Source:   domain.Source{BlobDigest: res.BlobDigest, ManifestDigest: res.ManifestDigest, Size: res.Size},

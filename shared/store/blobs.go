@@ -46,11 +46,17 @@ RETURNING size, xmax = 0`
 // uploadDoneSQL forgets the upload of key $1: it was committed.
 const uploadDoneSQL = `DELETE FROM uploads WHERE s3_key = $1`
 
-// storageUsedSQL is project $1's name, storage quota and the bytes its
-// blobs hold.
+// storageUsedSQL is project $1's name, storage quota, the bytes its blobs
+// hold and those of them its untrusted tier holds.
 const storageUsedSQL = `
-SELECT p.name, p.storage_quota_bytes, coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id), 0)
-FROM projects p WHERE p.id = $1`
+SELECT p.name, p.storage_quota_bytes, coalesce(sum(b.size), 0), coalesce(sum(b.size) FILTER (WHERE NOT b.trusted), 0)
+FROM projects p LEFT JOIN blobs b ON b.project_id = p.id WHERE p.id = $1 GROUP BY p.id`
+
+// UntrustedShare: a project's untrusted tier (pull requests from forks,
+// members without the secrets permission) may hold at most 1/UntrustedShare
+// of its storage quota, so that it can never fill the quota and so stop
+// trusted runs from being made.
+const UntrustedShare = 4
 
 // startUploadSQL records that an upload URL for key $1 of project $2 is
 // handed out (again: its age restarts).
@@ -132,7 +138,7 @@ func (s *Store) registerBlob(ctx context.Context, tx pgx.Tx, b BlobRef, size int
 	if !inserted {
 		return nil
 	}
-	if err := overQuota(ctx, tx, b.ProjectID, 0); err != nil {
+	if err := overQuota(ctx, tx, b, 0); err != nil {
 		return err
 	}
 	if s.objects == nil {
@@ -155,15 +161,19 @@ func (s *Store) RegisterBlob(ctx context.Context, b BlobRef, size int64) error {
 
 // overQuota is ETooLarge when the project's blobs, with more bytes, would
 // be over its storage quota.
-func overQuota(ctx context.Context, tx pgx.Tx, projectID string, more int64) error {
-	var used, quota int64
+func overQuota(ctx context.Context, tx pgx.Tx, b BlobRef, more int64) error {
+	var used, untrusted, quota int64
 	var name string
-	if err := tx.QueryRow(ctx, storageUsedSQL, projectID).Scan(&name, &quota, &used); err != nil {
+	if err := tx.QueryRow(ctx, storageUsedSQL, b.ProjectID).Scan(&name, &quota, &used, &untrusted); err != nil {
 		return fmt.Errorf("storage quota: %w", err)
 	}
 	if used+more > quota {
 		return domain.Errorf(domain.ETooLarge, "project %s stores %d bytes of sources, artifacts and caches; %d more would pass its storage quota of %d bytes",
 			name, used, more, quota)
+	}
+	if !b.Trusted && untrusted+more > quota/UntrustedShare {
+		return domain.Errorf(domain.ETooLarge, "project %s's untrusted work (pull requests from forks, members without the secrets permission) stores %d bytes; %d more would pass its share of the storage quota, %d bytes (a quarter)",
+			name, untrusted, more, quota/UntrustedShare)
 	}
 	return nil
 }
@@ -173,10 +183,23 @@ func overQuota(ctx context.Context, tx pgx.Tx, projectID string, more int64) err
 // that size more bytes fit in the project's storage quota.
 func (s *Store) StartUpload(ctx context.Context, b BlobRef, size int64) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := overQuota(ctx, tx, b.ProjectID, size); err != nil {
+		if err := overQuota(ctx, tx, b, size); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, startUploadSQL, b.Key(), b.ProjectID)
 		return err
 	})
+}
+
+// PrepareBlobUpload is what a writer of the control plane's own (the
+// GitHub worker's snapshot of a commit) asks before it puts size bytes of
+// blob b: held if b's tier has it already (nothing to put; it is marked
+// used), else the bytes must fit the quota and the upload is recorded, so
+// that the collector removes the object if no run ever registers it.
+func (s *Store) PrepareBlobUpload(ctx context.Context, b BlobRef, size int64) (held bool, err error) {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		held, err = prepareUpload(ctx, tx, b, size)
+		return err
+	})
+	return held, err
 }

@@ -2,13 +2,10 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/forgeci/forgeci/shared/cas"
 )
 
 // The garbage collector keeps storage flat: runs (with their jobs, logs,
@@ -64,12 +61,14 @@ DELETE FROM caches WHERE ctid IN (
     SELECT ctid FROM caches WHERE last_used_at < now() - make_interval(secs => $2) LIMIT $1)`
 
 // evictOverQuotaSQL deletes up to $1 cache entries past their project's
-// cache quota, counting the most recently restored first.
+// cache quota, counting the trusted tier's first and in each tier the most
+// recently restored first: a fork's busy caches never push out the
+// trusted ones (they go first instead).
 const evictOverQuotaSQL = `
 DELETE FROM caches WHERE ctid IN (
     SELECT ranked.ctid FROM (
         SELECT c.ctid, p.cache_quota_bytes AS quota,
-               sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.last_used_at DESC, c.key) AS kept
+               sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.trusted DESC, c.last_used_at DESC, c.key) AS kept
         FROM caches c JOIN projects p ON p.id = c.project_id) ranked
     WHERE ranked.kept > ranked.quota LIMIT $1)`
 
@@ -83,6 +82,16 @@ ORDER BY u.created_at LIMIT $1 FOR UPDATE SKIP LOCKED`
 const keyHeldSQL = `SELECT EXISTS (SELECT 1 FROM blobs WHERE s3_key = $1)`
 
 const forgetUploadsSQL = `DELETE FROM uploads WHERE s3_key = ANY ($1)`
+
+// queueObjectsSQL queues objects $1 (of projects $2) of dropped blobs for
+// deletion: as uploads handed out long ago (queuedAge) and never committed.
+const queueObjectsSQL = `
+INSERT INTO uploads (s3_key, project_id, created_at) SELECT k, p, 'epoch' FROM unnest($1::text[], $2::text[]) AS q (k, p)
+ON CONFLICT (s3_key) DO NOTHING`
+
+// queuedAge selects the queued objects (and no upload handed out in the
+// last year) for dropUploads.
+const queuedAge = 365 * 24 * time.Hour
 
 // markBlobsSQL is the collector's mark: the keys of up to $1 blobs nothing
 // references and nobody touched within $2 seconds.
@@ -297,11 +306,11 @@ func (s *Store) deleteObjects(ctx context.Context, keys []string) error {
 // at once, each object key's lock (skipping keys a registration holds) and
 // each row's lock (skipping rows in use), re-checks under them that nothing
 // references the blob (so no registration or reference can slip in
-// between), deletes the objects, and only then the rows.
+// between), deletes the rows and queues their objects, which go after the
+// commit (dropUploads).
 func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int, int64, error) {
-	var k int
+	var k, queued int
 	var freed int64
-	var deleteErr error
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var keys []string
 		if err := tx.QueryRow(ctx, markBlobsSQL, n, grace.Seconds()).Scan(&keys); err != nil {
@@ -329,42 +338,33 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 		if err != nil || len(gone) == 0 {
 			return err
 		}
-		var objects []string
-		for _, c := range gone {
-			if !c.shared {
-				objects = append(objects, c.key)
-			}
-		}
-		if err := s.deleteObjects(ctx, objects); err != nil {
-			// Some may be gone: forget exactly those, keep the rest for
-			// the next collection, and report the failure after.
-			deleteErr = err
-			gone = stillMissing(ctx, s.objects, gone, func(c cand) (string, string) { return c.key, c.ref.Digest })
-		}
-		var projects, digests []string
+		var projects, digests, objects, owners []string
 		var tiers []bool
 		for _, c := range gone {
 			projects, tiers, digests = append(projects, c.ref.ProjectID), append(tiers, c.ref.Trusted), append(digests, c.ref.Digest)
 			freed += c.size
+			if !c.shared {
+				objects, owners = append(objects, c.key), append(owners, c.ref.ProjectID)
+			}
 		}
 		tag, err := tx.Exec(ctx, deleteBlobsSQL, projects, tiers, digests)
+		if err != nil {
+			return err
+		}
 		k = int(tag.RowsAffected())
+		// The objects go after the commit, as uploads never committed do
+		// (dropUploads, under each key's lock, unless a registration has
+		// taken the key again): deleted first, a failed commit would leave
+		// rows naming objects that are gone.
+		_, err = tx.Exec(ctx, queueObjectsSQL, objects, owners)
+		queued = len(objects)
 		return err
 	})
-	if err == nil {
-		err = deleteErr
+	if err != nil || queued == 0 {
+		return k, freed, err
 	}
-	return k, freed, err
-}
-
-// stillMissing keeps the items whose object is gone from the CAS.
-func stillMissing[T any](ctx context.Context, objects Objects, items []T, keyOf func(T) (key, digest string)) []T {
-	var out []T
-	for _, it := range items {
-		key, digest := keyOf(it)
-		if err := objects.Check(ctx, key, digest, -1); errors.Is(err, cas.ErrNotFound) {
-			out = append(out, it)
-		}
+	if _, err := s.dropUploads(ctx, queued, queuedAge); err != nil {
+		return k, freed, fmt.Errorf("the objects of dropped blobs (queued for the next collection): %w", err)
 	}
-	return out
+	return k, freed, nil
 }

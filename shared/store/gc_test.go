@@ -173,8 +173,8 @@ func TestCollectGarbage(t *testing.T) {
 	}
 }
 
-// TestCacheQuota: over its quota, a project's least recently restored
-// caches go first.
+// TestCacheQuota: over its quota, a project's untrusted caches go first,
+// then its least recently restored.
 func TestCacheQuota(t *testing.T) {
 	e := newGCEnv(t)
 	for i := range 4 {
@@ -188,6 +188,18 @@ func TestCacheQuota(t *testing.T) {
 	}
 	if n := e.count(`SELECT count(*) FROM caches WHERE key IN ('j2-cache', 'j3-cache')`); n != 2 {
 		t.Fatal("the most recently restored caches were not the ones kept")
+	}
+	// A fork's cache, however recently restored, does not push out the
+	// trusted ones: it goes first.
+	fork := store.BlobRef{ProjectID: e.project.ID, Digest: "sha256:0000000000000000000000000000000000000000000000000000000000000007"}
+	e.exec(`INSERT INTO blobs (project_id, trusted, digest, size, s3_key) VALUES ($1, false, $2, 1000, $3)`, e.project.ID, fork.Digest, fork.Key())
+	e.exec(`INSERT INTO caches (project_id, scope, trusted, key, digest, size, last_used_at)
+	        VALUES ($1, 'refs/pull/1/merge', false, 'fork-cache', $2, 1000, now() + interval '1 minute')`, e.project.ID, fork.Digest)
+	if res, err = e.s.CollectGarbage(context.Background(), store.GCOptions{}); err != nil || res.CachesOverQuota != 1 {
+		t.Fatalf("collection with a fork's cache: %+v %v", res, err)
+	}
+	if n := e.count(`SELECT count(*) FROM caches WHERE key IN ('j2-cache', 'j3-cache')`); n != 2 {
+		t.Fatal("a fork's cache pushed out a trusted one")
 	}
 }
 
