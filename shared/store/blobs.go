@@ -46,11 +46,21 @@ RETURNING size, xmax = 0`
 // uploadDoneSQL forgets the upload of key $1: it was committed.
 const uploadDoneSQL = `DELETE FROM uploads WHERE s3_key = $1`
 
-// storageUsedSQL is project $1's name, storage quota, the bytes its blobs
-// hold and those of them its untrusted tier holds.
+// storageUsedSQL is project $1's name, storage quota, and the bytes its
+// blobs and its uploads not yet committed (but that of key $2, asked for
+// again) hold, in all and in its untrusted tier.
 const storageUsedSQL = `
-SELECT p.name, p.storage_quota_bytes, coalesce(sum(b.size), 0), coalesce(sum(b.size) FILTER (WHERE NOT b.trusted), 0)
-FROM projects p LEFT JOIN blobs b ON b.project_id = p.id WHERE p.id = $1 GROUP BY p.id`
+SELECT p.name, p.storage_quota_bytes,
+       coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id), 0) +
+       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND s3_key <> $2), 0),
+       coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id AND NOT trusted), 0) +
+       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND NOT trusted AND s3_key <> $2), 0)
+FROM projects p WHERE p.id = $1`
+
+// lockQuotaSQL takes the transaction's lock on project $1's storage
+// quota: registrations and uploads are counted one at a time, each after
+// the last committed, or concurrent ones each saw room for itself alone.
+const lockQuotaSQL = `SELECT pg_advisory_xact_lock(7420, hashtext($1))`
 
 // UntrustedShare: a project's untrusted tier (pull requests from forks,
 // members without the secrets permission) may hold at most 1/UntrustedShare
@@ -58,11 +68,11 @@ FROM projects p LEFT JOIN blobs b ON b.project_id = p.id WHERE p.id = $1 GROUP B
 // trusted runs from being made.
 const UntrustedShare = 4
 
-// startUploadSQL records that an upload URL for key $1 of project $2 is
-// handed out (again: its age restarts).
+// startUploadSQL records that an upload URL for key $1 of project $2
+// (tier $3) and $4 bytes is handed out (again: its age restarts).
 const startUploadSQL = `
-INSERT INTO uploads (s3_key, project_id) VALUES ($1, $2)
-ON CONFLICT (s3_key) DO UPDATE SET created_at = now()`
+INSERT INTO uploads (s3_key, project_id, trusted, size) VALUES ($1, $2, $3, $4)
+ON CONFLICT (s3_key) DO UPDATE SET created_at = now(), size = excluded.size`
 
 // Objects is what the store asks of the CAS: whether a key holds a blob,
 // and to delete unreferenced ones. *cas.Store is one.
@@ -120,6 +130,10 @@ func lockKey(ctx context.Context, tx pgx.Tx, key string) error {
 // under the key's lock (see above), and counts against the project's
 // storage quota.
 func (s *Store) registerBlob(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
+	// The quota's lock first, then the key's: in that order everywhere.
+	if err := lockQuota(ctx, tx, b.ProjectID); err != nil {
+		return err
+	}
 	if err := lockKey(ctx, tx, b.Key()); err != nil {
 		return err
 	}
@@ -161,10 +175,20 @@ func (s *Store) RegisterBlob(ctx context.Context, b BlobRef, size int64) error {
 
 // overQuota is ETooLarge when the project's blobs, with more bytes, would
 // be over its storage quota.
+func lockQuota(ctx context.Context, tx pgx.Tx, projectID string) error {
+	if _, err := tx.Exec(ctx, lockQuotaSQL, projectID); err != nil {
+		return fmt.Errorf("lock the storage quota: %w", err)
+	}
+	return nil
+}
+
+// overQuota refuses more bytes of b past its project's quota or its
+// tier's share, counted under the quota's lock (lockQuota, which the
+// caller holds).
 func overQuota(ctx context.Context, tx pgx.Tx, b BlobRef, more int64) error {
 	var used, untrusted, quota int64
 	var name string
-	if err := tx.QueryRow(ctx, storageUsedSQL, b.ProjectID).Scan(&name, &quota, &used, &untrusted); err != nil {
+	if err := tx.QueryRow(ctx, storageUsedSQL, b.ProjectID, b.Key()).Scan(&name, &quota, &used, &untrusted); err != nil {
 		return fmt.Errorf("storage quota: %w", err)
 	}
 	if used+more > quota {
@@ -182,13 +206,22 @@ func overQuota(ctx context.Context, tx pgx.Tx, b BlobRef, more int64) error {
 // collector removes the object if it is never committed), after checking
 // that size more bytes fit in the project's storage quota.
 func (s *Store) StartUpload(ctx context.Context, b BlobRef, size int64) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := overQuota(ctx, tx, b, size); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, startUploadSQL, b.Key(), b.ProjectID)
+	return s.inTx(ctx, func(tx pgx.Tx) error { return recordUpload(ctx, tx, b, size) })
+}
+
+// recordUpload checks that size more bytes of b fit, and records the
+// upload at that size.
+func recordUpload(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
+	if err := lockQuota(ctx, tx, b.ProjectID); err != nil {
 		return err
-	})
+	}
+	if err := overQuota(ctx, tx, b, size); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, startUploadSQL, b.Key(), b.ProjectID, b.Trusted, size); err != nil {
+		return fmt.Errorf("record upload: %w", err)
+	}
+	return nil
 }
 
 // PrepareBlobUpload is what a writer of the control plane's own (the

@@ -66,11 +66,16 @@ DELETE FROM caches WHERE ctid IN (
 // trusted ones (they go first instead).
 const evictOverQuotaSQL = `
 DELETE FROM caches WHERE ctid IN (
-    SELECT ranked.ctid FROM (
-        SELECT c.ctid, p.cache_quota_bytes AS quota,
-               sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.trusted DESC, c.last_used_at DESC, c.key) AS kept
-        FROM caches c JOIN projects p ON p.id = c.project_id) ranked
+    SELECT ranked.ctid FROM (` + cachesKeptSQL + `) ranked
     WHERE ranked.kept > ranked.quota LIMIT $1)`
+
+// cachesKeptSQL is each cache entry (ctid) with its project's cache quota
+// and the bytes kept up to it in that order (the collector's and its dry
+// run's).
+const cachesKeptSQL = `
+SELECT c.ctid, p.cache_quota_bytes AS quota,
+       sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.trusted DESC, c.last_used_at DESC, c.key) AS kept
+FROM caches c JOIN projects p ON p.id = c.project_id`
 
 // staleUploadsSQL locks up to $1 uploads handed out more than $2 seconds
 // ago.

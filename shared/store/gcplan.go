@@ -21,10 +21,7 @@ SELECT
   (SELECT count(*) FROM pending_caches p JOIN jobs j ON j.id = p.job_id
    WHERE j.generation <> p.generation OR j.state NOT IN ('QUEUED', 'RUNNING')),
   (SELECT count(*) FROM caches WHERE last_used_at < now() - make_interval(secs => $2)),
-  (SELECT count(*) FROM (
-       SELECT p.cache_quota_bytes AS quota,
-              sum(c.size) OVER (PARTITION BY c.project_id ORDER BY c.last_used_at DESC, c.key) AS kept
-       FROM caches c JOIN projects p ON p.id = c.project_id) ranked WHERE kept > quota),
+  (SELECT count(*) FROM (` + cachesKeptSQL + `) ranked WHERE kept > quota),
   (SELECT count(*) FROM uploads u WHERE u.created_at < now() - make_interval(secs => $3)
    AND NOT EXISTS (SELECT 1 FROM blobs WHERE s3_key = u.s3_key)),
   (SELECT count(*) FROM job_attempts WHERE NOT log_compacted)`

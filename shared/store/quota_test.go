@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
@@ -67,5 +69,74 @@ func TestUntrustedShareOfTheQuota(t *testing.T) {
 	}
 	if err := e.s.RegisterBlob(ctx, put(true, 1, 'u'), 1); !tooLarge(err, "quota of 4000 bytes") {
 		t.Fatalf("a trusted blob past the whole quota: %v", err)
+	}
+}
+
+// slowChecks holds each S3 check until n callers are in one at once, or
+// 300 ms pass: concurrent registrations overlap as far as they can.
+type slowChecks struct {
+	store.Objects
+	mu      sync.Mutex
+	waiting int
+	n       int
+	all     chan struct{}
+}
+
+func (s *slowChecks) Check(ctx context.Context, key, digest string, size int64) error {
+	s.mu.Lock()
+	s.waiting++
+	if s.waiting == s.n {
+		close(s.all)
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.all:
+	case <-time.After(300 * time.Millisecond):
+	}
+	return s.Objects.Check(ctx, key, digest, size)
+}
+
+// TestQuotaCountsOneAtATime: registrations at the same moment are counted
+// one after the other, so together they stay within the tier's share;
+// uploads handed out and not committed count too, but an upload asked for
+// again is not counted twice.
+func TestQuotaCountsOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	e := newGCEnv(t)
+	e.exec(`UPDATE projects SET storage_quota_bytes = 4000`)
+	const n = 6
+	e.s.SetObjects(&slowChecks{Objects: e.cas, n: n, all: make(chan struct{})})
+	refs := make([]store.BlobRef, n)
+	for i := range refs {
+		data := bytes.Repeat([]byte{byte('a' + i)}, 1000)
+		sum := sha256.Sum256(data)
+		refs[i] = store.BlobRef{ProjectID: e.project.ID, Digest: "sha256:" + hex.EncodeToString(sum[:])}
+		if err := e.cas.Put(ctx, refs[i].Key(), refs[i].Digest, bytes.NewReader(data), 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, ref := range refs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = e.s.RegisterBlob(ctx, ref, 1000)
+		}()
+	}
+	wg.Wait()
+	if used := e.count(`SELECT coalesce(sum(size), 0)::int FROM blobs WHERE NOT trusted`); used != 1000 {
+		t.Fatalf("concurrent registrations hold %d untrusted bytes, past the share of 1000", used)
+	}
+
+	e.exec(`DELETE FROM blobs`)
+	if err := e.s.StartUpload(ctx, refs[0], 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.StartUpload(ctx, refs[0], 1000); err != nil {
+		t.Fatalf("the same upload asked for again: %v", err)
+	}
+	var de *domain.Error
+	if err := e.s.StartUpload(ctx, refs[1], 1); !errors.As(err, &de) || de.Code != domain.ETooLarge {
+		t.Fatalf("an upload past the share, counting the one not committed: %v", err)
 	}
 }

@@ -94,11 +94,5 @@ func prepareUpload(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) (held 
 	case !errors.Is(err, pgx.ErrNoRows):
 		return false, fmt.Errorf("blob %s: %w", b.Digest, err)
 	}
-	if err := overQuota(ctx, tx, b, size); err != nil {
-		return false, err
-	}
-	if _, err := tx.Exec(ctx, startUploadSQL, b.Key(), b.ProjectID); err != nil {
-		return false, fmt.Errorf("record upload: %w", err)
-	}
-	return false, nil
+	return false, recordUpload(ctx, tx, b, size)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,6 +81,13 @@ func TestSignInOpensASession(t *testing.T) {
 	}
 	if !signedIn(c, nil) {
 		t.Fatal("the session's cookie does not sign in")
+	}
+	// The cookie of dashboards before sessions held the token: it goes.
+	old := do("POST", "/login", map[string]string{"Origin": srv.URL}, &http.Cookie{Name: "forgeci_token", Value: token},
+		"token="+url.QueryEscape(token))
+	if i := slices.IndexFunc(old.Cookies(), func(c *http.Cookie) bool { return c.Name == "forgeci_token" }); i < 0 ||
+		old.Cookies()[i].MaxAge >= 0 {
+		t.Fatalf("signing in left the old token cookie: %v", old.Cookies())
 	}
 	if signedIn(&http.Cookie{Name: "forgeci_session", Value: token}, nil) ||
 		signedIn(&http.Cookie{Name: "forgeci_token", Value: token}, nil) {

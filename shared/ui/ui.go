@@ -212,6 +212,7 @@ func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
 	// cookie is no API credential, and it ends with the session.
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie(r), Value: session, Path: "/", HttpOnly: true,
 		Secure: secureRequest(r), SameSite: http.SameSiteStrictMode, MaxAge: int(store.SessionTTL.Seconds())})
+	clearOldCookie(w, r)
 	next := localPath(r.URL.Query().Get("next"))
 	if next == "" {
 		next = "/"
@@ -256,7 +257,17 @@ func (u *UI) Logout(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie(r), Value: "", Path: "/", HttpOnly: true, Secure: secureRequest(r),
 		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	clearOldCookie(w, r)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// clearOldCookie expires the cookie of dashboards before sessions, which
+// held the API token itself.
+func clearOldCookie(w http.ResponseWriter, r *http.Request) {
+	if _, err := r.Cookie("forgeci_token"); err == nil {
+		http.SetCookie(w, &http.Cookie{Name: "forgeci_token", Value: "", Path: "/", HttpOnly: true, Secure: secureRequest(r),
+			SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	}
 }
 
 // secureRequest: behind API Gateway (HTTPS) the cookie is Secure; the local
