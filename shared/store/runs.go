@@ -212,7 +212,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		}
 	}
 	if nr.Source.BlobDigest != "" {
-		if err := s.registerBlob(ctx, tx, BlobRef{projectID, run.Trusted, nr.Source.BlobDigest}, nr.Source.Size); err != nil {
+		if err := s.registerRunSource(ctx, tx, BlobRef{projectID, run.Trusted, nr.Source.BlobDigest}, nr.Source.Size); err != nil {
 			return Run{}, err
 		}
 	}
