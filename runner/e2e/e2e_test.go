@@ -217,7 +217,14 @@ func (s *stack) waitRun(id string, done func(runView) bool, within time.Duration
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(filepath.Join(s.dir, "runner.log"))
-			s.t.Fatalf("run %s did not get there: %+v\nrunner log:\n%s", id, v, b)
+			var failed strings.Builder
+			for _, j := range v.Jobs {
+				if j.State == "FAILED" {
+					log := s.log(id, j.ID)
+					fmt.Fprintf(&failed, "log of failed job %s:\n%s\n", j.Name, log[max(0, len(log)-2048):])
+				}
+			}
+			s.t.Fatalf("run %s did not get there: %+v\n%srunner log:\n%s", id, v, failed.String(), b)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

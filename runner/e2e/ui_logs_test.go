@@ -125,8 +125,12 @@ func testLogSections(t *testing.T, s *stack, ctx context.Context) {
 	}
 	screenshot(t, ctx, "job")
 	noCSPViolation(t, ctx, "the job page")
-	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#log-raw`)), chromedp.WaitReady(chromedp.CSS(`body`))); err != nil {
-		t.Fatal(err)
+	// The raw log may still be arriving when its body is ready: wait for
+	// its text (a minute at most, the context's).
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#log-raw`)),
+		chromedp.Poll[chromedp.Void](`document.contentType == 'text/plain' && document.body != null && document.body.innerText.indexOf('about to fail') >= 0`,
+			chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		t.Logf("the raw log did not show its text: %v", err)
 	}
 	if got := eval(`document.contentType + ',' + (document.body.innerText.indexOf('about to fail') >= 0)`); got != "text/plain,true" {
 		t.Fatalf("the raw log: %s", got)

@@ -234,7 +234,7 @@ const loadEnv = `while IFS= read -r -d '' kv; do export "$kv" || exit 125; done 
 // /tmp and /var/tmp of its own and the step a fresh /dev/shm and /run/lock,
 // and a /dev/mqueue of its IPC namespace: the machine's shows, and makes,
 // the machine's queues (hidden by an empty one where the kernel has no
-// mqueue). $1 is the job's tmp, $2 "mount" or "".
+// mqueue; nothing to hide if the machine's went away meanwhile). $1 is the job's tmp, $2 "mount" or "".
 const joinAndMount = `t=$1 m=$2; shift 2
 while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift
 if [ "$m" = mount ]; then
@@ -246,7 +246,8 @@ if [ "$m" = mount ]; then
   done
   if [ -d /dev/mqueue ] && [ ! -L /dev/mqueue ]; then
     mount -t mqueue -o nosuid,nodev,noexec mqueue /dev/mqueue 2>/dev/null ||
-      mount -t tmpfs -o ro,mode=755,nosuid,nodev,noexec tmpfs /dev/mqueue || exit 125
+      mount -t tmpfs -o ro,mode=755,nosuid,nodev,noexec tmpfs /dev/mqueue 2>/dev/null ||
+      [ ! -e /dev/mqueue ] || { echo "forgeci: /dev/mqueue could not be made the step's own" >&2; exit 125; }
   fi
 fi
 exec "$@"`
