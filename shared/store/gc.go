@@ -134,21 +134,24 @@ type GCOptions struct {
 	// DryRun counts what would go and deletes nothing.
 	DryRun bool
 	// The ages (defaults: uploads 1 day, blobs untouched 2 days, caches
-	// unrestored 7 days, finished deliveries 30 days).
-	UploadTTL, BlobGrace, CacheIdle, DeliveryTTL time.Duration
+	// unrestored 7 days, finished deliveries 30 days, runs waiting for
+	// approval 30 days).
+	UploadTTL, BlobGrace, CacheIdle, DeliveryTTL, ApprovalTTL time.Duration
 }
 
 // GCResult counts what a collection removed (or, dry, would remove).
 type GCResult struct {
-	Runs            int   `json:"runs"`
-	Deliveries      int   `json:"deliveries"`
-	PendingCaches   int   `json:"pending_caches"`
-	LogsCompacted   int   `json:"logs_compacted"` // ended attempts whose log chunks were merged
-	CachesIdle      int   `json:"caches_idle"`
-	CachesOverQuota int   `json:"caches_over_quota"`
-	Uploads         int   `json:"uploads"`
-	Blobs           int   `json:"blobs"`
-	BlobBytes       int64 `json:"blob_bytes"`
+	// ApprovalsExpired: runs that waited for approval too long, rejected.
+	ApprovalsExpired int   `json:"approvals_expired"`
+	Runs             int   `json:"runs"`
+	Deliveries       int   `json:"deliveries"`
+	PendingCaches    int   `json:"pending_caches"`
+	LogsCompacted    int   `json:"logs_compacted"` // ended attempts whose log chunks were merged
+	CachesIdle       int   `json:"caches_idle"`
+	CachesOverQuota  int   `json:"caches_over_quota"`
+	Uploads          int   `json:"uploads"`
+	Blobs            int   `json:"blobs"`
+	BlobBytes        int64 `json:"blob_bytes"`
 	// Done: nothing was left to collect when the collection ended.
 	Done bool `json:"done"`
 }
@@ -164,7 +167,7 @@ func (o *GCOptions) defaults() {
 		v   *time.Duration
 		def time.Duration
 	}{{&o.UploadTTL, 24 * time.Hour}, {&o.BlobGrace, 48 * time.Hour}, {&o.CacheIdle, 7 * 24 * time.Hour},
-		{&o.DeliveryTTL, 30 * 24 * time.Hour}} {
+		{&o.DeliveryTTL, 30 * 24 * time.Hour}, {&o.ApprovalTTL, 30 * 24 * time.Hour}} {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}
@@ -189,6 +192,7 @@ func (s *Store) CollectGarbage(ctx context.Context, o GCOptions) (GCResult, erro
 	}
 	deadline := time.Now().Add(o.Budget)
 	steps := []gcStep{
+		{"approvals", &res.ApprovalsExpired, func(ctx context.Context, n int) (int, error) { return s.expireApprovals(ctx, n, o.ApprovalTTL) }},
 		{"runs", &res.Runs, func(ctx context.Context, n int) (int, error) { return s.expireRuns(ctx, n) }},
 		{"deliveries", &res.Deliveries, s.execStep(expireDeliveriesSQL, o.DeliveryTTL.Seconds())},
 		{"pending caches", &res.PendingCaches, s.execStep(dropPendingCachesSQL)},

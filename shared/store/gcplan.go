@@ -24,7 +24,9 @@ SELECT
   (SELECT count(*) FROM (` + cachesKeptSQL + `) ranked WHERE kept > quota),
   (SELECT count(*) FROM uploads u WHERE u.created_at < now() - make_interval(secs => $3)
    AND NOT EXISTS (SELECT 1 FROM blobs WHERE s3_key = u.s3_key)),
-  (SELECT count(*) FROM job_attempts WHERE NOT log_compacted)`
+  (SELECT count(*) FROM job_attempts WHERE NOT log_compacted),
+  (SELECT count(*) FROM runs WHERE approval = 'pending' AND finished_at IS NULL
+   AND created_at < now() - make_interval(secs => $4))`
 
 // gcPlanBlobsSQL counts the blobs unreferenced and untouched for $1 seconds.
 const gcPlanBlobsSQL = `
@@ -49,8 +51,8 @@ FROM projects p WHERE p.id = $1 AND project_rank($2, p.id) >= 1`
 // removes first free more.
 func (s *Store) gcPlan(ctx context.Context, o GCOptions) (GCResult, error) {
 	var r GCResult
-	err := s.pool.QueryRow(ctx, gcPlanSQL, o.DeliveryTTL.Seconds(), o.CacheIdle.Seconds(), o.UploadTTL.Seconds()).Scan(
-		&r.Runs, &r.Deliveries, &r.PendingCaches, &r.CachesIdle, &r.CachesOverQuota, &r.Uploads, &r.LogsCompacted)
+	err := s.pool.QueryRow(ctx, gcPlanSQL, o.DeliveryTTL.Seconds(), o.CacheIdle.Seconds(), o.UploadTTL.Seconds(), o.ApprovalTTL.Seconds()).Scan(
+		&r.Runs, &r.Deliveries, &r.PendingCaches, &r.CachesIdle, &r.CachesOverQuota, &r.Uploads, &r.LogsCompacted, &r.ApprovalsExpired)
 	if err != nil {
 		return r, fmt.Errorf("gc plan: %w", err)
 	}

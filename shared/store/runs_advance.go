@@ -111,27 +111,35 @@ func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run
 		case actor == "user:"+u.ID:
 			return domain.Errorf(domain.EForbidden, "a run cannot be approved or rejected by the member it is for")
 		}
-		if _, err := tx.Exec(ctx, recordDecisionSQL, runID, decision, u.Name); err != nil {
-			return fmt.Errorf("record decision: %w", err)
-		}
-		if decision == ApprovalApproved {
-			if _, err := tx.Exec(ctx, approveActorSQL, projectID, actor, u.Name, runID); err != nil {
-				return fmt.Errorf("approve actor: %w", err)
-			}
-			_, err = tx.Exec(ctx, releaseApprovedSQL, runID, ReasonWaitingApproval)
-		} else {
-			_, err = tx.Exec(ctx, cancelRejectedSQL, runID, u.Name)
-		}
-		if err != nil {
-			return fmt.Errorf("release jobs: %w", err)
-		}
-		if err := advanceRun(ctx, tx, runID); err != nil {
+		if err := applyDecision(ctx, tx, runID, projectID, actor, decision, u.Name); err != nil {
 			return err
 		}
 		run, err = scanRun(tx.QueryRow(ctx, getRunSQL, runID))
 		return err
 	})
 	return run, err
+}
+
+// applyDecision records decision on run runID, which waits for approval
+// (its row locked), by: approved, the actor's later runs start at once
+// and its jobs are released; rejected, its pending jobs are CANCELED.
+func applyDecision(ctx context.Context, tx pgx.Tx, runID, projectID, actor, decision, by string) error {
+	if _, err := tx.Exec(ctx, recordDecisionSQL, runID, decision, by); err != nil {
+		return fmt.Errorf("record decision: %w", err)
+	}
+	var err error
+	if decision == ApprovalApproved {
+		if _, err := tx.Exec(ctx, approveActorSQL, projectID, actor, by, runID); err != nil {
+			return fmt.Errorf("approve actor: %w", err)
+		}
+		_, err = tx.Exec(ctx, releaseApprovedSQL, runID, ReasonWaitingApproval)
+	} else {
+		_, err = tx.Exec(ctx, cancelRejectedSQL, runID, by)
+	}
+	if err != nil {
+		return fmt.Errorf("release jobs: %w", err)
+	}
+	return advanceRun(ctx, tx, runID)
 }
 
 // advanceRun moves a run forward after any job transition, inside the
