@@ -126,7 +126,7 @@ func noteAttempt(dir string, l domain.Lease) error {
 	if err := os.Mkdir(notes, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	rel := l.RunID + "/" + l.JobID + "/" + l.LeaseID
+	rel := attemptPath(l)
 	f, err := os.OpenFile(filepath.Join(notes, noteName(rel)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
@@ -150,8 +150,12 @@ func noteAttempt(dir string, l domain.Lease) error {
 }
 
 func forgetAttempt(dir string, l domain.Lease) {
-	_ = os.Remove(filepath.Join(dir, attemptNotes, noteName(l.RunID+"/"+l.JobID+"/"+l.LeaseID)))
+	_ = os.Remove(filepath.Join(dir, attemptNotes, noteName(attemptPath(l))))
 }
+
+// attemptPath is an attempt's directory relative to the work directory, as
+// a note holds it.
+func attemptPath(l domain.Lease) string { return l.RunID + "/" + l.JobID + "/" + l.LeaseID }
 
 func noteName(rel string) string {
 	sum := sha256.Sum256([]byte(rel))

@@ -188,8 +188,7 @@ func (s *Store) RegisterBlob(ctx context.Context, b BlobRef, size int64) error {
 	return s.inTx(ctx, func(tx pgx.Tx) error { return s.registerBlob(ctx, tx, b, size) })
 }
 
-// overQuota is ETooLarge when the project's blobs, with more bytes, would
-// be over its storage quota.
+// lockQuota takes the quota's lock (lockQuotaSQL) for the transaction.
 func lockQuota(ctx context.Context, tx pgx.Tx, projectID string) error {
 	if _, err := tx.Exec(ctx, lockQuotaSQL, projectID); err != nil {
 		return fmt.Errorf("lock the storage quota: %w", err)
@@ -215,13 +214,6 @@ func overQuota(ctx context.Context, tx pgx.Tx, b BlobRef, more int64) error {
 			name, untrusted, more, quota/UntrustedShare)
 	}
 	return nil
-}
-
-// StartUpload records that an upload URL for b is being handed out (so the
-// collector removes the object if it is never committed), after checking
-// that size more bytes fit in the project's storage quota.
-func (s *Store) StartUpload(ctx context.Context, b BlobRef, size int64) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error { return recordUpload(ctx, tx, b, size) })
 }
 
 // recordUpload checks that size more bytes of b fit, and records the

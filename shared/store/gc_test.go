@@ -53,13 +53,23 @@ func (e *gcEnv) count(sql string, args ...any) int {
 // put puts data into the project's trusted namespace, as an upload would.
 func (e *gcEnv) put(data []byte) store.BlobRef {
 	e.t.Helper()
+	return e.putIn(true, data)
+}
+
+// putIn puts data into the project's namespace of the trusted tier, or
+// the untrusted one.
+func (e *gcEnv) putIn(trusted bool, data []byte) store.BlobRef {
+	e.t.Helper()
 	sum := sha256.Sum256(data)
-	ref := store.BlobRef{ProjectID: e.project.ID, Trusted: true, Digest: "sha256:" + hex.EncodeToString(sum[:])}
+	ref := store.BlobRef{ProjectID: e.project.ID, Trusted: trusted, Digest: "sha256:" + hex.EncodeToString(sum[:])}
 	if err := e.cas.Put(context.Background(), ref.Key(), ref.Digest, bytes.NewReader(data), int64(len(data))); err != nil {
 		e.t.Fatal(err)
 	}
 	return ref
 }
+
+// prepareErr is PrepareBlobUpload's error.
+func prepareErr(_ bool, err error) error { return err }
 
 func (e *gcEnv) present(key string) bool {
 	_, _, err := e.cas.Stat(context.Background(), key)
@@ -113,7 +123,7 @@ func TestCollectGarbage(t *testing.T) {
 	// A stale upload never committed, and one just handed out.
 	stale, recent := e.put([]byte("uploaded, never committed")), e.put([]byte("being uploaded now"))
 	for _, ref := range []store.BlobRef{stale, recent} {
-		if err := e.s.StartUpload(ctx, ref, 20); err != nil {
+		if _, err := e.s.PrepareBlobUpload(ctx, ref, 20); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -213,7 +223,7 @@ func TestStorageQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := e.put(bytes.Repeat([]byte("y"), 30))
-	for _, err := range []error{e.s.RegisterBlob(context.Background(), next, 30), e.s.StartUpload(context.Background(), next, 30)} {
+	for _, err := range []error{e.s.RegisterBlob(context.Background(), next, 30), prepareErr(e.s.PrepareBlobUpload(context.Background(), next, 30))} {
 		var de *domain.Error
 		if !errors.As(err, &de) || de.Code != domain.ETooLarge || !bytes.Contains([]byte(de.Message), []byte("quota of 100 bytes")) {
 			t.Fatalf("over the quota: %v", err)
@@ -246,7 +256,7 @@ func TestGCRacesCommits(t *testing.T) {
 			}
 			e.exec(`UPDATE blobs SET touched_at = now() - interval '3 days' WHERE s3_key = $1`, ref.Key())
 		} else { // an upload handed out a day ago, bytes there, not committed
-			if err := e.s.StartUpload(ctx, ref, n); err != nil {
+			if _, err := e.s.PrepareBlobUpload(ctx, ref, n); err != nil {
 				t.Fatal(err)
 			}
 			e.exec(`UPDATE uploads SET created_at = now() - interval '2 days' WHERE s3_key = $1`, ref.Key())

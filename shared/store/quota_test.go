@@ -3,8 +3,6 @@ package store_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -27,13 +25,7 @@ func TestUntrustedShareOfTheQuota(t *testing.T) {
 	e.exec(`UPDATE projects SET storage_quota_bytes = 4000`)
 	put := func(trusted bool, size int, fill byte) store.BlobRef {
 		t.Helper()
-		data := bytes.Repeat([]byte{fill}, size)
-		sum := sha256.Sum256(data)
-		ref := store.BlobRef{ProjectID: e.project.ID, Trusted: trusted, Digest: "sha256:" + hex.EncodeToString(sum[:])}
-		if err := e.cas.Put(ctx, ref.Key(), ref.Digest, bytes.NewReader(data), int64(size)); err != nil {
-			t.Fatal(err)
-		}
-		return ref
+		return e.putIn(trusted, bytes.Repeat([]byte{fill}, size))
 	}
 	tooLarge := func(err error, says string) bool {
 		var de *domain.Error
@@ -108,12 +100,7 @@ func TestQuotaCountsOneAtATime(t *testing.T) {
 	e.s.SetObjects(&slowChecks{Objects: e.cas, n: n, all: make(chan struct{})})
 	refs := make([]store.BlobRef, n)
 	for i := range refs {
-		data := bytes.Repeat([]byte{byte('a' + i)}, 1000)
-		sum := sha256.Sum256(data)
-		refs[i] = store.BlobRef{ProjectID: e.project.ID, Digest: "sha256:" + hex.EncodeToString(sum[:])}
-		if err := e.cas.Put(ctx, refs[i].Key(), refs[i].Digest, bytes.NewReader(data), 1000); err != nil {
-			t.Fatal(err)
-		}
+		refs[i] = e.putIn(false, bytes.Repeat([]byte{byte('a' + i)}, 1000))
 	}
 	var wg sync.WaitGroup
 	for _, ref := range refs {
@@ -129,14 +116,14 @@ func TestQuotaCountsOneAtATime(t *testing.T) {
 	}
 
 	e.exec(`DELETE FROM blobs`)
-	if err := e.s.StartUpload(ctx, refs[0], 1000); err != nil {
+	if _, err := e.s.PrepareBlobUpload(ctx, refs[0], 1000); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.StartUpload(ctx, refs[0], 1000); err != nil {
+	if _, err := e.s.PrepareBlobUpload(ctx, refs[0], 1000); err != nil {
 		t.Fatalf("the same upload asked for again: %v", err)
 	}
 	var de *domain.Error
-	if err := e.s.StartUpload(ctx, refs[1], 1); !errors.As(err, &de) || de.Code != domain.ETooLarge {
+	if _, err := e.s.PrepareBlobUpload(ctx, refs[1], 1); !errors.As(err, &de) || de.Code != domain.ETooLarge {
 		t.Fatalf("an upload past the share, counting the one not committed: %v", err)
 	}
 }

@@ -210,8 +210,7 @@ func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
 	}
 	// The cookie holds the session's secret, never the token: a copied
 	// cookie is no API credential, and it ends with the session.
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie(r), Value: session, Path: "/", HttpOnly: true,
-		Secure: secureRequest(r), SameSite: http.SameSiteStrictMode, MaxAge: int(store.SessionTTL.Seconds())})
+	setCookie(w, r, sessionCookie(r), session, int(store.SessionTTL.Seconds()))
 	clearOldCookie(w, r)
 	next := localPath(r.URL.Query().Get("next"))
 	if next == "" {
@@ -255,8 +254,7 @@ func (u *UI) Logout(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie(r), Value: "", Path: "/", HttpOnly: true, Secure: secureRequest(r),
-		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	setCookie(w, r, sessionCookie(r), "", -1)
 	clearOldCookie(w, r)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
@@ -265,9 +263,15 @@ func (u *UI) Logout(w http.ResponseWriter, r *http.Request) {
 // held the API token itself.
 func clearOldCookie(w http.ResponseWriter, r *http.Request) {
 	if _, err := r.Cookie("forgeci_token"); err == nil {
-		http.SetCookie(w, &http.Cookie{Name: "forgeci_token", Value: "", Path: "/", HttpOnly: true, Secure: secureRequest(r),
-			SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		setCookie(w, r, "forgeci_token", "", -1)
 	}
+}
+
+// setCookie sets the dashboard's cookie name (maxAge -1: expires it),
+// HttpOnly and SameSite=Strict, Secure behind HTTPS.
+func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: "/", HttpOnly: true, Secure: secureRequest(r),
+		SameSite: http.SameSiteStrictMode, MaxAge: maxAge})
 }
 
 // secureRequest: behind API Gateway (HTTPS) the cookie is Secure; the local
