@@ -12,8 +12,9 @@ import (
 
 // TestCLI drives the forgeci CLI against the real stack and a real runner:
 // login saves the config that later commands use, runs/logs/retry/cancel
-// work by run ID and job name, runner tokens and revocation, --json, a
-// helpful error for a bad token, and shell completion.
+// work by run ID and job name, runner tokens and revocation, API tokens
+// made, listed and revoked, --json, a helpful error for a bad token, and
+// shell completion.
 func TestCLI(t *testing.T) {
 	s := start(t)
 	cfg := filepath.Join(s.dir, "cli.json")
@@ -141,6 +142,24 @@ func TestCLI(t *testing.T) {
 	cli(true, "runner", "revoke", secondID)
 	if out := cli(true, "runner", "list"); !strings.Contains(out, "revoked") {
 		t.Fatalf("runner list after revoke: %s", out)
+	}
+	// API tokens: another for a bot, used, then revoked.
+	var bot struct{ ID, Token string }
+	if err := json.Unmarshal([]byte(cli(true, "token", "create", "--description", "ci-bot", "--json")), &bot); err != nil || !strings.HasPrefix(bot.Token, "fru_") {
+		t.Fatalf("token create: %v %+v", err, bot)
+	}
+	if out := cli(true, "--token", bot.Token, "token", "list"); !strings.Contains(out, "ci-bot") || !strings.Contains(out, "active") ||
+		strings.Contains(out, bot.Token) {
+		t.Fatalf("token list with the new token: %s", out)
+	}
+	if out := cli(true, "token", "revoke", bot.ID); !strings.Contains(out, "revoked") {
+		t.Fatalf("token revoke: %s", out)
+	}
+	if out := cli(false, "--token", bot.Token, "runs"); !strings.Contains(out, "revoked") {
+		t.Fatalf("a revoked token: %s", out)
+	}
+	if out := cli(true, "token", "list"); !regexp.MustCompile(`ci-bot\s.*revoked`).MatchString(out) {
+		t.Fatalf("token list after revoke: %s", out)
 	}
 	if out := cli(true, "completion", "bash"); !strings.Contains(out, "__start_forgeci") {
 		t.Fatalf("completion: %.200s", out)

@@ -193,14 +193,24 @@ type createTokenRequest struct {
 	Description string `json:"description"`
 }
 
-// createUserToken: admins for anyone, everyone for themselves.
-func (s *Server) createUserToken(w http.ResponseWriter, r *http.Request, u store.User) error {
+// tokenOwner is the user a token route names: "me" is the caller. Only
+// global admins may name another (the store checks again as it acts).
+func tokenOwner(r *http.Request, u store.User) (string, error) {
 	id := r.PathValue("user_id")
 	if id == "me" {
 		id = u.ID
 	}
 	if id != u.ID && !u.IsAdmin() {
-		return domain.Errorf(domain.EForbidden, "only admins make tokens for other users")
+		return "", domain.Errorf(domain.EForbidden, "only admins manage other users' tokens")
+	}
+	return id, nil
+}
+
+// createUserToken: admins for anyone, everyone for themselves.
+func (s *Server) createUserToken(w http.ResponseWriter, r *http.Request, u store.User) error {
+	id, err := tokenOwner(r, u)
+	if err != nil {
+		return err
 	}
 	var req createTokenRequest
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
@@ -211,6 +221,29 @@ func (s *Server) createUserToken(w http.ResponseWriter, r *http.Request, u store
 		return err
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"id": tid, "token": token})
+	return nil
+}
+
+func (s *Server) listUserTokens(w http.ResponseWriter, r *http.Request, u store.User) error {
+	id, err := tokenOwner(r, u)
+	if err != nil {
+		return err
+	}
+	return writeList(w, r, "tokens", func(pg store.Page) ([]store.TokenInfo, string, error) {
+		return s.Store.ListUserTokensAs(r.Context(), u, id, pg)
+	})
+}
+
+func (s *Server) revokeUserToken(w http.ResponseWriter, r *http.Request, u store.User) error {
+	id, err := tokenOwner(r, u)
+	if err != nil {
+		return err
+	}
+	t, err := s.Store.RevokeUserTokenAs(r.Context(), u, id, r.PathValue("token_id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, t)
 	return nil
 }
 

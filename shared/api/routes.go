@@ -153,6 +153,8 @@ var (
 			{Route{"GET", "/v1/users"}, userRoute(adminOnly, (*Server).listUsers)},
 			{Route{"POST", "/v1/users"}, userRoute(adminOnly, (*Server).createUser)},
 			{Route{"POST", "/v1/users/{user_id}/tokens"}, userRoute(anyUser, (*Server).createUserToken)},
+			{Route{"GET", "/v1/users/{user_id}/tokens"}, userRoute(anyUser, (*Server).listUserTokens)},
+			{Route{"POST", "/v1/users/{user_id}/tokens/{token_id}/revoke"}, userRoute(anyUser, (*Server).revokeUserToken)},
 			{Route{"POST", "/v1/users/{user_id}/disable"}, userRoute(adminOnly, (*Server).disableUser)},
 			{Route{"GET", "/v1/deliveries"}, userRoute(anyUser, (*Server).listDeliveries)},
 			{Route{"POST", "/v1/deliveries/{guid}/retry"}, userRoute(anyUser, (*Server).retryDelivery)},

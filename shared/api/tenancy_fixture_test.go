@@ -29,6 +29,7 @@ type tenancy struct {
 	global, adminA, writerA, readerA, memberB, nobody string
 	trustedWriter                                     string // write and the secrets permission
 	writerID, readerID                                string
+	writerToken                                       string // the ID of the writer's token
 	runner                                            runnerCreds
 	// In acme/app: a finished run, a live run (one queued job), a run
 	// from a first-time contributor waiting for approval, a FAILED
@@ -63,6 +64,9 @@ func newTenancy(t *testing.T) *tenancy {
 	f.memberB = e.member("bob", f.other.ID, store.RoleAdmin, true)
 	_, f.nobody, _ = e.store.CreateUser(ctx, "nina", store.RoleUser)
 	f.writerID, f.readerID = f.userID("walter"), f.userID("rita")
+	if err := f.pool.QueryRow(ctx, `SELECT id FROM user_tokens WHERE user_id = $1`, f.writerID).Scan(&f.writerToken); err != nil {
+		t.Fatal(err)
+	}
 	f.runner = e.registerRunner("box")
 
 	f.done = e.createRun("finished")
@@ -170,7 +174,7 @@ func (f *tenancy) uploadSource(yml string) domain.Source { return f.uploadPipeli
 // expand fills a path template's {placeholders} from the fixture.
 func (f *tenancy) expand(path string) string {
 	return strings.NewReplacer("{done}", f.done.ID, "{live}", f.live.ID, "{waiting}", f.waiting.ID,
-		"{doneJob}", f.doneJob, "{liveJob}", f.liveJob, "{project}", f.project.ID, "{writer}", f.writerID,
+		"{doneJob}", f.doneJob, "{liveJob}", f.liveJob, "{project}", f.project.ID, "{writer}", f.writerID, "{writerToken}", f.writerToken,
 		"{reader}", f.readerID, "{runner}", f.runner.ID, "{guid}", f.delivery, "{hook}", f.hook,
 		"{deploying}", f.deploying.ID, "{shipJob}", f.shipJob).Replace(path)
 }

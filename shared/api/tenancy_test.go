@@ -109,6 +109,8 @@ func tenancyCases() []tenancyCase {
 		{"GET /v1/users", "/v1/users", needGlobal, noBody, 200, nil},
 		{"POST /v1/users", "/v1/users", needGlobal, obj(map[string]any{"name": "newbie", "role": "user"}), 201, nil},
 		{"POST /v1/users/{user_id}/tokens", "/v1/users/{writer}/tokens", needGlobal, obj(nil), 201, nil},
+		{"GET /v1/users/{user_id}/tokens", "/v1/users/{writer}/tokens", needGlobal, noBody, 200, nil},
+		{"POST /v1/users/{user_id}/tokens/{token_id}/revoke", "/v1/users/{writer}/tokens/{writerToken}/revoke", needGlobal, obj(nil), 200, nil},
 		{"POST /v1/users/{user_id}/disable", "/v1/users/{reader}/disable", needGlobal, obj(nil), 200, nil},
 		{"GET /v1/deliveries", "/v1/deliveries", needList, noBody, 200, func(f *tenancy) string { return f.delivery }},
 		{"POST /v1/deliveries/{guid}/retry", "/v1/deliveries/{guid}/retry", needTrust, obj(nil), 202, nil},

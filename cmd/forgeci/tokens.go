@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// tokenCmd is `forgeci token list|create|revoke`: the caller's own API
+// tokens, or (global admins) another user's with --user.
+func tokenCmd(g *global) *cobra.Command {
+	var user, description string
+	c := &cobra.Command{Use: "token", Short: "Your API tokens: list, create, revoke (--user: another's, for global admins)"}
+	c.PersistentFlags().StringVar(&user, "user", "me", "whose tokens: a user ID (global admins), or me")
+	base := func() string { return "/v1/users/" + url.PathEscape(user) + "/tokens" }
+
+	list := command("list", "List the tokens, newest first, revoked ones too (never their secrets)", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+		tokens, err := listAll[store.TokenInfo](ctx, cl, base(), "tokens", nil)
+		if err != nil {
+			return err
+		}
+		return printTable(g, tokens, "ID\tDESCRIPTION\tCREATED\tSTATUS", func(t store.TokenInfo) []any {
+			status := "active"
+			if t.RevokedAt != nil {
+				status = "revoked " + t.RevokedAt.Local().Format("2006-01-02 15:04:05")
+			}
+			return []any{t.ID, t.Description, t.CreatedAt.Local().Format("2006-01-02 15:04:05"), status}
+		})
+	}))
+	create := command("create", "Make another token (printed once)", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
+		var out struct {
+			ID    string `json:"id"`
+			Token string `json:"token"`
+		}
+		if err := cl.do(ctx, "POST", base(), map[string]any{"description": description}, &out); err != nil {
+			return err
+		}
+		if g.json {
+			return printJSON(out)
+		}
+		fmt.Printf("%s\ntoken %s; shown once: keep it now\n", out.Token, out.ID)
+		return nil
+	}))
+	create.Flags().StringVar(&description, "description", "", "what it is for (at most 200 characters)")
+	revoke := command("revoke TOKEN_ID", "Revoke a token: it stops working at once, and so do dashboard sessions opened with it", cobra.ExactArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+		var out store.TokenInfo
+		if err := cl.do(ctx, "POST", base()+"/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, &out); err != nil {
+			return err
+		}
+		if g.json {
+			return printJSON(out)
+		}
+		fmt.Printf("token %s (%q) revoked\n", out.ID, out.Description)
+		return nil
+	}))
+	c.AddCommand(list, create, revoke)
+	return c
+}
