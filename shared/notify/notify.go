@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,17 +49,22 @@ type Deliverer struct {
 }
 
 const (
-	// A pass sends for at most budget (it shares the sweeper's minute),
-	// a batch of batch deliveries at a time, each waiting at most 10 s
-	// (15 s in all): the lease outlasts a whole batch, so no delivery is
-	// sent twice while its first attempt is still under way.
+	// A pass claims batches of batch deliveries for at most budget (it
+	// shares the sweeper's minute), and only while the caller's deadline
+	// leaves room for a whole batch (batchTime): a batch is sent at once,
+	// each delivery waiting at most sendTimeout, so one slow hook holds
+	// up no other, and the outcomes are recorded after. The lease outlasts
+	// a batch, so nothing is sent twice while its attempt is under way.
 	budget      = 20 * time.Second
 	batch       = 5
+	sendTimeout = 10 * time.Second
+	batchTime   = sendTimeout + 5*time.Second
 	lease       = 3 * batch * 15 * time.Second
 	maxAttempts = 8
 )
 
-// backoff is the wait before attempt n+1: 30 s doubling, at most an hour.
+// backoff is the wait after attempt n fails: 30 s doubling, at most an
+// hour.
 func backoff(n int) time.Duration {
 	return min(30*time.Second<<min(n, 10), time.Hour)
 }
@@ -66,30 +72,51 @@ func backoff(n int) time.Duration {
 // Result counts one pass.
 type Result struct{ Sent, Failed int }
 
-// RunOnce delivers what is due, until none is or ctx ends.
+// RunOnce delivers what is due, until none is, its budget is spent or
+// ctx has too little time left for another batch.
 func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
 	client := d.client()
 	start := time.Now()
-	for ctx.Err() == nil && time.Since(start) < budget {
-		work, err := d.Store.ClaimNotifications(ctx, batch, lease)
+	for time.Since(start) < budget && roomFor(ctx, batchTime) {
+		work, err := d.Store.ClaimNotifications(ctx, batch, lease, maxAttempts)
 		if err != nil || len(work) == 0 {
 			return res, err
 		}
-		for _, w := range work {
-			status, err := d.send(ctx, client, w)
-			if err != nil {
+		statuses, errs := make([]int, len(work)), make([]error, len(work))
+		var wg sync.WaitGroup
+		for i, w := range work {
+			wg.Go(func() { statuses[i], errs[i] = d.send(ctx, client, w) })
+		}
+		wg.Wait()
+		// The attempts were made: their outcomes are recorded even if ctx
+		// ended meanwhile.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		for i, w := range work {
+			if errs[i] != nil {
 				res.Failed++
 			} else {
 				res.Sent++
 			}
-			if derr := d.Store.NotificationDone(ctx, w, status, err, backoff(w.Attempts+1), maxAttempts); derr != nil &&
+			if derr := d.Store.NotificationDone(rctx, w, statuses[i], errs[i], backoff(w.Attempts), maxAttempts); derr != nil &&
 				!errors.Is(derr, store.ErrCheckLeaseLost) {
+				cancel()
 				return res, derr
 			}
 		}
+		cancel()
 	}
 	return res, nil
+}
+
+// roomFor reports whether ctx is live and, if it has a deadline, at least
+// d away from it.
+func roomFor(ctx context.Context, d time.Duration) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Until(deadline) >= d
 }
 
 // send posts one notification; it returns the receiver's status and, when
@@ -104,7 +131,7 @@ func (d *Deliverer) send(ctx context.Context, client *http.Client, w store.Notif
 	mac := hmac.New(sha256.New, []byte(w.Secret))
 	mac.Write([]byte(ts + "."))
 	mac.Write(body)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
 	if err != nil {
@@ -118,6 +145,11 @@ func (d *Deliverer) send(ctx context.Context, client *http.Client, w store.Notif
 	h.Set("X-ForgeCI-Timestamp", ts)
 	h.Set("X-ForgeCI-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
 	resp, err := client.Do(req)
+	if errors.Is(err, errNotPublic) {
+		// Not the address: it would map a project's private names for
+		// its readers.
+		return 0, fmt.Errorf("not delivered: %w", errNotPublic)
+	}
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
@@ -204,6 +236,10 @@ func public(ip netip.Addr) bool {
 	return true
 }
 
+// errNotPublic refuses a hook whose name resolves to an address that is
+// not public.
+var errNotPublic = errors.New("the hook's address is not a public one")
+
 // client is d.HTTP, or one that refuses private addresses at dial time
 // (after DNS, so a name that resolves inside is refused too) and follows
 // no redirects.
@@ -218,7 +254,7 @@ func (d *Deliverer) client() *http.Client {
 		}
 		ip, err := netip.ParseAddr(host)
 		if err != nil || !d.AllowPrivate && !public(ip) {
-			return fmt.Errorf("the hook's address %s is not a public one", host)
+			return errNotPublic
 		}
 		return nil
 	}}

@@ -19,16 +19,19 @@ import (
 // members.
 
 // claimNotificationsSQL leases up to $1 due deliveries for $2 seconds,
-// with what sending each needs.
+// with what sending each needs, counting the attempt now: one whose
+// sender stops before recording it (a Lambda's deadline) still counts, so
+// no delivery is tried more than $3 times.
 const claimNotificationsSQL = `
 WITH due AS (
     SELECT id FROM notifications
-    WHERE state = 'PENDING' AND next_attempt_at <= now()
+    WHERE state = 'PENDING' AND next_attempt_at <= now() AND attempts < $3
       AND (lease_expires_at IS NULL OR lease_expires_at < now())
     ORDER BY next_attempt_at, id LIMIT $1
     FOR UPDATE SKIP LOCKED
 ), leased AS (
-    UPDATE notifications n SET lease_id = gen_random_uuid(), lease_expires_at = now() + make_interval(secs => $2)
+    UPDATE notifications n SET attempts = n.attempts + 1, lease_id = gen_random_uuid(),
+                               lease_expires_at = now() + make_interval(secs => $2)
     FROM due WHERE n.id = due.id
     RETURNING n.*
 )
@@ -36,12 +39,19 @@ SELECT l.id, l.lease_id::text, l.attempts, l.event, h.url, h.format, h.secret,
        p.name, r.id, r.number, r.state, r.trigger, coalesce(r.git_ref, ''), coalesce(r.git_sha, ''), r.finished_at
 FROM leased l JOIN notify_hooks h ON h.id = l.hook_id JOIN runs r ON r.id = l.run_id JOIN projects p ON p.id = l.project_id`
 
-// notificationDoneSQL ends delivery $1 under lease $2: DELIVERED with the
-// status $3, or (when $4 is not NULL) attempted: FAILED past $6 attempts,
-// else due again in $5 seconds.
+// abandonedNotificationsSQL ends FAILED the deliveries whose last allowed
+// attempt ($1) was claimed and never recorded, once its lease is over.
+const abandonedNotificationsSQL = `
+UPDATE notifications SET state = 'FAILED', lease_id = NULL, lease_expires_at = NULL,
+       last_error = 'the last attempt ended without an outcome: the sender stopped before the hook answered'
+WHERE state = 'PENDING' AND attempts >= $1 AND lease_expires_at < now()`
+
+// notificationDoneSQL ends delivery $1 under lease $2 (its attempt was
+// counted at the claim): DELIVERED with the status $3, or (when $4 is not
+// NULL) FAILED after $6 attempts, else due again in $5 seconds.
 const notificationDoneSQL = `
-UPDATE notifications SET attempts = attempts + 1, last_status = nullif($3, 0), last_error = $4,
-       state = CASE WHEN $4::text IS NULL THEN 'DELIVERED' WHEN attempts + 1 >= $6 THEN 'FAILED' ELSE 'PENDING' END,
+UPDATE notifications SET last_status = nullif($3, 0), last_error = $4,
+       state = CASE WHEN $4::text IS NULL THEN 'DELIVERED' WHEN attempts >= $6 THEN 'FAILED' ELSE 'PENDING' END,
        delivered_at = CASE WHEN $4::text IS NULL THEN now() END,
        next_attempt_at = now() + make_interval(secs => $5), lease_id = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_id = $2::uuid`
@@ -66,9 +76,14 @@ type NotifyWork struct {
 	FinishedAt *time.Time
 }
 
-// ClaimNotifications leases up to limit due deliveries for ttl.
-func (s *Store) ClaimNotifications(ctx context.Context, limit int, ttl time.Duration) ([]NotifyWork, error) {
-	rows, err := s.pool.Query(ctx, claimNotificationsSQL, limit, ttl.Seconds())
+// ClaimNotifications leases up to limit due deliveries for ttl, each
+// tried at most maxAttempts times; Attempts is the number of this one.
+// Deliveries whose last attempt was never recorded end FAILED first.
+func (s *Store) ClaimNotifications(ctx context.Context, limit int, ttl time.Duration, maxAttempts int) ([]NotifyWork, error) {
+	if _, err := s.pool.Exec(ctx, abandonedNotificationsSQL, maxAttempts); err != nil {
+		return nil, fmt.Errorf("fail abandoned notifications: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, claimNotificationsSQL, limit, ttl.Seconds(), maxAttempts)
 	if err != nil {
 		return nil, fmt.Errorf("claim notifications: %w", err)
 	}
@@ -80,9 +95,10 @@ func (s *Store) ClaimNotifications(ctx context.Context, limit int, ttl time.Dura
 	})
 }
 
-// NotificationDone records a delivery's attempt under its lease: sent
-// (cause nil) or not, with the receiver's status (0: none came back);
-// a failed one is due again after backoff, or FAILED after maxAttempts.
+// NotificationDone records the outcome of a delivery's attempt under its
+// lease: sent (cause nil) or not, with the receiver's status (0: none came
+// back); a failed one is due again after backoff, or FAILED after
+// maxAttempts.
 // ErrCheckLeaseLost when the lease has moved on.
 func (s *Store) NotificationDone(ctx context.Context, w NotifyWork, status int, cause error, backoff time.Duration, maxAttempts int) error {
 	var why *string
