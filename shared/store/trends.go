@@ -49,17 +49,19 @@ func (s *Store) JobHistory(ctx context.Context, u User, runID, name string, n in
 }
 
 // branchOutcomesSQL reads, for the $2 branches of project $1 with the
-// newest runs, the outcomes of their last $3 ended runs, oldest first.
+// newest trusted runs, the outcomes of their last $3 ended trusted runs,
+// oldest first (an untrusted run says nothing of a branch: migration
+// 00028).
 const branchOutcomesSQL = `
 WITH branches AS (
     SELECT git_ref, max(created_at) AS newest FROM runs
-    WHERE project_id = $1 AND git_ref LIKE 'refs/heads/%' AND state IN ('PASSED', 'FAILED')
+    WHERE project_id = $1 AND git_ref LIKE 'refs/heads/%' AND trusted AND state IN ('PASSED', 'FAILED')
     GROUP BY git_ref ORDER BY newest DESC LIMIT $2
 )
 SELECT b.git_ref, array_agg(x.state = 'PASSED' ORDER BY x.finished_at)
 FROM branches b CROSS JOIN LATERAL (
     SELECT state, finished_at FROM runs r
-    WHERE r.project_id = $1 AND r.git_ref = b.git_ref AND r.state IN ('PASSED', 'FAILED')
+    WHERE r.project_id = $1 AND r.git_ref = b.git_ref AND r.trusted AND r.state IN ('PASSED', 'FAILED')
     ORDER BY r.finished_at DESC LIMIT $3) x
 GROUP BY b.git_ref, b.newest ORDER BY b.newest DESC`
 
