@@ -285,6 +285,13 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		return nil, "", "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
 	}
 	nr.GitSHA = sha
+	// Another event at a commit that already waits for approval (an
+	// edited title, a label) adds nothing but the cost of a snapshot.
+	if nr.Untrusted {
+		if id, err := w.Store.WaitingForApproval(ctx, repo.ProjectID, nr.GitRef, sha, nr.Actor); id != "" || err != nil {
+			return nil, "run " + id + " of this commit already waits for approval", sha, err
+		}
+	}
 	// The pipeline file alone first: a delivery no trigger takes costs no
 	// download of the tree.
 	if pl, ok := pipelineAt(ctx, gh, owner, name, sha); ok {

@@ -1,0 +1,74 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A fork's pull request whose author is not yet approved costs the GitHub
+// worker a download, a snapshot and a run with its jobs and check runs at
+// every event. So that a stranger cannot multiply that cost, another
+// event at a commit that already waits makes nothing (WaitingForApproval),
+// and a newer commit's waiting run rejects the older ones of the same
+// pull request (supersedeWaiting): a pull request holds at most one run
+// waiting for approval, its newest commit's.
+
+// waitingRunSQL finds a run of project $1's ref $2 at commit $3 that waits
+// for approval, its actor $4 not approved since.
+const waitingRunSQL = `
+SELECT r.id FROM runs r
+WHERE r.project_id = $1 AND r.git_ref = $2 AND r.git_sha = $3 AND r.approval = 'pending' AND r.finished_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM approved_actors a WHERE a.project_id = $1 AND a.actor = $4)
+LIMIT 1`
+
+// supersedeWaitingSQL locks project $1's runs of ref $2 other than $3 that
+// still wait for approval.
+const supersedeWaitingSQL = `
+SELECT id FROM runs WHERE project_id = $1 AND git_ref = $2 AND id <> $3 AND approval = 'pending' AND finished_at IS NULL
+ORDER BY id FOR UPDATE`
+
+// supersededBy is who the rejection of a superseded run names.
+const supersededBy = "ForgeCI: superseded by a newer commit of the pull request"
+
+// WaitingForApproval returns the run of project projectID's ref at commit
+// sha that already waits for approval, while actor is still not approved
+// ("" when there is none).
+func (s *Store) WaitingForApproval(ctx context.Context, projectID, gitRef, sha, actor string) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, waitingRunSQL, projectID, gitRef, sha, actor).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("runs waiting for approval: %w", err)
+	}
+	return id, nil
+}
+
+// supersedeWaiting rejects, when run is a pull request's and waits for
+// approval, the other runs of its ref that still wait, and notes them in
+// run.canceled (afterCreate settles their groups).
+func supersedeWaiting(ctx context.Context, tx pgx.Tx, run *Run) error {
+	if run.Approval != ApprovalPending || !strings.HasPrefix(run.GitRef, "refs/pull/") {
+		return nil
+	}
+	rows, err := tx.Query(ctx, supersedeWaitingSQL, run.ProjectID, run.GitRef, run.ID)
+	if err != nil {
+		return fmt.Errorf("lock superseded runs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("lock superseded runs: %w", err)
+	}
+	for _, id := range ids {
+		if err := applyDecision(ctx, tx, id, "", "", ApprovalRejected, supersededBy); err != nil {
+			return err
+		}
+	}
+	run.canceled = append(run.canceled, ids...)
+	return nil
+}
