@@ -31,6 +31,13 @@ const (
 	// DefaultCheckLease is how long a worker owns one check run's push: a
 	// push makes up to three GitHub calls of at most 30 s each.
 	DefaultCheckLease = 2 * time.Minute
+	// MaxPushAge is how long after GitHub took a push (the signed
+	// repository.pushed_at) its delivery may still make a run. Deliveries
+	// are deduplicated for 30 days, and GitHub redelivers only the last
+	// few days' hooks: a signed push body sent again later (from a
+	// delivery log) must not rebuild, with secrets, a commit the branch
+	// has long left behind.
+	MaxPushAge = 7 * 24 * time.Hour
 )
 
 // Worker processes deliveries and reconciles check runs. Several may run at
@@ -265,6 +272,9 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		}
 		if !strings.HasPrefix(e.GetRef(), "refs/") || e.GetPusher() == nil {
 			return nil, "", "", domain.Errorf(domain.EInvalid, "the push payload names no ref or pusher")
+		}
+		if at := e.GetRepo().GetPushedAt().Time; !at.IsZero() && d.ReceivedAt.Sub(at) > MaxPushAge {
+			return nil, fmt.Sprintf("a push made %s and received more than %d days later: a replay", at.UTC().Format(time.RFC3339), int(MaxPushAge.Hours()/24)), "", nil
 		}
 		// A push to the repository's own refs: whoever pushed could.
 		sha, nr.GitRef, nr.Trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
