@@ -226,3 +226,36 @@ func TestStaysOutForTheIdlePeriod(t *testing.T) {
 		t.Fatalf("desired %d eleven minutes after its last job, want 0", d)
 	}
 }
+
+// TestFeaturesTheRunnerLacksDoNotScale: a queued job that needs a runner
+// feature the group's runner did not declare (its image runs an older
+// runner) brings no instance, which would boot, claim nothing and idle
+// out; once the runner declares it, the job does.
+func TestFeaturesTheRunnerLacksDoNotScale(t *testing.T) {
+	for _, declared := range []string{"{}", "{" + domain.FeatureReports + "}"} {
+		f := newFixtureWait(t, 0)
+		ctx := context.Background()
+		reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.st.RegisterRunner(ctx, reg, "ec2", []string{"linux"}); err != nil {
+			t.Fatal(err)
+		}
+		f.queue(t, "linux")
+		if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET features = $1::text[]`, declared); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.st.Pool().Exec(ctx, `UPDATE jobs SET features = $1::text[]`, []string{domain.FeatureReports}); err != nil {
+			t.Fatal(err)
+		}
+		f.run(t)
+		want := 0
+		if declared != "{}" {
+			want = 1
+		}
+		if d := f.fake.Desired("runners"); d != want {
+			t.Errorf("runner features %s, a job needing %s: desired %d, want %d", declared, domain.FeatureReports, d, want)
+		}
+	}
+}

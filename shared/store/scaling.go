@@ -23,15 +23,18 @@ type Demand struct {
 // every covered job counts. When only revoked runners of that name exist,
 // none does: instances would boot with the revoked token, fail and be
 // replaced for as long as jobs wait (infra/README.md says how to start
-// the group again).
+// the group again). Nor do jobs that need runner features the runner did
+// not declare when it last polled (an image with an older runner), which
+// no instance would claim; before it first polled, they count.
 const groupDemandSQL = `
-WITH r AS (SELECT id, projects, untrusted FROM runners WHERE name = $3 AND revoked_at IS NULL
+WITH r AS (SELECT id, projects, untrusted, features FROM runners WHERE name = $3 AND revoked_at IS NULL
            ORDER BY created_at DESC LIMIT 1),
 q AS (
     SELECT j.state, j.queued_at, j.runner_id FROM jobs j
     WHERE j.state IN ('QUEUED', 'RUNNING') AND j.labels <@ $1::text[]
       AND (NOT EXISTS (SELECT 1 FROM runners WHERE name = $3) OR EXISTS (SELECT 1 FROM r
-           WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)))
+           WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)
+             AND (j.features = '{}'::text[] OR r.features IS NULL OR j.features <@ r.features)))
 )
 SELECT count(*) FILTER (WHERE state = 'QUEUED'),
        count(*) FILTER (WHERE state = 'QUEUED' AND queued_at <= now() - make_interval(secs => $2)),
