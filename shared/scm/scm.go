@@ -111,8 +111,9 @@ type Result struct {
 	ChecksPushed, CheckErrors      int
 }
 
-// RunOnce processes every due delivery, then pushes every due check run.
-// It stops early when ctx is done; what it leaves is due again later.
+// RunOnce processes every due delivery, pushing some due check runs after
+// each, then the rest of them. It stops early when ctx is done; what it
+// leaves is due again later.
 func (w *Worker) RunOnce(ctx context.Context) (Result, error) {
 	w.defaults()
 	var res Result
@@ -122,22 +123,32 @@ func (w *Worker) RunOnce(ctx context.Context) (Result, error) {
 			return res, err
 		}
 		if d == nil {
-			break
+			return res, w.pushChecks(ctx, -1, &res) // the rest
 		}
 		w.processDelivery(ctx, d, &res)
-	}
-	// One check run at a time: its lease starts when its push does.
-	for ctx.Err() == nil {
-		work, err := w.Store.ClaimChecks(ctx, 1, w.CheckLease)
-		if err != nil {
+		if err := w.pushChecks(ctx, checksPerDelivery, &res); err != nil {
 			return res, err
 		}
-		if len(work) == 0 {
-			break
+	}
+	return res, nil
+}
+
+// checksPerDelivery is how many check runs a pass pushes after each
+// delivery it takes, so that a flood of deliveries (a fork's pushes) does
+// not hold every commit's checks back until it is drained.
+const checksPerDelivery = 5
+
+// pushChecks pushes up to limit (< 0: every) check run due, one at a
+// time: its lease starts when its push does.
+func (w *Worker) pushChecks(ctx context.Context, limit int, res *Result) error {
+	for i := 0; ctx.Err() == nil && (limit < 0 || i < limit); i++ {
+		work, err := w.Store.ClaimChecks(ctx, 1, w.CheckLease)
+		if err != nil || len(work) == 0 {
+			return err
 		}
 		pushed, err := w.pushClaimed(ctx, work[0])
 		if err != nil {
-			return res, err
+			return err
 		}
 		if pushed {
 			res.ChecksPushed++
@@ -145,7 +156,7 @@ func (w *Worker) RunOnce(ctx context.Context) (Result, error) {
 			res.CheckErrors++
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // Pass is RunOnce as a scheduled pass: it returns when the worker must
