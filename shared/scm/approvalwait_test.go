@@ -14,10 +14,17 @@ import (
 // at the same commit (an edited title) makes nothing and downloads
 // nothing; a new commit's run rejects the older waiting one, which ends
 // CANCELED saying it was superseded; approving the new one starts it.
+// While a run waits, only its first job has a check run on the commit;
+// the others come with the approval.
 func TestWaitingPullRequestCostsOnce(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	pipe := "on:\n  pull_request:\n    types: [opened, edited, synchronize]\njobs:\n  only:\n    steps:\n      - run: \"true\"\n"
+	pipe := "on:\n  pull_request:\n    types: [opened, edited, synchronize]\njobs:\n" +
+		"  a:\n    steps:\n      - run: \"true\"\n  b:\n    steps:\n      - run: \"true\"\n  c:\n    steps:\n      - run: \"true\"\n"
+	checks := func(runID string) int {
+		t.Helper()
+		return e.count(`SELECT count(*) FROM check_runs c JOIN jobs j ON j.id = c.job_id WHERE j.run_id = $1`, runID)
+	}
 	dir, sha := gitRepo(t, pipe)
 	e.gh.AddGitCommit(t, repoName, dir, sha)
 	e.pull(11, 556, 902, sha)
@@ -35,6 +42,9 @@ func TestWaitingPullRequestCostsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	downloads := e.gh.CountCalls("GET", "/repos/"+repoName+"/tarball/")
+	if n := checks(first); n != 1 {
+		t.Errorf("a waiting run of 3 jobs has %d check runs, want 1", n)
+	}
 
 	deliver("guid-edited", "edited")
 	if res := e.runOnce(); res.Runs != 0 {
@@ -72,8 +82,24 @@ func TestWaitingPullRequestCostsOnce(t *testing.T) {
 	if run, _ := e.store.GetRun(ctx, newer); run.GitSHA != sha2 {
 		t.Fatalf("the waiting run is of %s, want the new commit %s", run.GitSHA, sha2)
 	}
+	if n := checks(newer); n != 1 {
+		t.Errorf("the newer waiting run has %d check runs, want 1", n)
+	}
 	if _, err := e.store.Approve(ctx, e.admin, newer); err != nil {
 		t.Fatal(err)
+	}
+	if n := checks(newer); n != 3 {
+		t.Errorf("the approved run has %d check runs, want one per job (3)", n)
+	}
+	e.reconcile()
+	onCommit := 0
+	for _, c := range e.gh.CheckRuns(repoName) {
+		if c.HeadSHA == sha2 {
+			onCommit++
+		}
+	}
+	if onCommit != 3 {
+		t.Errorf("%d check runs on the approved commit, want 3", onCommit)
 	}
 	if claims := e.claimAll(t); len(claims) != 1 {
 		t.Fatalf("after approval: %v", claims)

@@ -195,7 +195,8 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 	}
 	if cw.Reason == store.ReasonWaitingApproval {
 		summary += fmt.Sprintf("\n\nThis pull request comes from a first-time contributor: a member of %s with the write role "+
-			"approves or rejects run #%d in the dashboard, or with `forgeci approve %s` / `forgeci reject %s`.",
+			"approves or rejects run #%d in the dashboard, or with `forgeci approve %s` / `forgeci reject %s`. "+
+			"The run's other jobs get their check runs once it is approved.",
 			cw.Project, cw.RunNumber, cw.RunID, cw.RunID)
 	}
 	if cw.ExitCode != nil {

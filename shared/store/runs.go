@@ -306,7 +306,7 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		reason = &r
 	}
 	facts := runFacts(run)
-	for _, j := range nr.Jobs {
+	for i, j := range nr.Jobs {
 		id := uuid.Must(uuid.NewV7()).String()
 		run.JobIDs[j.Name] = id
 		j.Spec.Run = &facts
@@ -328,7 +328,11 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 			c.concurrency, c.cancelInProgress, c.cancelExpr, envTemplate(j.Spec)); err != nil {
 			return fmt.Errorf("insert job %s: %w", j.Name, err)
 		}
-		if nr.Checks != nil {
+		// A run waiting for approval shows on the commit through its
+		// first job's check run only: a stranger's pull request of a
+		// thousand jobs must not cost GitHub calls by the thousand at
+		// every push. The others come with the approval.
+		if nr.Checks != nil && (i == 0 || run.Approval != ApprovalPending) {
 			if _, err := tx.Exec(ctx, insertJobCheckSQL, id, nr.Checks.RepositoryID, nr.Checks.HeadSHA, j.Name); err != nil {
 				return fmt.Errorf("check run of job %s: %w", j.Name, err)
 			}

@@ -132,6 +132,9 @@ func applyDecision(ctx context.Context, tx pgx.Tx, runID, projectID, actor, deci
 		if _, err := tx.Exec(ctx, approveActorSQL, projectID, actor, by, runID); err != nil {
 			return fmt.Errorf("approve actor: %w", err)
 		}
+		if _, err := tx.Exec(ctx, insertApprovedChecksSQL, runID); err != nil {
+			return fmt.Errorf("check runs of the approved run: %w", err)
+		}
 		_, err = tx.Exec(ctx, releaseApprovedSQL, runID, ReasonWaitingApproval)
 	} else {
 		_, err = tx.Exec(ctx, cancelRejectedSQL, runID, by)

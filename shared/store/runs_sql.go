@@ -198,6 +198,17 @@ ON CONFLICT (project_id, actor) DO NOTHING`
 // jobs; advanceRun then queues those ready.
 const releaseApprovedSQL = `UPDATE jobs SET reason = NULL WHERE run_id = $1 AND state = 'PENDING' AND reason = $2`
 
+// insertApprovedChecksSQL mirrors to check runs the jobs of approved run
+// $1 that had none: while it waited, only its first job had one (see
+// insertJobs).
+const insertApprovedChecksSQL = `
+INSERT INTO check_runs (job_id, repository_id, head_sha, name)
+SELECT j.id, c.repository_id, c.head_sha, j.name
+FROM jobs j, (SELECT repository_id, head_sha FROM check_runs
+              WHERE job_id IN (SELECT id FROM jobs WHERE run_id = $1) LIMIT 1) c
+WHERE j.run_id = $1
+ON CONFLICT (job_id) DO NOTHING`
+
 // cancelRejectedSQL cancels the pending jobs of rejected run $1, saying
 // by whom ($2).
 const cancelRejectedSQL = `
