@@ -227,11 +227,13 @@ func TestStaysOutForTheIdlePeriod(t *testing.T) {
 	}
 }
 
-// TestFeaturesTheRunnerLacksDoNotScale: a queued job that needs a runner
-// feature the group's runner did not declare (its image runs an older
-// runner) brings no instance, which would boot, claim nothing and idle
-// out; once the runner declares it, the job does.
-func TestFeaturesTheRunnerLacksDoNotScale(t *testing.T) {
+// TestFeaturesTheRunnerLacksScaleOne: queued jobs that need a runner
+// feature the group's runner did not declare at its last poll (its image
+// runs an older runner) bring one instance, not one each: it boots, polls,
+// and takes them if the image was upgraded since (counting none would
+// never learn of the upgrade, since only a booted instance polls); jobs
+// the runner can take count one each beside it.
+func TestFeaturesTheRunnerLacksScaleOne(t *testing.T) {
 	for _, declared := range []string{"{}", "{" + domain.FeatureReports + "}"} {
 		f := newFixtureWait(t, 0)
 		ctx := context.Background()
@@ -243,6 +245,7 @@ func TestFeaturesTheRunnerLacksDoNotScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.queue(t, "linux")
+		f.queue(t, "linux")
 		if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET features = $1::text[]`, declared); err != nil {
 			t.Fatal(err)
 		}
@@ -250,12 +253,12 @@ func TestFeaturesTheRunnerLacksDoNotScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.run(t)
-		want := 0
+		want := 1 // one probe for both
 		if declared != "{}" {
-			want = 1
+			want = 2
 		}
 		if d := f.fake.Desired("runners"); d != want {
-			t.Errorf("runner features %s, a job needing %s: desired %d, want %d", declared, domain.FeatureReports, d, want)
+			t.Errorf("runner features %s, two jobs needing %s: desired %d, want %d", declared, domain.FeatureReports, d, want)
 		}
 	}
 }

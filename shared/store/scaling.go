@@ -23,24 +23,30 @@ type Demand struct {
 // every covered job counts. When only revoked runners of that name exist,
 // none does: instances would boot with the revoked token, fail and be
 // replaced for as long as jobs wait (infra/README.md says how to start
-// the group again). Nor do jobs that need runner features the runner did
-// not declare when it last polled (an image with an older runner), which
-// no instance would claim; before it first polled, they count.
+// the group again). Jobs that need runner features the runner did not
+// declare when it last polled (an image with an older runner) count for
+// one instance at most, however many wait: it boots, polls, and takes
+// them if its image was upgraded since; otherwise it idles out. Counting
+// them all would keep the group full of instances that claim nothing;
+// counting none would never learn of an upgrade, since only a booted
+// instance polls.
 const groupDemandSQL = `
 WITH r AS (SELECT id, projects, untrusted, features FROM runners WHERE name = $3 AND revoked_at IS NULL
            ORDER BY created_at DESC LIMIT 1),
 q AS (
-    SELECT j.state, j.queued_at, j.runner_id FROM jobs j
+    SELECT j.state, j.queued_at, j.runner_id,
+           j.features = '{}'::text[] OR NOT EXISTS (SELECT 1 FROM r WHERE r.features IS NOT NULL AND NOT j.features <@ r.features) AS fits
+    FROM jobs j
     WHERE j.state IN ('QUEUED', 'RUNNING') AND j.labels <@ $1::text[]
       AND (NOT EXISTS (SELECT 1 FROM runners WHERE name = $3) OR EXISTS (SELECT 1 FROM r
-           WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)
-             AND (j.features = '{}'::text[] OR r.features IS NULL OR j.features <@ r.features)))
-)
-SELECT count(*) FILTER (WHERE state = 'QUEUED'),
-       count(*) FILTER (WHERE state = 'QUEUED' AND queued_at <= now() - make_interval(secs => $2)),
+           WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)))
+),
+w AS (SELECT *, state = 'QUEUED' AND queued_at <= now() - make_interval(secs => $2) AS waited FROM q)
+SELECT count(*) FILTER (WHERE state = 'QUEUED' AND fits) + least(count(*) FILTER (WHERE state = 'QUEUED' AND NOT fits), 1),
+       count(*) FILTER (WHERE waited AND fits) + least(count(*) FILTER (WHERE waited AND NOT fits), 1),
        count(*) FILTER (WHERE state = 'RUNNING' AND runner_id IN (SELECT id FROM r)),
        (SELECT max(a.ended_at) FROM job_attempts a WHERE a.runner_id IN (SELECT id FROM r))
-FROM q`
+FROM w`
 
 // GroupDemand reads a runner group's demand.
 func (s *Store) GroupDemand(ctx context.Context, labels []string, wait time.Duration, runnerName string) (Demand, error) {
