@@ -3,9 +3,12 @@ package scm_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -103,5 +106,70 @@ func TestWaitingPullRequestCostsOnce(t *testing.T) {
 	}
 	if claims := e.claimAll(t); len(claims) != 1 {
 		t.Fatalf("after approval: %v", claims)
+	}
+}
+
+// TestWaitingRunsOfTheirOwnRepository: superseding goes by repository and
+// pull request: a project's second repository shares pull request refs
+// (refs/pull/42/head) with the first, and a stranger's pull request there
+// rejects nothing of the first's. A new run that its concurrency group
+// cancels at once (an older event's, delivered late) supersedes nothing.
+func TestWaitingRunsOfTheirOwnRepository(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if err := e.store.AddRepository(ctx, store.Repository{GitHubID: 77, FullName: "octo/other",
+		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	waiting := func(repo int64, pr int, sha string, at time.Time, group *domain.Concurrency) store.Run {
+		t.Helper()
+		n++
+		guid := fmt.Sprintf("g-%d", n)
+		if _, err := e.store.RecordDelivery(ctx, guid, "pull_request", repo, []byte(fmt.Sprintf(`{"n":%d}`, n))); err != nil {
+			t.Fatal(err)
+		}
+		d, err := e.store.ClaimDelivery(ctx, time.Minute)
+		if err != nil || d == nil || d.GUID != guid {
+			t.Fatalf("claim %s: %+v %v", guid, d, err)
+		}
+		run, err := e.store.CompleteDeliveryWithRun(ctx, d, store.NewRun{Project: "hello", GitRef: fmt.Sprintf("refs/pull/%d/head", pr),
+			GitSHA: sha, Untrusted: true, Actor: "github:900", EventAt: at, Concurrency: group,
+			Checks: &store.CheckTarget{RepositoryID: repo, HeadSHA: sha}, Jobs: []store.NewJob{{Name: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run
+	}
+	pending := func(id string) bool {
+		t.Helper()
+		r, err := e.store.GetRun(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Approval == store.ApprovalPending && r.FinishedAt == nil
+	}
+	shaA, shaB, shaC := strings.Repeat("a", 40), strings.Repeat("b", 40), strings.Repeat("c", 40)
+	now := time.Now()
+	a := waiting(repoID, 42, shaA, now, nil)
+	b := waiting(77, 42, shaB, now, nil)
+	if !pending(a.ID) || !pending(b.ID) {
+		t.Fatal("another repository's pull request #42 rejected the first's")
+	}
+	if id, err := e.store.WaitingForApproval(ctx, a.ProjectID, 77, "refs/pull/42/head", shaA, "github:900"); err != nil || id != "" {
+		t.Fatalf("the first repository's waiting commit counts for the second: %q %v", id, err)
+	}
+	c := waiting(repoID, 42, shaC, now, nil)
+	if pending(a.ID) || !pending(c.ID) || !pending(b.ID) {
+		t.Fatal("a newer commit of the first repository's #42 superseded the wrong runs")
+	}
+
+	// A late run of an older event, canceled by its group at once.
+	group := &domain.Concurrency{Group: "pr-43", CancelInProgress: true}
+	newer := waiting(77, 43, shaA, now, group)
+	late := waiting(77, 43, shaB, now.Add(-time.Hour), group)
+	if pending(late.ID) || !pending(newer.ID) {
+		t.Fatalf("a late run canceled by its group superseded the waiting run (late pending %v, newer pending %v)",
+			pending(late.ID), pending(newer.ID))
 	}
 }

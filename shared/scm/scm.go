@@ -309,7 +309,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	// Another event at a commit that already waits for approval (an
 	// edited title, a label) adds nothing but the cost of a snapshot.
 	if nr.Untrusted {
-		if id, err := w.Store.WaitingForApproval(ctx, repo.ProjectID, nr.GitRef, sha, nr.Actor); id != "" || err != nil {
+		if id, err := w.Store.WaitingForApproval(ctx, repo.ProjectID, repo.GitHubID, nr.GitRef, sha, nr.Actor); id != "" || err != nil {
 			return nil, "run " + id + " of this commit already waits for approval", sha, err
 		}
 	}

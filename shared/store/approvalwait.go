@@ -17,29 +17,39 @@ import (
 // pull request (supersedeWaiting): a pull request holds at most one run
 // waiting for approval, its newest commit's.
 
-// waitingRunSQL finds a run of project $1's ref $2 at commit $3 that waits
-// for approval, its actor $4 not approved since.
+// waitingRunSQL finds a run of project $1's ref $2 at commit $3 of
+// GitHub repository $5 that waits for approval, its actor $4 not approved
+// since. The repository is its check runs' (a waiting run's first job has
+// one): two repositories of one project share pull request refs.
 const waitingRunSQL = `
 SELECT r.id FROM runs r
 WHERE r.project_id = $1 AND r.git_ref = $2 AND r.git_sha = $3 AND r.approval = 'pending' AND r.finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM approved_actors a WHERE a.project_id = $1 AND a.actor = $4)
+  AND EXISTS (SELECT 1 FROM jobs j JOIN check_runs c ON c.job_id = j.id WHERE j.run_id = r.id AND c.repository_id = $5)
 LIMIT 1`
 
-// supersedeWaitingSQL locks project $1's runs of ref $2 other than $3 that
-// still wait for approval.
+// supersedeWaitingSQL locks project $1's runs of ref $2 of repository $4,
+// other than $3, that still wait for approval.
 const supersedeWaitingSQL = `
-SELECT id FROM runs WHERE project_id = $1 AND git_ref = $2 AND id <> $3 AND approval = 'pending' AND finished_at IS NULL
-ORDER BY id FOR UPDATE`
+SELECT r.id FROM runs r
+WHERE r.project_id = $1 AND r.git_ref = $2 AND r.id <> $3 AND r.approval = 'pending' AND r.finished_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs j JOIN check_runs c ON c.job_id = j.id WHERE j.run_id = r.id AND c.repository_id = $4)
+ORDER BY r.id FOR UPDATE OF r`
+
+// newRunWaitsSQL reads whether run $1 still waits for approval once made:
+// its concurrency group may have canceled it at once (a later event's run
+// was there first), and then it supersedes nothing.
+const newRunWaitsSQL = `SELECT approval = 'pending' AND finished_at IS NULL FROM runs WHERE id = $1`
 
 // supersededBy is who the rejection of a superseded run names.
 const supersededBy = "ForgeCI: superseded by a newer commit of the pull request"
 
 // WaitingForApproval returns the run of project projectID's ref at commit
-// sha that already waits for approval, while actor is still not approved
-// ("" when there is none).
-func (s *Store) WaitingForApproval(ctx context.Context, projectID, gitRef, sha, actor string) (string, error) {
+// sha of GitHub repository repositoryID that already waits for approval,
+// while actor is still not approved ("" when there is none).
+func (s *Store) WaitingForApproval(ctx context.Context, projectID string, repositoryID int64, gitRef, sha, actor string) (string, error) {
 	var id string
-	err := s.pool.QueryRow(ctx, waitingRunSQL, projectID, gitRef, sha, actor).Scan(&id)
+	err := s.pool.QueryRow(ctx, waitingRunSQL, projectID, gitRef, sha, actor, repositoryID).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
@@ -49,14 +59,19 @@ func (s *Store) WaitingForApproval(ctx context.Context, projectID, gitRef, sha, 
 	return id, nil
 }
 
-// supersedeWaiting rejects, when run is a pull request's and waits for
-// approval, the other runs of its ref that still wait, and notes them in
-// run.canceled (afterCreate settles their groups).
-func supersedeWaiting(ctx context.Context, tx pgx.Tx, run *Run) error {
-	if run.Approval != ApprovalPending || !strings.HasPrefix(run.GitRef, "refs/pull/") {
+// supersedeWaiting rejects, when run is a pull request's of a GitHub
+// repository and waits for approval, the other runs of its ref and
+// repository that still wait, and notes them in run.canceled
+// (afterCreate settles their groups).
+func supersedeWaiting(ctx context.Context, tx pgx.Tx, run *Run, checks *CheckTarget) error {
+	if checks == nil || run.Approval != ApprovalPending || !strings.HasPrefix(run.GitRef, "refs/pull/") {
 		return nil
 	}
-	rows, err := tx.Query(ctx, supersedeWaitingSQL, run.ProjectID, run.GitRef, run.ID)
+	var waits bool
+	if err := tx.QueryRow(ctx, newRunWaitsSQL, run.ID).Scan(&waits); err != nil || !waits {
+		return err
+	}
+	rows, err := tx.Query(ctx, supersedeWaitingSQL, run.ProjectID, run.GitRef, run.ID, checks.RepositoryID)
 	if err != nil {
 		return fmt.Errorf("lock superseded runs: %w", err)
 	}

@@ -183,7 +183,7 @@ func (s *Store) CompleteDeliveryWithRun(ctx context.Context, d *Delivery, nr New
 		if err != nil {
 			return Run{}, err
 		}
-		if err := supersedeWaiting(ctx, tx, &run); err != nil {
+		if err := supersedeWaiting(ctx, tx, &run, nr.Checks); err != nil {
 			return Run{}, err
 		}
 		return run, finishDeliveryTx(ctx, tx, d, DeliveryDone, run.ID, "")
