@@ -2,6 +2,7 @@ package scm_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -9,32 +10,37 @@ import (
 
 // TestOldPushIsNotRebuilt: a signed push body sent again long after GitHub
 // took the push (a replay from a delivery log, past the deduplication of
-// its ID and body) makes no run of the commit the branch has left behind;
-// a push GitHub took an hour ago still does.
+// its ID and body) makes no run of a commit its ref has left behind; an
+// old push whose ref still names its commit (a tag made through the API
+// may not move pushed_at), and a push GitHub took an hour ago, do.
 func TestOldPushIsNotRebuilt(t *testing.T) {
 	e := setup(t)
 	dir, sha := gitRepo(t, pipelineYAML)
 	e.gh.AddGitCommit(t, repoName, dir, sha)
-	pushedAt := func(ago time.Duration) []byte {
+	n := 0
+	push := func(ago time.Duration) (runs int, note string) {
+		t.Helper()
 		var m map[string]any
 		_ = json.Unmarshal(pushPayload(sha), &m)
 		m["repository"].(map[string]any)["pushed_at"] = time.Now().Add(-ago).Unix()
 		b, _ := json.Marshal(m)
-		return b
+		n++
+		guid := "g-push-" + strconv.Itoa(n)
+		e.deliver("push", guid, b, sign(repoSecret, b))
+		res := e.runOnce()
+		_ = e.pool.QueryRow(t.Context(), `SELECT coalesce(note, '') FROM scm_deliveries WHERE guid = $1`, guid).Scan(&note)
+		return res.Runs, note
 	}
-	old := pushedAt(8 * 24 * time.Hour)
-	e.deliver("push", "g-replayed", old, sign(repoSecret, old))
-	if res := e.runOnce(); res.Runs != 0 || res.Ignored != 1 {
-		t.Fatalf("a push made 8 days ago: %+v", res)
+	e.gh.AddRef(repoName, "refs/heads/main", strings.Repeat("e", 40)) // main moved on
+	if runs, note := push(8 * 24 * time.Hour); runs != 0 || !strings.Contains(note, "a replay") {
+		t.Fatalf("a push made 8 days ago, its branch moved on: %d runs, note %q", runs, note)
 	}
-	var note string
-	if err := e.pool.QueryRow(t.Context(), `SELECT note FROM scm_deliveries WHERE guid = 'g-replayed'`).Scan(&note); err != nil ||
-		!strings.Contains(note, "a replay") {
-		t.Fatalf("the replay's note: %q %v", note, err)
+	e.gh.AddRef(repoName, "refs/heads/main", sha)
+	if runs, _ := push(9 * 24 * time.Hour); runs != 1 {
+		t.Fatalf("a push made 9 days ago whose ref still names it: %d runs", runs)
 	}
-	recent := pushedAt(time.Hour)
-	e.deliver("push", "g-recent", recent, sign(repoSecret, recent))
-	if res := e.runOnce(); res.Runs != 1 {
-		t.Fatalf("a push made an hour ago: %+v", res)
+	e.gh.AddRef(repoName, "refs/heads/main", strings.Repeat("e", 40))
+	if runs, _ := push(time.Hour); runs != 1 {
+		t.Fatalf("a push made an hour ago: %d runs", runs)
 	}
 }

@@ -32,11 +32,11 @@ const (
 	// push makes up to three GitHub calls of at most 30 s each.
 	DefaultCheckLease = 2 * time.Minute
 	// MaxPushAge is how long after GitHub took a push (the signed
-	// repository.pushed_at) its delivery may still make a run. Deliveries
-	// are deduplicated for 30 days, and GitHub redelivers only the last
-	// few days' hooks: a signed push body sent again later (from a
-	// delivery log) must not rebuild, with secrets, a commit the branch
-	// has long left behind.
+	// repository.pushed_at) its delivery makes a run whatever its ref
+	// names now (Worker.replayed). Deliveries are deduplicated for 30
+	// days, and GitHub redelivers only the last few days' hooks: a signed
+	// push body sent again later (from a delivery log) must not rebuild,
+	// with secrets, a commit the branch has long left behind.
 	MaxPushAge = 7 * 24 * time.Hour
 )
 
@@ -284,8 +284,8 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		if !strings.HasPrefix(e.GetRef(), "refs/") || e.GetPusher() == nil {
 			return nil, "", "", domain.Errorf(domain.EInvalid, "the push payload names no ref or pusher")
 		}
-		if at := e.GetRepo().GetPushedAt().Time; !at.IsZero() && d.ReceivedAt.Sub(at) > MaxPushAge {
-			return nil, fmt.Sprintf("a push made %s and received more than %d days later: a replay", at.UTC().Format(time.RFC3339), int(MaxPushAge.Hours()/24)), "", nil
+		if note, err := w.replayed(ctx, gh, repo, owner, name, e, d.ReceivedAt); note != "" || err != nil {
+			return nil, note, "", err
 		}
 		// A push to the repository's own refs: whoever pushed could.
 		sha, nr.GitRef, nr.Trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
@@ -341,6 +341,27 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		return nil, "", sha, err
 	}
 	return &created, "", sha, nil
+}
+
+// replayed says why push e, received at, is not built: GitHub took it more
+// than MaxPushAge before (its signed repository.pushed_at) and its ref no
+// longer names its commit, as the App sees it now. A tag made through the
+// API may not move pushed_at; it still names its commit, and is built.
+func (w *Worker) replayed(ctx context.Context, gh *github.Client, repo store.Repository, owner, name string,
+	e *github.PushEvent, at time.Time) (string, error) {
+	pushed := e.GetRepo().GetPushedAt().Time
+	if pushed.IsZero() || at.Sub(pushed) <= MaxPushAge {
+		return "", nil
+	}
+	now, err := w.resolve(ctx, gh, repo, owner, name, e.GetRef())
+	if err != nil && domain.ErrorCode(err) != domain.ENotFound {
+		return "", err
+	}
+	if now == e.GetAfter() {
+		return "", nil
+	}
+	return fmt.Sprintf("a push of %s made %s, received more than %d days later, and %s has moved on: a replay",
+		e.GetAfter(), pushed.UTC().Format(time.RFC3339), int(MaxPushAge.Hours()/24), e.GetRef()), nil
 }
 
 // pullRequestRun fills in a pull request's run and returns the commit to
