@@ -51,9 +51,11 @@ type Deliverer struct {
 const (
 	// A pass claims batches of batch deliveries for at most budget (it
 	// shares the sweeper's minute), and only while the caller's deadline
-	// leaves room for a whole batch (batchTime): a batch is sent at once,
-	// each delivery waiting at most sendTimeout, so one slow hook holds
-	// up no other, and the outcomes are recorded after. The lease outlasts
+	// leaves room for a whole batch (batchTime): a batch (one delivery
+	// per hook, so a hook hears of a run's events in turn and is sent no
+	// burst) is sent at once, each delivery waiting at most sendTimeout,
+	// so one slow hook holds up no other, and the outcomes are recorded
+	// after. The lease outlasts
 	// a batch, so nothing is sent twice while its attempt is under way.
 	budget      = 20 * time.Second
 	batch       = 5
@@ -83,15 +85,11 @@ func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 		if err != nil || len(work) == 0 {
 			return res, err
 		}
-		statuses, errs := make([]int, len(work)), make([]error, len(work))
-		var wg sync.WaitGroup
-		for i, w := range work {
-			wg.Go(func() { statuses[i], errs[i] = d.send(ctx, client, w) })
-		}
-		wg.Wait()
-		// The attempts were made: their outcomes are recorded even if ctx
-		// ended meanwhile.
+		statuses, errs := d.sendBatch(ctx, client, work)
+		// The attempts were made: each outcome is recorded, even if ctx
+		// ended meanwhile or another's record failed.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		var failed []error
 		for i, w := range work {
 			if errs[i] != nil {
 				res.Failed++
@@ -100,13 +98,27 @@ func (d *Deliverer) RunOnce(ctx context.Context) (Result, error) {
 			}
 			if derr := d.Store.NotificationDone(rctx, w, statuses[i], errs[i], backoff(w.Attempts), maxAttempts); derr != nil &&
 				!errors.Is(derr, store.ErrCheckLeaseLost) {
-				cancel()
-				return res, derr
+				failed = append(failed, derr)
 			}
 		}
 		cancel()
+		if len(failed) > 0 {
+			return res, errors.Join(failed...)
+		}
 	}
 	return res, nil
+}
+
+// sendBatch sends work at once (the store claims one delivery per hook
+// in a batch) and returns each one's status and error.
+func (d *Deliverer) sendBatch(ctx context.Context, client *http.Client, work []store.NotifyWork) ([]int, []error) {
+	statuses, errs := make([]int, len(work)), make([]error, len(work))
+	var wg sync.WaitGroup
+	for i, w := range work {
+		wg.Go(func() { statuses[i], errs[i] = d.send(ctx, client, w) })
+	}
+	wg.Wait()
+	return statuses, errs
 }
 
 // roomFor reports whether ctx is live and, if it has a deadline, at least

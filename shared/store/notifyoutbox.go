@@ -18,17 +18,23 @@ import (
 // failing ends FAILED with its last error, visible to the project's
 // members.
 
-// claimNotificationsSQL leases up to $1 due deliveries for $2 seconds,
-// with what sending each needs, counting the attempt now: one whose
-// sender stops before recording it (a Lambda's deadline) still counts, so
-// no delivery is tried more than $3 times.
+// claimNotificationsSQL leases up to $1 due deliveries for $2 seconds, the
+// first of each hook (in turn, and no burst: they are sent at once), with
+// what sending each needs, counting the attempt now: one whose sender
+// stops before recording it (a Lambda's deadline) still counts, so no
+// delivery is tried more than $3 times. FOR UPDATE allows no DISTINCT:
+// the rows chosen are locked after, and checked again.
 const claimNotificationsSQL = `
-WITH due AS (
-    SELECT id FROM notifications
+WITH first AS (
+    SELECT DISTINCT ON (hook_id) id, next_attempt_at FROM notifications
     WHERE state = 'PENDING' AND next_attempt_at <= now() AND attempts < $3
       AND (lease_expires_at IS NULL OR lease_expires_at < now())
-    ORDER BY next_attempt_at, id LIMIT $1
-    FOR UPDATE SKIP LOCKED
+    ORDER BY hook_id, next_attempt_at, id
+), due AS (
+    SELECT n.id FROM notifications n JOIN (SELECT id FROM first ORDER BY next_attempt_at, id LIMIT $1) f ON f.id = n.id
+    WHERE n.state = 'PENDING' AND n.next_attempt_at <= now() AND n.attempts < $3
+      AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now())
+    FOR UPDATE OF n SKIP LOCKED
 ), leased AS (
     UPDATE notifications n SET attempts = n.attempts + 1, lease_id = gen_random_uuid(),
                                lease_expires_at = now() + make_interval(secs => $2)
