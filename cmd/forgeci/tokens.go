@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -23,12 +24,15 @@ func tokenCmd(g *global) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return printTable(g, tokens, "ID\tDESCRIPTION\tCREATED\tSTATUS", func(t store.TokenInfo) []any {
-			status := "active"
+		return printTable(g, tokens, "ID\tDESCRIPTION\tCREATED\tMADE WITH\tSTATUS", func(t store.TokenInfo) []any {
+			status, with := "active", t.CreatedBy
 			if t.RevokedAt != nil {
 				status = "revoked " + t.RevokedAt.Local().Format("2006-01-02 15:04:05")
 			}
-			return []any{t.ID, t.Description, t.CreatedAt.Local().Format("2006-01-02 15:04:05"), status}
+			if with == "" {
+				with = "-"
+			}
+			return []any{t.ID, t.Description, t.CreatedAt.Local().Format("2006-01-02 15:04:05"), with, status}
 		})
 	}))
 	create := command("create", "Make another token (printed once)", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
@@ -46,7 +50,7 @@ func tokenCmd(g *global) *cobra.Command {
 		return nil
 	}))
 	create.Flags().StringVar(&description, "description", "", "what it is for (at most 200 characters)")
-	revoke := command("revoke TOKEN_ID", "Revoke a token: it stops working at once, and so do dashboard sessions opened with it", cobra.ExactArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+	revoke := command("revoke TOKEN_ID", "Revoke a token and the tokens made with it: they stop working at once, and so do dashboard sessions opened with them", cobra.ExactArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
 		var out store.TokenInfo
 		if err := cl.do(ctx, "POST", base()+"/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, &out); err != nil {
 			return err
@@ -55,6 +59,9 @@ func tokenCmd(g *global) *cobra.Command {
 			return printJSON(out)
 		}
 		fmt.Printf("token %s (%q) revoked\n", out.ID, out.Description)
+		if len(out.AlsoRevoked) > 0 {
+			fmt.Printf("and the %d tokens made with it: %s\n", len(out.AlsoRevoked), strings.Join(out.AlsoRevoked, ", "))
+		}
 		return nil
 	}))
 	c.AddCommand(list, create, revoke)

@@ -152,7 +152,7 @@ func TestCLI(t *testing.T) {
 		strings.Contains(out, bot.Token) {
 		t.Fatalf("token list with the new token: %s", out)
 	}
-	if out := cli(true, "token", "revoke", bot.ID); !strings.Contains(out, "revoked") {
+	if out := cli(true, "token", "revoke", bot.ID); !strings.Contains(out, "revoked") || strings.Contains(out, "made with it") {
 		t.Fatalf("token revoke: %s", out)
 	}
 	if out := cli(false, "--token", bot.Token, "runs"); !strings.Contains(out, "revoked") {

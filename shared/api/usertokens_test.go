@@ -3,6 +3,7 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,7 +44,11 @@ func TestUserTokens(t *testing.T) {
 		t.Fatalf("own tokens: %+v", mine)
 	}
 	firstID := mine.Tokens[0].ID
-	st, b := e.post("/v1/users/me/tokens", first, map[string]any{"description": "laptop"})
+	var walter store.User
+	_, b := e.get("/v1/me", first)
+	_ = json.Unmarshal(b, &walter)
+	// The admin makes walter's second token: it is not made with his first.
+	st, b := e.post("/v1/users/"+walter.ID+"/tokens", admin, map[string]any{"description": "laptop"})
 	if st != 201 {
 		t.Fatalf("create: %d %s", st, b)
 	}
@@ -96,6 +101,40 @@ func TestUserTokens(t *testing.T) {
 	var again store.TokenInfo
 	if err := json.Unmarshal(b, &again); st != 200 || err != nil || !again.RevokedAt.Equal(*revoked.RevokedAt) {
 		t.Errorf("revoking again: %d %s (first revoked at %v)", st, b, revoked.RevokedAt)
+	}
+
+	// A token made with a token goes with it, however deep: whoever held
+	// a leaked token keeps no copy it minted.
+	st, b = e.post("/v1/users/me/tokens", second, map[string]any{"description": "minted"})
+	third, thirdID := str(b, "token"), str(b, "id")
+	st2, b2 := e.post("/v1/users/me/tokens", third, map[string]any{"description": "minted again"})
+	fourth, fourthID := str(b2, "token"), str(b2, "id")
+	if st != 201 || st2 != 201 {
+		t.Fatalf("tokens made with tokens: %d %s, %d %s", st, b, st2, b2)
+	}
+	for _, tok := range e.tokens("/v1/users/me/tokens", second).Tokens {
+		if want := map[string]string{thirdID: secondID, fourthID: thirdID}[tok.ID]; want != "" && tok.CreatedBy != want {
+			t.Errorf("token %s made with %q, want %s", tok.ID, tok.CreatedBy, want)
+		}
+	}
+	st, b = e.post("/v1/users/me/tokens/"+secondID+"/revoke", admin, map[string]any{})
+	var chain store.TokenInfo
+	_ = json.Unmarshal(b, &chain)
+	if st != 404 {
+		t.Errorf("an admin revoking by their own path a token of walter's: %d %s, want 404", st, b)
+	}
+	st, b = e.post("/v1/users/"+walter.ID+"/tokens/"+secondID+"/revoke", admin, map[string]any{})
+	_ = json.Unmarshal(b, &chain)
+	slices.Sort(chain.AlsoRevoked)
+	want := []string{thirdID, fourthID}
+	slices.Sort(want)
+	if st != 200 || chain.ID != secondID || !slices.Equal(chain.AlsoRevoked, want) {
+		t.Errorf("revoking the token others were made with: %d %s, want also %v", st, b, want)
+	}
+	for _, tok := range []string{second, third, fourth} {
+		if st, _ := e.get("/v1/me", tok); st != 401 {
+			t.Errorf("a token of the revoked chain: %d, want 401", st)
+		}
 	}
 
 	// A global admin: anyone's, and a clear 404 for what does not exist.

@@ -28,12 +28,12 @@ WITH t AS (
     INSERT INTO ui_sessions (secret_hash, token_id, expires_at)
     SELECT $2, t.id, now() + make_interval(secs => $3) FROM t
 )
-SELECT user_id, name, role, token_hash FROM t`
+SELECT user_id, name, role, id, token_hash FROM t`
 
 // authenticateSessionSQL finds the unexpired session with hash $1 of an
 // active token of an active user.
 const authenticateSessionSQL = `
-SELECT u.id, u.name, u.role, s.secret_hash
+SELECT u.id, u.name, u.role, t.id, s.secret_hash
 FROM ui_sessions s JOIN user_tokens t ON t.id = s.token_id JOIN users u ON u.id = t.user_id
 WHERE s.secret_hash = $1 AND s.expires_at > now() AND t.revoked_at IS NULL AND u.disabled_at IS NULL`
 
@@ -43,7 +43,7 @@ WHERE s.secret_hash = $1 AND s.expires_at > now() AND t.revoked_at IS NULL AND u
 func (s *Store) OpenSession(ctx context.Context, token string) (secret string, u User, err error) {
 	secret = newSecret(sessionPrefix)
 	found, err := s.lookupTokenWith(ctx, token, userTokenPrefix, openSessionSQL,
-		[]any{hashSecret(secret), SessionTTL.Seconds()}, &u.ID, &u.Name, &u.Role)
+		[]any{hashSecret(secret), SessionTTL.Seconds()}, &u.ID, &u.Name, &u.Role, &u.TokenID)
 	if err != nil {
 		return "", User{}, fmt.Errorf("open session: %w", err)
 	}
@@ -59,7 +59,7 @@ func (s *Store) OpenSession(ctx context.Context, token string) (secret string, u
 // AuthenticateSession returns the user of a live session.
 func (s *Store) AuthenticateSession(ctx context.Context, secret string) (User, error) {
 	var u User
-	found, err := s.lookupToken(ctx, secret, sessionPrefix, authenticateSessionSQL, &u.ID, &u.Name, &u.Role)
+	found, err := s.lookupToken(ctx, secret, sessionPrefix, authenticateSessionSQL, &u.ID, &u.Name, &u.Role, &u.TokenID)
 	if err != nil {
 		return User{}, fmt.Errorf("authenticate session: %w", err)
 	}

@@ -21,7 +21,7 @@ const insertFirstTokenSQL = `INSERT INTO user_tokens (id, user_id, token_hash, d
 
 // authenticateUserSQL finds the active token with hash $1 of an active user.
 const authenticateUserSQL = `
-SELECT u.id, u.name, u.role, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
+SELECT u.id, u.name, u.role, t.id, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
 WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL`
 
 // listUsersSQL is a page of the users by name, after $1, at most $2, with
@@ -31,10 +31,11 @@ SELECT u.id, u.name, u.role, u.created_at, u.disabled_at,
        (SELECT count(*) FROM user_tokens t WHERE t.user_id = u.id AND t.revoked_at IS NULL)
 FROM users u WHERE u.name > $1 ORDER BY u.name LIMIT $2`
 
-// insertTokenSQL gives user $2 token $1 only if the user is active.
+// insertTokenSQL gives user $2 token $1 only if the user is active; $5
+// is the token it is made with (”: none, the operator's call).
 const insertTokenSQL = `
-INSERT INTO user_tokens (id, user_id, token_hash, description)
-SELECT $1, id, $3, $4 FROM users WHERE id = $2 AND disabled_at IS NULL`
+INSERT INTO user_tokens (id, user_id, token_hash, description, created_by_token)
+SELECT $1, id, $3, $4, nullif($5, '') FROM users WHERE id = $2 AND disabled_at IS NULL`
 
 const disableUserSQL = `UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1`
 
@@ -57,6 +58,9 @@ type User struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 	Role string `json:"role"` // global: admin or user
+	// TokenID is the API token the user authenticated with (that of the
+	// dashboard session): tokens made with it are revoked with it.
+	TokenID string `json:"-"`
 }
 
 // IsAdmin reports whether the user is a global admin.
@@ -111,7 +115,7 @@ func (s *Store) createUser(ctx context.Context, may check, name, role string) (U
 // AuthenticateUser maps an API token to its user.
 func (s *Store) AuthenticateUser(ctx context.Context, token string) (User, error) {
 	var u User
-	found, err := s.lookupToken(ctx, token, userTokenPrefix, authenticateUserSQL, &u.ID, &u.Name, &u.Role)
+	found, err := s.lookupToken(ctx, token, userTokenPrefix, authenticateUserSQL, &u.ID, &u.Name, &u.Role, &u.TokenID)
 	if err != nil {
 		return User{}, fmt.Errorf("authenticate user: %w", err)
 	}
@@ -154,7 +158,7 @@ func (s *Store) ListUsers(ctx context.Context, pg Page) ([]UserInfo, string, err
 // CreateUserToken gives a user another API token, returned once: the
 // operator's call.
 func (s *Store) CreateUserToken(ctx context.Context, userID, description string) (id, token string, err error) {
-	return s.createUserToken(ctx, nil, userID, description)
+	return s.createUserToken(ctx, nil, "", userID, description)
 }
 
 // CreateUserTokenAs gives a user another API token on behalf of by: a
@@ -166,10 +170,10 @@ func (s *Store) CreateUserTokenAs(ctx context.Context, by User, userID, descript
 	if userID == by.ID {
 		may = byActive(by)
 	}
-	return s.createUserToken(ctx, may, userID, description)
+	return s.createUserToken(ctx, may, by.TokenID, userID, description)
 }
 
-func (s *Store) createUserToken(ctx context.Context, may check, userID, description string) (id, token string, err error) {
+func (s *Store) createUserToken(ctx context.Context, may check, madeWith, userID, description string) (id, token string, err error) {
 	description = strings.TrimSpace(description)
 	if len(description) > 200 {
 		return "", "", domain.Errorf(domain.EInvalid, "description is at most 200 characters")
@@ -179,7 +183,7 @@ func (s *Store) createUserToken(ctx context.Context, may check, userID, descript
 		if err := may.run(ctx, tx); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, insertTokenSQL, id, userID, hashSecret(token), description)
+		tag, err := tx.Exec(ctx, insertTokenSQL, id, userID, hashSecret(token), description, madeWith)
 		if err != nil {
 			return fmt.Errorf("create token: %w", err)
 		}
