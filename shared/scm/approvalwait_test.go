@@ -173,3 +173,38 @@ func TestWaitingRunsOfTheirOwnRepository(t *testing.T) {
 			pending(late.ID), pending(newer.ID))
 	}
 }
+
+// TestApprovingAnAuthorReleasesTheirRuns: approving a first-time
+// contributor's run approves the contributor, and their other pull
+// requests' runs that wait start too, as their later ones would.
+func TestApprovingAnAuthorReleasesTheirRuns(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	dir, sha := gitRepo(t, pipelineYAML)
+	e.gh.AddGitCommit(t, repoName, dir, sha)
+	for _, n := range []int{20, 21} {
+		e.pull(n, 556, 903, sha)
+		p := prPayload(sha, n, 556)
+		e.deliver("pull_request", fmt.Sprintf("g-pr-%d", n), p, sign(repoSecret, p))
+	}
+	if res := e.runOnce(); res.Runs != 2 {
+		t.Fatalf("two pull requests: %+v", res)
+	}
+	var first, second string
+	if err := e.pool.QueryRow(ctx, `SELECT min(id), max(id) FROM runs WHERE approval = 'pending'`).Scan(&first, &second); err != nil || first == second {
+		t.Fatalf("two waiting runs: %q %q %v", first, second, err)
+	}
+	if _, err := e.store.Approve(ctx, e.admin, first); err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.store.GetRun(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Approval != store.ApprovalApproved || other.ApprovalBy != "root" {
+		t.Fatalf("the author's other waiting run: %s by %q", other.Approval, other.ApprovalBy)
+	}
+	if jobs, _ := e.store.RunJobs(ctx, second); len(jobs) == 0 || jobs[0].Reason == store.ReasonWaitingApproval {
+		t.Fatalf("the other run's jobs still wait: %+v", jobs)
+	}
+}

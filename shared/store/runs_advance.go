@@ -74,10 +74,12 @@ func (s *Store) Cancel(ctx context.Context, u User, runID, jobID string) (cancel
 // in the project, so that their later untrusted runs start at once. u needs
 // the write role and must not be the run's actor.
 func (s *Store) Approve(ctx context.Context, u User, runID string) (Run, error) {
-	run, err := s.decide(ctx, u, runID, ApprovalApproved)
+	run, released, err := s.decide(ctx, u, runID, ApprovalApproved)
 	if err == nil {
 		s.signalQueued()
-		_ = s.afterRun(ctx, runID) // its jobs may have joined their groups
+		for _, id := range append([]string{runID}, released...) {
+			_ = s.afterRun(ctx, id) // its jobs may have joined their groups
+		}
 	}
 	return run, err
 }
@@ -85,15 +87,19 @@ func (s *Store) Approve(ctx context.Context, u User, runID string) (Run, error) 
 // Reject ends a run that waits for approval: its jobs become CANCELED with
 // the reason "rejected by <user>".
 func (s *Store) Reject(ctx context.Context, u User, runID string) (Run, error) {
-	run, err := s.decide(ctx, u, runID, ApprovalRejected)
+	run, _, err := s.decide(ctx, u, runID, ApprovalRejected)
 	if err == nil {
 		_ = s.afterRun(ctx, runID) // as Cancel
 	}
 	return run, err
 }
 
-func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run, error) {
+// decide records decision on run runID for u. Approving it approves its
+// actor: their other runs that wait for approval start too (released);
+// one another approver is deciding at that moment is left to them.
+func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run, []string, error) {
 	var run Run
+	var released []string
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		projectID, _, err := authorizeRun(ctx, tx, u, runID, RankWrite)
 		if err != nil {
@@ -114,10 +120,34 @@ func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run
 		if err := applyDecision(ctx, tx, runID, projectID, actor, decision, u.Name); err != nil {
 			return err
 		}
+		if decision == ApprovalApproved {
+			if released, err = releaseActor(ctx, tx, projectID, actor, runID, u.Name); err != nil {
+				return err
+			}
+		}
 		run, err = scanRun(tx.QueryRow(ctx, getRunSQL, runID))
 		return err
 	})
-	return run, err
+	return run, released, err
+}
+
+// releaseActor approves, by by, the runs of approved actor actor in
+// project projectID other than runID that still wait for approval.
+func releaseActor(ctx context.Context, tx pgx.Tx, projectID, actor, runID, by string) ([]string, error) {
+	rows, err := tx.Query(ctx, actorWaitingSQL, projectID, actor, runID)
+	if err != nil {
+		return nil, fmt.Errorf("the actor's waiting runs: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("the actor's waiting runs: %w", err)
+	}
+	for _, id := range ids {
+		if err := applyDecision(ctx, tx, id, projectID, actor, ApprovalApproved, by); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
 }
 
 // applyDecision records decision on run runID, which waits for approval

@@ -186,6 +186,13 @@ const cancelRunSQL = `UPDATE runs SET cancel_requested = true WHERE id = $1`
 // lockApprovalSQL locks run $1 and reads what an approval decision checks.
 const lockApprovalSQL = `SELECT approval, actor, state FROM runs WHERE id = $1 FOR UPDATE`
 
+// actorWaitingSQL locks actor $2's runs in project $1, other than $3, that
+// still wait for approval; one locked by another decision is skipped (and
+// left to it), so two approvers never wait on each other.
+const actorWaitingSQL = `
+SELECT id FROM runs WHERE project_id = $1 AND actor = $2 AND id <> $3 AND approval = 'pending' AND finished_at IS NULL
+ORDER BY id FOR UPDATE SKIP LOCKED`
+
 const recordDecisionSQL = `UPDATE runs SET approval = $2, approval_by = $3, approval_at = now() WHERE id = $1`
 
 // approveActorSQL remembers actor $2 as approved in project $1 (by $3, at
