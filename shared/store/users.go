@@ -39,7 +39,10 @@ SELECT $1, id, $3, $4, nullif($5, '') FROM users WHERE id = $2 AND disabled_at I
 
 const disableUserSQL = `UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1`
 
-const revokeUserTokensSQL = `UPDATE user_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE user_id = $1`
+// userTokensSQL lists user $1's tokens: disabling the user revokes them
+// and the tokens made with them (revokeTree), so that a token minted with
+// a leaked admin token for someone else goes too.
+const userTokensSQL = `SELECT id FROM user_tokens WHERE user_id = $1`
 
 const userTokenPrefix = "fru_"
 
@@ -183,6 +186,9 @@ func (s *Store) createUserToken(ctx context.Context, may check, madeWith, userID
 		if err := may.run(ctx, tx); err != nil {
 			return err
 		}
+		if err := holdLiveToken(ctx, tx, madeWith); err != nil {
+			return err
+		}
 		tag, err := tx.Exec(ctx, insertTokenSQL, id, userID, hashSecret(token), description, madeWith)
 		if err != nil {
 			return fmt.Errorf("create token: %w", err)
@@ -206,8 +212,8 @@ func (s *Store) createUserToken(ctx context.Context, may check, madeWith, userID
 // makes one for this one while being disabled.
 const lockUsersSQL = `SELECT id FROM users WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE`
 
-// DisableUser disables a user and revokes every token of theirs: the
-// operator's call.
+// DisableUser disables a user and revokes every token of theirs, and the
+// tokens made with them: the operator's call.
 func (s *Store) DisableUser(ctx context.Context, userID string) error {
 	return s.disableUser(ctx, nil, userID)
 }
@@ -235,7 +241,15 @@ func (s *Store) disableUser(ctx context.Context, may check, userID string, lock 
 		if tag.RowsAffected() == 0 {
 			return domain.Errorf(domain.ENotFound, "user %s not found", userID)
 		}
-		_, err = tx.Exec(ctx, revokeUserTokensSQL, userID)
+		rows, err := tx.Query(ctx, userTokensSQL, userID)
+		if err != nil {
+			return fmt.Errorf("tokens of user: %w", err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("tokens of user: %w", err)
+		}
+		_, err = revokeTree(ctx, tx, ids)
 		return err
 	})
 }

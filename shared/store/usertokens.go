@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,17 +29,22 @@ const listUserTokensSQL = `
 SELECT id, description, created_at, revoked_at, coalesce(created_by_token, '') FROM user_tokens
 WHERE user_id = $1 AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`
 
-// revokeUserTokenSQL revokes user $2's token $1 and every token made with
-// it, whoever's (an admin's token makes others'); one revoked already
-// keeps the time it was revoked.
-const revokeUserTokenSQL = `
-WITH RECURSIVE made AS (
-    SELECT id FROM user_tokens WHERE id = $1 AND user_id = $2
-    UNION
-    SELECT t.id FROM user_tokens t JOIN made ON t.created_by_token = made.id
-)
-UPDATE user_tokens t SET revoked_at = coalesce(t.revoked_at, now()) FROM made WHERE t.id = made.id
-RETURNING t.id, t.description, t.created_at, t.revoked_at, coalesce(t.created_by_token, '')`
+// tokenOfUserSQL finds user $2's token $1.
+const tokenOfUserSQL = `SELECT 1 FROM user_tokens WHERE id = $1 AND user_id = $2`
+
+// revokeTokensSQL revokes tokens $1; one revoked already keeps the time it
+// was revoked.
+const revokeTokensSQL = `
+UPDATE user_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = ANY ($1)
+RETURNING id, description, created_at, revoked_at, coalesce(created_by_token, '')`
+
+// madeWithSQL lists the tokens made with tokens $1, whoever's (an admin's
+// token makes others').
+const madeWithSQL = `SELECT id FROM user_tokens WHERE created_by_token = ANY ($1)`
+
+// holdLiveTokenSQL holds token $1 while it is not revoked: the token a new
+// one is made with.
+const holdLiveTokenSQL = `SELECT 1 FROM user_tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE`
 
 // TokenInfo is one API token of a user.
 type TokenInfo struct {
@@ -98,29 +104,73 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 		if err := tokensCheck(by, userID).run(ctx, tx); err != nil {
 			return TokenInfo{}, err
 		}
-		rows, err := tx.Query(ctx, revokeUserTokenSQL, tokenID, userID)
-		if err != nil {
-			return TokenInfo{}, fmt.Errorf("revoke token: %w", err)
-		}
-		all, err := pgx.CollectRows(rows, scanTokenInfo)
-		if err != nil {
-			return TokenInfo{}, fmt.Errorf("revoke token: %w", err)
-		}
-		var named TokenInfo
-		var also []string
-		for _, t := range all {
-			if t.ID == tokenID {
-				named = t
-			} else {
-				also = append(also, t.ID)
-			}
-		}
-		if named.ID == "" {
+		var one int
+		err := tx.QueryRow(ctx, tokenOfUserSQL, tokenID, userID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
 			return TokenInfo{}, domain.Errorf(domain.ENotFound, "user %s has no token %s", userID, tokenID)
+		}
+		if err != nil {
+			return TokenInfo{}, fmt.Errorf("revoke token: %w", err)
+		}
+		all, err := revokeTree(ctx, tx, []string{tokenID})
+		if err != nil {
+			return TokenInfo{}, err
+		}
+		named, also := all[0], []string(nil)
+		for _, t := range all[1:] {
+			also = append(also, t.ID)
 		}
 		named.AlsoRevoked = also
 		return named, nil
 	})
+}
+
+// revokeTree revokes tokens ids and every token made with them, however
+// deep, a level at a time (the first returned first). A level's update
+// waits for a token being made with one of them (its making holds the
+// parent FOR SHARE, holdLiveTokenSQL), and the next level's query, a new
+// statement, then sees it; a token's making that comes after the update
+// finds its parent revoked.
+func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) ([]TokenInfo, error) {
+	var all []TokenInfo
+	seen := map[string]bool{}
+	for len(ids) > 0 {
+		rows, err := tx.Query(ctx, revokeTokensSQL, ids)
+		if err != nil {
+			return nil, fmt.Errorf("revoke tokens: %w", err)
+		}
+		revoked, err := pgx.CollectRows(rows, scanTokenInfo)
+		if err != nil {
+			return nil, fmt.Errorf("revoke tokens: %w", err)
+		}
+		all = append(all, revoked...)
+		for _, id := range ids {
+			seen[id] = true
+		}
+		if rows, err = tx.Query(ctx, madeWithSQL, ids); err != nil {
+			return nil, fmt.Errorf("tokens made with tokens: %w", err)
+		}
+		made, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("tokens made with tokens: %w", err)
+		}
+		ids = slices.DeleteFunc(made, func(id string) bool { return seen[id] })
+	}
+	return all, nil
+}
+
+// holdLiveToken refuses the making of a token with a token revoked since
+// the request was authenticated, and holds it until the new one commits.
+func holdLiveToken(ctx context.Context, tx pgx.Tx, tokenID string) error {
+	if tokenID == "" {
+		return nil
+	}
+	var one int
+	err := tx.QueryRow(ctx, holdLiveTokenSQL, tokenID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Errorf(domain.EUnauthorized, "the API token of this request was revoked")
+	}
+	return err
 }
 
 func userExists(ctx context.Context, tx pgx.Tx, userID string) error {

@@ -57,3 +57,49 @@ func TestTokensCheckedWhenChanged(t *testing.T) {
 		t.Error("a disabled user's token still authenticates")
 	}
 }
+
+// TestTokenLineage: disabling a user revokes the tokens made with theirs,
+// other users' too (a leaked admin token minting one for another admin);
+// and a token cannot be made with a token revoked since the request was
+// authenticated.
+func TestTokenLineage(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	_, leaked, err := s.CreateUser(ctx, "leaky", store.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := s.CreateUser(ctx, "other", store.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaky, err := s.AuthenticateUser(ctx, leaked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, minted, err := s.CreateUserTokenAs(ctx, leaky, other.ID, "a backdoor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DisableUser(ctx, leaky.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AuthenticateUser(ctx, minted); err == nil {
+		t.Error("a token made for another admin with a disabled user's token still authenticates")
+	}
+	// A token revoked after its request was authenticated makes nothing.
+	_, mine, err := s.CreateUser(ctx, "mine", store.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	me, err := s.AuthenticateUser(ctx, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevokeUserTokenAs(ctx, me, me.ID, me.TokenID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateUserTokenAs(ctx, me, me.ID, "after"); !domain.Is(err, domain.EUnauthorized) {
+		t.Errorf("a token made with a revoked token: %v, want unauthorized", err)
+	}
+}
