@@ -231,10 +231,19 @@ func TestStaysOutForTheIdlePeriod(t *testing.T) {
 // feature the group's runner did not declare at its last poll (its image
 // runs an older runner) bring one instance, not one each: it boots, polls,
 // and takes them if the image was upgraded since (counting none would
-// never learn of the upgrade, since only a booted instance polls); jobs
-// the runner can take count one each beside it.
+// never learn of the upgrade, since only a booted instance polls). Once
+// the runner polled after they were queued, they bring none for an hour.
+// Jobs the runner can take count one each.
 func TestFeaturesTheRunnerLacksScaleOne(t *testing.T) {
-	for _, declared := range []string{"{}", "{" + domain.FeatureReports + "}"} {
+	for _, c := range []struct {
+		declared, polled string // polled: the runner's last poll, SQL
+		want             int
+	}{
+		{"{}", "NULL", 1},                               // one probe for both
+		{"{}", "now()", 0},                              // it polled after they were queued
+		{"{}", "now() - interval '2 hours'", 1},         // an hour on, probe again
+		{"{" + domain.FeatureReports + "}", "now()", 2}, // it has them: one each
+	} {
 		f := newFixtureWait(t, 0)
 		ctx := context.Background()
 		reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
@@ -246,19 +255,17 @@ func TestFeaturesTheRunnerLacksScaleOne(t *testing.T) {
 		}
 		f.queue(t, "linux")
 		f.queue(t, "linux")
-		if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET features = $1::text[]`, declared); err != nil {
+		if _, err := f.st.Pool().Exec(ctx, `UPDATE jobs SET features = $1::text[], queued_at = now() - interval '1 minute'`,
+			[]string{domain.FeatureReports}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.st.Pool().Exec(ctx, `UPDATE jobs SET features = $1::text[]`, []string{domain.FeatureReports}); err != nil {
+		if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET features = $1::text[], last_seen_at = `+c.polled, c.declared); err != nil {
 			t.Fatal(err)
 		}
 		f.run(t)
-		want := 1 // one probe for both
-		if declared != "{}" {
-			want = 2
-		}
-		if d := f.fake.Desired("runners"); d != want {
-			t.Errorf("runner features %s, two jobs needing %s: desired %d, want %d", declared, domain.FeatureReports, d, want)
+		if d := f.fake.Desired("runners"); d != c.want {
+			t.Errorf("runner features %s, last poll %s, two jobs needing %s: desired %d, want %d",
+				c.declared, c.polled, domain.FeatureReports, d, c.want)
 		}
 	}
 }

@@ -25,28 +25,38 @@ type Demand struct {
 // replaced for as long as jobs wait (infra/README.md says how to start
 // the group again). Jobs that need runner features the runner did not
 // declare when it last polled (an image with an older runner) count for
-// one instance at most, however many wait: it boots, polls, and takes
-// them if its image was upgraded since; otherwise it idles out. Counting
-// them all would keep the group full of instances that claim nothing;
-// counting none would never learn of an upgrade, since only a booted
-// instance polls.
+// one instance at most, however many wait, and only while no job it can
+// take is queued (that one's instance polls anyway) and it has not polled
+// since the job was queued, within the hour: the instance boots, polls,
+// and takes them if its image was upgraded since; otherwise it idles out,
+// and the next probe is an hour later. Counting them all would keep the
+// group full of instances that claim nothing; counting none would never
+// learn of an upgrade, since only a booted instance polls.
 const groupDemandSQL = `
-WITH r AS (SELECT id, projects, untrusted, features FROM runners WHERE name = $3 AND revoked_at IS NULL
+WITH r AS (SELECT id, projects, untrusted, features, last_seen_at FROM runners WHERE name = $3 AND revoked_at IS NULL
            ORDER BY created_at DESC LIMIT 1),
 q AS (
-    SELECT j.state, j.queued_at, j.runner_id,
-           j.features = '{}'::text[] OR NOT EXISTS (SELECT 1 FROM r WHERE r.features IS NOT NULL AND NOT j.features <@ r.features) AS fits
+    SELECT j.state, j.runner_id, j.state = 'QUEUED' AND j.queued_at <= now() - make_interval(secs => $2) AS waited,
+           j.features = '{}'::text[] OR NOT EXISTS (SELECT 1 FROM r WHERE r.features IS NOT NULL AND NOT j.features <@ r.features) AS fits,
+           NOT EXISTS (SELECT 1 FROM r WHERE r.last_seen_at >= greatest(j.queued_at, now() - interval '1 hour')) AS probe
     FROM jobs j
     WHERE j.state IN ('QUEUED', 'RUNNING') AND j.labels <@ $1::text[]
       AND (NOT EXISTS (SELECT 1 FROM runners WHERE name = $3) OR EXISTS (SELECT 1 FROM r
            WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)))
 ),
-w AS (SELECT *, state = 'QUEUED' AND queued_at <= now() - make_interval(secs => $2) AS waited FROM q)
-SELECT count(*) FILTER (WHERE state = 'QUEUED' AND fits) + least(count(*) FILTER (WHERE state = 'QUEUED' AND NOT fits), 1),
-       count(*) FILTER (WHERE waited AND fits) + least(count(*) FILTER (WHERE waited AND NOT fits), 1),
-       count(*) FILTER (WHERE state = 'RUNNING' AND runner_id IN (SELECT id FROM r)),
+n AS (
+    SELECT count(*) FILTER (WHERE state = 'QUEUED' AND fits) AS queued,
+           count(*) FILTER (WHERE waited AND fits) AS waiting,
+           count(*) FILTER (WHERE state = 'QUEUED' AND NOT fits AND probe) AS probes,
+           count(*) FILTER (WHERE waited AND NOT fits AND probe) AS waiting_probes,
+           count(*) FILTER (WHERE state = 'RUNNING' AND runner_id IN (SELECT id FROM r)) AS running
+    FROM q
+)
+SELECT queued + CASE WHEN queued = 0 THEN least(probes, 1) ELSE 0 END,
+       waiting + CASE WHEN queued = 0 THEN least(waiting_probes, 1) ELSE 0 END,
+       running,
        (SELECT max(a.ended_at) FROM job_attempts a WHERE a.runner_id IN (SELECT id FROM r))
-FROM w`
+FROM n`
 
 // GroupDemand reads a runner group's demand.
 func (s *Store) GroupDemand(ctx context.Context, labels []string, wait time.Duration, runnerName string) (Demand, error) {
