@@ -43,4 +43,20 @@ func TestOldPushIsNotRebuilt(t *testing.T) {
 	if runs, _ := push(time.Hour); runs != 1 {
 		t.Fatalf("a push made an hour ago: %d runs", runs)
 	}
+	// An old annotated tag's push: after is the tag object, head_commit
+	// the commit the tag (still) names. Not a replay.
+	var m map[string]any
+	_ = json.Unmarshal(pushPayload(strings.Repeat("f", 40)), &m)
+	m["ref"] = "refs/tags/v1"
+	m["head_commit"] = map[string]any{"id": sha}
+	m["repository"].(map[string]any)["pushed_at"] = time.Now().Add(-10 * 24 * time.Hour).Unix()
+	tag, _ := json.Marshal(m)
+	e.gh.AddRef(repoName, "refs/tags/v1", sha)
+	e.deliver("push", "g-tag", tag, sign(repoSecret, tag))
+	e.runOnce()
+	var note string
+	_ = e.pool.QueryRow(t.Context(), `SELECT coalesce(note, '') || coalesce(last_error, '') FROM scm_deliveries WHERE guid = 'g-tag'`).Scan(&note)
+	if strings.Contains(note, "a replay") {
+		t.Fatalf("an old annotated tag still naming its commit was taken for a replay: %q", note)
+	}
 }

@@ -357,7 +357,9 @@ func (w *Worker) replayed(ctx context.Context, gh *github.Client, repo store.Rep
 	if err != nil && domain.ErrorCode(err) != domain.ENotFound {
 		return "", err
 	}
-	if now == e.GetAfter() {
+	// An annotated tag's push names the tag object in after, and its
+	// commit in head_commit, which is what the ref resolves to.
+	if now == e.GetAfter() || now == e.GetHeadCommit().GetID() {
 		return "", nil
 	}
 	return fmt.Sprintf("a push of %s made %s, received more than %d days later, and %s has moved on: a replay",
