@@ -19,7 +19,7 @@ import (
 // members.
 
 // claimNotificationsSQL leases up to $1 due deliveries for $2 seconds, the
-// first of each hook (in turn, and no burst: they are sent at once), with
+// first due of each hook (no burst: they are sent at once), with
 // what sending each needs, counting the attempt now: one whose sender
 // stops before recording it (a Lambda's deadline) still counts, so no
 // delivery is tried more than $3 times. FOR UPDATE allows no DISTINCT:
