@@ -186,6 +186,9 @@ func TestGitHubDownConverges(t *testing.T) {
 	body := pushPayload(sha)
 	e.deliver("push", "guid-down", body, sign(repoSecret, body))
 	e.gh.SetDown(true)
+	// A backoff longer than a pass (the shared 20 ms could end within one
+	// that pushes checks between deliveries, on a busy machine).
+	e.worker.Backoff = func(int) time.Duration { return 300 * time.Millisecond }
 	if res := e.runOnce(); res.Retried != 1 || res.Runs != 0 {
 		t.Fatalf("pass while down: %+v", res)
 	}

@@ -278,18 +278,9 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	nr := store.NewRun{Project: repo.Project, EventAt: d.ReceivedAt}
 	switch e := ev.(type) {
 	case *github.PushEvent:
-		if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {
-			return nil, "branch or tag deleted", "", nil
-		}
-		if !strings.HasPrefix(e.GetRef(), "refs/") || e.GetPusher() == nil {
-			return nil, "", "", domain.Errorf(domain.EInvalid, "the push payload names no ref or pusher")
-		}
-		if note, err := w.replayed(ctx, gh, repo, owner, name, e, d.ReceivedAt); note != "" || err != nil {
+		if sha, note, err = w.pushRun(ctx, gh, repo, owner, name, e, d.ReceivedAt, &nr); note != "" || err != nil {
 			return nil, note, "", err
 		}
-		// A push to the repository's own refs: whoever pushed could.
-		sha, nr.GitRef, nr.Trigger = e.GetAfter(), e.GetRef(), "github:push "+e.GetRef()
-		nr.Scope, nr.Actor = e.GetRef(), fmt.Sprintf("github:%d", e.GetSender().GetID())
 	case *github.PullRequestEvent:
 		// The pipeline's on.pull_request.types decide; an activity none
 		// can name is passed over before the commit is fetched.
@@ -306,12 +297,8 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		return nil, "", "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
 	}
 	nr.GitSHA = sha
-	// Another event at a commit that already waits for approval (an
-	// edited title, a label) adds nothing but the cost of a snapshot.
-	if nr.Untrusted {
-		if id, err := w.Store.WaitingForApproval(ctx, repo.ProjectID, repo.GitHubID, nr.GitRef, sha, nr.Actor); id != "" || err != nil {
-			return nil, "run " + id + " of this commit already waits for approval", sha, err
-		}
+	if note, err := w.alreadyWaiting(ctx, repo, nr); note != "" || err != nil {
+		return nil, note, sha, err
 	}
 	// The pipeline file alone first: a delivery no trigger takes costs no
 	// download of the tree.
@@ -341,6 +328,39 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 		return nil, "", sha, err
 	}
 	return &created, "", sha, nil
+}
+
+// alreadyWaiting says why an untrusted run of nr's commit is not made: one
+// already waits for approval. Another event there (an edited title, a
+// label) would add nothing but the cost of a snapshot.
+func (w *Worker) alreadyWaiting(ctx context.Context, repo store.Repository, nr store.NewRun) (string, error) {
+	if !nr.Untrusted {
+		return "", nil
+	}
+	id, err := w.Store.WaitingForApproval(ctx, repo.ProjectID, repo.GitHubID, nr.GitRef, nr.GitSHA, nr.Actor)
+	if id == "" || err != nil {
+		return "", err
+	}
+	return "run " + id + " of this commit already waits for approval", nil
+}
+
+// pushRun fills in a push's run and returns the commit to build, or why
+// it builds nothing (a deletion, a replay).
+func (w *Worker) pushRun(ctx context.Context, gh *github.Client, repo store.Repository, owner, name string,
+	e *github.PushEvent, at time.Time, nr *store.NewRun) (sha, note string, err error) {
+	if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {
+		return "", "branch or tag deleted", nil
+	}
+	if !strings.HasPrefix(e.GetRef(), "refs/") || e.GetPusher() == nil {
+		return "", "", domain.Errorf(domain.EInvalid, "the push payload names no ref or pusher")
+	}
+	if note, err := w.replayed(ctx, gh, repo, owner, name, e, at); note != "" || err != nil {
+		return "", note, err
+	}
+	// A push to the repository's own refs: whoever pushed could.
+	nr.GitRef, nr.Trigger = e.GetRef(), "github:push "+e.GetRef()
+	nr.Scope, nr.Actor = e.GetRef(), fmt.Sprintf("github:%d", e.GetSender().GetID())
+	return e.GetAfter(), "", nil
 }
 
 // replayed says why push e, received at, is not built: GitHub took it more
