@@ -17,15 +17,18 @@ import (
 // pull request (supersedeWaiting): a pull request holds at most one run
 // waiting for approval, its newest commit's.
 
+// ofRepositorySQL is the condition that run r is of GitHub repository $4:
+// its check runs' (a waiting run's first job has one).
+const ofRepositorySQL = `EXISTS (SELECT 1 FROM jobs j JOIN check_runs c ON c.job_id = j.id WHERE j.run_id = r.id AND c.repository_id = $4)`
+
 // waitingRunSQL finds a run of project $1's ref $2 at commit $3 of
-// GitHub repository $5 that waits for approval, its actor $4 not approved
-// since. The repository is its check runs' (a waiting run's first job has
-// one): two repositories of one project share pull request refs.
+// GitHub repository $4 that waits for approval, its actor $5 not approved
+// since. Two repositories of one project share pull request refs.
 const waitingRunSQL = `
 SELECT r.id FROM runs r
 WHERE r.project_id = $1 AND r.git_ref = $2 AND r.git_sha = $3 AND r.approval = 'pending' AND r.finished_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM approved_actors a WHERE a.project_id = $1 AND a.actor = $4)
-  AND EXISTS (SELECT 1 FROM jobs j JOIN check_runs c ON c.job_id = j.id WHERE j.run_id = r.id AND c.repository_id = $5)
+  AND NOT EXISTS (SELECT 1 FROM approved_actors a WHERE a.project_id = $1 AND a.actor = $5)
+  AND ` + ofRepositorySQL + `
 LIMIT 1`
 
 // supersedeWaitingSQL locks project $1's runs of ref $2 of repository $4,
@@ -33,7 +36,7 @@ LIMIT 1`
 const supersedeWaitingSQL = `
 SELECT r.id FROM runs r
 WHERE r.project_id = $1 AND r.git_ref = $2 AND r.id <> $3 AND r.approval = 'pending' AND r.finished_at IS NULL
-  AND EXISTS (SELECT 1 FROM jobs j JOIN check_runs c ON c.job_id = j.id WHERE j.run_id = r.id AND c.repository_id = $4)
+  AND ` + ofRepositorySQL + `
 ORDER BY r.id FOR UPDATE OF r`
 
 // newRunWaitsSQL reads whether run $1 still waits for approval once made:
@@ -49,7 +52,7 @@ const supersededBy = "ForgeCI: superseded by a newer commit of the pull request"
 // while actor is still not approved ("" when there is none).
 func (s *Store) WaitingForApproval(ctx context.Context, projectID string, repositoryID int64, gitRef, sha, actor string) (string, error) {
 	var id string
-	err := s.pool.QueryRow(ctx, waitingRunSQL, projectID, gitRef, sha, actor, repositoryID).Scan(&id)
+	err := s.pool.QueryRow(ctx, waitingRunSQL, projectID, gitRef, sha, repositoryID, actor).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
@@ -71,19 +74,8 @@ func supersedeWaiting(ctx context.Context, tx pgx.Tx, run *Run, checks *CheckTar
 	if err := tx.QueryRow(ctx, newRunWaitsSQL, run.ID).Scan(&waits); err != nil || !waits {
 		return err
 	}
-	rows, err := tx.Query(ctx, supersedeWaitingSQL, run.ProjectID, run.GitRef, run.ID, checks.RepositoryID)
-	if err != nil {
-		return fmt.Errorf("lock superseded runs: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("lock superseded runs: %w", err)
-	}
-	for _, id := range ids {
-		if err := applyDecision(ctx, tx, id, "", "", ApprovalRejected, supersededBy); err != nil {
-			return err
-		}
-	}
+	ids, err := decideEach(ctx, tx, supersedeWaitingSQL, []any{run.ProjectID, run.GitRef, run.ID, checks.RepositoryID},
+		"", "", ApprovalRejected, supersededBy)
 	run.canceled = append(run.canceled, ids...)
-	return nil
+	return err
 }

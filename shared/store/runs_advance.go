@@ -134,16 +134,18 @@ func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run
 // releaseActor approves, by by, the runs of approved actor actor in
 // project projectID other than runID that still wait for approval.
 func releaseActor(ctx context.Context, tx pgx.Tx, projectID, actor, runID, by string) ([]string, error) {
-	rows, err := tx.Query(ctx, actorWaitingSQL, projectID, actor, runID)
+	return decideEach(ctx, tx, actorWaitingSQL, []any{projectID, actor, runID}, projectID, actor, ApprovalApproved, by)
+}
+
+// decideEach records decision, by by, on each run query (with args)
+// locks, and returns them.
+func decideEach(ctx context.Context, tx pgx.Tx, query string, args []any, projectID, actor, decision, by string) ([]string, error) {
+	ids, err := queryIDs(ctx, tx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("the actor's waiting runs: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("the actor's waiting runs: %w", err)
+		return nil, fmt.Errorf("lock runs to decide: %w", err)
 	}
 	for _, id := range ids {
-		if err := applyDecision(ctx, tx, id, projectID, actor, ApprovalApproved, by); err != nil {
+		if err := applyDecision(ctx, tx, id, projectID, actor, decision, by); err != nil {
 			return nil, err
 		}
 	}

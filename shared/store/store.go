@@ -253,6 +253,15 @@ func inTxValue[T any](ctx context.Context, s *Store, fn func(tx pgx.Tx) (T, erro
 	return v, nil
 }
 
+// queryIDs runs query in tx and returns its rows' one text column.
+func queryIDs(ctx context.Context, tx pgx.Tx, query string, args ...any) ([]string, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // isUniqueViolation reports whether err is a unique-constraint violation.
 func isUniqueViolation(err error) bool {
 	var pe *pgconn.PgError

@@ -169,11 +169,7 @@ func (s *Store) CreateUserToken(ctx context.Context, userID, description string)
 // row is held, so a user disabled meanwhile gets none: the disabling
 // waits, or is seen).
 func (s *Store) CreateUserTokenAs(ctx context.Context, by User, userID, description string) (id, token string, err error) {
-	may := byAdmin(by)
-	if userID == by.ID {
-		may = byActive(by)
-	}
-	return s.createUserToken(ctx, may, by.TokenID, userID, description)
+	return s.createUserToken(ctx, tokensCheck(by, userID), by.TokenID, userID, description)
 }
 
 func (s *Store) createUserToken(ctx context.Context, may check, madeWith, userID, description string) (id, token string, err error) {
@@ -241,11 +237,7 @@ func (s *Store) disableUser(ctx context.Context, may check, userID string, lock 
 		if tag.RowsAffected() == 0 {
 			return domain.Errorf(domain.ENotFound, "user %s not found", userID)
 		}
-		rows, err := tx.Query(ctx, userTokensSQL, userID)
-		if err != nil {
-			return fmt.Errorf("tokens of user: %w", err)
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		ids, err := queryIDs(ctx, tx, userTokensSQL, userID)
 		if err != nil {
 			return fmt.Errorf("tokens of user: %w", err)
 		}

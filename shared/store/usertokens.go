@@ -147,10 +147,7 @@ func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) ([]TokenInfo, erro
 		for _, id := range ids {
 			seen[id] = true
 		}
-		if rows, err = tx.Query(ctx, madeWithSQL, ids); err != nil {
-			return nil, fmt.Errorf("tokens made with tokens: %w", err)
-		}
-		made, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		made, err := queryIDs(ctx, tx, madeWithSQL, ids)
 		if err != nil {
 			return nil, fmt.Errorf("tokens made with tokens: %w", err)
 		}
