@@ -24,15 +24,18 @@ func tokenCmd(g *global) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		return printTable(g, tokens, "ID\tDESCRIPTION\tCREATED\tMADE WITH\tSTATUS", func(t store.TokenInfo) []any {
-			status, with := "active", t.CreatedBy
+		return printTable(g, tokens, "ID\tDESCRIPTION\tCREATED\tLAST USED\tMADE WITH\tSTATUS", func(t store.TokenInfo) []any {
+			status, with, used := "active", t.CreatedBy, "never"
 			if t.RevokedAt != nil {
 				status = "revoked " + t.RevokedAt.Local().Format("2006-01-02 15:04:05")
 			}
 			if with == "" {
 				with = "-"
 			}
-			return []any{t.ID, t.Description, t.CreatedAt.Local().Format("2006-01-02 15:04:05"), with, status}
+			if t.LastUsedAt != nil {
+				used = t.LastUsedAt.Local().Format("2006-01-02 15:04")
+			}
+			return []any{t.ID, t.Description, t.CreatedAt.Local().Format("2006-01-02 15:04:05"), used, with, status}
 		})
 	}))
 	create := command("create", "Make another token (printed once)", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {

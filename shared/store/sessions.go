@@ -19,23 +19,27 @@ const SessionTTL = 12 * time.Hour
 const sessionPrefix = "frs_"
 
 // openSessionSQL opens session $2 for the active token with hash $1 of an
-// active user, until now() + $3 seconds, and answers who it is for.
+// active user, until now() + $3 seconds, and answers who it is for. A
+// session's use, its opening included, is its token's (touchTokenSQL).
 const openSessionSQL = `
-WITH t AS (
-    SELECT t.id, u.id AS user_id, u.name, u.role, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
+WITH found AS (
+    SELECT t.id AS token_id, u.id AS user_id, u.name, u.role, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
     WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL
 ), opened AS (
     INSERT INTO ui_sessions (secret_hash, token_id, expires_at)
-    SELECT $2, t.id, now() + make_interval(secs => $3) FROM t
-)
-SELECT user_id, name, role, id, token_hash FROM t`
+    SELECT $2, token_id, now() + make_interval(secs => $3) FROM found
+), ` + touchTokenSQL + `
+SELECT user_id, name, role, token_id, token_hash FROM found`
 
 // authenticateSessionSQL finds the unexpired session with hash $1 of an
 // active token of an active user.
 const authenticateSessionSQL = `
-SELECT u.id, u.name, u.role, t.id, s.secret_hash
-FROM ui_sessions s JOIN user_tokens t ON t.id = s.token_id JOIN users u ON u.id = t.user_id
-WHERE s.secret_hash = $1 AND s.expires_at > now() AND t.revoked_at IS NULL AND u.disabled_at IS NULL`
+WITH found AS (
+    SELECT u.id AS user_id, u.name, u.role, t.id AS token_id, s.secret_hash
+    FROM ui_sessions s JOIN user_tokens t ON t.id = s.token_id JOIN users u ON u.id = t.user_id
+    WHERE s.secret_hash = $1 AND s.expires_at > now() AND t.revoked_at IS NULL AND u.disabled_at IS NULL
+), ` + touchTokenSQL + `
+SELECT user_id, name, role, token_id, secret_hash FROM found`
 
 // OpenSession signs in with an API token: it returns the secret of a new
 // session and its user. Sessions past their time are deleted meanwhile

@@ -19,10 +19,23 @@ const insertUserSQL = `INSERT INTO users (id, name, role) VALUES ($1, $2, $3)`
 
 const insertFirstTokenSQL = `INSERT INTO user_tokens (id, user_id, token_hash, description) VALUES ($1, $2, $3, 'first token')`
 
-// authenticateUserSQL finds the active token with hash $1 of an active user.
+// authenticateUserSQL finds the active token with hash $1 of an active
+// user, and notes its use (touchTokenSQL).
 const authenticateUserSQL = `
-SELECT u.id, u.name, u.role, t.id, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
-WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL`
+WITH found AS (
+    SELECT u.id AS user_id, u.name, u.role, t.id AS token_id, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
+    WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL
+), ` + touchTokenSQL + `
+SELECT user_id, name, role, token_id, token_hash FROM found`
+
+// touchTokenSQL, a clause of a WITH whose "found" has the token's
+// token_id, notes that the token was used: to the hour, so that a busy
+// token costs one write an hour, not one a request; in the request's own
+// statement, so no second round trip.
+const touchTokenSQL = `touched AS (
+    UPDATE user_tokens SET last_used_at = now() WHERE id = (SELECT token_id FROM found)
+    AND (last_used_at IS NULL OR last_used_at < now() - interval '1 hour')
+)`
 
 // listUsersSQL is a page of the users by name, after $1, at most $2, with
 // how many active tokens each has.

@@ -26,7 +26,7 @@ const userExistsSQL = `SELECT 1 FROM users WHERE id = $1`
 // UUIDv7: ordered by creation), before ID $2 ("" for the first page), at
 // most $3.
 const listUserTokensSQL = `
-SELECT id, description, created_at, revoked_at, coalesce(created_by_token, '') FROM user_tokens
+SELECT ` + tokenInfoColumns + ` FROM user_tokens
 WHERE user_id = $1 AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`
 
 // tokenOfUserSQL finds user $2's token $1.
@@ -36,7 +36,10 @@ const tokenOfUserSQL = `SELECT 1 FROM user_tokens WHERE id = $1 AND user_id = $2
 // was revoked.
 const revokeTokensSQL = `
 UPDATE user_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = ANY ($1)
-RETURNING id, description, created_at, revoked_at, coalesce(created_by_token, '')`
+RETURNING ` + tokenInfoColumns
+
+// tokenInfoColumns are a TokenInfo's (scanTokenInfo).
+const tokenInfoColumns = `id, description, created_at, revoked_at, coalesce(created_by_token, ''), last_used_at`
 
 // madeWithSQL lists the tokens made with tokens $1, whoever's (an admin's
 // token makes others').
@@ -52,6 +55,9 @@ type TokenInfo struct {
 	Description string     `json:"description"`
 	CreatedAt   time.Time  `json:"created_at"`
 	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+	// LastUsedAt is when a request, or a dashboard session opened with
+	// it, last used it, to the hour; nil: never.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
 	// CreatedBy is the token it was made with ("": the operator's).
 	CreatedBy string `json:"created_by_token,omitempty"`
 	// AlsoRevoked, in a revocation's answer, are the tokens made with it
@@ -181,6 +187,6 @@ func userExists(ctx context.Context, tx pgx.Tx, userID string) error {
 
 func scanTokenInfo(row pgx.CollectableRow) (TokenInfo, error) {
 	var t TokenInfo
-	err := row.Scan(&t.ID, &t.Description, &t.CreatedAt, &t.RevokedAt, &t.CreatedBy)
+	err := row.Scan(&t.ID, &t.Description, &t.CreatedAt, &t.RevokedAt, &t.CreatedBy, &t.LastUsedAt)
 	return t, err
 }

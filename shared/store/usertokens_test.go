@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
@@ -101,5 +102,73 @@ func TestTokenLineage(t *testing.T) {
 	}
 	if _, _, err := s.CreateUserTokenAs(ctx, me, me.ID, "after"); !domain.Is(err, domain.EUnauthorized) {
 		t.Errorf("a token made with a revoked token: %v, want unauthorized", err)
+	}
+}
+
+// TestTokenLastUsed: a token's list entry says when it was last used, by a
+// request or by a dashboard session opened with it, to the hour; a token
+// never used says nothing, and another token's use is not its.
+func TestTokenLastUsed(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	bob, token, err := s.CreateUser(ctx, "bob", store.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.CreateUserToken(ctx, bob.ID, "never used"); err != nil {
+		t.Fatal(err)
+	}
+	lastUsed := func() map[string]*time.Time {
+		t.Helper()
+		tokens, _, err := s.ListUserTokensAs(ctx, bob, bob.ID, store.Page{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*time.Time{}
+		for _, tok := range tokens {
+			out[tok.Description] = tok.LastUsedAt
+		}
+		return out
+	}
+	if got := lastUsed(); got["first token"] != nil || got["never used"] != nil {
+		t.Fatalf("unused tokens have a last use: %v", got)
+	}
+	u, err := s.AuthenticateUser(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := lastUsed()
+	if first["first token"] == nil || time.Since(*first["first token"]) > time.Minute || first["never used"] != nil {
+		t.Fatalf("after one request: %v", first)
+	}
+	// Within the hour a request writes nothing.
+	back := func(d string) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, `UPDATE user_tokens SET last_used_at = now() - $2::interval WHERE id = $1`, u.TokenID, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	back("30 minutes")
+	if _, err := s.AuthenticateUser(ctx, token); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastUsed()["first token"]; got == nil || time.Since(*got) < 29*time.Minute {
+		t.Fatalf("a request within the hour moved the last use to %v", got)
+	}
+	// A session opened with it, and its use, are the token's.
+	back("2 hours")
+	secret, _, err := s.OpenSession(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lastUsed()["first token"]; got == nil || time.Since(*got) > time.Minute {
+		t.Fatalf("signing in did not note a use: %v", got)
+	}
+	back("2 hours")
+	if _, err := s.AuthenticateSession(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastUsed(); got["first token"] == nil || time.Since(*got["first token"]) > time.Minute || got["never used"] != nil {
+		t.Fatalf("a session's request did not note a use: %v", got)
 	}
 }
