@@ -86,20 +86,22 @@ func (l *Layout) Controls(c string) bool {
 	return ok
 }
 
-// PidsCeiling is the tightest pids.max above the jobs' groups (the
-// runner's own groups and theirs: a systemd unit's TasksMax), 0 if none.
-func (l *Layout) PidsCeiling() int {
-	dir := l.V2
+// ceiling is the tightest limit of controller c (its v2 or v1 file) at
+// or above the jobs' groups: the runner's own groups and theirs (a
+// systemd unit's TasksMax or MemoryMax, a container's); 0 if none. v1's
+// "no limit" is a number near 2^63, which no machine's memory reaches.
+func (l *Layout) ceiling(c, v2file, v1file string) int64 {
+	dir, file := l.V2, v2file
 	if !l.V2Controllers {
-		dir = l.V1["pids"]
+		dir, file = l.V1[c], v1file
 	}
-	ceiling := 0
+	var ceiling int64
 	for ; dir != "" && dir != filepath.Dir(dir); dir = filepath.Dir(dir) {
-		b, err := os.ReadFile(filepath.Join(dir, "pids.max"))
+		b, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
 			break // the hierarchy's root has none
 		}
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && (ceiling == 0 || n < ceiling) {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n < 1<<62 && (ceiling == 0 || n < ceiling) {
 			ceiling = n
 		}
 	}

@@ -68,11 +68,10 @@ type Config struct {
 	// (user and bwrap).
 	SlotUsers []string
 	Limits    Limits
-	// DefaultPids, with no Limits.Pids, gives each job DefaultPids(slots)
-	// where the runner makes cgroups with a pids controller: without a
-	// bound, one job's fork bomb takes every PID of the machine, and the
-	// runner then cannot start a thread or another job a process.
-	DefaultPids bool
+	// DefaultPids, with no Limits.Pids, and DefaultMemory, with no
+	// Limits.MemoryBytes, give each job a share of the machine where the
+	// runner makes cgroups (defaults.go).
+	DefaultPids, DefaultMemory bool
 	// CgroupRoot is where cgroup hierarchies are mounted (default
 	// /sys/fs/cgroup); CgroupBase names this runner's groups under them.
 	CgroupRoot, CgroupBase string
@@ -173,14 +172,8 @@ func New(cfg Config, slots int) (*Isolator, error) {
 			return nil, fmt.Errorf("isolation %s: %w", cfg.Mode, err)
 		}
 		i.cgroups = l
-		if l != nil && cfg.DefaultPids && cfg.Limits.Pids == 0 {
-			if l.Controls("pids") {
-				i.cfg.Limits.Pids = DefaultPids(slots, MachinePids(), l.PidsCeiling())
-			} else {
-				i.Warning = strings.TrimPrefix(i.Warning+"; no pids controller: jobs have no limit of processes", "; ")
-			}
-		}
 		if l != nil {
+			i.applyDefaults(l, slots)
 			if n := l.ReapStale(); n > 0 {
 				i.Warning = strings.TrimPrefix(i.Warning+fmt.Sprintf("; killed what %d jobs of runners no longer running had left", n), "; ")
 			}
@@ -189,34 +182,6 @@ func New(cfg Config, slots int) (*Isolator, error) {
 		return nil, errors.New("job limits need cgroups, which need the runner to run as root")
 	}
 	return i, nil
-}
-
-// DefaultPids is the processes (threads included) one job may have by
-// default: together the slots' jobs take at most half of what the machine
-// and the runner's own cgroups (a systemd unit's TasksMax) allow, leaving
-// the rest to the runner; one job at least 256 and at most 8192.
-func DefaultPids(slots, machine, ceiling int) int {
-	budget := machine
-	if ceiling > 0 && ceiling < budget {
-		budget = ceiling
-	}
-	return max(256, min(8192, budget/2/max(slots, 1)))
-}
-
-// MachinePids is the lower of kernel.pid_max and kernel.threads-max.
-func MachinePids() int {
-	machine := 0
-	for _, f := range []string{"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"} {
-		if b, err := os.ReadFile(f); err == nil {
-			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 && (machine == 0 || n < machine) {
-				machine = n
-			}
-		}
-	}
-	if machine == 0 {
-		machine = 32768 // Linux's default pid_max
-	}
-	return machine
 }
 
 // Limits are the runner's limits of every job.

@@ -101,7 +101,7 @@ func run(args []string) error {
 	grace := fs.Duration("kill-grace", 10*time.Second, "time between SIGTERM and SIGKILL of a stopped step")
 	isolation := fs.String("isolation", string(isolate.DefaultMode()), "how steps are kept from the runner and each other: none, user (a user per slot; needs root) or bwrap (user, inside a bubblewrap sandbox)")
 	slotUsers := fs.String("slot-users", "", "comma-separated users steps run as, one per slot (default forgeci-slot0,forgeci-slot1,...)")
-	memory := fs.String("memory-limit", "", "memory of one job, such as 4G (default: none)")
+	memory := fs.String("memory-limit", "", "memory of one job, such as 4G; 0: none (default: where the runner makes cgroups, the machine's memory less an eighth, at least 512 MiB, shared among the slots)")
 	pids := fs.Int("pids-limit", -1, "processes (threads too) of one job; 0: none (default: where the runner makes cgroups, half the machine's PIDs shared among the slots, at most 8192 a job)")
 	cpus := fs.Float64("cpu-limit", 0, "CPUs of one job, such as 1.5 (default: none)")
 	ephemeral := fs.Bool("ephemeral", false, "run exactly one job, then exit (for throwaway machines)")
@@ -133,9 +133,9 @@ func run(args []string) error {
 		return errors.New("--concurrency must be from 1 to 256")
 	}
 	lim := isolate.Limits{Pids: max(*pids, 0), CPUs: *cpus}
-	if *memory != "" {
+	if *memory != "" && *memory != "0" {
 		if lim.MemoryBytes, err = domain.ParseBytes(*memory); err != nil {
-			return fmt.Errorf("--memory-limit %q: %w", *memory, err)
+			return fmt.Errorf("--memory-limit %q: %w (0: none)", *memory, err)
 		}
 	}
 	if *pids < -1 || lim.CPUs < 0 {
@@ -148,7 +148,7 @@ func run(args []string) error {
 		}
 	}
 	iso, err := isolate.New(isolate.Config{Mode: isolate.Mode(*isolation), SlotUsers: users, Limits: lim,
-		DefaultPids: *pids == -1}, *concurrency)
+		DefaultPids: *pids == -1, DefaultMemory: *memory == ""}, *concurrency)
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func run(args []string) error {
 		a.Abort()
 	}()
 	log.Info("runner started", "server", *server, "concurrency", *concurrency, "work_dir", *workDir,
-		"isolation", iso.Mode(), "ephemeral", *ephemeral, "job_pids_limit", iso.Limits().Pids)
+		"isolation", iso.Mode(), "ephemeral", *ephemeral, "job_pids_limit", iso.Limits().Pids, "job_memory_limit", iso.Limits().MemoryBytes)
 	return a.Run(ctx)
 }
 
