@@ -220,7 +220,7 @@ func (f *tenancy) state() string {
 	b.WriteString(f.snapshot())
 	for _, table := range []string{"project_members", "project_secrets", "project_keys", "approved_actors", "users",
 		"user_tokens", "scm_deliveries", "check_runs", "environments", "deployments"} {
-		rows, err := f.pool.Query(context.Background(), `SELECT to_jsonb(t)::text FROM `+table+` t ORDER BY 1`)
+		rows, err := f.pool.Query(context.Background(), `SELECT `+rowText(table)+` FROM `+table+` t ORDER BY 1`)
 		if err != nil {
 			f.t.Fatal(err)
 		}
