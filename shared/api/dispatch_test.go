@@ -109,6 +109,61 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
+// TestDispatchAsksTheSnapshotsAuthor: a manual run of main runs the
+// newest snapshot submitted from main again, with the secrets; once its
+// author has lost the secrets permission (or the project), another
+// member's manual run is refused rather than run that code as theirs.
+func TestDispatchAsksTheSnapshotsAuthor(t *testing.T) {
+	e := setup(t)
+	sam := e.member("sam", e.project.ID, store.RoleWrite, true)
+	sue := e.member("sue", e.project.ID, store.RoleWrite, true)
+	src := e.uploadPipeline(dispatchYAML)
+	if code, body := e.post("/v1/runs", sam, map[string]any{"project": "acme/app", "source": src, "branch": "main"}); code != 201 {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	path := "/v1/projects/" + e.project.ID + "/dispatch"
+	req := map[string]any{"ref": "main", "inputs": map[string]string{"target": "staging"}}
+	if code, body := e.post(path, sue, req); code != 201 {
+		t.Fatalf("dispatch of sam's snapshot while sam may: %d %s", code, body)
+	}
+	e.exec(`UPDATE project_members SET secrets = false WHERE user_id = (SELECT id FROM users WHERE name = 'sam')`)
+	var before, after int
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM runs`).Scan(&before)
+	// The newest run of main is sue's manual run: the snapshot is still
+	// sam's; and a retry of either runs sam's code again too.
+	if code, body := e.post(path, sue, req); code != 403 || !strings.Contains(string(body), "its snapshot was submitted by a member who no longer has the secrets permission") {
+		t.Fatalf("dispatch of the snapshot of a member without the secrets permission: %d %s", code, body)
+	}
+	var runIDs []string
+	rows, _ := e.pool.Query(context.Background(), `SELECT id FROM runs`)
+	for rows.Next() {
+		var id string
+		_ = rows.Scan(&id)
+		runIDs = append(runIDs, id)
+	}
+	for _, id := range runIDs {
+		e.exec(`UPDATE runs SET state = 'FAILED', finished_at = now() WHERE id = $1`, id)
+		if code, body := e.post("/v1/runs/"+id+"/retry", sue, nil); code != 403 || !strings.Contains(string(body), "no longer has the secrets permission") {
+			t.Fatalf("retry of a run of sam's snapshot: %d %s", code, body)
+		}
+	}
+	e.exec(`DELETE FROM project_members WHERE user_id = (SELECT id FROM users WHERE name = 'sam')`)
+	if code, body := e.post(path, sue, req); code != 403 || !strings.Contains(string(body), "may no longer start runs") {
+		t.Fatalf("dispatch of the snapshot of a former member: %d %s", code, body)
+	}
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM runs`).Scan(&after)
+	if after != before {
+		t.Fatalf("refused dispatches made %d runs", after-before)
+	}
+	// A snapshot of sue's own is hers to run again.
+	if code, body := e.post("/v1/runs", sue, map[string]any{"project": "acme/app", "source": src, "branch": "main"}); code != 201 {
+		t.Fatalf("submit: %d %s", code, body)
+	}
+	if code, body := e.post(path, sue, req); code != 201 {
+		t.Fatalf("dispatch of sue's snapshot: %d %s", code, body)
+	}
+}
+
 // uploadPipeline puts a snapshot holding the pipeline into acme/app's
 // tiers (trusted when none are named) and returns its source.
 func (e *env) uploadPipeline(yml string, tiers ...bool) domain.Source {

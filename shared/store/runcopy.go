@@ -83,5 +83,6 @@ func copyRun(ctx context.Context, tx pgx.Tx, old Run, jobID string) (NewRun, err
 	return NewRun{Project: old.Project, GitSHA: old.GitSHA, GitRef: old.GitRef, GitDirty: old.GitDirty,
 		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group, Inputs: old.Inputs,
 		Source:    domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize},
-		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor, Jobs: jobs}, nil
+		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor, Jobs: jobs,
+		SourceBy: old.SourceBy}, nil
 }

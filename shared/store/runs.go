@@ -67,6 +67,13 @@ type NewRun struct {
 	// retry): a trusted run of the default branch makes them the
 	// project's.
 	Schedules []domain.Schedule
+	// SourceBy is the member whose submission the snapshot is
+	// ("user:<id>"; "" for a GitHub project's): a run that runs it again
+	// for someone else (a manual run, a retry, a schedule) keeps it, and
+	// that member must still be allowed to start it, checked in the run's
+	// transaction, or their code would run with the secrets after their
+	// permission was taken away, as another's.
+	SourceBy string
 	// EventAt is when the event the run is for happened (a delivery's
 	// arrival); zero: the run is made for none earlier than now. In a
 	// concurrency group, a run of an older event than an open run's is
@@ -126,6 +133,8 @@ type Run struct {
 	ConcurrencyCancel  bool   `json:"concurrency_cancel_in_progress,omitempty"`
 	// Inputs are a manual run's inputs.
 	Inputs map[string]any `json:"inputs,omitempty"`
+	// SourceBy is the member whose submission its snapshot is (NewRun).
+	SourceBy string `json:"source_by,omitempty"`
 	// jobGroups: a job of the new run has a concurrency group; canceled
 	// are the runs its group's cancel-in-progress canceled. Their groups
 	// are settled once the new run commits (afterCreate).
@@ -188,6 +197,12 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 			return Run{}, err
 		}
 	}
+	if nr.SourceBy != "" && (nr.By == nil || nr.SourceBy != "user:"+nr.By.ID) {
+		of := Run{Actor: nr.SourceBy, ProjectID: projectID, Project: nr.Project, Trusted: !nr.Untrusted}
+		if err := authorStillMay(ctx, tx, of, "its snapshot was submitted"); err != nil {
+			return Run{}, err
+		}
+	}
 	if nr.Trigger == "" {
 		nr.Trigger = "manual"
 	}
@@ -198,7 +213,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
 		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest, SourceSize: nr.Source.Size,
 		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone,
-		Workflow: nr.Workflow, HeadRef: nr.HeadRef, Inputs: nr.Inputs}
+		Workflow: nr.Workflow, HeadRef: nr.HeadRef, Inputs: nr.Inputs, SourceBy: nr.SourceBy}
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
@@ -292,7 +307,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
-		run.concurrencySpec, run.eventAt)
+		run.concurrencySpec, run.eventAt, run.SourceBy)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}

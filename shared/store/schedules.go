@@ -242,7 +242,7 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 		if err != nil {
 			return fmt.Errorf("the schedule's run %s: %w", d.templateRun, err)
 		}
-		if err := authorStillMay(ctx, tx, old); err != nil {
+		if err := authorStillMay(ctx, tx, old, "the schedule's run was made"); err != nil {
 			return err
 		}
 		nr, err := copyRun(ctx, tx, old, "")
@@ -346,21 +346,23 @@ func dueSlot(d dueSchedule) (time.Time, bool) {
 	return due, !due.IsZero()
 }
 
-// authorStillMay checks, when a schedule fires, that the member whose run
-// it fires again may still start it: the write role, and for a trusted
-// run the secrets permission. A run from a GitHub push has no member to
-// ask: it is the repository's own ref.
-func authorStillMay(ctx context.Context, tx pgx.Tx, old Run) error {
+// authorStillMay checks, when a run is started again (a schedule firing;
+// a manual run, a retry or a schedule running a member's submitted
+// snapshot), that the member old.Actor (what says what they did, for the
+// error) may still start it: the write role, and for a trusted run the
+// secrets permission. A run from a GitHub push has no member to ask: it
+// is the repository's own ref.
+func authorStillMay(ctx context.Context, tx pgx.Tx, old Run, what string) error {
 	id, ok := strings.CutPrefix(old.Actor, "user:")
 	if !ok {
 		return nil
 	}
 	a, err := authorize(ctx, tx, User{ID: id}, old.ProjectID, RankWrite, "project "+old.Project)
 	if err != nil {
-		return domain.Errorf(domain.EForbidden, "the schedule's run was made by a member who may no longer start runs in %s (%v)", old.Project, err)
+		return domain.Errorf(domain.EForbidden, "%s by a member who may no longer start runs in %s (%v)", what, old.Project, err)
 	}
 	if old.Trusted && !a.Secrets {
-		return domain.Errorf(domain.EForbidden, "the schedule's run was made by a member who no longer has the secrets permission in %s", old.Project)
+		return domain.Errorf(domain.EForbidden, "%s by a member who no longer has the secrets permission in %s: submit it again", what, old.Project)
 	}
 	return nil
 }

@@ -234,27 +234,44 @@ func fakeTimeLibrary(t *testing.T) string {
 }
 
 // TestScheduleAuthorRevoked: a schedule fires a member's run again only
-// while they may still start it: once they lost the secrets permission,
-// its slot is recorded skipped, saying why, and nothing runs.
+// while they, and the member who submitted its snapshot (bob's manual run
+// of alice's), may still start it: once alice lost the secrets
+// permission, its slot is recorded skipped, saying why, and nothing runs.
 func TestScheduleAuthorRevoked(t *testing.T) {
+	for _, runOfBob := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alice's run", true: "bob's run of alice's snapshot"}[runOfBob], func(t *testing.T) {
+			testScheduleAuthorRevoked(t, runOfBob)
+		})
+	}
+}
+
+func testScheduleAuthorRevoked(t *testing.T, runOfBob bool) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
 	p := pgtest.Project(t, s, "p")
 	root := pgtest.Admin(t, s, "root")
-	if _, _, err := s.CreateUser(ctx, "alice", store.RoleUser); err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.SetMember(ctx, root, p.ID, "alice", store.RoleWrite, true)
-	if err != nil {
-		t.Fatal(err)
+	ids := map[string]string{}
+	for _, name := range []string{"alice", "bob"} {
+		if _, _, err := s.CreateUser(ctx, name, store.RoleUser); err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.SetMember(ctx, root, p.ID, name, store.RoleWrite, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = "user:" + m.UserID
 	}
 	minute := (time.Now().UTC().Minute() + 59) % 60
 	pl, err := pipeline.Parse("f.yml", []byte(scheduledPipeline(minute, "run-once")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", GitRef: "refs/heads/main", Actor: "user:" + m.UserID,
-		Jobs: pl.Jobs, Schedules: pl.Schedules(), Concurrency: pl.Concurrency}); err != nil {
+	nr := store.NewRun{Project: "p", GitRef: "refs/heads/main", Actor: ids["alice"],
+		Jobs: pl.Jobs, Schedules: pl.Schedules(), Concurrency: pl.Concurrency}
+	if runOfBob {
+		nr.Actor, nr.SourceBy = ids["bob"], ids["alice"]
+	}
+	if _, err := s.CreateRun(ctx, nr); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE schedules SET created_at = now() - interval '2 hours'`); err != nil {
