@@ -352,9 +352,9 @@ func gcCmd(g *global) *cobra.Command {
 			if g.json {
 				return printJSON(plan)
 			}
-			fmt.Printf("would reject %d runs left waiting for approval; would remove: %d runs past retention, %d deliveries, %d staged cache saves, %d idle caches, "+
+			fmt.Printf("would reject %d runs left waiting for approval; would remove: %d runs past retention, %d deliveries, %d remembered push bodies, %d staged cache saves, %d idle caches, "+
 				"%d caches over quota, %d uploads never committed, %d unreferenced blobs (%d bytes, more once those go)\n",
-				plan.ApprovalsExpired, plan.Runs, plan.Deliveries, plan.PendingCaches, plan.CachesIdle, plan.CachesOverQuota, plan.Uploads, plan.Blobs, plan.BlobBytes)
+				plan.ApprovalsExpired, plan.Runs, plan.Deliveries, plan.PushBodies, plan.PendingCaches, plan.CachesIdle, plan.CachesOverQuota, plan.Uploads, plan.Blobs, plan.BlobBytes)
 			return nil
 		}),
 	}

@@ -110,7 +110,7 @@ func GC(st *store.Store, budget time.Duration, log *slog.Logger) Pass {
 			return time.Time{}, err
 		}
 		if res != (store.GCResult{Done: true}) {
-			log.Info("gc", "approvals_expired", res.ApprovalsExpired, "runs", res.Runs, "caches", res.CachesIdle+res.CachesOverQuota, "uploads", res.Uploads,
+			log.Info("gc", "approvals_expired", res.ApprovalsExpired, "runs", res.Runs, "deliveries", res.Deliveries+res.PushBodies, "caches", res.CachesIdle+res.CachesOverQuota, "uploads", res.Uploads,
 				"blobs", res.Blobs, "blob_bytes", res.BlobBytes, "done", res.Done)
 		}
 		if !res.Done {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 // TestOldPushIsNotRebuilt: a signed push body sent again long after GitHub
@@ -58,5 +60,54 @@ func TestOldPushIsNotRebuilt(t *testing.T) {
 	_ = e.pool.QueryRow(t.Context(), `SELECT coalesce(note, '') || coalesce(last_error, '') FROM scm_deliveries WHERE guid = 'g-tag'`).Scan(&note)
 	if strings.Contains(note, "a replay") {
 		t.Fatalf("an old annotated tag still naming its commit was taken for a replay: %q", note)
+	}
+}
+
+// TestReplayAfterCollection: a push body is remembered after its delivery
+// is collected (30 days), so a replay under a new ID, its ref unmoved (a
+// release tag), makes no run; a push GitHub took more than
+// store.PushHorizon before, whose body may be forgotten, is refused by its
+// age, saying so.
+func TestReplayAfterCollection(t *testing.T) {
+	e := setup(t)
+	dir, sha := gitRepo(t, pipelineYAML)
+	e.gh.AddGitCommit(t, repoName, dir, sha)
+	e.gh.AddRef(repoName, "refs/heads/main", sha)
+	body := func(ago time.Duration) []byte {
+		var m map[string]any
+		_ = json.Unmarshal(pushPayload(sha), &m)
+		m["repository"].(map[string]any)["pushed_at"] = time.Now().Add(-ago).Unix()
+		b, _ := json.Marshal(m)
+		return b
+	}
+	b := body(time.Hour)
+	e.deliver("push", "g-first", b, sign(repoSecret, b))
+	if res := e.runOnce(); res.Runs != 1 {
+		t.Fatalf("the push: %d runs", res.Runs)
+	}
+	// The collector deletes finished deliveries after 30 days.
+	if _, err := e.pool.Exec(t.Context(), `DELETE FROM scm_deliveries`); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := e.deliver("push", "g-replayed", b, sign(repoSecret, b)); code >= 300 {
+		t.Fatalf("the replay is answered %d (GitHub would retry it)", code)
+	}
+	if res := e.runOnce(); res.Runs != 0 {
+		t.Fatalf("the replay after its delivery was collected: %d runs", res.Runs)
+	}
+	var recorded int
+	_ = e.pool.QueryRow(t.Context(), `SELECT count(*) FROM scm_deliveries`).Scan(&recorded)
+	if recorded != 0 {
+		t.Fatalf("the replay was recorded (%d deliveries)", recorded)
+	}
+	old := body(store.PushHorizon + 24*time.Hour)
+	e.deliver("push", "g-old", old, sign(repoSecret, old))
+	if res := e.runOnce(); res.Runs != 0 {
+		t.Fatalf("a push made %v ago: %d runs", store.PushHorizon+24*time.Hour, res.Runs)
+	}
+	var note string
+	_ = e.pool.QueryRow(t.Context(), `SELECT coalesce(note, '') FROM scm_deliveries WHERE guid = 'g-old'`).Scan(&note)
+	if !strings.Contains(note, "older than any push ForgeCI remembers") {
+		t.Fatalf("the old push's delivery says %q", note)
 	}
 }

@@ -33,10 +33,11 @@ const (
 	DefaultCheckLease = 2 * time.Minute
 	// MaxPushAge is how long after GitHub took a push (the signed
 	// repository.pushed_at) its delivery makes a run whatever its ref
-	// names now (Worker.replayed). Deliveries are deduplicated for 30
-	// days, and GitHub redelivers only the last few days' hooks: a signed
-	// push body sent again later (from a delivery log) must not rebuild,
-	// with secrets, a commit the branch has long left behind.
+	// names now (Worker.replayed). Deliveries are deduplicated by ID and
+	// body (push bodies for store.PushMemory), and GitHub redelivers only
+	// the last few days' hooks: a signed push body sent again later (from
+	// a delivery log) must not rebuild, with secrets, a commit the branch
+	// has long left behind.
 	MaxPushAge = 7 * 24 * time.Hour
 )
 
@@ -365,13 +366,22 @@ func (w *Worker) pushRun(ctx context.Context, gh *github.Client, repo store.Repo
 
 // replayed says why push e, received at, is not built: GitHub took it more
 // than MaxPushAge before (its signed repository.pushed_at) and its ref no
-// longer names its commit, as the App sees it now. A tag made through the
-// API may not move pushed_at; it still names its commit, and is built.
+// longer names its commit, as the App sees it now, or more than
+// store.PushHorizon before. A tag made through the API may not move
+// pushed_at; it still names its commit, and is built. A replay of a push
+// built already, whatever its ref names, is refused at its recording
+// (store.RecordDelivery remembers push bodies).
 func (w *Worker) replayed(ctx context.Context, gh *github.Client, repo store.Repository, owner, name string,
 	e *github.PushEvent, at time.Time) (string, error) {
 	pushed := e.GetRepo().GetPushedAt().Time
 	if pushed.IsZero() || at.Sub(pushed) <= MaxPushAge {
 		return "", nil
+	}
+	if at.Sub(pushed) > store.PushHorizon {
+		// Older than any push body ForgeCI still remembers: whether it
+		// was built already cannot be told.
+		return fmt.Sprintf("a push of %s made %s, received more than %d days later: older than any push ForgeCI remembers, so possibly a replay; push again to build it",
+			e.GetAfter(), pushed.UTC().Format(time.RFC3339), int(store.PushHorizon.Hours()/24)), nil
 	}
 	now, err := w.resolve(ctx, gh, repo, owner, name, e.GetRef())
 	if err != nil && domain.ErrorCode(err) != domain.ENotFound {

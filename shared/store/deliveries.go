@@ -20,10 +20,31 @@ import (
 // run, is ignored or fails.
 
 // recordDeliverySQL stores a delivery unless its GUID, or its very body
-// for its repository, was recorded before (a redelivery or a replay).
+// for its repository, was recorded before (a redelivery or a replay), or
+// is a push body remembered after its delivery was collected; a push's
+// body is remembered. It answers 1 if it stored the delivery.
 const recordDeliverySQL = `
-INSERT INTO scm_deliveries (guid, event, repository_id, payload, body_sha256) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT DO NOTHING`
+WITH ins AS (
+    INSERT INTO scm_deliveries (guid, event, repository_id, payload, body_sha256)
+    SELECT $1, $2, $3, $4, $5
+    WHERE NOT EXISTS (SELECT 1 FROM scm_push_bodies WHERE repository_id = $3 AND body_sha256 = $5)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), kept AS (
+    INSERT INTO scm_push_bodies (repository_id, body_sha256)
+    SELECT $3, $5 WHERE $2 = 'push' AND EXISTS (SELECT 1 FROM ins)
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM ins`
+
+// A push body is remembered PushMemory after its delivery; a push GitHub
+// took more than PushHorizon before is refused by its age (scm's
+// Worker.replayed), shorter, so that every push body still taken is
+// remembered once taken: its replay, however late, is known.
+const (
+	PushHorizon = 365 * 24 * time.Hour
+	PushMemory  = 400 * 24 * time.Hour
+)
 
 // claimDeliverySQL leases the oldest due pending delivery for $1 seconds
 // (one whose lease expired is due again), counting an attempt.
@@ -120,17 +141,17 @@ type Delivery struct {
 func (s *Store) RecordDelivery(ctx context.Context, guid, event string, repositoryID int64, payload []byte) (bool, error) {
 	sum := sha256.Sum256(payload)
 	// Either the GUID or the signed body already seen: nothing new.
-	tag, err := s.pool.Exec(ctx, recordDeliverySQL, guid, event, repositoryID, payload, sum[:])
-	if err != nil {
+	var stored int
+	if err := s.pool.QueryRow(ctx, recordDeliverySQL, guid, event, repositoryID, payload, sum[:]).Scan(&stored); err != nil {
 		return false, fmt.Errorf("record delivery: %w", err)
 	}
 	// Noted after the insert, so a delivery is never refused for S3's
 	// sake: the webhook also kicks the GitHub worker, whose kicked
 	// invocations run whatever the notes say (scheduled.RunKicked).
-	if s.board != nil && tag.RowsAffected() == 1 {
+	if s.board != nil && stored == 1 {
 		_ = s.board.Mark(ctx, s.board.Now(), wake.SCM)
 	}
-	return tag.RowsAffected() == 1, nil
+	return stored == 1, nil
 }
 
 // ClaimDelivery leases the oldest due pending delivery for ttl, or returns

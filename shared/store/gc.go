@@ -46,6 +46,13 @@ DELETE FROM scm_deliveries WHERE guid IN (
     SELECT guid FROM scm_deliveries WHERE finished_at < now() - make_interval(secs => $2)
     ORDER BY finished_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
 
+// forgetPushBodiesSQL forgets up to $1 push bodies remembered more than
+// $2 seconds (PushMemory).
+const forgetPushBodiesSQL = `
+DELETE FROM scm_push_bodies WHERE (repository_id, body_sha256) IN (
+    SELECT repository_id, body_sha256 FROM scm_push_bodies WHERE received_at < now() - make_interval(secs => $2)
+    ORDER BY received_at LIMIT $1 FOR UPDATE SKIP LOCKED)`
+
 // dropPendingCachesSQL deletes up to $1 staged cache saves of attempts
 // that ended.
 const dropPendingCachesSQL = `
@@ -145,6 +152,7 @@ type GCResult struct {
 	ApprovalsExpired int   `json:"approvals_expired"`
 	Runs             int   `json:"runs"`
 	Deliveries       int   `json:"deliveries"`
+	PushBodies       int   `json:"push_bodies"` // forgotten after PushMemory
 	PendingCaches    int   `json:"pending_caches"`
 	LogsCompacted    int   `json:"logs_compacted"` // ended attempts whose log chunks were merged
 	CachesIdle       int   `json:"caches_idle"`
@@ -195,6 +203,7 @@ func (s *Store) CollectGarbage(ctx context.Context, o GCOptions) (GCResult, erro
 		{"approvals", &res.ApprovalsExpired, func(ctx context.Context, n int) (int, error) { return s.expireApprovals(ctx, n, o.ApprovalTTL) }},
 		{"runs", &res.Runs, func(ctx context.Context, n int) (int, error) { return s.expireRuns(ctx, n) }},
 		{"deliveries", &res.Deliveries, s.execStep(expireDeliveriesSQL, o.DeliveryTTL.Seconds())},
+		{"push bodies", &res.PushBodies, s.execStep(forgetPushBodiesSQL, PushMemory.Seconds())},
 		{"pending caches", &res.PendingCaches, s.execStep(dropPendingCachesSQL)},
 		{"logs", &res.LogsCompacted, s.compactLogs},
 		{"idle caches", &res.CachesIdle, s.execStep(evictIdleCachesSQL, o.CacheIdle.Seconds())},

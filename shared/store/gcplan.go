@@ -11,8 +11,8 @@ import (
 )
 
 // gcPlanSQL counts what each step of a collection but the blobs' would
-// remove now ($1, $2, $3: the deliveries', idle caches' and uploads' ages
-// in seconds).
+// remove now ($1 to $5: the deliveries', idle caches', uploads', waiting
+// approvals' and push bodies' ages in seconds).
 const gcPlanSQL = `
 SELECT
   (SELECT count(*) FROM runs r JOIN projects p ON p.id = r.project_id
@@ -26,7 +26,8 @@ SELECT
    AND NOT EXISTS (SELECT 1 FROM blobs WHERE s3_key = u.s3_key)),
   (SELECT count(*) FROM job_attempts WHERE NOT log_compacted),
   (SELECT count(*) FROM runs WHERE approval = 'pending' AND finished_at IS NULL
-   AND created_at < now() - make_interval(secs => $4))`
+   AND created_at < now() - make_interval(secs => $4)),
+  (SELECT count(*) FROM scm_push_bodies WHERE received_at < now() - make_interval(secs => $5))`
 
 // gcPlanBlobsSQL counts the blobs unreferenced and untouched for $1 seconds.
 const gcPlanBlobsSQL = `
@@ -51,8 +52,9 @@ FROM projects p WHERE p.id = $1 AND project_rank($2, p.id) >= 1`
 // removes first free more.
 func (s *Store) gcPlan(ctx context.Context, o GCOptions) (GCResult, error) {
 	var r GCResult
-	err := s.pool.QueryRow(ctx, gcPlanSQL, o.DeliveryTTL.Seconds(), o.CacheIdle.Seconds(), o.UploadTTL.Seconds(), o.ApprovalTTL.Seconds()).Scan(
-		&r.Runs, &r.Deliveries, &r.PendingCaches, &r.CachesIdle, &r.CachesOverQuota, &r.Uploads, &r.LogsCompacted, &r.ApprovalsExpired)
+	err := s.pool.QueryRow(ctx, gcPlanSQL, o.DeliveryTTL.Seconds(), o.CacheIdle.Seconds(), o.UploadTTL.Seconds(), o.ApprovalTTL.Seconds(),
+		PushMemory.Seconds()).Scan(
+		&r.Runs, &r.Deliveries, &r.PendingCaches, &r.CachesIdle, &r.CachesOverQuota, &r.Uploads, &r.LogsCompacted, &r.ApprovalsExpired, &r.PushBodies)
 	if err != nil {
 		return r, fmt.Errorf("gc plan: %w", err)
 	}
