@@ -241,6 +241,9 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := insertRun(ctx, tx, &run); err != nil {
 		return Run{}, err
 	}
+	if err := trustedSpeaks(ctx, tx, projectID, &nr); err != nil {
+		return Run{}, err
+	}
 	if err := insertJobs(ctx, tx, &run, nr); err != nil {
 		return Run{}, err
 	}
@@ -310,6 +313,26 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 		run.concurrencySpec, run.eventAt, run.SourceBy)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
+	}
+	return nil
+}
+
+// trustedSpeaks drops the check runs of an untrusted run of a commit a
+// trusted run of the project has built: GitHub shows a commit's newest
+// check run of each name, and a fork's pull request whose head is that
+// commit (a maintainer's branch, say) must not restate its checks, with
+// jobs skipped by conditions on the event, no secrets, caches of its own.
+// The trusted run's checks stand for the commit.
+func trustedSpeaks(ctx context.Context, tx pgx.Tx, projectID string, nr *NewRun) error {
+	if !nr.Untrusted || nr.Checks == nil {
+		return nil
+	}
+	var built bool
+	if err := tx.QueryRow(ctx, trustedRunOfCommitSQL, projectID, nr.Source.BlobDigest, nr.Checks.HeadSHA).Scan(&built); err != nil {
+		return fmt.Errorf("trusted runs of the commit: %w", err)
+	}
+	if built {
+		nr.Checks = nil
 	}
 	return nil
 }

@@ -205,15 +205,25 @@ ON CONFLICT (project_id, actor) DO NOTHING`
 // jobs; advanceRun then queues those ready.
 const releaseApprovedSQL = `UPDATE jobs SET reason = NULL WHERE run_id = $1 AND state = 'PENDING' AND reason = $2`
 
+// trustedRunOfCommitSQL says whether project $1 has a trusted run of
+// snapshot $2 at commit $3 (trustedSpeaks; the snapshot narrows it to an
+// index).
+const trustedRunOfCommitSQL = `
+SELECT EXISTS (SELECT 1 FROM runs WHERE project_id = $1 AND trusted AND source_digest = $2 AND git_sha = $3)`
+
 // insertApprovedChecksSQL mirrors to check runs the jobs of approved run
 // $1 that had none: while it waited, only its first job had one (see
-// insertJobs).
+// insertJobs); none if a trusted run of its commit came meanwhile
+// (trustedSpeaks).
 const insertApprovedChecksSQL = `
 INSERT INTO check_runs (job_id, repository_id, head_sha, name)
 SELECT j.id, c.repository_id, c.head_sha, j.name
 FROM jobs j, (SELECT repository_id, head_sha FROM check_runs
               WHERE job_id IN (SELECT id FROM jobs WHERE run_id = $1) LIMIT 1) c
 WHERE j.run_id = $1
+  AND NOT EXISTS (SELECT 1 FROM runs r JOIN runs t ON t.project_id = r.project_id AND t.trusted
+                  AND t.source_digest = r.source_digest AND t.git_sha = r.git_sha
+                  WHERE r.id = $1 AND NOT r.trusted)
 ON CONFLICT (job_id) DO NOTHING`
 
 // cancelRejectedSQL cancels the pending jobs of rejected run $1, saying

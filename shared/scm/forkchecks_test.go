@@ -1,0 +1,74 @@
+package scm_test
+
+import (
+	"context"
+	"testing"
+)
+
+// TestForkDoesNotRestateTrustedChecks: GitHub shows a commit's newest
+// check run of each name, so a fork's pull request whose head is a commit
+// a trusted run has built (a maintainer's branch's, fetched into the
+// fork) makes no check runs of its own: its jobs, skipped by conditions on
+// the event, without secrets, with caches of its own, would restate the
+// commit's checks. Its approval adds none either when the trusted run came
+// while it waited. A fork's other commit has its checks as before.
+func TestForkDoesNotRestateTrustedChecks(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	checks := func(runID string) int {
+		t.Helper()
+		return e.count(`SELECT count(*) FROM check_runs c JOIN jobs j ON j.id = c.job_id WHERE j.run_id = $1`, runID)
+	}
+	runOf := func(ref string) string {
+		t.Helper()
+		var id string
+		if err := e.pool.QueryRow(ctx, `SELECT id FROM runs WHERE git_ref = $1 ORDER BY number DESC LIMIT 1`, ref).Scan(&id); err != nil {
+			t.Fatalf("the run of %s: %v", ref, err)
+		}
+		return id
+	}
+	dir, sha := gitRepo(t, pipelineYAML)
+	e.gh.AddGitCommit(t, repoName, dir, sha)
+	e.gh.AddRef(repoName, "refs/heads/main", sha)
+
+	// A fork's pull request at the commit, waiting for approval, before
+	// the trusted run: its first job's check run says it waits.
+	e.pull(21, 556, 902, sha)
+	pr := prPayload(sha, 21, 556)
+	e.deliver("pull_request", "g-pr-21", pr, sign(repoSecret, pr))
+	e.runOnce()
+	waiting := runOf("refs/pull/21/head")
+	if n := checks(waiting); n != 1 {
+		t.Fatalf("a waiting fork run has %d check runs, want 1", n)
+	}
+	push := pushPayload(sha)
+	e.deliver("push", "g-push", push, sign(repoSecret, push))
+	e.runOnce()
+	if n := checks(runOf("refs/heads/main")); n != 2 {
+		t.Fatalf("the trusted run has %d check runs, want 2", n)
+	}
+	if _, err := e.store.Approve(ctx, e.admin, waiting); err != nil {
+		t.Fatal(err)
+	}
+	if n := checks(waiting); n != 1 {
+		t.Fatalf("approved after the trusted run of its commit, the fork run has %d check runs, want still 1", n)
+	}
+	// After the trusted run: none. (The author is approved by now.)
+	e.pull(22, 556, 902, sha)
+	pr = prPayload(sha, 22, 556)
+	e.deliver("pull_request", "g-pr-22", pr, sign(repoSecret, pr))
+	e.runOnce()
+	if n := checks(runOf("refs/pull/22/head")); n != 0 {
+		t.Fatalf("a fork run of a commit a trusted run built has %d check runs, want 0", n)
+	}
+	// Another commit of the fork's: its checks as before.
+	dir2, sha2 := gitRepo(t, pipelineYAML+"# another\n")
+	e.gh.AddGitCommit(t, repoName, dir2, sha2)
+	e.pull(23, 556, 902, sha2)
+	pr = prPayload(sha2, 23, 556)
+	e.deliver("pull_request", "g-pr-23", pr, sign(repoSecret, pr))
+	e.runOnce()
+	if n := checks(runOf("refs/pull/23/head")); n != 2 {
+		t.Fatalf("a fork run of its own commit has %d check runs, want 2", n)
+	}
+}
