@@ -96,7 +96,7 @@ func (s *Store) Deployments(ctx context.Context, u User, project, env string, pg
 // its run's facts. The caller holds the run's lock first: the order of
 // advanceRun, Cancel and fail-fast (run, then its pending rows).
 const lockDeployJobSQL = `
-SELECT j.name, j.state, coalesce(j.environment, ''), coalesce(j.deploy_state, ''), r.project_id, r.actor, coalesce(r.git_ref, '')
+SELECT j.name, j.state, coalesce(j.environment, ''), coalesce(j.deploy_state, ''), r.project_id, r.actor, coalesce(r.source_by, ''), coalesce(r.git_ref, '')
 FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1 AND j.run_id = $2 FOR UPDATE OF j`
 
 // environmentRulesSQL reads environment $2 of project $1 as it is now,
@@ -132,8 +132,8 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 		if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
 			return fmt.Errorf("lock run: %w", err)
 		}
-		var name, state, env, deploy, projectID, actor, ref string
-		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &ref)
+		var name, state, env, deploy, projectID, actor, sourceBy, ref string
+		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &sourceBy, &ref)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
 		}
@@ -143,7 +143,7 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 		if state != domain.JobPending || deploy != "waiting" {
 			return domain.Errorf(domain.EConflict, "job %s does not wait for a deployment review (it is %s)", name, state)
 		}
-		if err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, ref: ref, approve: approve}); err != nil {
+		if err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy, ref: ref, approve: approve}); err != nil {
 			return err
 		}
 		return s.applyDeployDecision(ctx, tx, u, runID, jobID, env, approve, comment)
@@ -163,7 +163,10 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 // review is a decision on a deployment, with what it is about.
 type review struct {
 	projectID, env, actor, ref string
-	approve                    bool
+	// sourceBy submitted the run's snapshot (Run.SourceBy): their code,
+	// whoever ran it, is theirs to not review.
+	sourceBy string
+	approve  bool
 }
 
 // checkReviewer checks the decision against the environment's rules as
@@ -190,6 +193,8 @@ func checkReviewer(ctx context.Context, tx pgx.Tx, u User, access Access, rv rev
 			rv.env, refOrNone(rv.ref), strings.Join(refs, ", "))
 	case rv.approve && noSelf && rv.actor == "user:"+u.ID:
 		return domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of your run", rv.env)
+	case rv.approve && noSelf && rv.sourceBy == "user:"+u.ID:
+		return domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of the snapshot you submitted", rv.env)
 	}
 	return nil
 }

@@ -77,6 +77,15 @@ func TestDeployReviewRules(t *testing.T) {
 		!strings.Contains(err.Error(), "prevents self-review") {
 		t.Fatalf("self-approved: %v", err)
 	}
+	// The writer's run of the snapshot root submitted is still root's
+	// code, not for root to review.
+	theirs := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", Trigger: "dispatch", Actor: "user:" + f.writer.ID,
+		SourceBy: "user:" + f.root.ID}, strings.ReplaceAll(deployPipeline, "ENV", "production"))
+	complete(t, f.s, f.r, claimJob(t, f.s, f.r, theirs.ID, "build"), domain.OutcomePassed)
+	if _, err := f.s.DecideDeployment(ctx, f.root, theirs.ID, jobColumn(t, f.s, theirs.ID, "id")["deploy"], true, ""); domain.ErrorCode(err) != domain.EForbidden ||
+		!strings.Contains(err.Error(), "the snapshot you submitted") {
+		t.Fatalf("approved a run of the snapshot they submitted: %v", err)
+	}
 	if _, _, err := f.s.Cancel(ctx, f.root, own.ID, ""); err != nil {
 		t.Fatal(err)
 	}
