@@ -132,6 +132,26 @@ func TestDeployURLAndSecretNames(t *testing.T) {
 			complete(t, f.s, f.r, c, domain.OutcomePassed)
 		}
 	}
+	// A fork's run names an environment and a URL: its deployment is in
+	// the history (its trigger says whence), without the link.
+	if _, err := f.s.Pool().Exec(context.Background(), `INSERT INTO approved_actors (project_id, actor, approved_by, run_id)
+		SELECT id, 'github:666', 'root', NULL FROM projects WHERE name = 'p'`); err != nil {
+		t.Fatal(err)
+	}
+	file := "jobs:\n  deploy:\n    environment: {name: staging, url: 'https://evil.example/login'}\n    steps: [{run: ./deploy}]\n"
+	fork := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/pull/9/head", Trigger: "github:pull_request #9 from fork x/y",
+		Untrusted: true, Actor: "github:666"}, file)
+	trusted := groupRun(t, f.s, "refs/heads/main", file)
+	urls := map[string]string{}
+	for _, d := range f.deployments(t, "staging") {
+		urls[d.RunID] = d.URL
+	}
+	if u, ok := urls[fork.ID]; !ok || u != "" {
+		t.Fatalf("the fork's deployment: recorded %v, URL %q", ok, u)
+	}
+	if urls[trusted.ID] != "https://evil.example/login" {
+		t.Fatalf("a trusted run's URL: %q", urls[trusted.ID])
+	}
 	envs, err := f.s.Environments(context.Background(), f.reader, "p")
 	if err != nil || len(envs) != 1 || envs[0].Secrets != nil {
 		t.Fatalf("reader sees %+v %v", envs, err)
