@@ -161,9 +161,10 @@ func forkRun(t *testing.T, s *store.Store, actor, file string) store.Run {
 		Actor: actor, Trigger: "github:pull_request #9 from fork evil/x"}, file)
 }
 
-// TestConcurrencyTiers: an untrusted run's group is its own (a fork names
-// it in a pipeline its author wrote): it never cancels, supersedes or
-// holds up a trusted run, whatever it names.
+// TestConcurrencyTiers: an untrusted run's group is its own ref's (a fork
+// names it in a pipeline its author wrote): it never cancels, supersedes
+// or holds up a trusted run, or another pull request's, whatever it
+// names.
 func TestConcurrencyTiers(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
@@ -180,7 +181,7 @@ func TestConcurrencyTiers(t *testing.T) {
 	if got := runState(t, s, waiting.ID); got.State != domain.RunPending || !got.ConcurrencyWaiting {
 		t.Fatalf("the trusted waiting run after the fork's: %+v", got)
 	}
-	if got := runState(t, s, fork.ID); got.ConcurrencyGroup != "untrusted:deploy-prod" || got.ConcurrencyWaiting {
+	if got := runState(t, s, fork.ID); got.ConcurrencyGroup != "untrusted:refs/pull/9/head:deploy-prod" || got.ConcurrencyWaiting {
 		t.Fatalf("the fork's run: %+v", got)
 	}
 	if _, err := s.Complete(ctx, r.ID, l.JobID, l, domain.OutcomePassed, 0); err != nil {
@@ -188,6 +189,28 @@ func TestConcurrencyTiers(t *testing.T) {
 	}
 	if got := runState(t, s, waiting.ID); got.ConcurrencyWaiting || runState(t, s, first.ID).State != domain.RunPassed {
 		t.Fatalf("the trusted waiting run was not released: %+v", got)
+	}
+	// Nor another pull request's: a fork's run of #10 naming the same
+	// group cancels nothing of #9's; #9's next run cancels its own.
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO approved_actors (project_id, actor, approved_by, run_id)
+		SELECT id, 'github:666', 'root', NULL FROM projects WHERE name = 'p'`); err != nil {
+		t.Fatal(err)
+	}
+	fork = forkRun(t, s, "github:666", "concurrency: {group: DEPLOY-PROD, cancel-in-progress: true}\njobs:\n  a: {steps: [{run: x}]}\n")
+	other := pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/pull/10/head", Untrusted: true, Actor: "github:666",
+		Trigger: "github:pull_request #10 from fork evil/y"}, "concurrency: {group: deploy-prod, cancel-in-progress: true}\njobs:\n  a: {steps: [{run: x}]}\n")
+	if got := runState(t, s, fork.ID); got.State == domain.RunCanceled || got.ConcurrencyWaiting {
+		t.Fatalf("#9's run after #10's of the same group: %+v", got)
+	}
+	if got := runState(t, s, other.ID); got.ConcurrencyGroup != "untrusted:refs/pull/10/head:deploy-prod" || got.ConcurrencyWaiting {
+		t.Fatalf("#10's run: %+v", got)
+	}
+	again := forkRun(t, s, "github:666", "concurrency: {group: DEPLOY-PROD, cancel-in-progress: true}\njobs:\n  a: {steps: [{run: x}]}\n")
+	if got := runState(t, s, fork.ID).State; got != domain.RunCanceled {
+		t.Fatalf("#9's run after #9's next: %s", got)
+	}
+	if got := runState(t, s, again.ID); got.ConcurrencyWaiting || got.State == domain.RunCanceled {
+		t.Fatalf("#9's next run: %+v", got)
 	}
 }
 

@@ -95,10 +95,7 @@ func (d *decider) deployGate(b *pgx.Batch, u undecided, needs map[string]domain.
 		}
 	}
 	rule := d.envs[name]
-	ref := ""
-	if f, ok := vars["forgeci"].(map[string]any); ok {
-		ref, _ = f["ref"].(string)
-	}
+	ref := refOf(vars)
 	switch {
 	case !refAllowed(rule.allowedRefs, ref):
 		reason := fmt.Sprintf("environment %s does not allow %s to deploy (allowed: %s)", name, refOrNone(ref), strings.Join(rule.allowedRefs, ", "))

@@ -77,9 +77,10 @@ SELECT DISTINCT project_id, concurrency_group FROM jobs
 WHERE concurrency_group IS NOT NULL AND state = 'PENDING' AND concurrency_waiting`
 
 // groupName evaluates a concurrency group's template with vars: lower
-// case, 1 to 400 characters, and an untrusted run's its own (a fork's
-// pipeline names it, and must never cancel, supersede or hold up a
-// trusted run or job).
+// case, 1 to 400 characters, and an untrusted run's its own ref's
+// (untrusted:<ref>:<group>): a fork's pipeline names it, and must never
+// cancel, supersede or hold up a trusted run or job, nor another pull
+// request's.
 func groupName(template string, vars map[string]any, trusted bool, budget *int) (string, error) {
 	g, err := evalTemplate(template, vars, budget)
 	if err != nil {
@@ -94,12 +95,23 @@ func groupName(template string, vars map[string]any, trusted bool, budget *int) 
 	}
 	switch {
 	case !trusted:
-		g = "untrusted:" + g
+		g = untrustedGroupPrefix(refOf(vars)) + g
 	case strings.HasPrefix(g, "untrusted:"):
 		// It would be an untrusted run's group.
 		return "", fmt.Errorf("is %q here: a group may not start with \"untrusted:\"", g)
 	}
 	return g, nil
+}
+
+// untrustedGroupPrefix is what an untrusted run of ref's groups begin
+// with.
+func untrustedGroupPrefix(ref string) string { return "untrusted:" + ref + ":" }
+
+// refOf is the ref in a run's facts (vars' forgeci).
+func refOf(vars map[string]any) string {
+	f, _ := vars["forgeci"].(map[string]any)
+	ref, _ := f["ref"].(string)
+	return ref
 }
 
 // evalTemplate evaluates a template the control plane fills in, charging

@@ -175,7 +175,7 @@ func TestJobConcurrencyMatrix(t *testing.T) {
 	if got := states(t, s, fork.ID); got["deploy (staging)"] != "QUEUED" {
 		t.Fatalf("the fork's jobs: %v %v", got, reasons(t, s, fork.ID))
 	}
-	if got := jobColumn(t, s, fork.ID, "concurrency_group")["deploy (staging)"]; got != "untrusted:deploy-staging" {
+	if got := jobColumn(t, s, fork.ID, "concurrency_group")["deploy (staging)"]; got != "untrusted:refs/pull/9/head:deploy-staging" {
 		t.Fatalf("the fork's group: %q", got)
 	}
 	if got := runState(t, s, first.ID).State; got != domain.RunRunning {
