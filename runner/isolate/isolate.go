@@ -126,23 +126,9 @@ func New(cfg Config, slots int) (*Isolator, error) {
 			return nil, fmt.Errorf("isolation %s needs one user per slot: %d slots, %d slot users (infra/install-runner.sh makes forgeci-slot0..N; or set slot-users)",
 				cfg.Mode, slots, len(cfg.SlotUsers))
 		}
-		uids, gids := map[int]string{}, map[int]string{}
-		for _, name := range cfg.SlotUsers[:slots] {
-			su, err := lookupUser(name)
-			if err != nil {
-				return nil, err
-			}
-			// A uid and its group are what tell one slot's steps from
-			// another's (files, processes, the identity-token socket):
-			// two slots must never share either.
-			if other, dup := uids[su.uid]; dup {
-				return nil, fmt.Errorf("slot users %q and %q are the same user (uid %d): each slot needs a user of its own", other, name, su.uid)
-			}
-			if other, dup := gids[su.gid]; dup {
-				return nil, fmt.Errorf("slot users %q and %q share their group (gid %d): each slot needs a group of its own (useradd --user-group)", other, name, su.gid)
-			}
-			uids[su.uid], gids[su.gid] = name, name
-			i.slots = append(i.slots, su)
+		var err error
+		if i.slots, err = lookupSlotUsers(cfg.SlotUsers[:slots]); err != nil {
+			return nil, err
 		}
 		for _, tool := range []string{"setpriv", "unshare", "mount", "sh", "env"} {
 			if _, err := exec.LookPath(tool); err != nil {
@@ -197,6 +183,29 @@ func DefaultMode() Mode {
 
 // Mode is the mode in force.
 func (i *Isolator) Mode() Mode { return i.cfg.Mode }
+
+// lookupSlotUsers looks the slot users up. A uid and its group are what
+// tell one slot's steps from another's (files, processes, the
+// identity-token socket): two slots must never share either.
+func lookupSlotUsers(names []string) ([]slotUser, error) {
+	var out []slotUser
+	uids, gids := map[int]string{}, map[int]string{}
+	for _, name := range names {
+		su, err := lookupUser(name)
+		if err != nil {
+			return nil, err
+		}
+		if other, dup := uids[su.uid]; dup {
+			return nil, fmt.Errorf("slot users %q and %q are the same user (uid %d): each slot needs a user of its own", other, name, su.uid)
+		}
+		if other, dup := gids[su.gid]; dup {
+			return nil, fmt.Errorf("slot users %q and %q share their group (gid %d): each slot needs a group of its own (useradd --user-group)", other, name, su.gid)
+		}
+		uids[su.uid], gids[su.gid] = name, name
+		out = append(out, su)
+	}
+	return out, nil
+}
 
 func lookupUser(name string) (slotUser, error) {
 	u, err := user.Lookup(name)

@@ -132,14 +132,9 @@ func run(args []string) error {
 	if *concurrency < 1 || *concurrency > 256 {
 		return errors.New("--concurrency must be from 1 to 256")
 	}
-	lim := isolate.Limits{Pids: max(*pids, 0), CPUs: *cpus}
-	if *memory != "" && *memory != "0" {
-		if lim.MemoryBytes, err = domain.ParseBytes(*memory); err != nil {
-			return fmt.Errorf("--memory-limit %q: %w (0: none)", *memory, err)
-		}
-	}
-	if *pids < -1 || lim.CPUs < 0 {
-		return errors.New("--pids-limit is a number of processes, 0 for none; --cpu-limit must not be negative")
+	lim, err := jobLimits(*memory, *pids, *cpus)
+	if err != nil {
+		return err
 	}
 	users := splitLabels(*slotUsers)
 	if len(users) == 0 {
@@ -170,6 +165,22 @@ func run(args []string) error {
 	log.Info("runner started", "server", *server, "concurrency", *concurrency, "work_dir", *workDir,
 		"isolation", iso.Mode(), "ephemeral", *ephemeral, "job_pids_limit", iso.Limits().Pids, "job_memory_limit", iso.Limits().MemoryBytes)
 	return a.Run(ctx)
+}
+
+// jobLimits are the flags' limits of every job (-1 pids and "" memory:
+// the defaults, which isolate.New sets).
+func jobLimits(memory string, pids int, cpus float64) (isolate.Limits, error) {
+	lim := isolate.Limits{Pids: max(pids, 0), CPUs: cpus}
+	if memory != "" && memory != "0" {
+		var err error
+		if lim.MemoryBytes, err = domain.ParseBytes(memory); err != nil {
+			return lim, fmt.Errorf("--memory-limit %q: %w (0: none)", memory, err)
+		}
+	}
+	if pids < -1 || lim.CPUs < 0 {
+		return lim, errors.New("--pids-limit is a number of processes, 0 for none; --cpu-limit must not be negative")
+	}
+	return lim, nil
 }
 
 func applyConfig(fs *flag.FlagSet, path string, set map[string]bool) error {
