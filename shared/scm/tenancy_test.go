@@ -256,11 +256,14 @@ func TestForkPullRequest(t *testing.T) {
 	}
 
 	// The same author's next fork run starts at once; a new author waits,
-	// and is rejected.
-	e.pull(9, 555, 900, sha)
-	e.pull(10, 556, 902, sha)
+	// and is rejected. (Of another commit: a fork's run of the commit
+	// #8's trusted run built makes no check runs.)
+	dir2, sha2 := gitRepo(t, "jobs:\n  only:\n    steps:\n      - run: \"true\"\n")
+	e.gh.AddGitCommit(t, repoName, dir2, sha2)
+	e.pull(9, 555, 900, sha2)
+	e.pull(10, 556, 902, sha2)
 	for _, n := range []int{9, 10} {
-		p := prPayload(sha, n, 555)
+		p := prPayload(sha2, n, 555)
 		e.deliver("pull_request", "guid-pr-"+strconv.Itoa(n), p, sign(repoSecret, p))
 	}
 	e.runOnce()
