@@ -107,7 +107,27 @@ func TestReplayAfterCollection(t *testing.T) {
 	}
 	var note string
 	_ = e.pool.QueryRow(t.Context(), `SELECT coalesce(note, '') FROM scm_deliveries WHERE guid = 'g-old'`).Scan(&note)
-	if !strings.Contains(note, "older than any push ForgeCI remembers") {
+	if !strings.Contains(note, "older than the pushes ForgeCI remembers") {
 		t.Fatalf("the old push's delivery says %q", note)
+	}
+	// Just upgraded: push bodies remembered since now. A push made ten
+	// days ago may have been delivered, and its delivery collected,
+	// before: refused, though its ref still names it; one made before
+	// the memory began is the same once it did.
+	if _, err := e.pool.Exec(t.Context(), `UPDATE scm_push_memory SET started_at = now() - interval '1 day'`); err != nil {
+		t.Fatal(err)
+	}
+	tenDays := body(10 * 24 * time.Hour)
+	e.deliver("push", "g-ten", tenDays, sign(repoSecret, tenDays))
+	if res := e.runOnce(); res.Runs != 0 {
+		t.Fatalf("a push made before push bodies were remembered: %d runs", res.Runs)
+	}
+	if _, err := e.pool.Exec(t.Context(), `UPDATE scm_push_memory SET started_at = now() - interval '30 days'`); err != nil {
+		t.Fatal(err)
+	}
+	tenDays = body(10*24*time.Hour + time.Minute)
+	e.deliver("push", "g-ten-later", tenDays, sign(repoSecret, tenDays))
+	if res := e.runOnce(); res.Runs != 1 {
+		t.Fatalf("a push made ten days ago, since push bodies were remembered, its ref unmoved: %d runs", res.Runs)
 	}
 }

@@ -367,7 +367,7 @@ func (w *Worker) pushRun(ctx context.Context, gh *github.Client, repo store.Repo
 // replayed says why push e, received at, is not built: GitHub took it more
 // than MaxPushAge before (its signed repository.pushed_at) and its ref no
 // longer names its commit, as the App sees it now, or more than
-// store.PushHorizon before. A tag made through the API may not move
+// store.PushHorizon before, or before push bodies were remembered. A tag made through the API may not move
 // pushed_at; it still names its commit, and is built. A replay of a push
 // built already, whatever its ref names, is refused at its recording
 // (store.RecordDelivery remembers push bodies).
@@ -377,11 +377,15 @@ func (w *Worker) replayed(ctx context.Context, gh *github.Client, repo store.Rep
 	if pushed.IsZero() || at.Sub(pushed) <= MaxPushAge {
 		return "", nil
 	}
-	if at.Sub(pushed) > store.PushHorizon {
+	since, err := w.Store.PushesRememberedSince(ctx)
+	if err != nil {
+		return "", err
+	}
+	if at.Sub(pushed) > store.PushHorizon || pushed.Before(since) {
 		// Older than any push body ForgeCI still remembers: whether it
 		// was built already cannot be told.
-		return fmt.Sprintf("a push of %s made %s, received more than %d days later: older than any push ForgeCI remembers, so possibly a replay; push again to build it",
-			e.GetAfter(), pushed.UTC().Format(time.RFC3339), int(store.PushHorizon.Hours()/24)), nil
+		return fmt.Sprintf("a push of %s made %s, received %d days later: older than the pushes ForgeCI remembers, so possibly a replay; push again to build it",
+			e.GetAfter(), pushed.UTC().Format(time.RFC3339), int(at.Sub(pushed).Hours()/24)), nil
 	}
 	now, err := w.resolve(ctx, gh, repo, owner, name, e.GetRef())
 	if err != nil && domain.ErrorCode(err) != domain.ENotFound {

@@ -38,13 +38,30 @@ WITH ins AS (
 SELECT count(*) FROM ins`
 
 // A push body is remembered PushMemory after its delivery; a push GitHub
-// took more than PushHorizon before is refused by its age (scm's
-// Worker.replayed), shorter, so that every push body still taken is
-// remembered once taken: its replay, however late, is known.
+// took more than PushHorizon before, or before the push bodies were
+// first remembered (PushesRememberedSince), is refused by its age (scm's
+// Worker.replayed): so every push body still taken is remembered once
+// taken, and its replay, however late, is known.
 const (
-	PushHorizon = 365 * 24 * time.Hour
-	PushMemory  = 400 * 24 * time.Hour
+	PushHorizon = 3 * 365 * 24 * time.Hour
+	PushMemory  = PushHorizon + 35*24*time.Hour
 )
+
+// PushesRememberedSince is when ForgeCI began to remember push bodies (the
+// oldest push delivery it still had then): a push GitHub took before it
+// may have been delivered, and forgotten, already. Zero: always (an
+// installation that had none).
+func (s *Store) PushesRememberedSince(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT nullif(min(started_at), '-infinity') FROM scm_push_memory`).Scan(&t)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("push memory: %w", err)
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}
 
 // claimDeliverySQL leases the oldest due pending delivery for $1 seconds
 // (one whose lease expired is due again), counting an attempt.

@@ -15,7 +15,8 @@ import (
 // TestUpgradeKeepsWhoSubmitted: runs made before source_by get the member
 // who submitted their snapshot: a submission its own, a run that ran it
 // again for someone else (a manual run) whoever first submitted it in its
-// project and tier; a snapshot nobody submitted (a GitHub push's) none.
+// project and tier, or, that submission gone, the run's own member; a
+// snapshot nobody submitted (a GitHub push's) none.
 func TestUpgradeKeepsWhoSubmitted(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.EmptyDatabase(t, fmt.Sprintf("upgrade_%d", len(t.Name())))
@@ -40,7 +41,8 @@ func TestUpgradeKeepsWhoSubmitted(t *testing.T) {
 		   ('r3', 'p1', 3, 'PENDING', 'cli:sue', '` + a + `', true, 'user:sue'),
 		   ('r4', 'p1', 4, 'PENDING', 'push', '` + b + `', true, 'github:9'),
 		   ('r5', 'p1', 5, 'PENDING', 'cli:walt', '` + a + `', false, 'user:walt'),
-		   ('r6', 'p1', 6, 'PENDING', 'manual', NULL, true, '')`,
+		   ('r6', 'p1', 6, 'PENDING', 'manual', NULL, true, ''),
+		   ('r7', 'p1', 7, 'PENDING', 'dispatch:bob', '` + b + `', true, 'user:bob')`,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -49,7 +51,9 @@ func TestUpgradeKeepsWhoSubmitted(t *testing.T) {
 	if err := schema.MigrateTo(ctx, url, 30); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"r1": "user:sam", "r2": "user:sam", "r3": "user:sue", "r4": "", "r5": "user:walt", "r6": ""}
+	// r7 ran snapshot b again, whose submission is gone: its own member.
+	want := map[string]string{"r1": "user:sam", "r2": "user:sam", "r3": "user:sue", "r4": "", "r5": "user:walt", "r6": "",
+		"r7": "user:bob"}
 	rows, err := conn.Query(ctx, `SELECT id, coalesce(source_by, '') FROM runs`)
 	if err != nil {
 		t.Fatal(err)
@@ -64,5 +68,46 @@ func TestUpgradeKeepsWhoSubmitted(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("source_by after the upgrade: %v, want %v", got, want)
+	}
+}
+
+// TestUpgradeRemembersPushes: the push bodies of the deliveries still
+// recorded are remembered, and the memory begins at the oldest of them
+// (a push GitHub took before may have been forgotten).
+func TestUpgradeRemembersPushes(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.EmptyDatabase(t, fmt.Sprintf("upgrade_%d", len(t.Name())))
+	if err := schema.MigrateTo(ctx, url, 30); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`INSERT INTO projects (id, name) VALUES ('p1', 'acme/app')`,
+		`INSERT INTO scm_repositories (github_id, full_name, installation_id, webhook_secret, project_id)
+		 VALUES (5, 'acme/app', 1, 'a webhook secret of length', 'p1')`,
+		`INSERT INTO scm_deliveries (guid, event, repository_id, payload, body_sha256, received_at) VALUES
+		   ('g1', 'push', 5, '{}', sha256('a'), now() - interval '20 days'),
+		   ('g2', 'push', 5, '{}', sha256('b'), now() - interval '2 days'),
+		   ('g3', 'pull_request', 5, '{}', sha256('c'), now() - interval '25 days')`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if err := schema.MigrateTo(ctx, url, 31); err != nil {
+		t.Fatal(err)
+	}
+	var bodies int
+	var days float64
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM scm_push_bodies),
+		(SELECT extract(epoch FROM now() - started_at) / 86400 FROM scm_push_memory)`).Scan(&bodies, &days); err != nil {
+		t.Fatal(err)
+	}
+	if bodies != 2 || days < 19.9 || days > 20.1 {
+		t.Fatalf("after the upgrade: %d push bodies remembered, since %.2f days ago; want 2, 20", bodies, days)
 	}
 }
