@@ -74,7 +74,7 @@ func MachinePids() int {
 // machine of its own would.
 func DefaultMemory(slots int, machine, ceiling int64) int64 {
 	budget := machine
-	if ceiling > 0 && ceiling < budget {
+	if ceiling > 0 && (ceiling < budget || budget <= 0) {
 		budget = ceiling
 	}
 	keep := max(512<<20, budget/8)

@@ -172,6 +172,7 @@ func TestDefaultMemoryShares(t *testing.T) {
 		{64, 4 * gib, 0, 256 << 20},            // the floor
 		{0, 4 * gib, 0, 3584 << 20},            // no slots counts as one
 		{1, 0, 0, 256 << 20},                   // unknown memory: the floor
+		{1, 0, 4 * gib, 3584 << 20},            // unknown memory, a known ceiling
 	} {
 		if got := DefaultMemory(c.slots, c.machine, c.ceiling); got != c.want {
 			t.Errorf("DefaultMemory(%d, %d, %d) = %d, want %d", c.slots, c.machine, c.ceiling, got, c.want)

@@ -135,11 +135,17 @@ func TestDispatchAsksTheSnapshotsAuthor(t *testing.T) {
 		t.Fatalf("dispatch of the snapshot of a member without the secrets permission: %d %s", code, body)
 	}
 	var runIDs []string
-	rows, _ := e.pool.Query(context.Background(), `SELECT id FROM runs`)
+	rows, err := e.pool.Query(context.Background(), `SELECT id FROM runs`)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for rows.Next() {
 		var id string
 		_ = rows.Scan(&id)
 		runIDs = append(runIDs, id)
+	}
+	if len(runIDs) != before {
+		t.Fatalf("%d runs listed, %d counted", len(runIDs), before)
 	}
 	for _, id := range runIDs {
 		e.exec(`UPDATE runs SET state = 'FAILED', finished_at = now() WHERE id = $1`, id)

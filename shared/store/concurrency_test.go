@@ -212,6 +212,18 @@ func TestConcurrencyTiers(t *testing.T) {
 	if got := runState(t, s, again.ID); got.ConcurrencyWaiting || got.State == domain.RunCanceled {
 		t.Fatalf("#9's next run: %+v", got)
 	}
+	// A retry of a run whose group was made before groups were per ref
+	// joins its ref's group.
+	if _, err := s.Pool().Exec(ctx, `UPDATE runs SET concurrency_group = 'untrusted:deploy-prod' WHERE id = $1`, fork.ID); err != nil {
+		t.Fatal(err)
+	}
+	retried, err := s.Retry(ctx, pgtest.Admin(t, s, "root"), fork.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runState(t, s, retried.ID).ConcurrencyGroup; got != "untrusted:refs/pull/9/head:deploy-prod" {
+		t.Fatalf("the retry of a run of a group made before: %q", got)
+	}
 }
 
 // TestConcurrencyCancelEndsAtOnce: cancel-in-progress of a run that has

@@ -76,7 +76,12 @@ func copyRun(ctx context.Context, tx pgx.Tx, old Run, jobID string) (NewRun, err
 		return NewRun{}, domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, old.ID)
 	}
 	var group *domain.Concurrency
-	if g, ok := strings.CutPrefix(old.ConcurrencyGroup, untrustedGroupPrefix(old.GitRef)); ok || g != "" {
+	g, ok := strings.CutPrefix(old.ConcurrencyGroup, untrustedGroupPrefix(old.GitRef))
+	if !ok {
+		// An untrusted group made before groups were per ref.
+		g, ok = strings.CutPrefix(g, "untrusted:")
+	}
+	if ok || g != "" {
 		// The group as evaluated (groupOf adds the tier's prefix again).
 		group = &domain.Concurrency{Group: domain.Literal(g), CancelInProgress: old.ConcurrencyCancel}
 	}
