@@ -8,10 +8,24 @@ import (
 	"testing"
 )
 
-// ownPidsMax is what a step reads as its cgroup's pids.max (v1 pids
-// hierarchy, or pure v2).
-const ownPidsMax = `p=$(awk -F: '$2 == "pids" {print $3}' /proc/self/cgroup)
-if [ -n "$p" ]; then cat "/sys/fs/cgroup/pids$p/pids.max"; else cat "/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)/pids.max"; fi`
+// ownLimit is the script a step reads its own cgroup's limit of
+// controller c with: v1file in the v1 hierarchy of c, or v2file in pure v2.
+func ownLimit(c, v1file, v2file string) string {
+	return `p=$(awk -F: '$2 == "` + c + `" {print $3}' /proc/self/cgroup)
+if [ -n "$p" ]; then cat "/sys/fs/cgroup/` + c + `$p/` + v1file + `"; else cat "/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)/` + v2file + `"; fi`
+}
+
+// twoSlots is an isolator of cfg in user mode for two slots.
+func twoSlots(t *testing.T, cfg Config, users []string) *Isolator {
+	t.Helper()
+	cfg.Mode, cfg.SlotUsers = User, users
+	i, err := New(cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(i.Close)
+	return i
+}
 
 // TestDefaultPids: with DefaultPids, a job with no limit of processes
 // still has one, DefaultPids of this machine and the runner's cgroups; a
@@ -29,13 +43,7 @@ func TestDefaultPids(t *testing.T) {
 		{"none", Config{}, "max", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := c.cfg
-			cfg.Mode, cfg.SlotUsers = User, users
-			i, err := New(cfg, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(i.Close)
+			i := twoSlots(t, c.cfg, users)
 			if c.enforce == -1 {
 				c.enforce = DefaultPids(2, MachinePids(), int(i.cgroups.ceiling("pids", "pids.max", "pids.max")))
 				c.want = strconv.Itoa(c.enforce)
@@ -43,7 +51,7 @@ func TestDefaultPids(t *testing.T) {
 			if got := i.Limits().Pids; got != c.enforce {
 				t.Fatalf("the runner's limit of processes is %d, want %d", got, c.enforce)
 			}
-			out, code := step(t, newBox(t, i, 1, workDir(t)), ownPidsMax)
+			out, code := step(t, newBox(t, i, 1, workDir(t)), ownLimit("pids", "pids.max", "pids.max"))
 			if code != 0 || strings.TrimSpace(out) != c.want {
 				t.Fatalf("the step's pids.max: %q (exit %d), want %s", out, code, c.want)
 			}
@@ -110,11 +118,6 @@ func TestCeiling(t *testing.T) {
 	}
 }
 
-// ownMemoryMax is what a step reads as its cgroup's memory limit (v1
-// memory hierarchy, or pure v2).
-const ownMemoryMax = `p=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
-if [ -n "$p" ]; then cat "/sys/fs/cgroup/memory$p/memory.limit_in_bytes"; else cat "/sys/fs/cgroup$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)/memory.max"; fi`
-
 // TestDefaultMemory: with DefaultMemory, a job with no memory limit still
 // has one, DefaultMemory of this machine and the runner's cgroups; a limit
 // the runner was given wins, and without DefaultMemory there is none.
@@ -130,20 +133,14 @@ func TestDefaultMemory(t *testing.T) {
 		{"none", Config{}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := c.cfg
-			cfg.Mode, cfg.SlotUsers = User, users
-			i, err := New(cfg, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(i.Close)
+			i := twoSlots(t, c.cfg, users)
 			if c.enforce == -1 {
 				c.enforce = DefaultMemory(2, MachineMemory(), i.cgroups.ceiling("memory", "memory.max", "memory.limit_in_bytes"))
 			}
 			if got := i.Limits().MemoryBytes; got != c.enforce {
 				t.Fatalf("the runner's memory limit is %d, want %d", got, c.enforce)
 			}
-			out, code := step(t, newBox(t, i, 1, workDir(t)), ownMemoryMax)
+			out, code := step(t, newBox(t, i, 1, workDir(t)), ownLimit("memory", "memory.limit_in_bytes", "memory.max"))
 			got, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
 			switch {
 			case code != 0:

@@ -2,6 +2,7 @@ package scm_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 )
 
@@ -27,17 +28,22 @@ func TestForkDoesNotRestateTrustedChecks(t *testing.T) {
 		}
 		return id
 	}
+	// forkRun opens fork pull request n at commit and returns its run.
+	forkRun := func(n int, commit string) string {
+		t.Helper()
+		e.pull(n, 556, 902, commit)
+		pr := prPayload(commit, n, 556)
+		e.deliver("pull_request", fmt.Sprintf("g-pr-%d", n), pr, sign(repoSecret, pr))
+		e.runOnce()
+		return runOf(fmt.Sprintf("refs/pull/%d/head", n))
+	}
 	dir, sha := gitRepo(t, pipelineYAML)
 	e.gh.AddGitCommit(t, repoName, dir, sha)
 	e.gh.AddRef(repoName, "refs/heads/main", sha)
 
 	// A fork's pull request at the commit, waiting for approval, before
 	// the trusted run: its first job's check run says it waits.
-	e.pull(21, 556, 902, sha)
-	pr := prPayload(sha, 21, 556)
-	e.deliver("pull_request", "g-pr-21", pr, sign(repoSecret, pr))
-	e.runOnce()
-	waiting := runOf("refs/pull/21/head")
+	waiting := forkRun(21, sha)
 	if n := checks(waiting); n != 1 {
 		t.Fatalf("a waiting fork run has %d check runs, want 1", n)
 	}
@@ -54,21 +60,13 @@ func TestForkDoesNotRestateTrustedChecks(t *testing.T) {
 		t.Fatalf("approved after the trusted run of its commit, the fork run has %d check runs, want still 1", n)
 	}
 	// After the trusted run: none. (The author is approved by now.)
-	e.pull(22, 556, 902, sha)
-	pr = prPayload(sha, 22, 556)
-	e.deliver("pull_request", "g-pr-22", pr, sign(repoSecret, pr))
-	e.runOnce()
-	if n := checks(runOf("refs/pull/22/head")); n != 0 {
+	if n := checks(forkRun(22, sha)); n != 0 {
 		t.Fatalf("a fork run of a commit a trusted run built has %d check runs, want 0", n)
 	}
 	// Another commit of the fork's: its checks as before.
 	dir2, sha2 := gitRepo(t, pipelineYAML+"# another\n")
 	e.gh.AddGitCommit(t, repoName, dir2, sha2)
-	e.pull(23, 556, 902, sha2)
-	pr = prPayload(sha2, 23, 556)
-	e.deliver("pull_request", "g-pr-23", pr, sign(repoSecret, pr))
-	e.runOnce()
-	if n := checks(runOf("refs/pull/23/head")); n != 2 {
+	if n := checks(forkRun(23, sha2)); n != 2 {
 		t.Fatalf("a fork run of its own commit has %d check runs, want 2", n)
 	}
 }
