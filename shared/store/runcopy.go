@@ -20,6 +20,9 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 	if !IsTerminalRun(old.State) {
 		return NewRun{}, domain.Errorf(domain.EConflict, "run %s is %s; retry it once it has finished (or cancel it)", runID, old.State)
 	}
+	if old.Approval == ApprovalRejected && old.SourceDigest == "" {
+		return NewRun{}, domain.Errorf(domain.EConflict, "run %s was rejected before it ran, and its snapshot let go: push again (or reopen the pull request) to run it", runID)
+	}
 	nr, err := copyRun(ctx, tx, old, jobID)
 	if err != nil {
 		return NewRun{}, err

@@ -168,8 +168,8 @@ func applyDecision(ctx context.Context, tx pgx.Tx, runID, projectID, actor, deci
 			return fmt.Errorf("check runs of the approved run: %w", err)
 		}
 		_, err = tx.Exec(ctx, releaseApprovedSQL, runID, ReasonWaitingApproval)
-	} else {
-		_, err = tx.Exec(ctx, cancelRejectedSQL, runID, by)
+	} else if _, err = tx.Exec(ctx, cancelRejectedSQL, runID, by); err == nil {
+		_, err = tx.Exec(ctx, releaseRejectedSourceSQL, runID)
 	}
 	if err != nil {
 		return fmt.Errorf("release jobs: %w", err)

@@ -226,6 +226,16 @@ WHERE j.run_id = $1
                   WHERE r.id = $1 AND NOT r.trusted)
 ON CONFLICT (job_id) DO NOTHING`
 
+// releaseRejectedSourceSQL lets go of rejected run $1's snapshot: it
+// never ran, and a stranger's pull request should not hold, for the
+// project's retention, a snapshot per commit pushed while it waited (a
+// newer commit rejects the older waiting run), in the quarter of the
+// storage quota untrusted work shares. The collector then takes the blob
+// once nothing else holds it.
+const releaseRejectedSourceSQL = `
+UPDATE runs SET source_digest = NULL, manifest_digest = NULL, source_size = NULL
+WHERE id = $1 AND approval = 'rejected'`
+
 // cancelRejectedSQL cancels the pending jobs of rejected run $1, saying
 // by whom ($2).
 const cancelRejectedSQL = `
