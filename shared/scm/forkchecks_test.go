@@ -69,4 +69,30 @@ func TestForkDoesNotRestateTrustedChecks(t *testing.T) {
 	if n := checks(forkRun(23, sha2)); n != 2 {
 		t.Fatalf("a fork run of its own commit has %d check runs, want 2", n)
 	}
+	// A newcomer's waiting run of the trusted commit has no check run,
+	// and is still its pull request's one waiting run: another event at
+	// the commit makes nothing, a newer commit's run rejects it.
+	e.pull(24, 557, 903, sha)
+	newcomer := func(guid string) {
+		pr := prPayload(sha, 24, 557)
+		pr = append(pr[:len(pr)-1], []byte(`,"x":"`+guid+`"}`)...) // another body
+		e.deliver("pull_request", guid, pr, sign(repoSecret, pr))
+		e.runOnce()
+	}
+	newcomer("g-pr-24")
+	first := runOf("refs/pull/24/head")
+	if n := checks(first); n != 0 || e.count(`SELECT count(*) FROM runs WHERE approval = 'pending' AND finished_at IS NULL`) != 1 {
+		t.Fatalf("the newcomer's run: %d check runs, %d waiting", n, e.count(`SELECT count(*) FROM runs WHERE approval = 'pending'`))
+	}
+	newcomer("g-pr-24-edited")
+	if n := e.count(`SELECT count(*) FROM runs WHERE git_ref = 'refs/pull/24/head'`); n != 1 {
+		t.Fatalf("another event at the waiting commit made %d runs in all", n)
+	}
+	e.pull(24, 557, 903, sha2)
+	pr := prPayload(sha2, 24, 557)
+	e.deliver("pull_request", "g-pr-24-new", pr, sign(repoSecret, pr))
+	e.runOnce()
+	if got, err := e.store.GetRun(ctx, first); err != nil || got.Approval != "rejected" {
+		t.Fatalf("the waiting run after a newer commit: %+v %v", got, err)
+	}
 }

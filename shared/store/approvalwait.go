@@ -18,8 +18,11 @@ import (
 // waiting for approval, its newest commit's.
 
 // ofRepositorySQL is the condition that run r is of GitHub repository $4:
-// its check runs' (a waiting run's first job has one).
-const ofRepositorySQL = `EXISTS (SELECT 1 FROM jobs j JOIN check_runs c ON c.job_id = j.id WHERE j.run_id = r.id AND c.repository_id = $4)`
+// its check runs' (a waiting run's first job has one), or, for a run with
+// none (a fork's run of a commit a trusted run built: trustedSpeaks), the
+// delivery's that made it.
+const ofRepositorySQL = `(EXISTS (SELECT 1 FROM jobs j JOIN check_runs c ON c.job_id = j.id WHERE j.run_id = r.id AND c.repository_id = $4)
+  OR EXISTS (SELECT 1 FROM scm_deliveries d WHERE d.run_id = r.id AND d.repository_id = $4))`
 
 // waitingRunSQL finds a run of project $1's ref $2 at commit $3 of
 // GitHub repository $4 that waits for approval, its actor $5 not approved
@@ -65,7 +68,10 @@ func (s *Store) WaitingForApproval(ctx context.Context, projectID string, reposi
 // supersedeWaiting rejects, when run is a pull request's of a GitHub
 // repository and waits for approval, the other runs of its ref and
 // repository that still wait, and notes them in run.canceled
-// (afterCreate settles their groups).
+// (afterCreate settles their groups). Two deliveries of one pull request
+// taken at once cannot both miss the other's run: numbering a run locks
+// its project's row (numberRunSQL) until the commit, so the second's run
+// is made after the first's commit, and this, a later statement, sees it.
 func supersedeWaiting(ctx context.Context, tx pgx.Tx, run *Run, checks *CheckTarget) error {
 	if checks == nil || run.Approval != ApprovalPending || !strings.HasPrefix(run.GitRef, "refs/pull/") {
 		return nil
