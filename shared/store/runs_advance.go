@@ -105,6 +105,11 @@ func (s *Store) decide(ctx context.Context, u User, runID, decision string) (Run
 		if err != nil {
 			return err
 		}
+		if decision == ApprovalApproved {
+			if _, err := tx.Exec(ctx, lockProjectRunsSQL, projectID); err != nil {
+				return fmt.Errorf("lock project: %w", err)
+			}
+		}
 		var approval, actor, state string
 		if err := tx.QueryRow(ctx, lockApprovalSQL, runID).Scan(&approval, &actor, &state); err != nil {
 			return fmt.Errorf("lock run: %w", err)

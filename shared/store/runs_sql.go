@@ -186,6 +186,13 @@ const cancelRunSQL = `UPDATE runs SET cancel_requested = true WHERE id = $1`
 // lockApprovalSQL locks run $1 and reads what an approval decision checks.
 const lockApprovalSQL = `SELECT approval, actor, state FROM runs WHERE id = $1 FOR UPDATE`
 
+// lockProjectRunsSQL takes project $1's row as numbering a run does
+// (numberRunSQL), before an approval locks any run: a run of the author
+// made meanwhile is then either made after the approval commits, and
+// does not wait, or before the approval looks for the author's waiting
+// runs, and is released with them.
+const lockProjectRunsSQL = `SELECT 1 FROM projects WHERE id = $1 FOR NO KEY UPDATE`
+
 // actorWaitingSQL locks actor $2's runs in project $1, other than $3, that
 // still wait for approval; one locked by another decision is skipped (and
 // left to it), so two approvers never wait on each other.
