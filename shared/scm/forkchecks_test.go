@@ -69,9 +69,16 @@ func TestForkDoesNotRestateTrustedChecks(t *testing.T) {
 	if n := checks(forkRun(23, sha2)); n != 2 {
 		t.Fatalf("a fork run of its own commit has %d check runs, want 2", n)
 	}
-	// A newcomer's waiting run of the trusted commit has no check run,
-	// and is still its pull request's one waiting run: another event at
-	// the commit makes nothing, a newer commit's run rejects it.
+	newcomerWaitsOnce(t, e, sha, sha2, runOf, checks)
+}
+
+// newcomerWaitsOnce: a newcomer's waiting run of commit sha, which a
+// trusted run built, has no check run, and is still its pull request's
+// one waiting run: another event at the commit makes nothing, a newer
+// commit's (sha2) run rejects it.
+func newcomerWaitsOnce(t *testing.T, e *env, sha, sha2 string, runOf func(string) string, checks func(string) int) {
+	t.Helper()
+	ctx := context.Background()
 	e.pull(24, 557, 903, sha)
 	newcomer := func(guid string) {
 		pr := prPayload(sha, 24, 557)
