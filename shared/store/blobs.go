@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -48,14 +49,25 @@ const uploadDoneSQL = `DELETE FROM uploads WHERE s3_key = $1`
 
 // storageUsedSQL is project $1's name, storage quota, and the bytes its
 // blobs and its uploads not yet committed (but that of key $2, asked for
-// again) hold, in all and in its untrusted tier.
+// again; and those handed out more than $3 seconds ago) hold, in all and
+// in its untrusted tier.
 const storageUsedSQL = `
 SELECT p.name, p.storage_quota_bytes,
        coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id), 0) +
-       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND s3_key <> $2), 0),
+       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND s3_key <> $2
+                 AND created_at > now() - make_interval(secs => $3)), 0),
        coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id AND NOT trusted), 0) +
-       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND NOT trusted AND s3_key <> $2), 0)
+       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND NOT trusted AND s3_key <> $2
+                 AND created_at > now() - make_interval(secs => $3)), 0)
 FROM projects p WHERE p.id = $1`
+
+// UploadCounts is how long an upload handed out and not committed counts
+// against the quota: long past its URL's expiry (minutes), so that
+// uploads asked for at once cannot each see room for itself, but not for
+// the day its row is kept (the collector's UploadTTL), in which one never
+// used would hold the room for nothing. One committed later is counted
+// then, as every registration is.
+const UploadCounts = time.Hour
 
 // lockQuotaSQL takes the transaction's lock on project $1's storage
 // quota: registrations and uploads are counted one at a time, each after
@@ -202,7 +214,7 @@ func lockQuota(ctx context.Context, tx pgx.Tx, projectID string) error {
 func overQuota(ctx context.Context, tx pgx.Tx, b BlobRef, more int64) error {
 	var used, untrusted, quota int64
 	var name string
-	if err := tx.QueryRow(ctx, storageUsedSQL, b.ProjectID, b.Key()).Scan(&name, &quota, &used, &untrusted); err != nil {
+	if err := tx.QueryRow(ctx, storageUsedSQL, b.ProjectID, b.Key(), UploadCounts.Seconds()).Scan(&name, &quota, &used, &untrusted); err != nil {
 		return fmt.Errorf("storage quota: %w", err)
 	}
 	if used+more > quota {

@@ -126,4 +126,9 @@ func TestQuotaCountsOneAtATime(t *testing.T) {
 	if _, err := e.s.PrepareBlobUpload(ctx, refs[1], 1); !errors.As(err, &de) || de.Code != domain.ETooLarge {
 		t.Fatalf("an upload past the share, counting the one not committed: %v", err)
 	}
+	// Past store.UploadCounts, an upload never used holds no room.
+	e.exec(`UPDATE uploads SET created_at = now() - $1::interval`, (store.UploadCounts + time.Minute).String())
+	if _, err := e.s.PrepareBlobUpload(ctx, refs[1], 1000); err != nil {
+		t.Fatalf("an upload beside one handed out %v ago and never used: %v", store.UploadCounts+time.Minute, err)
+	}
 }
