@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forgeci/forgeci/runner/isolate"
 )
@@ -70,6 +71,70 @@ func TestPackRefusesOthersFiles(t *testing.T) {
 	} {
 		if _, _, err := j.pack([]string{paths}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("pack %s: %v, want %q", paths, err, want)
+		}
+	}
+}
+
+// TestPackBounds: what a job packs is bounded before a byte is read, as
+// extraction bounds it: a sparse file of a terabyte (no disk, an hour of
+// reading for the runner) is refused at once by its size, so are files
+// past the total and trees past the count of entries.
+func TestPackBounds(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the runner's box needs root (CI runs as root)")
+	}
+	iso, err := isolate.New(isolate.Config{Mode: isolate.None}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iso.Close()
+	dir, err := os.MkdirTemp("/var/lib", "forgeci-pack-test-") // on disk: /tmp may bound a file's size
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	box, err := iso.NewBox(0, filepath.Join(dir, "run", "job", "lease"), isolate.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	ws := box.Workspace()
+	j := &job{box: box, ws: ws}
+	sparse := func(name string, size int64) {
+		t.Helper()
+		f, err := os.Create(filepath.Join(ws, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	os.MkdirAll(filepath.Join(ws, "huge"), 0o755)
+	sparse("huge/1T", 1<<40)
+	os.MkdirAll(filepath.Join(ws, "many"), 0o755)
+	for i := range 5 {
+		sparse("many/"+strconv.Itoa(i), 1<<30)
+	}
+	os.MkdirAll(filepath.Join(ws, "wide"), 0o755)
+	for i := range 60 {
+		os.WriteFile(filepath.Join(ws, "wide", strconv.Itoa(i)), nil, 0o644)
+	}
+	saved := packLimits
+	defer func() { packLimits = saved }()
+	packLimits.MaxFiles = 50
+	for paths, want := range map[string]string{
+		"huge": "holds files of at most",
+		"many": "bytes in all",
+		"wide": "more than 50 entries",
+	} {
+		start := time.Now()
+		if _, _, err := j.pack([]string{paths}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("pack %s: %v, want %q", paths, err, want)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("pack %s took %v to refuse", paths, took)
 		}
 	}
 }

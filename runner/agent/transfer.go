@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/forgeci/forgeci/runner/client"
@@ -110,10 +109,11 @@ func (j *job) restoreCache() error {
 	return nil
 }
 
-// pack snapshots the given workspace paths into a temporary blob.
+// pack snapshots the given workspace paths into a temporary blob, within
+// packLimits (packWalk).
 func (j *job) pack(paths []string) (string, *snapshot.Result, error) {
 	tree := &snapshot.Tree{Root: j.ws}
-	owner := j.box.Owner()
+	w := &packWalk{j: j, tree: tree, owner: j.box.Owner()}
 	for _, p := range paths {
 		p = filepath.Clean(strings.TrimSuffix(p, "/"))
 		if !filepath.IsLocal(p) {
@@ -122,27 +122,7 @@ func (j *job) pack(paths []string) (string, *snapshot.Result, error) {
 		if err := j.throughDirs(p); err != nil {
 			return "", nil, err
 		}
-		full := filepath.Join(j.ws, p)
-		err := filepath.Walk(full, func(path string, fi os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(j.ws, path)
-			// Everything in the workspace is the slot user's (the runner
-			// handed it over; the steps made the rest): anything else is
-			// a hard link to another's file, which the runner (root) must
-			// not read into an artifact or a cache.
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && owner >= 0 && int(st.Uid) != owner {
-				return fmt.Errorf("%s belongs to user %d, not the job's: a hard link to a file outside the job is not packed", rel, st.Uid)
-			}
-			if fi.IsDir() {
-				tree.Dirs = append(tree.Dirs, filepath.ToSlash(rel))
-			} else {
-				tree.Paths = append(tree.Paths, filepath.ToSlash(rel))
-			}
-			return nil
-		})
-		if err != nil {
+		if err := w.walk(p, 0); err != nil {
 			return "", nil, fmt.Errorf("path %s: %w", p, err)
 		}
 	}
