@@ -5,10 +5,12 @@ import (
 	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/expr"
+	"github.com/forgeci/forgeci/shared/mask"
 )
 
 // The runner evaluates the ${{ }} a job with the expressions feature
@@ -156,6 +158,22 @@ func (j *job) jobOutputs(seq *sequence) (map[string]string, error) {
 		out[name] = v
 	}
 	return out, nil
+}
+
+// dropSecretOutputs removes from outputs those that hold a secret the log
+// masks (in any form it knows), as GitHub does, and names them: a job that
+// needs one would get it without naming the secret, in clear in its log
+// (its own mask has only its own secrets) and in the database.
+func dropSecretOutputs(outputs map[string]string, set *mask.Set) []string {
+	var dropped []string
+	for name, v := range outputs {
+		if set.String(v) != v {
+			delete(outputs, name)
+			dropped = append(dropped, name)
+		}
+	}
+	slices.Sort(dropped)
+	return dropped
 }
 
 func mergeEnv(a, b map[string]string) map[string]string {

@@ -277,6 +277,9 @@ func (j *job) sendOutputs(seq *sequence) error {
 	if err != nil {
 		return err
 	}
+	for _, name := range dropSecretOutputs(outputs, j.logs.maskSet()) {
+		fmt.Fprintf(j.logs, "==> output %s is not passed on: it holds a secret (a job that needs the secret names it itself)\n", name)
+	}
 	if err := (&protocol.OutputsRequest{Outputs: outputs}).Validate(); err != nil {
 		return err
 	}

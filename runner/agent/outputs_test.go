@@ -1,12 +1,14 @@
 package agent
 
 import (
+	"encoding/base64"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/mask"
 )
 
 // TestParseOutputs: GitHub's $GITHUB_OUTPUT format, single-line and
@@ -66,4 +68,20 @@ func FuzzParseOutputs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSecretOutputsAreDropped: an output holding a secret, as is or in a
+// form the log masks (base64 here), is not passed on, and is named; the
+// others are; with no secrets every output is.
+func TestSecretOutputsAreDropped(t *testing.T) {
+	const secret = "s3cr3t-deploy-token"
+	outputs := map[string]string{"version": "1.2.3", "token": "t=" + secret,
+		"encoded": base64.StdEncoding.EncodeToString([]byte(secret)), "empty": ""}
+	dropped := dropSecretOutputs(outputs, mask.New([]string{secret}))
+	if strings.Join(dropped, ",") != "encoded,token" || len(outputs) != 2 || outputs["version"] != "1.2.3" {
+		t.Fatalf("dropped %v, kept %v", dropped, outputs)
+	}
+	if dropped := dropSecretOutputs(map[string]string{"a": secret}, nil); len(dropped) != 0 {
+		t.Fatalf("with no secrets: dropped %v", dropped)
+	}
 }
