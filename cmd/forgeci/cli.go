@@ -209,7 +209,11 @@ func logsCmd(g *global) *cobra.Command {
 			if !follow {
 				return errors.New("name a job, or use -f to follow every job of the run")
 			}
-			state, err := followRun(ctx, cl, args[0], os.Stdout)
+			var state string
+			err := safeLog(func(out io.Writer) (err error) {
+				state, err = followRun(ctx, cl, args[0], out)
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -223,11 +227,13 @@ func logsCmd(g *global) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		var stamps *stamper
-		if timestamps {
-			stamps = newStamper(os.Stdout)
-		}
-		return printLog(ctx, cl, args[0], jobID, generation, follow, os.Stdout, stamps)
+		return safeLog(func(out io.Writer) error {
+			var stamps *stamper
+			if timestamps {
+				stamps = newStamper(out)
+			}
+			return printLog(ctx, cl, args[0], jobID, generation, follow, out, stamps)
+		})
 	}))
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing as the log grows, until the job ends")
 	c.Flags().BoolVarP(&timestamps, "timestamps", "t", false, "begin each line with the time (UTC) its runner saw it")

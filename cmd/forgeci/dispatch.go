@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
@@ -65,7 +66,11 @@ func dispatchCommand(ctx context.Context, cl *apiClient, g *global, project, ref
 	if !follow {
 		return nil
 	}
-	state, err := followRun(ctx, cl, run.ID, os.Stdout)
+	var state string
+	err := safeLog(func(out io.Writer) (err error) {
+		state, err = followRun(ctx, cl, run.ID, out)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -103,7 +103,11 @@ func submitCommand(ctx context.Context, c *apiClient, o submitOptions) error {
 	if !*follow {
 		return nil
 	}
-	state, err := followRun(ctx, c, run.ID, os.Stdout)
+	var state string
+	err = safeLog(func(out io.Writer) (err error) {
+		state, err = followRun(ctx, c, run.ID, out)
+		return err
+	})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"io"
+	"os"
+	"unicode/utf8"
+)
+
+// A job's log is a stranger's bytes. Printed to a terminal as they are,
+// escape sequences in it move the cursor over earlier lines (a fake
+// "PASSED"), retitle the window or, on terminals that allow OSC 52, write
+// the clipboard. termSafe passes text, tabs, newlines and colours (SGR,
+// ESC [ params m, which CI logs are full of) and shows every other control
+// character in caret notation (^[ for ESC), C1 controls as U+FFFD, and a
+// lone carriage return as a newline. It keeps state across writes, since
+// a sequence or a character may be split between two.
+type termSafe struct {
+	w       io.Writer
+	pending []byte // an unfinished escape sequence or UTF-8 character
+}
+
+// maxSGR bounds the escape sequence held back: longer is not a colour.
+const maxSGR = 32
+
+// logOutput is out, made safe when it is a terminal (a file or a pipe
+// gets the bytes as the log has them).
+func logOutput(out *os.File) io.Writer {
+	if fi, err := out.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		return &termSafe{w: out}
+	}
+	return out
+}
+
+func (t *termSafe) Write(p []byte) (int, error) {
+	buf := append(t.pending, p...)
+	out := make([]byte, 0, len(buf)+16)
+	i := 0
+	for i < len(buf) {
+		n, emit, more := t.next(buf[i:])
+		if more {
+			break // the rest may complete with the next write
+		}
+		out = append(out, emit...)
+		i += n
+	}
+	t.pending = append([]byte(nil), buf[i:]...)
+	if _, err := t.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Flush writes what is held back, made safe as it stands: the start of
+// an escape sequence in caret notation, a carriage return as a newline,
+// the bytes of an unfinished character as U+FFFD.
+func (t *termSafe) Flush() error {
+	var out []byte
+	for _, b := range t.pending {
+		switch {
+		case b == '\r':
+			out = append(out, '\n')
+		case b >= utf8.RuneSelf:
+			out = append(out, "\uFFFD"...)
+		default:
+			out = append(out, caret(b)...)
+		}
+	}
+	t.pending = nil
+	_, err := t.w.Write(out)
+	return err
+}
+
+// next reads one unit at the start of b: how many bytes it takes, what to
+// print for them, or more when b ends before the unit does.
+func (t *termSafe) next(b []byte) (n int, emit []byte, more bool) {
+	c := b[0]
+	switch {
+	case c == 0x1b:
+		return escape(b)
+	case c == '\r':
+		if len(b) == 1 {
+			return 0, nil, true
+		}
+		if b[1] == '\n' {
+			return 2, []byte("\n"), false
+		}
+		return 1, []byte("\n"), false
+	case c == '\n' || c == '\t':
+		return 1, b[:1], false
+	case c < 0x20 || c == 0x7f:
+		return 1, caret(c), false
+	case c < utf8.RuneSelf:
+		return 1, b[:1], false
+	}
+	if !utf8.FullRune(b) {
+		return 0, nil, true
+	}
+	r, size := utf8.DecodeRune(b)
+	if r == utf8.RuneError || (r >= 0x80 && r <= 0x9f) {
+		return size, []byte("\uFFFD"), false
+	}
+	return size, b[:size], false
+}
+
+// escape passes a colour (ESC [ digits and semicolons m) and shows any
+// other ESC as ^[ (the bytes after it are then plain text).
+func escape(b []byte) (n int, emit []byte, more bool) {
+	for i := 1; i < len(b) && i < maxSGR; i++ {
+		c := b[i]
+		switch {
+		case i == 1 && c == '[':
+		case i > 1 && (c >= '0' && c <= '9' || c == ';'):
+		case i > 1 && c == 'm':
+			return i + 1, b[:i+1], false
+		default:
+			return 1, caret(0x1b), false
+		}
+	}
+	if len(b) < maxSGR {
+		return 0, nil, true
+	}
+	return 1, caret(0x1b), false
+}
+
+// caret is a control character in caret notation (^[ for ESC, ^? for DEL).
+func caret(c byte) []byte {
+	if c == 0x7f {
+		return []byte("^?")
+	}
+	if c < 0x20 {
+		return []byte{'^', c + 0x40}
+	}
+	return []byte{c}
+}
+
+// safeLog runs fn with where a job's log is printed (stdout, made safe
+// when it is a terminal), and flushes it after.
+func safeLog(fn func(out io.Writer) error) error {
+	out := logOutput(os.Stdout)
+	err := fn(out)
+	if t, ok := out.(*termSafe); ok {
+		if ferr := t.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
