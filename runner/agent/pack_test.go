@@ -27,21 +27,7 @@ func TestPackRefusesOthersFiles(t *testing.T) {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
-	iso, err := isolate.New(isolate.Config{Mode: isolate.User, SlotUsers: []string{slotUser}}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iso.Close()
-	dir, err := os.MkdirTemp("/var/lib", "forgeci-pack-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	box, err := iso.NewBox(0, filepath.Join(dir, "run", "job", "lease"), isolate.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer box.Close()
+	box, dir := packBox(t, isolate.Config{Mode: isolate.User, SlotUsers: []string{slotUser}})
 	if err := box.HandOver(); err != nil {
 		t.Fatal(err)
 	}
@@ -83,21 +69,7 @@ func TestPackBounds(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the runner's box needs root (CI runs as root)")
 	}
-	iso, err := isolate.New(isolate.Config{Mode: isolate.None}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iso.Close()
-	dir, err := os.MkdirTemp("/var/lib", "forgeci-pack-test-") // on disk: /tmp may bound a file's size
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	box, err := iso.NewBox(0, filepath.Join(dir, "run", "job", "lease"), isolate.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer box.Close()
+	box, _ := packBox(t, isolate.Config{Mode: isolate.None})
 	ws := box.Workspace()
 	j := &job{box: box, ws: ws}
 	sparse := func(name string, size int64) {
@@ -137,4 +109,27 @@ func TestPackBounds(t *testing.T) {
 			t.Errorf("pack %s took %v to refuse", paths, took)
 		}
 	}
+}
+
+// packBox is a box of one slot under cfg, its attempt in a directory of
+// its own under /var/lib (on disk: /tmp may bound a file's size), all
+// removed when the test ends; and that directory.
+func packBox(t *testing.T, cfg isolate.Config) (*isolate.Box, string) {
+	t.Helper()
+	iso, err := isolate.New(cfg, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(iso.Close)
+	dir, err := os.MkdirTemp("/var/lib", "forgeci-pack-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	box, err := iso.NewBox(0, filepath.Join(dir, "run", "job", "lease"), isolate.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = box.Close() })
+	return box, dir
 }
