@@ -51,11 +51,11 @@ type Deliverer struct {
 const (
 	// A pass claims batches of batch deliveries for at most budget (it
 	// shares the sweeper's minute), and only while the caller's deadline
-	// leaves room for a whole batch (batchTime): a batch (one delivery
-	// per hook, so a hook is sent no burst) is sent at once, each delivery waiting at most sendTimeout,
-	// so one slow hook holds up no other, and the outcomes are recorded
-	// after. The lease outlasts
-	// a batch, so nothing is sent twice while its attempt is under way.
+	// leaves room for a whole batch (batchTime). A batch (one delivery per
+	// hook, so a hook is sent no burst) is sent at once, each delivery
+	// waiting at most sendTimeout, so one slow hook holds up no other; the
+	// outcomes are recorded after. The lease outlasts a batch, so nothing
+	// is sent twice while its attempt is under way.
 	budget      = 20 * time.Second
 	batch       = 5
 	sendTimeout = 10 * time.Second

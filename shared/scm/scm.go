@@ -366,11 +366,12 @@ func (w *Worker) pushRun(ctx context.Context, gh *github.Client, repo store.Repo
 
 // replayed says why push e, received at, is not built: GitHub took it more
 // than MaxPushAge before (its signed repository.pushed_at) and its ref no
-// longer names its commit, as the App sees it now, or more than
-// store.PushHorizon before, or before push bodies were remembered. A tag made through the API may not move
-// pushed_at; it still names its commit, and is built. A replay of a push
-// built already, whatever its ref names, is refused at its recording
-// (store.RecordDelivery remembers push bodies).
+// longer names its commit, as the App sees it now; or more than
+// store.PushHorizon before, or before push bodies were remembered. A tag
+// made through the API may not move pushed_at; it still names its commit,
+// and is built. A replay of a push built already, whatever its ref names,
+// is refused at its recording (store.RecordDelivery remembers push
+// bodies).
 func (w *Worker) replayed(ctx context.Context, gh *github.Client, repo store.Repository, owner, name string,
 	e *github.PushEvent, at time.Time) (string, error) {
 	pushed := e.GetRepo().GetPushedAt().Time

@@ -47,13 +47,16 @@ const (
 	PushMemory  = PushHorizon + 35*24*time.Hour
 )
 
+// pushMemorySQL is when push bodies began to be remembered (NULL: always).
+const pushMemorySQL = `SELECT nullif(min(started_at), '-infinity') FROM scm_push_memory`
+
 // PushesRememberedSince is when ForgeCI began to remember push bodies (the
 // oldest push delivery it still had then): a push GitHub took before it
 // may have been delivered, and forgotten, already. Zero: always (an
 // installation that had none).
 func (s *Store) PushesRememberedSince(ctx context.Context) (time.Time, error) {
 	var t *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT nullif(min(started_at), '-infinity') FROM scm_push_memory`).Scan(&t)
+	err := s.pool.QueryRow(ctx, pushMemorySQL).Scan(&t)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("push memory: %w", err)
 	}

@@ -194,8 +194,9 @@ const lockApprovalSQL = `SELECT approval, actor, state FROM runs WHERE id = $1 F
 const lockProjectRunsSQL = `SELECT 1 FROM projects WHERE id = $1 FOR NO KEY UPDATE`
 
 // actorWaitingSQL locks actor $2's runs in project $1, other than $3, that
-// still wait for approval; one locked by another decision is skipped (and
-// left to it), so two approvers never wait on each other.
+// still wait for approval; one locked by another decision (a rejection,
+// a cancel: approvals take the project's row first, lockProjectRunsSQL)
+// is skipped and left to it.
 const actorWaitingSQL = `
 SELECT id FROM runs WHERE project_id = $1 AND actor = $2 AND id <> $3 AND approval = 'pending' AND finished_at IS NULL
 ORDER BY id FOR UPDATE SKIP LOCKED`
