@@ -115,16 +115,12 @@ SELECT coalesce(array_agg(b.s3_key), '{}') FROM (
 
 // lockBlobsSQL is the sweep: of the marked keys $1, those whose lock it
 // takes (pg_try_advisory_xact_lock, as tryLockKeySQL) and whose blobs are
-// still unreferenced and untouched within $2 seconds, rows locked; shared
-// says another (project, tier) holds the same object (a key from before
-// keys were namespaced).
+// still unreferenced and untouched within $2 seconds, rows locked.
 const lockBlobsSQL = `
 WITH locked AS (
     SELECT k FROM unnest($1::text[]) k WHERE pg_try_advisory_xact_lock(7419, hashtext(k))
 )
-SELECT b.project_id, b.trusted, b.digest, b.s3_key, b.size,
-       EXISTS (SELECT 1 FROM blobs b2 WHERE b2.s3_key = b.s3_key
-               AND (b2.project_id, b2.trusted) <> (b.project_id, b.trusted))
+SELECT b.project_id, b.trusted, b.digest, b.s3_key, b.size
 FROM blobs b WHERE b.s3_key IN (SELECT k FROM locked)
   AND b.touched_at < now() - make_interval(secs => $2) AND ` + unreferencedSQL + `
 FOR UPDATE OF b SKIP LOCKED`
@@ -337,21 +333,19 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 		if len(keys) == 0 {
 			return nil
 		}
-		// Locked and still unreferenced: the batch. shared: a key from
-		// before namespacing that another (project, tier) still holds.
+		// Locked and still unreferenced: the batch.
 		rows, err := tx.Query(ctx, lockBlobsSQL, keys, grace.Seconds())
 		if err != nil {
 			return err
 		}
 		type cand struct {
-			ref    BlobRef
-			key    string
-			size   int64
-			shared bool
+			ref  BlobRef
+			key  string
+			size int64
 		}
 		gone, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (cand, error) {
 			var c cand
-			return c, row.Scan(&c.ref.ProjectID, &c.ref.Trusted, &c.ref.Digest, &c.key, &c.size, &c.shared)
+			return c, row.Scan(&c.ref.ProjectID, &c.ref.Trusted, &c.ref.Digest, &c.key, &c.size)
 		})
 		if err != nil || len(gone) == 0 {
 			return err
@@ -361,9 +355,7 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 		for _, c := range gone {
 			projects, tiers, digests = append(projects, c.ref.ProjectID), append(tiers, c.ref.Trusted), append(digests, c.ref.Digest)
 			freed += c.size
-			if !c.shared {
-				objects, owners = append(objects, c.key), append(owners, c.ref.ProjectID)
-			}
+			objects, owners = append(objects, c.key), append(owners, c.ref.ProjectID)
 		}
 		tag, err := tx.Exec(ctx, deleteBlobsSQL, projects, tiers, digests)
 		if err != nil {
@@ -371,9 +363,12 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 		}
 		k = int(tag.RowsAffected())
 		// The objects go after the commit, as uploads never committed do
-		// (dropUploads, under each key's lock, unless a registration has
-		// taken the key again): deleted first, a failed commit would leave
-		// rows naming objects that are gone.
+		// (dropUploads, under each key's lock, unless a row holds the key:
+		// a registration that took it again, or another (project, tier)
+		// sharing a key from before keys were namespaced). Deleted first, a
+		// failed commit would leave rows naming objects that are gone.
+		// Every key is queued, even one another row held when the sweep
+		// looked: its rows may all go in this batch.
 		_, err = tx.Exec(ctx, queueObjectsSQL, objects, owners)
 		queued = len(objects)
 		return err

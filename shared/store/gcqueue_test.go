@@ -116,3 +116,41 @@ func TestCollectorDiesAfterDeleting(t *testing.T) {
 		t.Fatalf("after the next collection: %d rows, object %v", n, e.present(refs[0].Key()))
 	}
 }
+
+// TestOldSharedKeysAreCollected: a key from before keys were namespaced
+// (sha256/<hex>) that several (project, tier) rows share loses its object
+// when the last row goes, even when every row goes in one batch, and
+// keeps it while one row stays.
+func TestOldSharedKeysAreCollected(t *testing.T) {
+	ctx := context.Background()
+	e := newGCEnv(t)
+	legacy := func(data []byte) (key, digest string) {
+		ref := e.putIn(true, data)
+		key = "sha256/" + ref.Digest[len("sha256:"):]
+		if err := e.cas.Put(ctx, key, ref.Digest, bytes.NewReader(data), int64(len(data))); err != nil {
+			t.Fatal(err)
+		}
+		for _, trusted := range []bool{true, false} {
+			e.exec(`INSERT INTO blobs (project_id, trusted, digest, size, s3_key, touched_at)
+				VALUES ($1, $2, $3, $4, $5, now() - interval '30 days')`, e.project.ID, trusted, ref.Digest, len(data), key)
+		}
+		return key, ref.Digest
+	}
+	gone, _ := legacy([]byte("both rows unreferenced"))
+	kept, keptDigest := legacy([]byte("one row touched yesterday"))
+	e.exec(`UPDATE blobs SET touched_at = now() - interval '1 day' WHERE digest = $1 AND trusted`, keptDigest)
+	for range 2 {
+		if _, err := e.s.CollectGarbage(ctx, store.GCOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM blobs WHERE s3_key = $1`, gone); n != 0 || e.present(gone) {
+		t.Errorf("both rows unreferenced: %d rows left, object present %v; want none and gone", n, e.present(gone))
+	}
+	if n := e.count(`SELECT count(*) FROM blobs WHERE s3_key = $1`, kept); n != 1 || !e.present(kept) {
+		t.Errorf("one row held: %d rows left, object present %v; want 1 and present", n, e.present(kept))
+	}
+	if n := e.count(`SELECT count(*) FROM uploads`); n != 0 {
+		t.Errorf("%d objects still queued, want none", n)
+	}
+}
