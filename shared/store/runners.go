@@ -27,10 +27,11 @@ const (
 const projectByIDOrNameSQL = `SELECT id FROM projects WHERE id = $1 OR name = $1 ORDER BY id = $1 DESC LIMIT 1`
 
 // insertRegistrationSQL stores a registration token's hash, valid for $4
-// seconds by the database clock, with the scope it hands on.
+// seconds by the database clock, with the scope it hands on; $7 is the
+// user token it is made with ('': the operator's call).
 const insertRegistrationSQL = `
-INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted)
-VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6)
+INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted, created_by_token)
+VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6, nullif($7, ''))
 RETURNING expires_at`
 
 // useRegistrationSQL locks the unused, unexpired registration token with
@@ -164,16 +165,17 @@ func hashSecret(s string) []byte {
 // and must exist. It is the operator's call; people go through
 // CreateRegistrationTokenAs.
 func (s *Store) CreateRegistrationToken(ctx context.Context, ttl time.Duration, description string, scope Scope) (string, time.Time, error) {
-	return s.createRegistrationToken(ctx, nil, ttl, description, scope)
+	return s.createRegistrationToken(ctx, nil, "", ttl, description, scope)
 }
 
 // CreateRegistrationTokenAs makes a registration token on behalf of by,
-// who must be a global admin.
+// who must be a global admin. Revoking the API token by used expires it
+// while unused (revokeTree).
 func (s *Store) CreateRegistrationTokenAs(ctx context.Context, by User, ttl time.Duration, description string, scope Scope) (string, time.Time, error) {
-	return s.createRegistrationToken(ctx, byAdmin(by), ttl, description, scope)
+	return s.createRegistrationToken(ctx, byAdmin(by), by.TokenID, ttl, description, scope)
 }
 
-func (s *Store) createRegistrationToken(ctx context.Context, may check, ttl time.Duration, description string, scope Scope) (string, time.Time, error) {
+func (s *Store) createRegistrationToken(ctx context.Context, may check, madeWith string, ttl time.Duration, description string, scope Scope) (string, time.Time, error) {
 	if ttl <= 0 || ttl > 30*24*time.Hour {
 		return "", time.Time{}, domain.Errorf(domain.EInvalid, "registration token lifetime must be between 1s and 30 days")
 	}
@@ -184,6 +186,9 @@ func (s *Store) createRegistrationToken(ctx context.Context, may check, ttl time
 	var expires time.Time
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := may.run(ctx, tx); err != nil {
+			return err
+		}
+		if err := holdLiveToken(ctx, tx, madeWith); err != nil {
 			return err
 		}
 		ids := []string{}
@@ -199,7 +204,7 @@ func (s *Store) createRegistrationToken(ctx context.Context, may check, ttl time
 			ids = append(ids, id)
 		}
 		return tx.QueryRow(ctx, insertRegistrationSQL, uuid.Must(uuid.NewV7()).String(), hashSecret(tok), description,
-			ttl.Seconds(), ids, scope.Untrusted).Scan(&expires)
+			ttl.Seconds(), ids, scope.Untrusted, madeWith).Scan(&expires)
 	})
 	if err != nil {
 		return "", time.Time{}, err

@@ -17,7 +17,10 @@ import (
 
 const insertUserSQL = `INSERT INTO users (id, name, role) VALUES ($1, $2, $3)`
 
-const insertFirstTokenSQL = `INSERT INTO user_tokens (id, user_id, token_hash, description) VALUES ($1, $2, $3, 'first token')`
+// insertFirstTokenSQL gives new user $2 its first token; $4 is the token
+// it is made with ('': the operator's call).
+const insertFirstTokenSQL = `
+INSERT INTO user_tokens (id, user_id, token_hash, description, created_by_token) VALUES ($1, $2, $3, 'first token', nullif($4, ''))`
 
 // authenticateUserSQL finds the active token with hash $1 of an active
 // user, and notes its use (touchTokenSQL).
@@ -86,15 +89,16 @@ func (u User) IsAdmin() bool { return u.Role == RoleAdmin }
 // the operator's call (the admin function, the CLI); people go through
 // CreateUserAs.
 func (s *Store) CreateUser(ctx context.Context, name, role string) (User, string, error) {
-	return s.createUser(ctx, nil, name, role)
+	return s.createUser(ctx, nil, "", name, role)
 }
 
 // CreateUserAs makes a user on behalf of by, who must be a global admin.
+// The first token is made with by's API token, and is revoked with it.
 func (s *Store) CreateUserAs(ctx context.Context, by User, name, role string) (User, string, error) {
-	return s.createUser(ctx, byAdmin(by), name, role)
+	return s.createUser(ctx, byAdmin(by), by.TokenID, name, role)
 }
 
-func (s *Store) createUser(ctx context.Context, may check, name, role string) (User, string, error) {
+func (s *Store) createUser(ctx context.Context, may check, madeWith, name, role string) (User, string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 100 {
 		return User{}, "", domain.Errorf(domain.EInvalid, "user name must be 1 to 100 characters")
@@ -113,13 +117,16 @@ func (s *Store) createUser(ctx context.Context, may check, name, role string) (U
 		if err := may.run(ctx, tx); err != nil {
 			return err
 		}
+		if err := holdLiveToken(ctx, tx, madeWith); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, insertUserSQL, u.ID, u.Name, u.Role); err != nil {
 			if isUniqueViolation(err) {
 				return domain.Errorf(domain.EConflict, "a user named %q exists", name)
 			}
 			return fmt.Errorf("insert user: %w", err)
 		}
-		_, err := tx.Exec(ctx, insertFirstTokenSQL, uuid.Must(uuid.NewV7()).String(), u.ID, hashSecret(token))
+		_, err := tx.Exec(ctx, insertFirstTokenSQL, uuid.Must(uuid.NewV7()).String(), u.ID, hashSecret(token), madeWith)
 		return err
 	})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,18 +31,30 @@ WHERE user_id = $1 AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`
 // tokenOfUserSQL finds user $2's token $1.
 const tokenOfUserSQL = `SELECT 1 FROM user_tokens WHERE id = $1 AND user_id = $2`
 
-// revokeTokensSQL revokes tokens $1; one revoked already keeps the time it
-// was revoked.
-const revokeTokensSQL = `
-UPDATE user_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = ANY ($1)
+// revokeTreeSQL revokes tokens $1 and every token made with them, however
+// deep, in one statement; one revoked already keeps the time it was
+// revoked.
+const revokeTreeSQL = `
+WITH RECURSIVE tree (tid) AS (
+    SELECT unnest($1::text[])
+    UNION
+    SELECT t.id FROM user_tokens t JOIN tree ON t.created_by_token = tree.tid
+)
+UPDATE user_tokens SET revoked_at = coalesce(revoked_at, now()) FROM tree WHERE id = tree.tid
 RETURNING ` + tokenInfoColumns
 
 // tokenInfoColumns are a TokenInfo's (scanTokenInfo).
 const tokenInfoColumns = `id, description, created_at, revoked_at, coalesce(created_by_token, ''), last_used_at`
 
-// madeWithSQL lists the tokens made with tokens $1, whoever's (an admin's
-// token makes others').
-const madeWithSQL = `SELECT id FROM user_tokens WHERE created_by_token = ANY ($1)`
+// madeSinceSQL lists the live tokens made with tokens $1: made while
+// revokeTreeSQL waited for their making (see revokeTree).
+const madeSinceSQL = `SELECT id FROM user_tokens WHERE created_by_token = ANY ($1) AND revoked_at IS NULL`
+
+// expireRegistrationsSQL expires the unused registration tokens made with
+// user tokens $1.
+const expireRegistrationsSQL = `
+UPDATE registration_tokens SET expires_at = now()
+WHERE created_by_token = ANY ($1) AND used_at IS NULL AND expires_at > now()`
 
 // holdLiveTokenSQL holds token $1 while it is not revoked: the token a new
 // one is made with.
@@ -122,9 +133,14 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 		if err != nil {
 			return TokenInfo{}, err
 		}
-		named, also := all[0], []string(nil)
-		for _, t := range all[1:] {
-			also = append(also, t.ID)
+		var named TokenInfo
+		var also []string
+		for _, t := range all {
+			if t.ID == tokenID {
+				named = t
+			} else {
+				also = append(also, t.ID)
+			}
 		}
 		named.AlsoRevoked = also
 		return named, nil
@@ -132,16 +148,17 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 }
 
 // revokeTree revokes tokens ids and every token made with them, however
-// deep, a level at a time (the first returned first). A level's update
-// waits for a token being made with one of them (its making holds the
-// parent FOR SHARE, holdLiveTokenSQL), and the next level's query, a new
-// statement, then sees it; a token's making that comes after the update
-// finds its parent revoked.
+// deep, and expires the unused registration tokens any of them made. The
+// tree's update waits for a token being made with one of its tokens (its
+// making holds the parent FOR SHARE, holdLiveTokenSQL) but, its tree read
+// before, misses it; the next statement sees it, and it is revoked with
+// its own tree in another round. A token's making that comes after the
+// update finds its parent revoked.
 func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) ([]TokenInfo, error) {
 	var all []TokenInfo
-	seen := map[string]bool{}
+	var allIDs []string
 	for len(ids) > 0 {
-		rows, err := tx.Query(ctx, revokeTokensSQL, ids)
+		rows, err := tx.Query(ctx, revokeTreeSQL, ids)
 		if err != nil {
 			return nil, fmt.Errorf("revoke tokens: %w", err)
 		}
@@ -150,14 +167,15 @@ func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) ([]TokenInfo, erro
 			return nil, fmt.Errorf("revoke tokens: %w", err)
 		}
 		all = append(all, revoked...)
-		for _, id := range ids {
-			seen[id] = true
+		for _, t := range revoked {
+			allIDs = append(allIDs, t.ID)
 		}
-		made, err := queryIDs(ctx, tx, madeWithSQL, ids)
-		if err != nil {
+		if _, err := tx.Exec(ctx, expireRegistrationsSQL, allIDs); err != nil {
+			return nil, fmt.Errorf("expire registration tokens: %w", err)
+		}
+		if ids, err = queryIDs(ctx, tx, madeSinceSQL, allIDs); err != nil {
 			return nil, fmt.Errorf("tokens made with tokens: %w", err)
 		}
-		ids = slices.DeleteFunc(made, func(id string) bool { return seen[id] })
 	}
 	return all, nil
 }

@@ -172,3 +172,106 @@ func TestTokenLastUsed(t *testing.T) {
 		t.Fatalf("a session's request did not note a use: %v", got)
 	}
 }
+
+// TestRevocationReachesWhatATokenMade: a leaked admin token's user made
+// for someone else, and its registration tokens not yet used, go when it
+// is revoked; a registration token used before stays used (its runner is
+// the admin's to revoke).
+func TestRevocationReachesWhatATokenMade(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	_, leaked, err := s.CreateUser(ctx, "leaky", store.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaky, err := s.AuthenticateUser(ctx, leaked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, first, err := s.CreateUserAs(ctx, leaky, "ci-bot", store.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _, err := s.CreateRegistrationTokenAs(ctx, leaky, time.Hour, "", store.Scope{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, _, err := s.CreateRegistrationTokenAs(ctx, leaky, time.Hour, "", store.Scope{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.RegisterRunner(ctx, used, "before", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RevokeUserTokenAs(ctx, leaky, leaky.ID, leaky.TokenID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AuthenticateUser(ctx, first); !domain.Is(err, domain.EUnauthorized) {
+		t.Errorf("the first token of a user made with a revoked token: %v, want unauthorized", err)
+	}
+	if _, _, err := s.RegisterRunner(ctx, reg, "after", nil); !domain.Is(err, domain.EUnauthorized) {
+		t.Errorf("a registration token made with a revoked token registers: %v, want unauthorized", err)
+	}
+	if _, _, err := s.CreateUserAs(ctx, leaky, "late", store.RoleUser); !domain.Is(err, domain.EUnauthorized) {
+		t.Errorf("a user made with a revoked token: %v, want unauthorized", err)
+	}
+	if _, _, err := s.CreateRegistrationTokenAs(ctx, leaky, time.Hour, "", store.Scope{}); !domain.Is(err, domain.EUnauthorized) {
+		t.Errorf("a registration token made with a revoked token: %v, want unauthorized", err)
+	}
+}
+
+// TestRevocationOfADeepTree: a chain of tokens each made with the one
+// before is revoked whole, and a token whose making the revocation waited
+// for is revoked too.
+func TestRevocationOfADeepTree(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	u, token, err := s.CreateUser(ctx, "u", store.RoleUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	me, err := s.AuthenticateUser(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `INSERT INTO user_tokens (id, user_id, token_hash, created_by_token)
+		SELECT 'chain-' || i, $1, sha256(('chain-' || i)::bytea), CASE WHEN i = 1 THEN $2 ELSE 'chain-' || (i - 1) END
+		FROM generate_series(1, 3000) i`, u.ID, me.TokenID); err != nil {
+		t.Fatal(err)
+	}
+	// A token being made with the chain's last, committed while the
+	// revocation waits for it.
+	maker, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer maker.Rollback(ctx) //nolint:errcheck // committed below
+	if _, err := maker.Exec(ctx, `SELECT 1 FROM user_tokens WHERE id = 'chain-3000' FOR SHARE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := maker.Exec(ctx, `INSERT INTO user_tokens (id, user_id, token_hash, created_by_token)
+		VALUES ('late', $1, sha256('late'), 'chain-3000')`, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var info store.TokenInfo
+	go func() {
+		var err error
+		info, err = s.RevokeUserTokenAs(ctx, me, u.ID, me.TokenID)
+		done <- err
+	}()
+	waitForLockWait(t, s)
+	if err := maker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var live int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM user_tokens WHERE revoked_at IS NULL`).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	if live != 0 || info.ID != me.TokenID || len(info.AlsoRevoked) != 3001 {
+		t.Errorf("%d tokens live, revoked %s and %d more; want none live, %s and 3001 more", live, info.ID, len(info.AlsoRevoked), me.TokenID)
+	}
+}
