@@ -28,7 +28,7 @@ const projectByIDOrNameSQL = `SELECT id FROM projects WHERE id = $1 OR name = $1
 
 // insertRegistrationSQL stores a registration token's hash, valid for $4
 // seconds by the database clock, with the scope it hands on; $7 is the
-// user token it is made with ('': the operator's call).
+// user token it is made with (empty: the operator's call).
 const insertRegistrationSQL = `
 INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted, created_by_token)
 VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6, nullif($7, ''))

@@ -18,7 +18,7 @@ import (
 const insertUserSQL = `INSERT INTO users (id, name, role) VALUES ($1, $2, $3)`
 
 // insertFirstTokenSQL gives new user $2 its first token; $4 is the token
-// it is made with ('': the operator's call).
+// it is made with (empty: the operator's call).
 const insertFirstTokenSQL = `
 INSERT INTO user_tokens (id, user_id, token_hash, description, created_by_token) VALUES ($1, $2, $3, 'first token', nullif($4, ''))`
 
