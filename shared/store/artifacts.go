@@ -108,8 +108,13 @@ func (s *Store) RunSource(ctx context.Context, runnerID, jobID string, l domain.
 // CommitArtifact registers a verified blob as artifact name of the current
 // attempt, in the run's (project, tier). Committing the same name and
 // digest again is a no-op; another digest under the same name is EConflict.
+// The run's artifacts are summed under the project's quota lock, which
+// every commit takes: parallel jobs' commits are counted one at a time.
 func (s *Store) CommitArtifact(ctx context.Context, runnerID, jobID string, l domain.Lease, name, digest string, size int64) error {
 	return s.withLease(ctx, runnerID, jobID, l, func(tx pgx.Tx, job *LeasedJob) error {
+		if err := lockQuota(ctx, tx, job.ProjectID); err != nil {
+			return err
+		}
 		var total int64
 		if err := tx.QueryRow(ctx, runArtifactBytesSQL, job.RunID, job.ID, job.Generation, name).Scan(&total); err != nil {
 			return fmt.Errorf("run artifact size: %w", err)

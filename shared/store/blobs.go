@@ -141,22 +141,13 @@ func lockKey(ctx context.Context, tx pgx.Tx, key string) error {
 // A blob already held keeps its row (and key). A new row is checked in S3
 // under the key's lock (see above), and counts against the project's
 // storage quota, under the quota's lock (then the key's: in that order
-// everywhere). Its callers hold at most their own job's row: nothing that
-// holds the quota's lock waits for another job's.
+// everywhere). Whoever holds the quota's lock waits for no job's row: a
+// commit has locked its own job's before, a run's creation those it
+// cancels (registerSource).
 func (s *Store) registerBlob(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
 	if err := lockQuota(ctx, tx, b.ProjectID); err != nil {
 		return err
 	}
-	return s.addBlob(ctx, tx, b, size)
-}
-
-// registerRunSource is registerBlob for a run's creation, without the
-// quota's lock: the creation may then lock other runs' jobs (a concurrency
-// group's cancel), while a commit holds its job's row and waits for the
-// quota's lock, and the two would deadlock. Runs of a project are made one
-// at a time (its row), so a run's snapshot passes the quota by at most
-// what commits add at that very moment.
-func (s *Store) registerRunSource(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
 	return s.addBlob(ctx, tx, b, size)
 }
 

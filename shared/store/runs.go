@@ -226,11 +226,6 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 			run.Approval = ApprovalPending
 		}
 	}
-	if nr.Source.BlobDigest != "" {
-		if err := s.registerRunSource(ctx, tx, BlobRef{projectID, run.Trusted, nr.Source.BlobDigest}, nr.Source.Size); err != nil {
-			return Run{}, err
-		}
-	}
 	if err := groupOf(&run, nr.Concurrency); err != nil {
 		return Run{}, err
 	}
@@ -248,6 +243,9 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		return Run{}, err
 	}
 	if err := joinGroup(ctx, tx, &run, nr.Concurrency); err != nil {
+		return Run{}, err
+	}
+	if err := s.registerSource(ctx, tx, run, nr.Source); err != nil {
 		return Run{}, err
 	}
 	if err := setSchedules(ctx, tx, &run, nr.Schedules); err != nil {
@@ -306,7 +304,25 @@ func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, er
 	})
 }
 
+// registerSource registers the run's snapshot as the project's blob,
+// under its storage quota, after the run's row (whose reference to it is
+// checked at the commit: runs_source_fkey is deferred here) and after the
+// jobs its concurrency group cancels are locked: a commit holds its job's
+// row, then takes the quota's lock and the blob's key, in that order, as
+// this does now. Taken first, the key deadlocked with a commit of the
+// same bytes (an artifact of an unchanged workspace).
+func (s *Store) registerSource(ctx context.Context, tx pgx.Tx, run Run, src domain.Source) error {
+	if src.BlobDigest == "" {
+		return nil
+	}
+	return s.registerBlob(ctx, tx, BlobRef{run.ProjectID, run.Trusted, src.BlobDigest}, src.Size)
+}
+
 func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
+	// The run names its snapshot's blob before registerSource registers it.
+	if _, err := tx.Exec(ctx, deferSourceCheckSQL); err != nil {
+		return fmt.Errorf("insert run: %w", err)
+	}
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
