@@ -101,8 +101,9 @@ func (w *Sweeper) Pass(ctx context.Context) (time.Time, error) {
 }
 
 // GC is the collector's pass. The sweeper notes it due once a day after
-// activity; it runs again at once while it leaves work, and a day later
-// while it finds some.
+// activity, and an upload handed out when it ends; it runs again at once
+// while it leaves work, when the oldest upload left uncommitted ends, and
+// a day later while it finds some.
 func GC(st *store.Store, budget time.Duration, log *slog.Logger) Pass {
 	return func(ctx context.Context) (time.Time, error) {
 		res, err := st.CollectGarbage(ctx, store.GCOptions{Budget: budget})
@@ -116,13 +117,18 @@ func GC(st *store.Store, budget time.Duration, log *slog.Logger) Pass {
 		if !res.Done {
 			return time.Now(), nil
 		}
-		// Again a day later while it finds work, so that what activity
-		// left (uploads never committed, idle caches) goes even if no
-		// more comes.
-		if res != (store.GCResult{Done: true}) {
-			return time.Now().Add(24 * time.Hour), nil
+		// When the oldest upload left uncommitted ends, so that its room
+		// is freed then even if its own note was lost.
+		next, err := st.NextUploadEnd(ctx)
+		if err != nil {
+			return time.Time{}, err
 		}
-		return time.Time{}, nil
+		// Again a day later while it finds work, so that what activity
+		// left (idle caches) goes even if no more comes.
+		if res != (store.GCResult{Done: true}) {
+			next = earliest(next, time.Now().Add(24*time.Hour))
+		}
+		return next, nil
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -270,4 +271,52 @@ func xacts(t *testing.T, st *store.Store) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestUploadEndWakesTheCollector: an upload handed out and never
+// committed notes the collector due when it ends (store.UploadLife),
+// which then deletes it and frees its room; a collector's pass that finds
+// uploads pending says to run again when the oldest ends, so a lost note
+// only delays it to that pass's next.
+func TestUploadEndWakesTheCollector(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now()
+	f.board.SetClock(func() time.Time { return now })
+	var projectID string
+	if err := f.st.Pool().QueryRow(ctx, `SELECT id FROM projects WHERE name = 'p'`).Scan(&projectID); err != nil {
+		t.Fatal(err)
+	}
+	upload := func(b byte) {
+		t.Helper()
+		ref := store.BlobRef{ProjectID: projectID, Trusted: true, Digest: "sha256:" + strings.Repeat(string(b), 64)}
+		if _, err := f.st.PrepareBlobUpload(ctx, ref, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	upload('a')
+	gc := scheduled.GC(f.st, time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if ran, err := scheduled.Run(ctx, f.st, wake.GC, gc); ran || err != nil {
+		t.Fatalf("the collector ran (%v) before the upload ended: %v", ran, err)
+	}
+	now = now.Add(store.UploadLife + wake.Skew + 2*f.board.Grain())
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE uploads SET created_at = created_at - $1::interval`, (store.UploadLife + time.Minute).String()); err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := scheduled.Run(ctx, f.st, wake.GC, gc); !ran || err != nil {
+		t.Fatalf("the collector did not run (%v) when the upload ended: %v", ran, err)
+	}
+	var left int
+	if err := f.st.Pool().QueryRow(ctx, `SELECT count(*) FROM uploads`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d uploads left after the collector's pass (%v)", left, err)
+	}
+	upload('b')
+	var ends time.Time
+	if err := f.st.Pool().QueryRow(ctx, `SELECT created_at + $1::interval FROM uploads`, store.UploadLife.String()).Scan(&ends); err != nil {
+		t.Fatal(err)
+	}
+	next, err := gc(ctx)
+	if err != nil || next.Sub(ends).Abs() > time.Second {
+		t.Fatalf("a pass with an upload pending runs next at %v (%v), want when it ends, %v", next, err, ends)
+	}
 }

@@ -49,25 +49,24 @@ const uploadDoneSQL = `DELETE FROM uploads WHERE s3_key = $1`
 
 // storageUsedSQL is project $1's name, storage quota, and the bytes its
 // blobs and its uploads not yet committed (but that of key $2, asked for
-// again; and those handed out more than $3 seconds ago) hold, in all and
-// in its untrusted tier.
+// again) hold, in all and in its untrusted tier. An upload counts until it
+// is committed or collected (UploadLife): its object may be in S3 all
+// that time, whether or not anyone says so.
 const storageUsedSQL = `
 SELECT p.name, p.storage_quota_bytes,
        coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id), 0) +
-       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND s3_key <> $2
-                 AND created_at > now() - make_interval(secs => $3)), 0),
+       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND s3_key <> $2), 0),
        coalesce((SELECT sum(size) FROM blobs WHERE project_id = p.id AND NOT trusted), 0) +
-       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND NOT trusted AND s3_key <> $2
-                 AND created_at > now() - make_interval(secs => $3)), 0)
+       coalesce((SELECT sum(size) FROM uploads WHERE project_id = p.id AND NOT trusted AND s3_key <> $2), 0)
 FROM projects p WHERE p.id = $1`
 
-// UploadCounts is how long an upload handed out and not committed counts
-// against the quota: long past its URL's expiry (minutes), so that
-// uploads asked for at once cannot each see room for itself, but not for
-// the day its row is kept (the collector's UploadTTL), in which one never
-// used would hold the room for nothing. One committed later is counted
-// then, as every registration is.
-const UploadCounts = time.Hour
+// UploadLife is how long an upload handed out and not committed is kept,
+// and counts against the quota, before the collector deletes it and its
+// object: long past its URL's expiry (minutes), longer than a transfer of
+// the largest blob should take, short enough that one never used holds
+// its room for two hours, not a day. Handing one out notes the collector
+// due when it ends (noteUpload).
+const UploadLife = 2 * time.Hour
 
 // lockQuotaSQL takes the transaction's lock on project $1's storage
 // quota: registrations and uploads are counted one at a time, each after
@@ -205,7 +204,7 @@ func lockQuota(ctx context.Context, tx pgx.Tx, projectID string) error {
 func overQuota(ctx context.Context, tx pgx.Tx, b BlobRef, more int64) error {
 	var used, untrusted, quota int64
 	var name string
-	if err := tx.QueryRow(ctx, storageUsedSQL, b.ProjectID, b.Key(), UploadCounts.Seconds()).Scan(&name, &quota, &used, &untrusted); err != nil {
+	if err := tx.QueryRow(ctx, storageUsedSQL, b.ProjectID, b.Key()).Scan(&name, &quota, &used, &untrusted); err != nil {
 		return fmt.Errorf("storage quota: %w", err)
 	}
 	if used+more > quota {
@@ -231,6 +230,7 @@ func recordUpload(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
 	if _, err := tx.Exec(ctx, startUploadSQL, b.Key(), b.ProjectID, b.Trusted, size); err != nil {
 		return fmt.Errorf("record upload: %w", err)
 	}
+	noteUpload(tx)
 	return nil
 }
 

@@ -170,7 +170,7 @@ func (o *GCOptions) defaults() {
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&o.UploadTTL, 24 * time.Hour}, {&o.BlobGrace, 48 * time.Hour}, {&o.CacheIdle, 7 * 24 * time.Hour},
+	}{{&o.UploadTTL, UploadLife}, {&o.BlobGrace, 48 * time.Hour}, {&o.CacheIdle, 7 * 24 * time.Hour},
 		{&o.DeliveryTTL, 30 * 24 * time.Hour}, {&o.ApprovalTTL, 30 * 24 * time.Hour}} {
 		if *d.v <= 0 {
 			*d.v = d.def

@@ -90,8 +90,8 @@ func (s *slowChecks) Check(ctx context.Context, key, digest string, size int64) 
 
 // TestQuotaCountsOneAtATime: registrations at the same moment are counted
 // one after the other, so together they stay within the tier's share;
-// uploads handed out and not committed count too, but an upload asked for
-// again is not counted twice.
+// uploads handed out and not committed count too, until collected, but an
+// upload asked for again is not counted twice.
 func TestQuotaCountsOneAtATime(t *testing.T) {
 	ctx := context.Background()
 	e := newGCEnv(t)
@@ -126,9 +126,20 @@ func TestQuotaCountsOneAtATime(t *testing.T) {
 	if _, err := e.s.PrepareBlobUpload(ctx, refs[1], 1); !errors.As(err, &de) || de.Code != domain.ETooLarge {
 		t.Fatalf("an upload past the share, counting the one not committed: %v", err)
 	}
-	// Past store.UploadCounts, an upload never used holds no room.
-	e.exec(`UPDATE uploads SET created_at = now() - $1::interval`, (store.UploadCounts + time.Minute).String())
+	// An upload never committed holds its room until it is collected,
+	// its object with it, when it ends (store.UploadLife): until then
+	// the object may be in S3 whatever its age.
+	e.exec(`UPDATE uploads SET created_at = now() - $1::interval`, (store.UploadLife + time.Minute).String())
+	if _, err := e.s.PrepareBlobUpload(ctx, refs[1], 1); !errors.As(err, &de) || de.Code != domain.ETooLarge {
+		t.Fatalf("an upload past the share, counting one ended but not collected: %v", err)
+	}
+	if _, err := e.s.CollectGarbage(ctx, store.GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.present(refs[0].Key()) {
+		t.Fatal("the collector left an ended upload's object")
+	}
 	if _, err := e.s.PrepareBlobUpload(ctx, refs[1], 1000); err != nil {
-		t.Fatalf("an upload beside one handed out %v ago and never used: %v", store.UploadCounts+time.Minute, err)
+		t.Fatalf("an upload once an ended one was collected: %v", err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // notes): the sweeper when a lease is granted, a run ends (its
 // notifications) or schedules change; the GitHub worker, where a GitHub
 // App is configured (SetSCM), after any write; the collector is noted by
-// the sweeper's passes. Without a board (SetBoard) nothing is noted and
+// the sweeper's passes, and for when an upload handed out ends. Without a board (SetBoard) nothing is noted and
 // everything polls PostgreSQL as before.
 
 // SetBoard gives the store the wake-up hints.
@@ -40,7 +40,15 @@ func InPass(ctx context.Context, kind string) context.Context {
 // statement queued jobs or left the sweeper work.
 type noteTx struct {
 	pgx.Tx
-	queued, sweep bool
+	queued, sweep, upload bool
+}
+
+// noteUpload records that tx handed out an upload: the collector is due
+// when it ends (UploadLife), to free its room if it is never committed.
+func noteUpload(tx pgx.Tx) {
+	if n, ok := tx.(*noteTx); ok {
+		n.upload = true
+	}
 }
 
 // noteSweep records that tx left the sweeper work: a run ended (its
@@ -107,6 +115,12 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 	if s.board != nil && s.board.Now().Sub(started) > s.board.CommitDelay()*4/5 {
 		return domain.Errorf(domain.EUnavailable, "noting the work took too long; nothing was changed, try again")
 	}
+	if tx.upload && s.board != nil {
+		// Lost, the note only keeps the room longer: the upload counts
+		// until it is collected, and the sweeper notes the collector
+		// daily after any activity.
+		_ = s.board.DueAfter(ctx, wake.GC, started.Add(UploadLife))
+	}
 	return tx.Commit(ctx)
 }
 
@@ -151,10 +165,21 @@ func (s *Store) coveredBy(ctx context.Context, started time.Time) (context.Conte
 	return context.WithTimeout(ctx, s.board.CommitDelay()*4/5-spent)
 }
 
+// nextUploadEndSQL is when the oldest upload handed out and not committed
+// ends (UploadLife; queued objects of dropped blobs, at 'epoch', aside).
+const nextUploadEndSQL = `
+SELECT min(created_at) + make_interval(secs => $1) FROM uploads WHERE created_at > 'epoch'`
+
+// NextUploadEnd is when the collector must next look for uploads never
+// committed, by the database's clock (zero: none is pending).
+func (s *Store) NextUploadEnd(ctx context.Context) (time.Time, error) {
+	return s.earliest(ctx, nextUploadEndSQL, UploadLife.Seconds())
+}
+
 // earliest runs a query of one nullable time: zero when NULL.
-func (s *Store) earliest(ctx context.Context, query string) (time.Time, error) {
+func (s *Store) earliest(ctx context.Context, query string, args ...any) (time.Time, error) {
 	var t *time.Time
-	if err := s.pool.QueryRow(ctx, query).Scan(&t); err != nil {
+	if err := s.pool.QueryRow(ctx, query, args...).Scan(&t); err != nil {
 		return time.Time{}, err
 	}
 	if t == nil {

@@ -74,6 +74,18 @@ func (b *Board) Due(ctx context.Context, kind string, at time.Time) error {
 	return nil
 }
 
+// DueAfter notes that kind must run after at: the first slot not before
+// at+Skew, written once per slot by this process (at moves with each
+// call: an upload's end).
+func (b *Board) DueAfter(ctx context.Context, kind string, at time.Time) error {
+	at = at.Add(Skew)
+	slot := b.floor(at)
+	if slot.Before(at) {
+		slot = slot.Add(b.grain)
+	}
+	return b.markSlot(ctx, "due/"+kind, kind, slot)
+}
+
 // Pass runs fn if a note of kind is due, and says whether it did. fn does
 // the work in PostgreSQL and returns when kind must next run (zero: not
 // until something marks it). That time is noted before the notes that
