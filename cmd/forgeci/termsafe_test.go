@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // safe writes chunks through a termSafe, flushes, and returns the output.
@@ -80,4 +83,28 @@ func FuzzTermSafe(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReportIsShownNotObeyed: a test report's names, files and messages
+// are a job's text; through the terminal's writer, a carriage return, a
+// C1 CSI and an escape in them are shown, not obeyed.
+func TestReportIsShownNotObeyed(t *testing.T) {
+	var out bytes.Buffer
+	ts := &termSafe{w: &out}
+	r := report{}
+	r.Failures = append(r.Failures, protocol.TestFailure{Kind: "failure", Name: "n\x1b]52;c;aGk=\x07", File: "f\u009b2J",
+		Message: "PASSED\roverwritten"})
+	if err := printReport(ts, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if strings.ContainsAny(got, "\r\x1b\x07\u009b") {
+		t.Errorf("the report reached the terminal with its controls: %q", got)
+	}
+	if !strings.Contains(got, "PASSED\noverwritten") || !strings.Contains(got, "^[]52") {
+		t.Errorf("the report's text was not shown: %q", got)
+	}
 }

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -34,7 +34,9 @@ func testsCmd(g *global) *cobra.Command {
 			if g.json {
 				return printJSON(r)
 			}
-			printReport(r)
+			if err := safeLog(func(out io.Writer) error { return printReport(out, r) }); err != nil {
+				return err
+			}
 			if r.Failed+r.Errored > 0 {
 				return exitError(1)
 			}
@@ -45,8 +47,11 @@ func testsCmd(g *global) *cobra.Command {
 }
 
 // printReport prints the counts, then each failure: where, what and why.
-func printReport(r report) {
-	fmt.Printf("%d tests: %d passed, %d failed, %d errored, %d skipped (%.1fs, %d report files)\n",
+// Names, files and messages are a job's text (safeLog keeps a terminal
+// from obeying what they hold).
+func printReport(out io.Writer, r report) error {
+	p := func(format string, a ...any) { fmt.Fprintf(out, format, a...) }
+	p("%d tests: %d passed, %d failed, %d errored, %d skipped (%.1fs, %d report files)\n",
 		r.Tests, r.Passed, r.Failed, r.Errored, r.Skipped, r.Seconds, r.Files)
 	for _, f := range r.Failures {
 		name := f.Name
@@ -60,12 +65,13 @@ func printReport(r report) {
 				where += fmt.Sprintf(":%d", f.Line)
 			}
 		}
-		fmt.Printf("\n%s %s%s\n", strings.ToUpper(f.Kind), name, where)
+		p("\n%s %s%s\n", strings.ToUpper(f.Kind), name, where)
 		if f.Message != "" {
-			fmt.Printf("  %s\n", strings.ReplaceAll(f.Message, "\n", "\n  "))
+			p("  %s\n", strings.ReplaceAll(f.Message, "\n", "\n  "))
 		}
 	}
 	if r.Truncated {
-		fmt.Fprintln(os.Stdout, "\n(more failures than are kept; see the test-reports artifact)")
+		p("\n(more failures than are kept; see the test-reports artifact)\n")
 	}
+	return nil
 }
