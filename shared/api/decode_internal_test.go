@@ -84,3 +84,26 @@ func TestWriteErrorInputError(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestIDIsTheGateways: an internal error names the gateway's
+// request ID, or a new one, never the caller's X-Request-Id, which is
+// logged beside it.
+func TestRequestIDIsTheGateways(t *testing.T) {
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	r := httptest.NewRequest("GET", "/v1/runs/x", nil)
+	r.Header.Set("X-Request-Id", "someone-elses")
+	for _, c := range []struct {
+		r    *http.Request
+		want string
+	}{{r, ""}, {WithRequestID(r, "gw-7"), "gw-7"}} {
+		w := httptest.NewRecorder()
+		writeError(w, c.r, log, fmt.Errorf("boom"))
+		if strings.Contains(w.Body.String(), "someone-elses") || !strings.Contains(w.Body.String(), "internal error (request "+c.want) {
+			t.Errorf("answered %s, want the request %q", w.Body.String(), c.want)
+		}
+	}
+	if strings.Count(logged.String(), "client_request_id=someone-elses") != 2 {
+		t.Errorf("the caller's ID is not logged beside the gateway's: %s", logged.String())
+	}
+}

@@ -4,6 +4,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -30,8 +31,12 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		}
 	}
 	if !errors.As(err, &de) {
-		id := requestID(r)
-		log.Error("internal error", "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
+		id := RequestID(r)
+		attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "err", err}
+		if c := r.Header.Get("X-Request-Id"); c != "" {
+			attrs = append(attrs, "client_request_id", c[:min(len(c), 100)])
+		}
+		log.Error("internal error", attrs...)
 		de = domain.Errorf(domain.EInternal, "internal error (request %s)", id)
 	}
 	writeJSON(w, protocol.StatusOf(de.Code), protocol.Body(de))
@@ -43,12 +48,20 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v) // the client is gone if this fails
 }
 
-// requestID returns the caller's or API Gateway's request ID, or a new one.
-func requestID(r *http.Request) string {
-	for _, h := range []string{"X-Request-Id", "Apigw-Requestid"} {
-		if v := r.Header.Get(h); v != "" && len(v) <= 100 {
-			return v
-		}
+type requestIDKey struct{}
+
+// WithRequestID gives r the ID its gateway gave the request (the Lambda
+// adapter: API Gateway's), under which an internal error is logged.
+func WithRequestID(r *http.Request, id string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+}
+
+// RequestID returns the gateway's request ID, or a new one. Never the
+// caller's own X-Request-Id (logged beside it): a client could otherwise
+// file its errors under another's ID.
+func RequestID(r *http.Request) string {
+	if id, ok := r.Context().Value(requestIDKey{}).(string); ok && id != "" {
+		return id
 	}
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)

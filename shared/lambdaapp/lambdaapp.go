@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/awslabs/aws-lambda-go-api-proxy/core"
 	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
 	"github.com/forgeci/forgeci/shared/api"
@@ -156,7 +157,18 @@ var PoolOptions = store.PoolOptions{MaxConns: 2, NoStatementCache: true, NoStart
 
 // StartHTTP serves h to API Gateway HTTP API events. It does not return.
 func StartHTTP(h http.Handler) {
-	lambda.Start(httpadapter.NewV2(h).ProxyWithContext)
+	lambda.Start(httpadapter.NewV2(withGatewayID(h)).ProxyWithContext)
+}
+
+// withGatewayID gives each request API Gateway's request ID, which its
+// access log has too.
+func withGatewayID(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok && rc.RequestID != "" {
+			r = api.WithRequestID(r, rc.RequestID)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // StartScheduled runs fn for each scheduled (EventBridge) invocation.
