@@ -320,7 +320,7 @@ func retryCmd(g *global) *cobra.Command {
 func runnerCmd(g *global) *cobra.Command {
 	c := &cobra.Command{Use: "runner", Short: "Runners: registration tokens, list, revoke"}
 	token := &cobra.Command{Use: "token", Short: "Runner registration tokens"}
-	token.AddCommand(tokenCreateCmd(g))
+	token.AddCommand(tokenCreateCmd(g), tokenListCmd(g), tokenRevokeCmd(g))
 
 	list := command("list", "List runners", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
 		runners, err := listAll[store.RunnerInfo](ctx, cl, "/v1/runners", "runners", nil)
@@ -351,33 +351,4 @@ func runnerCmd(g *global) *cobra.Command {
 	}))
 	c.AddCommand(token, list, revoke)
 	return c
-}
-
-// tokenCreateCmd is `runner token create`.
-func tokenCreateCmd(g *global) *cobra.Command {
-	var ttl time.Duration
-	var description string
-	var projects []string
-	var untrusted bool
-	create := command("create", "Make a one-time registration token for `forgeci-runner register` (admin)", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
-		var out struct {
-			Token   string    `json:"registration_token"`
-			Expires time.Time `json:"expires_at"`
-		}
-		if err := cl.do(ctx, "POST", "/v1/registration-tokens", map[string]any{"ttl_seconds": int(ttl.Seconds()),
-			"description": description, "projects": projects, "untrusted": untrusted}, &out); err != nil {
-			return err
-		}
-		if g.json {
-			return printJSON(out)
-		}
-		fmt.Printf("%s\nvalid once, until %s:\n  forgeci-runner register --server %s --registration-token %s --name NAME --labels linux\n",
-			out.Token, out.Expires.Local().Format(time.RFC3339), cl.server, out.Token)
-		return nil
-	}))
-	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token may be used (1m to 168h)")
-	create.Flags().StringSliceVar(&projects, "project", nil, "a project the runner serves (repeat; none: every project)")
-	create.Flags().BoolVar(&untrusted, "untrusted", false, "the runner also takes untrusted work: pull requests from forks, runs of members without the secrets permission")
-	create.Flags().StringVar(&description, "description", "", "what it is for")
-	return create
 }

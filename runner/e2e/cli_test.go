@@ -143,6 +143,20 @@ func TestCLI(t *testing.T) {
 	if out := cli(true, "runner", "list"); !strings.Contains(out, "revoked") {
 		t.Fatalf("runner list after revoke: %s", out)
 	}
+	// Registration tokens: listed with the runner each registered; an
+	// unused one revoked registers nothing.
+	if out := cli(true, "runner", "token", "list"); !strings.Contains(out, "used by runner "+secondID) {
+		t.Fatalf("runner token list: %s", out)
+	}
+	cli(true, "runner", "token", "create", "--description", "leaked")
+	var regs []struct{ ID, Description string }
+	_ = json.Unmarshal([]byte(cli(true, "runner", "token", "list", "--json")), &regs)
+	if len(regs) == 0 || regs[0].Description != "leaked" {
+		t.Fatalf("runner token list --json: %+v", regs)
+	}
+	if out := cli(true, "runner", "token", "revoke", regs[0].ID); !strings.Contains(out, "revoked") {
+		t.Fatalf("runner token revoke: %s", out)
+	}
 	// API tokens: another for a bot, used, then revoked.
 	var bot struct{ ID, Token string }
 	if err := json.Unmarshal([]byte(cli(true, "token", "create", "--description", "ci-bot", "--json")), &bot); err != nil || !strings.HasPrefix(bot.Token, "fru_") {

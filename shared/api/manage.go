@@ -171,6 +171,21 @@ func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request,
 	return nil
 }
 
+func (s *Server) listRegistrationTokens(w http.ResponseWriter, r *http.Request, u store.User) error {
+	return writeList(w, r, "registration_tokens", func(pg store.Page) ([]store.RegistrationInfo, string, error) {
+		return s.Store.ListRegistrationTokensAs(r.Context(), u, pg)
+	})
+}
+
+func (s *Server) revokeRegistrationToken(w http.ResponseWriter, r *http.Request, u store.User) error {
+	info, err := s.Store.RevokeRegistrationTokenAs(r.Context(), u, r.PathValue("token_id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
 func (s *Server) listUsers(w http.ResponseWriter, r *http.Request, _ store.User) error {
 	return writeList(w, r, "users", func(pg store.Page) ([]store.UserInfo, string, error) {
 		return s.Store.ListUsers(r.Context(), pg)

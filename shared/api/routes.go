@@ -150,6 +150,8 @@ var (
 			{Route{"GET", "/v1/runners"}, userRoute(adminOnly, (*Server).listRunners)},
 			{Route{"POST", "/v1/runners/{runner_id}/revoke"}, userRoute(adminOnly, (*Server).revokeRunner)},
 			{Route{"POST", "/v1/registration-tokens"}, userRoute(adminOnly, (*Server).createRegistrationToken)},
+			{Route{"GET", "/v1/registration-tokens"}, userRoute(adminOnly, (*Server).listRegistrationTokens)},
+			{Route{"POST", "/v1/registration-tokens/{token_id}/revoke"}, userRoute(adminOnly, (*Server).revokeRegistrationToken)},
 			{Route{"GET", "/v1/users"}, userRoute(adminOnly, (*Server).listUsers)},
 			{Route{"POST", "/v1/users"}, userRoute(adminOnly, (*Server).createUser)},
 			{Route{"POST", "/v1/users/{user_id}/tokens"}, userRoute(anyUser, (*Server).createUserToken)},

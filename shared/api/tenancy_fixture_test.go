@@ -30,6 +30,7 @@ type tenancy struct {
 	trustedWriter                                     string // write and the secrets permission
 	writerID, readerID                                string
 	writerToken                                       string // the ID of the writer's token
+	registration                                      string // the ID of an unused registration token
 	runner                                            runnerCreds
 	// In acme/app: a finished run, a live run (one queued job), a run
 	// from a first-time contributor waiting for approval, a FAILED
@@ -68,6 +69,12 @@ func newTenancy(t *testing.T) *tenancy {
 		t.Fatal(err)
 	}
 	f.runner = e.registerRunner("box")
+	if _, _, err := e.store.CreateRegistrationToken(ctx, time.Hour, "tenancy", store.Scope{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.pool.QueryRow(ctx, `SELECT id FROM registration_tokens WHERE description = 'tenancy'`).Scan(&f.registration); err != nil {
+		t.Fatal(err)
+	}
 
 	f.done = e.createRun("finished")
 	c := e.claim(f.runner)
@@ -176,7 +183,7 @@ func (f *tenancy) expand(path string) string {
 	return strings.NewReplacer("{done}", f.done.ID, "{live}", f.live.ID, "{waiting}", f.waiting.ID,
 		"{doneJob}", f.doneJob, "{liveJob}", f.liveJob, "{project}", f.project.ID, "{writer}", f.writerID, "{writerToken}", f.writerToken,
 		"{reader}", f.readerID, "{runner}", f.runner.ID, "{guid}", f.delivery, "{hook}", f.hook,
-		"{deploying}", f.deploying.ID, "{shipJob}", f.shipJob).Replace(path)
+		"{deploying}", f.deploying.ID, "{shipJob}", f.shipJob, "{registration}", f.registration).Replace(path)
 }
 
 // call makes one request as a bearer token (API) or a cookie (dashboard).

@@ -106,6 +106,8 @@ func tenancyCases() []tenancyCase {
 		{"GET /v1/runners", "/v1/runners", needGlobal, noBody, 200, nil},
 		{"POST /v1/runners/{runner_id}/revoke", "/v1/runners/{runner}/revoke", needGlobal, obj(nil), 200, nil},
 		{"POST /v1/registration-tokens", "/v1/registration-tokens", needGlobal, obj(nil), 201, nil},
+		{"GET /v1/registration-tokens", "/v1/registration-tokens", needGlobal, noBody, 200, nil},
+		{"POST /v1/registration-tokens/{token_id}/revoke", "/v1/registration-tokens/{registration}/revoke", needGlobal, obj(nil), 200, nil},
 		{"GET /v1/users", "/v1/users", needGlobal, noBody, 200, nil},
 		{"POST /v1/users", "/v1/users", needGlobal, obj(map[string]any{"name": "newbie", "role": "user"}), 201, nil},
 		{"POST /v1/users/{user_id}/tokens", "/v1/users/{writer}/tokens", needGlobal, obj(nil), 201, nil},
