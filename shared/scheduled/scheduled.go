@@ -117,11 +117,15 @@ func GC(st *store.Store, budget time.Duration, log *slog.Logger) Pass {
 		if !res.Done {
 			return time.Now(), nil
 		}
-		// When the oldest upload left uncommitted ends, so that its room
-		// is freed then even if its own note was lost.
+		// When the oldest upload left uncommitted ends (a slot later: the
+		// note is of the slot it falls in), so that its room is freed
+		// then even if its own note was lost.
 		next, err := st.NextUploadEnd(ctx)
 		if err != nil {
 			return time.Time{}, err
+		}
+		if b := st.Board(); b != nil && !next.IsZero() {
+			next = next.Add(b.Grain())
 		}
 		// Again a day later while it finds work, so that what activity
 		// left (idle caches) goes even if no more comes.

@@ -64,8 +64,8 @@ FROM projects p WHERE p.id = $1`
 // and counts against the quota, before the collector deletes it and its
 // object: long past its URL's expiry (minutes), longer than a transfer of
 // the largest blob should take, short enough that one never used holds
-// its room for two hours, not a day. Handing one out notes the collector
-// due when it ends (noteUpload).
+// its room for about two hours, not a day. Handing one out notes the
+// collector due within the hour after it ends (noteUpload).
 const UploadLife = 2 * time.Hour
 
 // lockQuotaSQL takes the transaction's lock on project $1's storage

@@ -115,13 +115,18 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 	if s.board != nil && s.board.Now().Sub(started) > s.board.CommitDelay()*4/5 {
 		return domain.Errorf(domain.EUnavailable, "noting the work took too long; nothing was changed, try again")
 	}
-	if tx.upload && s.board != nil {
-		// Lost, the note only keeps the room longer: the upload counts
-		// until it is collected, and the sweeper notes the collector
-		// daily after any activity.
-		_ = s.board.DueAfter(ctx, wake.GC, started.Add(UploadLife))
+	if err := tx.Commit(ctx); err != nil {
+		return err
 	}
-	return tx.Commit(ctx)
+	if tx.upload && s.board != nil {
+		// After the commit, which it need not cover and must not delay
+		// (the quota's lock is held till then); lost, it only keeps the
+		// room longer: the upload counts until it is collected, and the
+		// collector also runs daily after any activity. One note an hour:
+		// the collector need not run more often for uploads.
+		_ = s.board.DueAfter(ctx, wake.GC, started.Add(UploadLife), time.Hour)
+	}
+	return nil
 }
 
 // nextSweepSQL is when the sweeper must next look: the earliest lease

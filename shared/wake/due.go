@@ -74,16 +74,17 @@ func (b *Board) Due(ctx context.Context, kind string, at time.Time) error {
 	return nil
 }
 
-// DueAfter notes that kind must run after at: the first slot not before
-// at+Skew, written once per slot by this process (at moves with each
-// call: an upload's end).
-func (b *Board) DueAfter(ctx context.Context, kind string, at time.Time) error {
+// DueAfter notes that kind must run after at: at the first multiple of
+// every (at least the grain) not before at+Skew, written once per slot by
+// this process (at moves with each call: an upload's end).
+func (b *Board) DueAfter(ctx context.Context, kind string, at time.Time, every time.Duration) error {
+	every = max(every, b.grain)
 	at = at.Add(Skew)
-	slot := b.floor(at)
+	slot := at.Truncate(every)
 	if slot.Before(at) {
-		slot = slot.Add(b.grain)
+		slot = slot.Add(every)
 	}
-	return b.markSlot(ctx, "due/"+kind, kind, slot)
+	return b.markSlot(ctx, "due/"+kind+"/"+every.String(), kind, slot)
 }
 
 // Pass runs fn if a note of kind is due, and says whether it did. fn does
