@@ -306,7 +306,7 @@ func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, er
 
 // registerSource registers the run's snapshot as the project's blob,
 // under its storage quota, after the run's row (whose reference to it is
-// checked at the commit: runs_source_fkey is deferred here) and after the
+// checked at the commit: runs_source_fkey is deferred) and after the
 // jobs its concurrency group cancels are locked: a commit holds its job's
 // row, then takes the quota's lock and the blob's key, in that order, as
 // this does now. Taken first, the key deadlocked with a commit of the
@@ -319,10 +319,8 @@ func (s *Store) registerSource(ctx context.Context, tx pgx.Tx, run Run, src doma
 }
 
 func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
-	// The run names its snapshot's blob before registerSource registers it.
-	if _, err := tx.Exec(ctx, deferSourceCheckSQL); err != nil {
-		return fmt.Errorf("insert run: %w", err)
-	}
+	// The run names its snapshot's blob before registerSource registers
+	// it: runs_source_fkey is checked at the commit (migration 00034).
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,

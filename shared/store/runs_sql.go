@@ -16,10 +16,6 @@ INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
 VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11,
         $12, nullif($13, ''), $14, $15, nullif($16, ''), nullif($17, ''), nullif($18, ''), $19, $20, $21, $22, nullif($23, ''))`
 
-// deferSourceCheckSQL defers, to the commit, the check that a run's
-// snapshot is a blob of its project (see registerSource).
-const deferSourceCheckSQL = `SET CONSTRAINTS runs_source_fkey DEFERRED`
-
 // concurrencySpecSQL reads run $1's concurrency as its pipeline says it.
 const concurrencySpecSQL = `SELECT concurrency_spec FROM runs WHERE id = $1`
 
