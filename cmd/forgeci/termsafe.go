@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"os"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -14,10 +15,21 @@ import (
 // character in caret notation (^[ for ESC), C1 controls as U+FFFD, and a
 // lone carriage return as a newline. It keeps state across writes, since
 // a sequence or a character may be split between two.
+//
+// A style holds to the end of its line:
+// at a newline, and at the end, one that a colour sequence set is reset,
+// so that no sequence (ESC [ 8 m, concealed) hides the lines after it,
+// the CLI's own among them. plain shows colour sequences too: for text
+// that has no use for them (a test report's names and messages).
 type termSafe struct {
 	w       io.Writer
+	plain   bool
+	styled  bool   // a colour sequence passed since the last newline
 	pending []byte // an unfinished escape sequence or UTF-8 character
 }
+
+// reset ends any style a colour sequence set.
+const reset = "\x1b[0m"
 
 // maxSGR bounds the escape sequence held back: longer is not a colour.
 const maxSGR = 32
@@ -66,8 +78,20 @@ func (t *termSafe) Flush() error {
 		}
 	}
 	t.pending = nil
+	if t.styled {
+		out, t.styled = append(out, reset...), false
+	}
 	_, err := t.w.Write(out)
 	return err
+}
+
+// newline is a line's end, after a reset if the line set a style.
+func (t *termSafe) newline(n int) (int, []byte, bool) {
+	if t.styled {
+		t.styled = false
+		return n, []byte(reset + "\n"), false
+	}
+	return n, []byte("\n"), false
 }
 
 // next reads one unit at the start of b: how many bytes it takes, what to
@@ -76,16 +100,26 @@ func (t *termSafe) next(b []byte) (n int, emit []byte, more bool) {
 	c := b[0]
 	switch {
 	case c == 0x1b:
-		return escape(b)
+		n, emit, more := escape(b)
+		if !more && emit[0] == 0x1b { // a colour
+			if t.plain {
+				return 1, caret(0x1b), false
+			}
+			// ESC [ m and ESC [ 0 m reset; anything else sets a style.
+			t.styled = strings.Trim(string(emit[2:len(emit)-1]), "0;") != ""
+		}
+		return n, emit, more
 	case c == '\r':
 		if len(b) == 1 {
 			return 0, nil, true
 		}
 		if b[1] == '\n' {
-			return 2, []byte("\n"), false
+			return t.newline(2)
 		}
-		return 1, []byte("\n"), false
-	case c == '\n' || c == '\t':
+		return t.newline(1)
+	case c == '\n':
+		return t.newline(1)
+	case c == '\t':
 		return 1, b[:1], false
 	case c < 0x20 || c == 0x7f:
 		return 1, caret(c), false

@@ -26,9 +26,10 @@ func safe(t testing.TB, chunks ...string) string {
 	return out.String()
 }
 
-// TestTermSafe: colours and text pass; cursor moves, OSC (a window title,
-// the clipboard), C1 controls and a lone carriage return (which would
-// print over a line) are shown, not obeyed, even split across writes.
+// TestTermSafe: colours and text pass, each ending with its line; cursor
+// moves, OSC (a window title, the clipboard), C1 controls and a lone
+// carriage return (which would print over a line) are shown, not obeyed,
+// even split across writes.
 func TestTermSafe(t *testing.T) {
 	for _, c := range []struct {
 		in   []string
@@ -39,7 +40,10 @@ func TestTermSafe(t *testing.T) {
 		{[]string{"FAILED\x1b[1A\x1b[2K"}, "FAILED^[[1A^[[2K"},
 		{[]string{"FAILED\rPASSED\n"}, "FAILED\nPASSED\n"},
 		{[]string{"\u009b31m \x00 \x7f"}, "\uFFFD31m ^@ ^?"},
-		{[]string{"\x1b[3", "1mred"}, "\x1b[31mred"},
+		{[]string{"\x1b[3", "1mred"}, "\x1b[31mred\x1b[0m"},
+		// A style ends with its line, and with the log.
+		{[]string{"\x1b[8mconcealed\nshown \x1b[1;31mbold\x1b[m plain\n"}, "\x1b[8mconcealed\x1b[0m\nshown \x1b[1;31mbold\x1b[m plain\n"},
+		{[]string{"\x1b[30;40mblack on black\r", "\n"}, "\x1b[30;40mblack on black\x1b[0m\n"},
 		{[]string{"\xe2\x82", "\xac"}, "€"},
 		{[]string{"a\r", "\nb"}, "a\nb"},
 		{[]string{"end \x1b["}, "end ^[["},
@@ -87,13 +91,13 @@ func FuzzTermSafe(f *testing.F) {
 
 // TestReportIsShownNotObeyed: a test report's names, files and messages
 // are a job's text; through the terminal's writer, a carriage return, a
-// C1 CSI and an escape in them are shown, not obeyed.
+// C1 CSI and escapes in them, colours too, are shown, not obeyed.
 func TestReportIsShownNotObeyed(t *testing.T) {
 	var out bytes.Buffer
-	ts := &termSafe{w: &out}
+	ts := &termSafe{w: &out, plain: true}
 	r := report{}
 	r.Failures = append(r.Failures, protocol.TestFailure{Kind: "failure", Name: "n\x1b]52;c;aGk=\x07", File: "f\u009b2J",
-		Message: "PASSED\roverwritten"})
+		Message: "PASSED\roverwritten \x1b[8mconcealed"})
 	if err := printReport(ts, r); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +108,7 @@ func TestReportIsShownNotObeyed(t *testing.T) {
 	if strings.ContainsAny(got, "\r\x1b\x07\u009b") {
 		t.Errorf("the report reached the terminal with its controls: %q", got)
 	}
-	if !strings.Contains(got, "PASSED\noverwritten") || !strings.Contains(got, "^[]52") {
+	if !strings.Contains(got, "PASSED\noverwritten ^[[8mconcealed") || !strings.Contains(got, "^[]52") {
 		t.Errorf("the report's text was not shown: %q", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -34,7 +35,12 @@ func testsCmd(g *global) *cobra.Command {
 			if g.json {
 				return printJSON(r)
 			}
-			if err := safeLog(func(out io.Writer) error { return printReport(out, r) }); err != nil {
+			out := logOutput(os.Stdout)
+			if ts, ok := out.(*termSafe); ok {
+				ts.plain = true
+				defer ts.Flush() //nolint:errcheck // stdout's error is printReport's
+			}
+			if err := printReport(out, r); err != nil {
 				return err
 			}
 			if r.Failed+r.Errored > 0 {
