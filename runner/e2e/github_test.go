@@ -46,6 +46,7 @@ func TestGitHubPush(t *testing.T) {
 	}
 	forgeci("", "repo", "add", "--id", "31337", "--name", "octo/app", "--installation", "9", "--project", "app",
 		"--create-project", "--secret-file", secretFile)
+	gh.AddRepository(31337, "octo/app")
 	forgeci("hunter2-deploy-token\n", "secret", "set", "--project", "app", "--name", "DEPLOY_TOKEN")
 
 	repo := t.TempDir()

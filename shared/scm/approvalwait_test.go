@@ -121,6 +121,7 @@ func TestWaitingRunsOfTheirOwnRepository(t *testing.T) {
 		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
 		t.Fatal(err)
 	}
+	e.gh.AddRepository(77, "octo/other")
 	n := 0
 	waiting := func(repo int64, pr int, sha string, at time.Time, group *domain.Concurrency) store.Run {
 		t.Helper()

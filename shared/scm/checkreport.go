@@ -3,6 +3,7 @@ package scm
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/go-github/v62/github"
 
@@ -11,6 +12,31 @@ import (
 
 // maxAnnotations is what GitHub takes in one check run request.
 const maxAnnotations = 50
+
+// GitHub's bounds on a check run's output (it refuses a request past
+// them, 422): a summary or text of 65,535 characters, an annotation's
+// title of 255, its message and raw details of 64 KB. Bytes bound
+// characters, so cutting at a byte count under each is safe.
+const (
+	maxSummaryBytes         = 60000
+	maxAnnotationTitleBytes = 255
+	maxAnnotationBytes      = 60000
+	maxListedNameBytes      = 200 // a failure's name in the summary's list
+	maxListedMessageBytes   = 500
+)
+
+// clip cuts s to at most n bytes, on a character's boundary, marking the
+// cut with an ellipsis.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
 
 // withReport adds a job's test report to its check run's output: the
 // counts in the title and summary, the first failures listed, and an
@@ -35,9 +61,10 @@ func withReport(out *github.CheckRunOutput, title string, r *protocol.TestSummar
 			fmt.Fprintf(&b, "\n- … and %d more", len(r.Failures)-10)
 			break
 		}
-		fmt.Fprintf(&b, "\n- `%s`%s: %s", testName(f), where(f), firstLine(f.Message))
+		fmt.Fprintf(&b, "\n- `%s`%s: %s", clip(testName(f), maxListedNameBytes), clip(where(f), maxListedNameBytes),
+			clip(firstLine(f.Message), maxListedMessageBytes))
 	}
-	out.Summary = github.String(b.String())
+	out.Summary = github.String(clip(b.String(), maxSummaryBytes))
 	for _, f := range r.Failures {
 		if f.File == "" || f.Line <= 0 || strings.HasPrefix(f.File, "/") || len(out.Annotations) == maxAnnotations {
 			continue
@@ -48,8 +75,8 @@ func withReport(out *github.CheckRunOutput, title string, r *protocol.TestSummar
 		}
 		out.Annotations = append(out.Annotations, &github.CheckRunAnnotation{
 			Path: github.String(f.File), StartLine: github.Int(f.Line), EndLine: github.Int(f.Line),
-			AnnotationLevel: github.String("failure"), Title: github.String(testName(f)),
-			Message: github.String(msg), RawDetails: nonEmpty(f.Text)})
+			AnnotationLevel: github.String("failure"), Title: github.String(clip(testName(f), maxAnnotationTitleBytes)),
+			Message: github.String(clip(msg, maxAnnotationBytes)), RawDetails: nonEmpty(clip(f.Text, maxAnnotationBytes))})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -51,7 +52,7 @@ func (w *Worker) pushCheck(ctx context.Context, cw store.CheckWork) error {
 	if err != nil {
 		return err
 	}
-	gh, err := w.App.Client(ctx, cw.InstallationID)
+	gh, err := w.App.Client(ctx, cw.InstallationID, cw.RepoID)
 	if err != nil {
 		return err
 	}
@@ -66,25 +67,47 @@ func (w *Worker) pushCheck(ctx context.Context, cw store.CheckWork) error {
 		if err := w.Store.MarkCheckCreateAttempted(ctx, cw); err != nil {
 			return err
 		}
-		cr, _, err := gh.Checks.CreateCheckRun(ctx, owner, repo, github.CreateCheckRunOptions{
-			Name: cw.Name, HeadSHA: cw.HeadSHA, ExternalID: github.String(cw.ExternalID), DetailsURL: d.detailsURL,
-			Status: github.String(d.status), Conclusion: d.conclusion, StartedAt: d.startedAt,
-			CompletedAt: d.completedAt, Output: d.output,
+		var cr *github.CheckRun
+		err := withPlainOutput(d.output, func(out *github.CheckRunOutput) (err error) {
+			cr, _, err = gh.Checks.CreateCheckRun(ctx, owner, repo, github.CreateCheckRunOptions{
+				Name: cw.Name, HeadSHA: cw.HeadSHA, ExternalID: github.String(cw.ExternalID), DetailsURL: d.detailsURL,
+				Status: github.String(d.status), Conclusion: d.conclusion, StartedAt: d.startedAt,
+				CompletedAt: d.completedAt, Output: out,
+			})
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("create check run: %w", err)
 		}
 		return w.Store.CheckPushed(ctx, cw, cr.GetID())
 	}
-	_, _, err = gh.Checks.UpdateCheckRun(ctx, owner, repo, id, github.UpdateCheckRunOptions{
-		Name: cw.Name, ExternalID: github.String(cw.ExternalID), DetailsURL: d.detailsURL,
-		Status: github.String(d.status), Conclusion: d.conclusion, CompletedAt: d.completedAt, Output: d.output,
+	err = withPlainOutput(d.output, func(out *github.CheckRunOutput) error {
+		_, _, err := gh.Checks.UpdateCheckRun(ctx, owner, repo, id, github.UpdateCheckRunOptions{
+			Name: cw.Name, ExternalID: github.String(cw.ExternalID), DetailsURL: d.detailsURL,
+			Status: github.String(d.status), Conclusion: d.conclusion, CompletedAt: d.completedAt, Output: out,
+		})
+		return err
 	})
 	if err != nil {
 		// Keep the ID: the next attempt goes straight to the update.
 		return &pushError{id: id, err: fmt.Errorf("update check run %d: %w", id, err)}
 	}
 	return w.Store.CheckPushed(ctx, cw, id)
+}
+
+// withPlainOutput sends with output, and if GitHub refuses it as invalid
+// (422: an output past one of its bounds that clipping did not foresee,
+// an annotation's path it does not take) once more with the title and a
+// summary that says where the rest is: the check run must still show the
+// job's state, or a required check never completes.
+func withPlainOutput(output *github.CheckRunOutput, send func(*github.CheckRunOutput) error) error {
+	err := send(output)
+	var ge *github.ErrorResponse
+	if output == nil || !errors.As(err, &ge) || ge.Response == nil || ge.Response.StatusCode != http.StatusUnprocessableEntity {
+		return err
+	}
+	return send(&github.CheckRunOutput{Title: github.String(clip(output.GetTitle(), maxAnnotationTitleBytes)),
+		Summary: github.String("GitHub refused this job's report; its page in ForgeCI shows it.")})
 }
 
 // pushError is a failed push that learnt the check run's ID first.
@@ -163,7 +186,7 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 	if cw.JobID == "" {
 		return checkView{status: "completed", conclusion: github.String("failure"),
 			output: &github.CheckRunOutput{Title: github.String("Not run: the pipeline file is missing or invalid"),
-				Summary: github.String("ForgeCI did not run this commit.\n\n```\n" + cw.Notice + "\n```")}}
+				Summary: github.String("ForgeCI did not run this commit.\n\n```\n" + clip(cw.Notice, maxSummaryBytes-100) + "\n```")}}
 	}
 	v := checkView{status: "queued"}
 	if cw.JobState == domain.JobRunning {
@@ -207,7 +230,7 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 		v.detailsURL = &u
 		summary += fmt.Sprintf("\n\n[Log](%s)", u)
 	}
-	v.output = &github.CheckRunOutput{Title: github.String(title), Summary: github.String(summary)}
+	v.output = &github.CheckRunOutput{Title: github.String(title), Summary: github.String(clip(summary, maxSummaryBytes))}
 	if conclusion != "" {
 		withReport(v.output, title, cw.Report)
 	}

@@ -228,6 +228,7 @@ func TestGitHubSchedulesFollowTheRepository(t *testing.T) {
 		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
 		t.Fatal(err)
 	}
+	e.gh.AddRepository(77, "octo/other")
 	project := e.onlyRun().ProjectID
 	if err := e.store.SetRepoSchedules(ctx, project, 77, "refs/heads/main", []domain.Schedule{{Cron: "0 5 * * *", Missed: "run-once"}}); err != nil {
 		t.Fatal(err)

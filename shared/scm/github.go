@@ -21,8 +21,11 @@ const DefaultAPIURL = "https://api.github.com/"
 
 // App authenticates as a GitHub App: a short-lived JWT signed with the
 // App's private key buys an installation token (an hour long), which is
-// what every repository call uses. Tokens are cached per installation and
-// renewed well before they expire.
+// what every repository call uses. A token opens one repository, by its
+// ID: calls are made by name, and a name another repository took (the
+// registered one renamed, transferred or deleted) is then not found
+// rather than answered with a stranger's code. Tokens are cached per
+// installation and repository, and renewed well before they expire.
 type App struct {
 	id   int64
 	key  *rsa.PrivateKey
@@ -30,8 +33,10 @@ type App struct {
 	http *http.Client
 
 	mu     sync.Mutex
-	tokens map[int64]installationToken
+	tokens map[tokenScope]installationToken
 }
+
+type tokenScope struct{ installation, repository int64 }
 
 type installationToken struct {
 	token   string
@@ -60,7 +65,7 @@ func NewApp(appID int64, privateKeyPEM []byte, apiURL string) (*App, error) {
 	// Every call is bounded: a hung GitHub must not hold a delivery lease
 	// past its expiry without the worker noticing.
 	return &App{id: appID, key: key, base: base, http: &http.Client{Timeout: 30 * time.Second},
-		tokens: map[int64]installationToken{}}, nil
+		tokens: map[tokenScope]installationToken{}}, nil
 }
 
 // appJWT is the App's own credential, valid for ten minutes; iat is set a
@@ -80,23 +85,26 @@ func (a *App) client(token string) *github.Client {
 	return c
 }
 
-// Client returns a GitHub client authenticated as the installation.
-func (a *App) Client(ctx context.Context, installationID int64) (*github.Client, error) {
+// Client returns a GitHub client authenticated as the installation, for
+// repository repoID (its GitHub ID) only.
+func (a *App) Client(ctx context.Context, installationID, repoID int64) (*github.Client, error) {
+	scope := tokenScope{installationID, repoID}
 	a.mu.Lock()
-	t, ok := a.tokens[installationID]
+	t, ok := a.tokens[scope]
 	a.mu.Unlock()
 	if !ok || time.Until(t.expires) < 5*time.Minute {
 		jwtToken, err := a.appJWT()
 		if err != nil {
 			return nil, err
 		}
-		it, _, err := a.client(jwtToken).Apps.CreateInstallationToken(ctx, installationID, nil)
+		it, _, err := a.client(jwtToken).Apps.CreateInstallationToken(ctx, installationID,
+			&github.InstallationTokenOptions{RepositoryIDs: []int64{repoID}})
 		if err != nil {
-			return nil, fmt.Errorf("installation %d token: %w", installationID, err)
+			return nil, fmt.Errorf("installation %d token for repository %d: %w", installationID, repoID, err)
 		}
 		t = installationToken{token: it.GetToken(), expires: it.GetExpiresAt().Time}
 		a.mu.Lock()
-		a.tokens[installationID] = t
+		a.tokens[scope] = t
 		a.mu.Unlock()
 	}
 	return a.client(t.token), nil

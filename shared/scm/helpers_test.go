@@ -92,6 +92,7 @@ func setup(t *testing.T) *env {
 		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
 		t.Fatal(err)
 	}
+	e.gh.AddRepository(repoID, repoName)
 	e.store.SetObjects(e.cas)
 	s := &api.Server{Store: e.store, CAS: e.cas, Log: e.log}
 	e.srv = httptest.NewServer(s.Handler("webhook"))

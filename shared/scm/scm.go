@@ -251,6 +251,23 @@ func (w *Worker) processDelivery(ctx context.Context, d *store.Delivery, res *Re
 	}
 }
 
+// currentName is the name GitHub gives the repository now, by its ID
+// (renamed or transferred, its registered name may be another's now),
+// recorded for the check runs' pushes.
+func (w *Worker) currentName(ctx context.Context, gh *github.Client, repo store.Repository) (string, error) {
+	r, _, err := gh.Repositories.GetByID(ctx, repo.GitHubID)
+	if err != nil {
+		return "", fmt.Errorf("repository %d (registered as %s): %w", repo.GitHubID, repo.FullName, err)
+	}
+	if name := r.GetFullName(); name != repo.FullName {
+		if err := w.Store.RenameRepository(ctx, repo.GitHubID, name); err != nil {
+			return "", err
+		}
+		return name, nil
+	}
+	return repo.FullName, nil
+}
+
 // deliver does what a delivery asks: a run for a push or an opened or
 // updated pull request, nothing (with a note) otherwise.
 func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run, note, sha string, err error) {
@@ -258,11 +275,14 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if err != nil {
 		return nil, "", "", err
 	}
-	owner, name, err := splitFullName(repo.FullName)
+	gh, err := w.App.Client(ctx, repo.InstallationID, repo.GitHubID)
 	if err != nil {
 		return nil, "", "", err
 	}
-	gh, err := w.App.Client(ctx, repo.InstallationID)
+	if repo.FullName, err = w.currentName(ctx, gh, repo); err != nil {
+		return nil, "", "", err
+	}
+	owner, name, err := splitFullName(repo.FullName)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -301,9 +321,13 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if note, err := w.alreadyWaiting(ctx, repo, nr); note != "" || err != nil {
 		return nil, note, sha, err
 	}
-	// The pipeline file alone first: a delivery no trigger takes costs no
-	// download of the tree.
-	if pl, ok := pipelineAt(ctx, gh, owner, name, sha); ok {
+	// The pipeline file alone first: a delivery no trigger takes, or whose
+	// commit has no pipeline or a broken one, costs no download of the tree.
+	pl, ok, refused := pipelineAt(ctx, gh, owner, name, sha)
+	if refused != nil {
+		return nil, "", sha, refused
+	}
+	if ok {
 		if err := w.followSchedules(ctx, gh, owner, name, ev, repo, pl); err != nil {
 			return nil, "", sha, err
 		}

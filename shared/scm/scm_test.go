@@ -280,6 +280,18 @@ func TestPermanentFailureVisible(t *testing.T) {
 		!strings.Contains(notices[0].Output.Summary, ".forgeci.yml") || notices[0].ExternalID != "delivery:guid-nopipeline" {
 		t.Fatalf("notice check runs: %+v", notices)
 	}
+	// The contents API said there is no pipeline: the tree was not
+	// downloaded. Another event at the commit fails the same way, with no
+	// second notice.
+	body = bytes.Replace(body, []byte(`"pusher":{"name":"octo"}`), []byte(`"pusher":{"name":"octo2"}`), 1)
+	e.deliver("push", "guid-nopipeline-again", body, sign(repoSecret, body))
+	if res := e.runOnce(); res.Failed != 1 {
+		t.Fatalf("the second event: %+v", res)
+	}
+	e.reconcile()
+	if n, dl := len(e.gh.CheckRuns(repoName)), e.gh.CountCalls("GET", "/repos/"+repoName+"/tarball"); n != 1 || dl != 0 {
+		t.Fatalf("%d notices, %d tarball downloads; want 1 and none", n, dl)
+	}
 
 	// A commit GitHub keeps failing to serve (503): retried, then FAILED.
 	e.worker.MaxAttempts = 3

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 
@@ -107,6 +108,12 @@ func (w *Worker) download(ctx context.Context, url, dir string) error {
 	}
 	resp, err := w.httpClient().Do(req)
 	if err != nil {
+		// Not the URL: a private repository's carries a token, and the
+		// error is kept on the delivery, which project readers see.
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("%s %s: %w", ue.Op, req.URL.Host, ue.Err)
+		}
 		return fmt.Errorf("download tarball: %w", err)
 	}
 	defer resp.Body.Close()

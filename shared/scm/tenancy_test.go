@@ -57,6 +57,7 @@ func TestWebhookBinding(t *testing.T) {
 		WebhookSecret: victimSecret, Project: "victim"}); err != nil {
 		t.Fatal(err)
 	}
+	e.gh.AddRepository(victimID, victimName)
 	app := httptest.NewServer((&api.Server{Store: e.store, CAS: e.cas, Log: e.log, WebhookSecret: []byte(appSecret)}).Handler("webhook"))
 	defer app.Close()
 

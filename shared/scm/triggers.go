@@ -2,12 +2,14 @@ package scm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 
 	"github.com/google/go-github/v62/github"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pipeline"
 )
 
@@ -107,21 +109,30 @@ func pullChanges(ctx context.Context, gh *github.Client, owner, name string, num
 
 // pipelineAt reads the pipeline file of commit sha alone, through the
 // contents API, so that a delivery no trigger takes costs no download of
-// the tree. Any failure here says "not known": the caller snapshots the
-// tree and reads the file there, with its own errors.
-func pipelineAt(ctx context.Context, gh *github.Client, owner, name, sha string) (*pipeline.Pipeline, bool) {
+// the tree, nor one whose commit has no pipeline or a broken one (refused:
+// the error the tree's would be; a stranger's pull request could
+// otherwise make the worker download its tree at every event). Another
+// failure says "not known": the caller snapshots the tree and reads the
+// file there, with its own errors.
+func pipelineAt(ctx context.Context, gh *github.Client, owner, name, sha string) (pl *pipeline.Pipeline, known bool, refused error) {
 	f, _, _, err := gh.Repositories.GetContents(ctx, owner, name, pipeline.FileName, &github.RepositoryContentGetOptions{Ref: sha})
+	var ge *github.ErrorResponse
+	if errors.As(err, &ge) && ge.Response != nil && ge.Response.StatusCode == http.StatusNotFound && ge.Message == "Not Found" {
+		return nil, false, domain.Errorf(domain.EInvalid, "the commit has no %s at its root", pipeline.FileName)
+	}
 	if err != nil || f == nil {
-		return nil, false
+		return nil, false, nil
 	}
 	text, err := f.GetContent() // decodes GitHub's base64
-	if err != nil || len(text) > pipeline.MaxFileBytes {
-		return nil, false
-	}
-	content := []byte(text)
-	pl, err := pipeline.Parse(pipeline.FileName, content)
 	if err != nil {
-		return nil, false
+		return nil, false, nil
 	}
-	return pl, true
+	if f.GetType() != "file" || len(text) > pipeline.MaxFileBytes {
+		return nil, false, domain.Errorf(domain.EInvalid, "%s must be a regular file of at most %d bytes", pipeline.FileName, pipeline.MaxFileBytes)
+	}
+	pl, err = pipeline.Parse(pipeline.FileName, []byte(text))
+	if err != nil {
+		return nil, false, pipeline.AsError(err)
+	}
+	return pl, true, nil
 }

@@ -33,7 +33,7 @@ WITH due AS (
 )
 SELECT l.id, coalesce(l.job_id, ''), coalesce(l.job_id, 'delivery:' || l.delivery_guid), coalesce(l.summary, ''),
        l.lease_id::text, l.version, coalesce(l.github_id, 0), l.create_attempted, l.attempts,
-       r.full_name, r.installation_id, l.head_sha, l.name,
+       r.github_id, r.full_name, r.installation_id, l.head_sha, l.name,
        coalesce(j.run_id, ''), coalesce(ru.number, 0), p.name, coalesce(j.state, 'FAILED'),
        coalesce(j.reason, ''), j.exit_code, coalesce(j.generation, 0), j.started_at, j.finished_at,
        coalesce(ru.approval, 'none'), coalesce(ru.approval_by, ''), ru.approval_at, rep.summary
@@ -103,6 +103,7 @@ type CheckWork struct {
 	GitHubID        int64 // 0 when not yet known
 	CreateAttempted bool
 	Attempts        int
+	RepoID          int64 // the repository's GitHub ID
 	RepoFullName    string
 	InstallationID  int64
 	HeadSHA         string
@@ -138,7 +139,7 @@ func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) (
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (CheckWork, error) {
 		var w CheckWork
 		err := row.Scan(&w.ID, &w.JobID, &w.ExternalID, &w.Notice, &w.LeaseID, &w.Version, &w.GitHubID, &w.CreateAttempted,
-			&w.Attempts, &w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
+			&w.Attempts, &w.RepoID, &w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
 			&w.RunID, &w.RunNumber, &w.Project, &w.JobState, &w.Reason, &w.ExitCode, &w.Generation,
 			&w.StartedAt, &w.FinishedAt, &w.Approval, &w.ApprovalBy, &w.ApprovalAt, &w.Report)
 		return w, err

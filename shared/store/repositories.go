@@ -71,3 +71,28 @@ func (s *Store) Repository(ctx context.Context, githubID int64) (Repository, err
 	}
 	return r, err
 }
+
+// freeRepositoryNameSQL marks the name $2 stale on any other repository
+// than $1 that still holds it: GitHub gave it to $1 since (that one was
+// renamed or transferred away, and notes its own name at its next
+// delivery).
+const freeRepositoryNameSQL = `
+UPDATE scm_repositories SET full_name = full_name || '~stale' || github_id WHERE full_name = $2 AND github_id <> $1`
+
+const renameRepositorySQL = `UPDATE scm_repositories SET full_name = $2 WHERE github_id = $1`
+
+// RenameRepository records the name GitHub now gives repository githubID
+// (renamed, or transferred): every call to GitHub is made by the name,
+// so it must be the repository's, never another's that took the old one.
+func (s *Store) RenameRepository(ctx context.Context, githubID int64, fullName string) error {
+	if !fullNameRE().MatchString(fullName) {
+		return domain.Errorf(domain.EInvalid, "GitHub names repository %d %q, which is not owner/name", githubID, fullName)
+	}
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, freeRepositoryNameSQL, githubID, fullName); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, renameRepositorySQL, githubID, fullName)
+		return err
+	})
+}

@@ -14,7 +14,8 @@ import (
 // GET /repos/{owner}/{repo}/contents/{path}?ref=SHA, as GitHub's contents
 // API does (base64).
 func (g *GitHub) contents(w http.ResponseWriter, r *http.Request) {
-	data, ok := find(g, w, r, g.tarballs, fullName(r)+"@"+r.URL.Query().Get("ref"), http.StatusNotFound, "Not Found")
+	ref := r.URL.Query().Get("ref")
+	data, ok := find(g, w, r, g.tarballs, fullName(r)+"@"+ref, http.StatusNotFound, "No commit found for the ref "+ref)
 	if !ok {
 		return
 	}

@@ -62,9 +62,10 @@ type GitHub struct {
 	Key    *rsa.PrivateKey
 
 	mu        sync.Mutex
-	tarballs  map[string][]byte // "owner/repo@sha"
-	downloads map[string]string // download token -> tarball key
-	tokens    map[string]int64  // installation token -> installation
+	tarballs  map[string][]byte  // "owner/repo@sha"
+	downloads map[string]string  // download token -> tarball key
+	tokens    map[string][]int64 // installation token -> the repository IDs it opens (none: all)
+	repos     map[int64]string   // repository ID -> its name now
 	checks    map[int64]*CheckRun
 	pulls     map[string]PullRequest // "owner/repo#number"
 	compares  map[string][]string    // "owner/repo@base...head" -> changed paths
@@ -87,7 +88,7 @@ func New(t testing.TB) *GitHub {
 		t.Fatal(err)
 	}
 	g := &GitHub{AppID: 4242, Key: key, tarballs: map[string][]byte{}, downloads: map[string]string{},
-		tokens: map[string]int64{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, compares: map[string][]string{}, refs: map[string]string{}, defaults: map[string]string{}, nextID: 9000}
+		tokens: map[string][]int64{}, repos: map[int64]string{}, checks: map[int64]*CheckRun{}, pulls: map[string]PullRequest{}, compares: map[string][]string{}, refs: map[string]string{}, defaults: map[string]string{}, nextID: 9000}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /app/installations/{id}/access_tokens", g.accessToken)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/tarball/{ref}", g.tarballLink)
@@ -101,6 +102,7 @@ func New(t testing.TB) *GitHub {
 	mux.HandleFunc("GET /repos/{owner}/{repo}/contents/{path...}", g.contents)
 	mux.HandleFunc("GET /repos/{owner}/{repo}/commits/{ref...}", g.commitSHA)
 	mux.HandleFunc("GET /repos/{owner}/{repo}", g.repository)
+	mux.HandleFunc("GET /repositories/{id}", g.repositoryByID)
 	g.Server = httptest.NewServer(g.faults(mux))
 	t.Cleanup(g.Server.Close)
 	return g
@@ -230,29 +232,38 @@ func (g *GitHub) accessToken(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusUnauthorized, fmt.Sprintf("'Issuer' claim or signature is invalid: %v", err))
 		return
 	}
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil {
+	if _, err := strconv.ParseInt(r.PathValue("id"), 10, 64); err != nil {
 		fail(w, http.StatusNotFound, "Not Found")
 		return
 	}
+	var opts struct {
+		RepositoryIDs []int64 `json:"repository_ids"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&opts) // no body: every repository
 	token := "ghs_" + randomHex(18)
 	g.mu.Lock()
-	g.tokens[token] = id
+	g.tokens[token] = opts.RepositoryIDs
 	g.mu.Unlock()
 	writeJSON(w, http.StatusCreated, map[string]any{"token": token,
 		"expires_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)})
 }
 
-// authorized checks an installation token.
+// authorized checks an installation token, and that it opens the
+// repository named (as GitHub: another is not found).
 func (g *GitHub) authorized(w http.ResponseWriter, r *http.Request) bool {
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	g.mu.Lock()
-	_, ok := g.tokens[token]
+	scope, ok := g.tokens[token]
 	g.mu.Unlock()
 	if !ok {
 		fail(w, http.StatusUnauthorized, "Bad credentials")
+		return false
 	}
-	return ok
+	if !g.opens(scope, r) {
+		fail(w, http.StatusNotFound, "Not Found")
+		return false
+	}
+	return true
 }
 
 func fullName(r *http.Request) string { return r.PathValue("owner") + "/" + r.PathValue("repo") }
@@ -355,6 +366,9 @@ func apply(c *CheckRun, req checkRequest) string {
 	if req.Output != nil {
 		if req.Output.Title == "" || req.Output.Summary == "" {
 			return "output needs a title and a summary"
+		}
+		if msg := outputBounds(req.Output.Summary, req.Output.Annotations); msg != "" {
+			return msg
 		}
 		c.Output.Title, c.Output.Summary = req.Output.Title, req.Output.Summary
 		if len(req.Output.Annotations) > 50 {

@@ -1,0 +1,40 @@
+package scm
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-github/v62/github"
+)
+
+// TestPlainOutputAfterRefusal: an output GitHub refuses as invalid (422)
+// is sent again with only its title and a summary saying where the rest
+// is; another error is not retried here; and clip cuts on a character.
+func TestPlainOutputAfterRefusal(t *testing.T) {
+	out := &github.CheckRunOutput{Title: github.String("Failed"), Summary: github.String("long"),
+		Annotations: []*github.CheckRunAnnotation{{Path: github.String("x")}}}
+	var sent []*github.CheckRunOutput
+	refuse := func(status int) func(*github.CheckRunOutput) error {
+		return func(o *github.CheckRunOutput) error {
+			sent = append(sent, o)
+			if len(sent) == 1 {
+				return &github.ErrorResponse{Response: &http.Response{StatusCode: status}}
+			}
+			return nil
+		}
+	}
+	if err := withPlainOutput(out, refuse(http.StatusUnprocessableEntity)); err != nil || len(sent) != 2 ||
+		sent[1].GetTitle() != "Failed" || len(sent[1].Annotations) != 0 || !strings.Contains(sent[1].GetSummary(), "ForgeCI") {
+		t.Fatalf("after a 422: %v, sent %d", err, len(sent))
+	}
+	sent = nil
+	var ge *github.ErrorResponse
+	if err := withPlainOutput(out, refuse(http.StatusBadGateway)); !errors.As(err, &ge) || len(sent) != 1 {
+		t.Fatalf("after a 502: %v, sent %d", err, len(sent))
+	}
+	if got := clip(strings.Repeat("é", 10), 7); got != "éé…" {
+		t.Fatalf("clip: %q", got)
+	}
+}
