@@ -115,7 +115,18 @@ func TestCLI(t *testing.T) {
 	}
 	s.waitRun(slowRun.ID, func(v runView) bool { return v.State == "CANCELED" }, 60e9)
 
-	// Runner registration and revocation.
+	cliRunners(t, s, cli)
+	cliTokens(t, cli)
+	if out := cli(true, "completion", "bash"); !strings.Contains(out, "__start_forgeci") {
+		t.Fatalf("completion: %.200s", out)
+	}
+}
+
+// cliRunners: a registration token made with the CLI registers a runner,
+// which the CLI lists and revokes; registration tokens are listed with the
+// runner each registered, and an unused one is revoked.
+func cliRunners(t *testing.T, s *stack, cli func(wantOK bool, args ...string) string) {
+	t.Helper()
 	tokOut := cli(true, "runner", "token", "create", "--ttl", "10m", "--json")
 	var tok struct {
 		Token string `json:"registration_token"`
@@ -157,7 +168,12 @@ func TestCLI(t *testing.T) {
 	if out := cli(true, "runner", "token", "revoke", regs[0].ID); !strings.Contains(out, "revoked") {
 		t.Fatalf("runner token revoke: %s", out)
 	}
-	// API tokens: another for a bot, used, then revoked.
+}
+
+// cliTokens: an API token for a bot, made, listed as used, revoked, and
+// refused.
+func cliTokens(t *testing.T, cli func(wantOK bool, args ...string) string) {
+	t.Helper()
 	var bot struct{ ID, Token string }
 	if err := json.Unmarshal([]byte(cli(true, "token", "create", "--description", "ci-bot", "--json")), &bot); err != nil || !strings.HasPrefix(bot.Token, "fru_") {
 		t.Fatalf("token create: %v %+v", err, bot)
@@ -175,8 +191,5 @@ func TestCLI(t *testing.T) {
 	}
 	if out := cli(true, "token", "list"); !regexp.MustCompile(`ci-bot\s.*revoked`).MatchString(out) {
 		t.Fatalf("token list after revoke: %s", out)
-	}
-	if out := cli(true, "completion", "bash"); !strings.Contains(out, "__start_forgeci") {
-		t.Fatalf("completion: %.200s", out)
 	}
 }
