@@ -26,8 +26,10 @@ const (
 )
 
 // clip cuts s to at most n bytes, on a character's boundary, marking the
-// cut with an ellipsis.
+// cut with an ellipsis; bytes that are no character become U+FFFD first
+// (as JSON would, after the count).
 func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
 	}

@@ -47,12 +47,35 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 // The check run is created once: the outbox commits create_attempted before
 // the create is sent, and a later attempt that finds it set but no ID
 // (the response was lost) looks the check run up by its external_id.
+// The push goes by the repository's recorded name; a repository renamed
+// since, or whose name another registered one took (marked stale), is
+// asked for its name by its ID, and the push made again there.
 func (w *Worker) pushCheck(ctx context.Context, cw store.CheckWork) error {
-	owner, repo, err := splitFullName(cw.RepoFullName)
+	gh, err := w.App.Client(ctx, cw.InstallationID, cw.RepoID)
 	if err != nil {
 		return err
 	}
-	gh, err := w.App.Client(ctx, cw.InstallationID, cw.RepoID)
+	if !strings.HasPrefix(cw.RepoFullName, "-stale-") {
+		err = w.pushCheckAt(ctx, gh, cw)
+		var ge *github.ErrorResponse
+		if !errors.As(err, &ge) || ge.Response == nil || ge.Response.StatusCode != http.StatusNotFound {
+			return err
+		}
+	}
+	name, nerr := w.currentName(ctx, gh, store.Repository{GitHubID: cw.RepoID, FullName: cw.RepoFullName})
+	if nerr != nil {
+		return errors.Join(err, nerr)
+	}
+	if name == cw.RepoFullName && err != nil {
+		return err // not renamed: the 404 is the check run's
+	}
+	cw.RepoFullName = name
+	return w.pushCheckAt(ctx, gh, cw)
+}
+
+// pushCheckAt is pushCheck by the name cw holds.
+func (w *Worker) pushCheckAt(ctx context.Context, gh *github.Client, cw store.CheckWork) error {
+	owner, repo, err := splitFullName(cw.RepoFullName)
 	if err != nil {
 		return err
 	}

@@ -76,3 +76,96 @@ func TestDownloadErrorHidesTheLink(t *testing.T) {
 		t.Fatalf("the delivery's error: %q", lastError)
 	}
 }
+
+// TestRepositoriesSwapNames: a registered repository takes the name
+// another registered one had (renamed away): its delivery records the
+// name, marking the other's stale, and the other learns its own new name
+// at its next delivery; both build their own commits and get their check
+// runs.
+func TestRepositoriesSwapNames(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	const otherID, older = 77, "octo/hello-old"
+	if err := e.store.AddRepository(ctx, store.Repository{GitHubID: otherID, FullName: "octo/other",
+		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	e.gh.RenameRepository(repoID, older)
+	e.gh.RenameRepository(otherID, repoName)
+	shas := map[int64]string{}
+	for id, name := range map[int64]string{repoID: older, otherID: repoName} {
+		dir, sha := gitRepo(t, strings.Replace(dispatchYAML, "echo", "echo "+name, 1))
+		e.gh.AddGitCommit(t, name, dir, sha)
+		e.gh.AddRef(name, "refs/heads/main", sha)
+		shas[id] = sha
+	}
+	for _, id := range []int64{otherID, repoID} {
+		guid, err := e.store.RecordDispatch(ctx, id, store.DispatchRequest{Ref: "refs/heads/main",
+			Inputs: map[string]string{"target": "staging"}, UserID: e.admin.ID, UserName: e.admin.Name, Trusted: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.runOnce()
+		var state, runID string
+		if err := e.pool.QueryRow(ctx, `SELECT state, coalesce(run_id, '') FROM scm_deliveries WHERE guid = $1`, guid).Scan(&state, &runID); err != nil {
+			t.Fatal(err)
+		}
+		run, err := e.store.GetRun(ctx, runID)
+		if state != "DONE" || err != nil || run.GitSHA != shas[id] {
+			t.Fatalf("repository %d: %s, run %q built %s (%v), want %s", id, state, runID, run.GitSHA, err, shas[id])
+		}
+	}
+	for id, want := range map[int64]string{repoID: older, otherID: repoName} {
+		if repo, err := e.store.Repository(ctx, id); err != nil || repo.FullName != want {
+			t.Fatalf("repository %d is recorded as %q (%v), want %s", id, repo.FullName, err, want)
+		}
+	}
+	e.reconcile()
+	if len(e.gh.CheckRuns(older)) == 0 || len(e.gh.CheckRuns(repoName)) == 0 {
+		t.Fatalf("check runs: %d on %s, %d on %s", len(e.gh.CheckRuns(older)), older, len(e.gh.CheckRuns(repoName)), repoName)
+	}
+}
+
+// TestCheckRunFollowsARename: a job's check run updated after its
+// repository was renamed, and its old name taken by another registered
+// repository (which marks it stale), goes to the repository by its ID.
+func TestCheckRunFollowsARename(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t)
+	dir, sha := gitRepo(t, pipelineYAML)
+	e.gh.AddGitCommit(t, repoName, dir, sha)
+	body := pushPayload(sha)
+	e.deliver("push", "guid-before-rename", body, sign(repoSecret, body))
+	e.runOnce()
+	e.reconcile()
+	const otherID, older = 77, "octo/hello-old"
+	if err := e.store.AddRepository(ctx, store.Repository{GitHubID: otherID, FullName: "octo/other",
+		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	e.gh.RenameRepository(repoID, older)
+	e.gh.RenameRepository(otherID, repoName)
+	if err := e.store.RenameRepository(ctx, otherID, repoName); err != nil {
+		t.Fatal(err)
+	}
+	if repo, _ := e.store.Repository(ctx, repoID); !strings.HasPrefix(repo.FullName, "-stale-") {
+		t.Fatalf("the renamed repository is recorded as %q", repo.FullName)
+	}
+	run := e.onlyRun()
+	if _, _, err := e.store.Cancel(ctx, e.admin, run.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.reconcile()
+	checks := e.gh.CheckRuns(older)
+	if len(checks) == 0 {
+		t.Fatal("no check runs on the renamed repository")
+	}
+	for _, c := range checks {
+		if c.Status != "completed" {
+			t.Fatalf("check run %s is %s after the cancel", c.Name, c.Status)
+		}
+	}
+	if repo, _ := e.store.Repository(ctx, repoID); repo.FullName != older {
+		t.Fatalf("the renamed repository is recorded as %q, want %s", repo.FullName, older)
+	}
+}

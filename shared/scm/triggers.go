@@ -115,10 +115,16 @@ func pullChanges(ctx context.Context, gh *github.Client, owner, name string, num
 // failure says "not known": the caller snapshots the tree and reads the
 // file there, with its own errors.
 func pipelineAt(ctx context.Context, gh *github.Client, owner, name, sha string) (pl *pipeline.Pipeline, known bool, refused error) {
-	f, _, _, err := gh.Repositories.GetContents(ctx, owner, name, pipeline.FileName, &github.RepositoryContentGetOptions{Ref: sha})
+	f, dir, _, err := gh.Repositories.GetContents(ctx, owner, name, pipeline.FileName, &github.RepositoryContentGetOptions{Ref: sha})
 	var ge *github.ErrorResponse
+	// "Not Found" is a path the commit lacks; a ref GitHub does not know
+	// is "No commit found for the ref ...", left to the tarball's answer.
 	if errors.As(err, &ge) && ge.Response != nil && ge.Response.StatusCode == http.StatusNotFound && ge.Message == "Not Found" {
 		return nil, false, domain.Errorf(domain.EInvalid, "the commit has no %s at its root", pipeline.FileName)
+	}
+	notFile := domain.Errorf(domain.EInvalid, "%s must be a regular file of at most %d bytes", pipeline.FileName, pipeline.MaxFileBytes)
+	if err == nil && dir != nil {
+		return nil, false, notFile
 	}
 	if err != nil || f == nil {
 		return nil, false, nil
@@ -127,8 +133,9 @@ func pipelineAt(ctx context.Context, gh *github.Client, owner, name, sha string)
 	if err != nil {
 		return nil, false, nil
 	}
-	if f.GetType() != "file" || len(text) > pipeline.MaxFileBytes {
-		return nil, false, domain.Errorf(domain.EInvalid, "%s must be a regular file of at most %d bytes", pipeline.FileName, pipeline.MaxFileBytes)
+	// A symlink to a file answers as the file it leads to, at its path.
+	if f.GetType() != "file" || f.GetPath() != pipeline.FileName || len(text) > pipeline.MaxFileBytes {
+		return nil, false, notFile
 	}
 	pl, err = pipeline.Parse(pipeline.FileName, []byte(text))
 	if err != nil {

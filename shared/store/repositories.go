@@ -74,10 +74,13 @@ func (s *Store) Repository(ctx context.Context, githubID int64) (Repository, err
 
 // freeRepositoryNameSQL marks the name $2 stale on any other repository
 // than $1 that still holds it: GitHub gave it to $1 since (that one was
-// renamed or transferred away, and notes its own name at its next
-// delivery).
+// renamed or transferred away, and learns its own name at its next
+// delivery or check run push). The mark is a name the column's check
+// takes and GitHub never gives (no owner starts with a dash), one per
+// repository.
 const freeRepositoryNameSQL = `
-UPDATE scm_repositories SET full_name = full_name || '~stale' || github_id WHERE full_name = $2 AND github_id <> $1`
+UPDATE scm_repositories SET full_name = '-stale-' || github_id || '/' || split_part(full_name, '/', 2)
+WHERE full_name = $2 AND github_id <> $1`
 
 const renameRepositorySQL = `UPDATE scm_repositories SET full_name = $2 WHERE github_id = $1`
 

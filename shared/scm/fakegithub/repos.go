@@ -18,9 +18,18 @@ func (g *GitHub) AddRepository(id int64, fullName string) {
 }
 
 // RenameRepository gives repository id another name, as a rename or a
-// transfer does; what was served under the old name stays there (a new
-// repository that took it).
-func (g *GitHub) RenameRepository(id int64, fullName string) { g.AddRepository(id, fullName) }
+// transfer does: its check runs go with it; the commits and refs served
+// under the old name stay there (a new repository that took it).
+func (g *GitHub) RenameRepository(id int64, fullName string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.checks {
+		if c.Repo == g.repos[id] {
+			c.Repo = fullName
+		}
+	}
+	g.repos[id] = fullName
+}
 
 // opens reports whether a token of scope (repository IDs; none: all)
 // opens the repository r names.
