@@ -7,10 +7,13 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/infra/costs"
 	"github.com/forgeci/forgeci/shared/protocol"
@@ -56,16 +59,35 @@ func (e *env) xactsOf(fn func()) int64 {
 	return e.xacts() - before
 }
 
-// xacts is the test database's committed and rolled back transactions.
+// xacts is the test database's committed and rolled back transactions,
+// read from another database, so that reading them counts none: a
+// backend reports its counts when it ends, so the pool's are ended and
+// waited for, however busy the machine (a fixed wait let a loaded CI run
+// count earlier transactions in a later window).
 func (e *env) xacts() int64 {
 	e.t.Helper()
-	// Backends report their counts when idle for a while, or when they
-	// end: end them all.
+	ctx := context.Background()
 	e.pool.Reset()
-	time.Sleep(500 * time.Millisecond)
+	admin, err := pgx.Connect(ctx, os.Getenv("FORGECI_TEST_PG"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	db := e.pool.Config().ConnConfig.Database
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var left int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&left); err != nil {
+			e.t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%d sessions of the test database did not end", left)
+		}
+	}
 	var n int64
-	if err := e.pool.QueryRow(context.Background(), `SELECT xact_commit + xact_rollback FROM pg_stat_database
-        WHERE datname = current_database()`).Scan(&n); err != nil {
+	if err := admin.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`, db).Scan(&n); err != nil {
 		e.t.Fatal(err)
 	}
 	return n
