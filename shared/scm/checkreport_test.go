@@ -19,45 +19,15 @@ import (
 // annotation at each failure's file:line in the repository (not at a path
 // outside it).
 func TestCheckRunCarriesReport(t *testing.T) {
-	ctx := context.Background()
 	e := setup(t)
-	dir, sha := gitRepo(t, pipelineYAML)
-	e.gh.AddGitCommit(t, repoName, dir, sha)
-	body := pushPayload(sha)
-	if code, out := e.deliver("push", "guid-report", body, sign(repoSecret, body)); code != http.StatusAccepted {
-		t.Fatalf("deliver: %d %v", code, out)
-	}
-	e.runOnce()
-	reg, _, _ := e.store.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
-	_, token, err := e.store.RegisterRunner(ctx, reg, "reporter", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runner, _ := e.store.AuthenticateRunner(ctx, token)
-	for {
-		c, err := e.store.Claim(ctx, runner, nil, 0)
-		if err != nil {
-			t.Fatal(err)
+	e.runReported("guid-report", func(job string) (*protocol.TestSummary, domain.Outcome) {
+		if job != "test" {
+			return nil, domain.OutcomePassed
 		}
-		if c == nil {
-			break
-		}
-		var job struct{ Name string }
-		_ = json.Unmarshal(c.Job, &job)
-		outcome := domain.OutcomePassed
-		if job.Name == "test" {
-			outcome = domain.OutcomeFailed
-			sum := protocol.TestSummary{Files: 1, Tests: 3, Passed: 1, Failed: 1, Errored: 1, Failures: []protocol.TestFailure{
-				{Class: "calc", Name: "TestAdd", Kind: "failure", Message: "want 4, got 5\nmore", File: "calc/add_test.go", Line: 12},
-				{Name: "TestBoom", Kind: "error", Message: "panic", File: "/tmp/elsewhere.go", Line: 3}}}
-			if err := e.store.SetReport(ctx, runner.ID, c.Lease.JobID, c.Lease, sum); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := e.store.Complete(ctx, runner.ID, c.Lease.JobID, c.Lease, outcome, 1); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return &protocol.TestSummary{Files: 1, Tests: 3, Passed: 1, Failed: 1, Errored: 1, Failures: []protocol.TestFailure{
+			{Class: "calc", Name: "TestAdd", Kind: "failure", Message: "want 4, got 5\nmore", File: "calc/add_test.go", Line: 12},
+			{Name: "TestBoom", Kind: "error", Message: "panic", File: "/tmp/elsewhere.go", Line: 3}}}, domain.OutcomeFailed
+	})
 	e.reconcile()
 	var test *fakegithub.CheckRun
 	for _, c := range e.gh.CheckRuns(repoName) {
@@ -76,5 +46,46 @@ func TestCheckRunCarriesReport(t *testing.T) {
 	if len(test.Annotations) != 1 || test.Annotations[0].Path != "calc/add_test.go" || test.Annotations[0].StartLine != 12 ||
 		test.Annotations[0].AnnotationLevel != "failure" || test.Annotations[0].Message != "want 4, got 5\nmore" {
 		t.Fatalf("annotations %+v", test.Annotations)
+	}
+}
+
+// runReported makes a run of a push (delivery guid) and runs its jobs to
+// the end with one runner: each job's report and outcome are what report
+// says for its name (no report: nil).
+func (e *env) runReported(guid string, report func(job string) (*protocol.TestSummary, domain.Outcome)) {
+	e.t.Helper()
+	ctx := context.Background()
+	dir, sha := gitRepo(e.t, pipelineYAML)
+	e.gh.AddGitCommit(e.t, repoName, dir, sha)
+	body := pushPayload(sha)
+	if code, out := e.deliver("push", guid, body, sign(repoSecret, body)); code != http.StatusAccepted {
+		e.t.Fatalf("deliver: %d %v", code, out)
+	}
+	e.runOnce()
+	reg, _, _ := e.store.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
+	_, token, err := e.store.RegisterRunner(ctx, reg, "reporter", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	runner, _ := e.store.AuthenticateRunner(ctx, token)
+	for {
+		c, err := e.store.Claim(ctx, runner, nil, 0)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if c == nil {
+			return
+		}
+		var job struct{ Name string }
+		_ = json.Unmarshal(c.Job, &job)
+		sum, outcome := report(job.Name)
+		if sum != nil {
+			if err := e.store.SetReport(ctx, runner.ID, c.Lease.JobID, c.Lease, *sum); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		if _, err := e.store.Complete(ctx, runner.ID, c.Lease.JobID, c.Lease, outcome, 1); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 }

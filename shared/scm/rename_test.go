@@ -27,23 +27,7 @@ func TestRenamedRepositoryKeepsItsID(t *testing.T) {
 	e.gh.AddGitCommit(t, repoName, strangerDir, strangerSHA)
 	e.gh.AddRef(repoName, "refs/heads/main", strangerSHA)
 
-	guid, err := e.store.RecordDispatch(ctx, repoID, store.DispatchRequest{Ref: "refs/heads/main",
-		Inputs: map[string]string{"target": "staging"}, UserID: e.admin.ID, UserName: e.admin.Name, Trusted: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.runOnce()
-	var state, runID string
-	if err := e.pool.QueryRow(ctx, `SELECT state, coalesce(run_id, '') FROM scm_deliveries WHERE guid = $1`, guid).Scan(&state, &runID); err != nil {
-		t.Fatal(err)
-	}
-	if state != "DONE" || runID == "" {
-		t.Fatalf("the renamed repository's dispatch: %s %q", state, runID)
-	}
-	run, err := e.store.GetRun(ctx, runID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := e.dispatchMain(repoID)
 	if run.GitSHA != sha {
 		t.Fatalf("the run built %s, want the renamed repository's %s (the stranger's is %s)", run.GitSHA, sha, strangerSHA)
 	}
@@ -100,19 +84,8 @@ func TestRepositoriesSwapNames(t *testing.T) {
 		shas[id] = sha
 	}
 	for _, id := range []int64{otherID, repoID} {
-		guid, err := e.store.RecordDispatch(ctx, id, store.DispatchRequest{Ref: "refs/heads/main",
-			Inputs: map[string]string{"target": "staging"}, UserID: e.admin.ID, UserName: e.admin.Name, Trusted: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.runOnce()
-		var state, runID string
-		if err := e.pool.QueryRow(ctx, `SELECT state, coalesce(run_id, '') FROM scm_deliveries WHERE guid = $1`, guid).Scan(&state, &runID); err != nil {
-			t.Fatal(err)
-		}
-		run, err := e.store.GetRun(ctx, runID)
-		if state != "DONE" || err != nil || run.GitSHA != shas[id] {
-			t.Fatalf("repository %d: %s, run %q built %s (%v), want %s", id, state, runID, run.GitSHA, err, shas[id])
+		if run := e.dispatchMain(id); run.GitSHA != shas[id] {
+			t.Fatalf("repository %d: the run built %s, want %s", id, run.GitSHA, shas[id])
 		}
 	}
 	for id, want := range map[int64]string{repoID: older, otherID: repoName} {
@@ -168,4 +141,29 @@ func TestCheckRunFollowsARename(t *testing.T) {
 	if repo, _ := e.store.Repository(ctx, repoID); repo.FullName != older {
 		t.Fatalf("the renamed repository is recorded as %q, want %s", repo.FullName, older)
 	}
+}
+
+// dispatchMain asks for a manual run of repository id's main branch, as
+// the admin, lets the worker take it, and returns the run it made.
+func (e *env) dispatchMain(id int64) store.Run {
+	e.t.Helper()
+	ctx := context.Background()
+	guid, err := e.store.RecordDispatch(ctx, id, store.DispatchRequest{Ref: "refs/heads/main",
+		Inputs: map[string]string{"target": "staging"}, UserID: e.admin.ID, UserName: e.admin.Name, Trusted: true})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.runOnce()
+	var state, runID string
+	if err := e.pool.QueryRow(ctx, `SELECT state, coalesce(run_id, '') FROM scm_deliveries WHERE guid = $1`, guid).Scan(&state, &runID); err != nil {
+		e.t.Fatal(err)
+	}
+	if state != "DONE" || runID == "" {
+		e.t.Fatalf("the dispatch of repository %d: %s %q", id, state, runID)
+	}
+	run, err := e.store.GetRun(ctx, runID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return run
 }

@@ -37,37 +37,7 @@ func (h *holdingChecks) Check(ctx context.Context, key, digest string, size int6
 // cancels that job, so it needs the job's row, which the commit takes
 // first. Had the creation held the quota's lock before the job's row, the
 // two would deadlock and PostgreSQL would fail one of them.
-func TestRunCreationBesideACommit(t *testing.T) {
-	ctx := context.Background()
-	e := newGCEnv(t)
-	file := "concurrency: {group: g, cancel-in-progress: true}\njobs:\n  a: {steps: [{run: x}]}\n"
-	pipelineRun(t, e.s, store.NewRun{Project: "p", GitRef: "refs/heads/main"}, file)
-	c := claimAll(t, e.s, e.runner)["a"]
-	art := e.put(bytes.Repeat([]byte("a"), 100))
-	src := e.put(bytes.Repeat([]byte("s"), 100))
-	sum := sha256.Sum256([]byte("manifest"))
-	hold := &holdingChecks{Objects: e.cas, key: src.Key(), entered: make(chan struct{}), release: make(chan struct{})}
-	e.s.SetObjects(hold)
-	created, committed := make(chan error, 1), make(chan error, 1)
-	go func() {
-		_, err := e.s.CreateRun(ctx, store.NewRun{Project: "p", GitRef: "refs/heads/main", Jobs: []store.NewJob{{Name: "a"}},
-			Concurrency: &domain.Concurrency{Group: "g", CancelInProgress: true},
-			Source:      domain.Source{BlobDigest: src.Digest, ManifestDigest: "sha256:" + hex.EncodeToString(sum[:]), Size: 100}})
-		created <- err
-	}()
-	<-hold.entered // the creation is registering its snapshot
-	go func() {
-		committed <- e.s.CommitArtifact(ctx, e.runner.ID, c.Lease.JobID, c.Lease, "dist", art.Digest, 100)
-	}()
-	waitForLockWaiters(t, e.s, 1) // the commit waits for its job's row
-	close(hold.release)
-	if err := <-created; err != nil {
-		t.Fatalf("the run's creation: %v", err)
-	}
-	if err := <-committed; err != nil {
-		t.Fatalf("the commit: %v", err)
-	}
-}
+func TestRunCreationBesideACommit(t *testing.T) { creationBesideCommit(t, false) }
 
 // waitForLockWaiters returns once n sessions wait for a lock.
 func waitForLockWaiters(t *testing.T, s *store.Store, n int) {
@@ -91,13 +61,24 @@ func waitForLockWaiters(t *testing.T, s *store.Store, n int) {
 // creation registers the snapshot only after it has locked the job's row,
 // as the commit takes the row before the blob's key: had it taken the key
 // first, the two would deadlock and PostgreSQL would fail one of them.
-func TestRunCreationBesideACommitOfItsSnapshot(t *testing.T) {
+func TestRunCreationBesideACommitOfItsSnapshot(t *testing.T) { creationBesideCommit(t, true) }
+
+// creationBesideCommit makes a run of a concurrency group that cancels a
+// running job, holding the creation in the S3 check of its snapshot,
+// while that job commits an artifact (of the snapshot's very bytes, when
+// same); the other of the two then waits for a lock the first holds, and
+// both must succeed.
+func creationBesideCommit(t *testing.T, same bool) {
 	ctx := context.Background()
 	e := newGCEnv(t)
 	file := "concurrency: {group: g, cancel-in-progress: true}\njobs:\n  a: {steps: [{run: x}]}\n"
 	pipelineRun(t, e.s, store.NewRun{Project: "p", GitRef: "refs/heads/main"}, file)
 	c := claimAll(t, e.s, e.runner)["a"]
 	src := e.put(bytes.Repeat([]byte("s"), 100))
+	art := src
+	if !same {
+		art = e.put(bytes.Repeat([]byte("a"), 100))
+	}
 	sum := sha256.Sum256([]byte("manifest"))
 	hold := &holdingChecks{Objects: e.cas, key: src.Key(), entered: make(chan struct{}), release: make(chan struct{})}
 	e.s.SetObjects(hold)
@@ -108,9 +89,9 @@ func TestRunCreationBesideACommitOfItsSnapshot(t *testing.T) {
 			Source:      domain.Source{BlobDigest: src.Digest, ManifestDigest: "sha256:" + hex.EncodeToString(sum[:]), Size: 100}})
 		created <- err
 	}()
-	<-hold.entered // one of the two holds the blob's key and checks it in S3
+	<-hold.entered // one of the two holds the snapshot's key and checks it in S3
 	go func() {
-		committed <- e.s.CommitArtifact(ctx, e.runner.ID, c.Lease.JobID, c.Lease, "workspace", src.Digest, 100)
+		committed <- e.s.CommitArtifact(ctx, e.runner.ID, c.Lease.JobID, c.Lease, "dist", art.Digest, 100)
 	}()
 	waitForLockWaiters(t, e.s, 1) // the other waits for it
 	close(hold.release)
