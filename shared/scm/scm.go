@@ -68,6 +68,11 @@ type Worker struct {
 	TempDir string
 	// HTTP downloads tarballs (nil: a client with a 10-minute timeout).
 	HTTP *http.Client
+	// Margin is what a pass keeps of its invocation's time (its context's
+	// deadline) to record the failure of a delivery cut off at the end,
+	// and its next time (default 15 s): a Lambda killed at its timeout
+	// records nothing, and the delivery waited out its lease.
+	Margin time.Duration
 }
 
 func (w *Worker) defaults() {
@@ -85,6 +90,9 @@ func (w *Worker) defaults() {
 	}
 	if w.Backoff == nil {
 		w.Backoff = ExponentialBackoff(10*time.Second, 10*time.Minute)
+	}
+	if w.Margin == 0 {
+		w.Margin = 15 * time.Second
 	}
 }
 
@@ -118,16 +126,22 @@ type Result struct {
 func (w *Worker) RunOnce(ctx context.Context) (Result, error) {
 	w.defaults()
 	var res Result
-	for ctx.Err() == nil {
-		d, err := w.Store.ClaimDelivery(ctx, w.DeliveryLease)
+	work := ctx // the work's, which ends w.Margin before ctx does
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		work, cancel = context.WithDeadline(ctx, dl.Add(-w.Margin))
+		defer cancel()
+	}
+	for work.Err() == nil {
+		d, err := w.Store.ClaimDelivery(work, w.DeliveryLease)
 		if err != nil {
 			return res, err
 		}
 		if d == nil {
-			return res, w.pushChecks(ctx, -1, &res) // the rest
+			return res, w.pushChecks(work, -1, &res) // the rest
 		}
-		w.processDelivery(ctx, d, &res)
-		if err := w.pushChecks(ctx, checksPerDelivery, &res); err != nil {
+		w.processDelivery(ctx, work, d, &res)
+		if err := w.pushChecks(work, checksPerDelivery, &res); err != nil {
 			return res, err
 		}
 	}
@@ -206,7 +220,9 @@ func (w *Worker) Loop(ctx context.Context, every time.Duration, kick <-chan stru
 
 // processDelivery turns one claimed delivery into its effect, or records
 // why not. An error here never escapes: it is the delivery's to keep.
-func (w *Worker) processDelivery(ctx context.Context, d *store.Delivery, res *Result) {
+// processDelivery does delivery d's work under work's deadline, and
+// records its outcome under ctx's, later.
+func (w *Worker) processDelivery(ctx, work context.Context, d *store.Delivery, res *Result) {
 	log := w.Log.With("delivery", d.GUID, "event", d.Event, "attempt", d.Attempts)
 	if d.Attempts > w.MaxAttempts {
 		// Its last worker died holding it: give up rather than loop.
@@ -217,7 +233,7 @@ func (w *Worker) processDelivery(ctx context.Context, d *store.Delivery, res *Re
 		res.Failed++
 		return
 	}
-	run, note, sha, err := w.deliver(ctx, d)
+	run, note, sha, err := w.deliver(work, d)
 	switch {
 	case err != nil && domain.ErrorCode(err) == domain.EInvalid && shaRE().MatchString(sha):
 		// The commit cannot make a run (no or a broken pipeline file):
