@@ -25,20 +25,20 @@ func NewAutoScaling() (*AutoScaling, error) {
 	})}, nil
 }
 
-// Desired reads the groups' desired capacities; a group that does not
-// exist is an error (the configuration names it).
-func (a *AutoScaling) Desired(ctx context.Context, names []string) (map[string]int, error) {
-	out, err := a.client.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: names})
-	if err != nil {
-		return nil, fmt.Errorf("describe auto scaling groups: %w", err)
-	}
-	m := map[string]int{}
-	for _, g := range out.AutoScalingGroups {
-		m[aws.ToString(g.AutoScalingGroupName)] = int(aws.ToInt32(g.DesiredCapacity))
-	}
-	for _, n := range names {
-		if _, ok := m[n]; !ok {
-			return nil, fmt.Errorf("auto scaling group %s not found", n)
+// Desired reads the groups' capacities, a page at a time; a group that
+// does not exist is left out (the scaler says so and goes on with the
+// others).
+func (a *AutoScaling) Desired(ctx context.Context, names []string) (map[string]Capacity, error) {
+	m := map[string]Capacity{}
+	pages := autoscaling.NewDescribeAutoScalingGroupsPaginator(a.client,
+		&autoscaling.DescribeAutoScalingGroupsInput{AutoScalingGroupNames: names})
+	for pages.HasMorePages() {
+		out, err := pages.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("describe auto scaling groups: %w", err)
+		}
+		for _, g := range out.AutoScalingGroups {
+			m[aws.ToString(g.AutoScalingGroupName)] = Capacity{Desired: int(aws.ToInt32(g.DesiredCapacity)), Max: int(aws.ToInt32(g.MaxSize))}
 		}
 	}
 	return m, nil

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/forgeci/forgeci/shared/store"
@@ -76,7 +75,9 @@ func ParseGroups(raw string) ([]Group, error) {
 // Groups is the Auto Scaling API the scaler needs (autoscaling.go; a fake
 // in tests, through the SDK's endpoint override).
 type Groups interface {
-	Desired(ctx context.Context, names []string) (map[string]int, error)
+	// Desired reads the named groups' capacities; a group that does not
+	// exist is not in the map.
+	Desired(ctx context.Context, names []string) (map[string]Capacity, error)
 	SetDesired(ctx context.Context, name string, n int) error
 }
 
@@ -90,6 +91,9 @@ type Scaler struct {
 	// times are compared with it; tests set it).
 	Now func() time.Time
 }
+
+// Capacity is a group's desired capacity and its maximum size.
+type Capacity struct{ Desired, Max int }
 
 // scalerNote is where the scaler keeps the queue token of its last look.
 const scalerNote = "scaler"
@@ -127,7 +131,13 @@ func (s *Scaler) Run(ctx context.Context) error {
 	var errs []error
 	waiting := false
 	for _, g := range s.Groups {
-		queued, err := s.decide(ctx, g, desired[g.ASG])
+		c, ok := desired[g.ASG]
+		if !ok {
+			// A group deleted, or misnamed: the others still scale.
+			s.Log.Warn("auto scaling group not found; not scaled", "group", g.ASG)
+			continue
+		}
+		queued, err := s.decide(ctx, g, c)
 		errs = append(errs, err)
 		waiting = waiting || queued
 	}
@@ -142,30 +152,30 @@ func (s *Scaler) Run(ctx context.Context) error {
 	return nil
 }
 
-func allZero(m map[string]int) bool {
-	return !slices.ContainsFunc(mapValues(m), func(n int) bool { return n != 0 })
-}
-
-func mapValues(m map[string]int) []int {
-	out := make([]int, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
+func allZero(m map[string]Capacity) bool {
+	for _, c := range m {
+		if c.Desired != 0 {
+			return false
+		}
 	}
-	return out
+	return true
 }
 
 // decide sets one group's desired capacity from its demand, and says
 // whether jobs the group could take are queued.
-func (s *Scaler) decide(ctx context.Context, g Group, desired int) (bool, error) {
+func (s *Scaler) decide(ctx context.Context, g Group, c Capacity) (bool, error) {
 	d, err := s.Store.GroupDemand(ctx, g.Labels, time.Duration(g.WaitSeconds)*time.Second, g.Runner)
 	if err != nil {
 		return false, err
 	}
+	desired := c.Desired
 	target := desired
 	switch {
 	case d.Waiting > 0:
-		// Every queued job gets an instance beside those running.
-		target = max(desired, min(g.Max, d.Running+d.Queued))
+		// Every queued job gets an instance beside those running, up to
+		// the configured maximum and the group's own (past which Auto
+		// Scaling refuses the whole change).
+		target = max(desired, min(g.Max, c.Max, d.Running+d.Queued))
 	case d.Queued == 0 && d.Running == 0 && desired > 0 && s.idleFor(d) >= time.Duration(g.IdleSeconds)*time.Second:
 		target = 0
 	}

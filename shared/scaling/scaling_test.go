@@ -269,3 +269,26 @@ func TestFeaturesTheRunnerLacksScaleOne(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupsThatCannotTakeTheChange: a group the configuration names but
+// Auto Scaling does not have (deleted, misnamed) is skipped and the
+// others scale; a group whose own maximum is below the configured one is
+// scaled to its own (Auto Scaling refuses a change past it, whole).
+func TestGroupsThatCannotTakeTheChange(t *testing.T) {
+	f := newFixture(t)
+	f.fake.AddGroup("small", 0, 1, 0)
+	groups, err := scaling.ParseGroups(`[{"asg": "gone", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 1, "idle_seconds": 600},
+		{"asg": "small", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 1, "idle_seconds": 600}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.scaler.Groups = groups
+	for range 3 {
+		f.queue(t, "linux")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if d := f.fake.Desired("small"); d != 1 {
+		t.Fatalf("desired %d of a group of at most 1 with three jobs waiting, beside a missing group; want 1", d)
+	}
+}
