@@ -179,11 +179,50 @@ func (s *Scaler) decide(ctx context.Context, g Group, c Capacity) (bool, error) 
 	case d.Queued == 0 && d.Running == 0 && desired > 0 && s.idleFor(d) >= time.Duration(g.IdleSeconds)*time.Second:
 		target = 0
 	}
+	if target > desired {
+		if target, err = s.unlessStalled(ctx, g, d, desired, target); err != nil {
+			return false, err
+		}
+	}
 	if target == desired {
 		return d.Queued > 0, nil
 	}
 	s.Log.Info("scale", "group", g.ASG, "from", desired, "to", target, "queued", d.Queued, "waiting", d.Waiting, "running", d.Running)
 	return d.Queued > 0, s.ASG.SetDesired(ctx, g.ASG, target)
+}
+
+// bootAllowance is how long a scaled-out instance may take to boot and
+// poll before the scaler takes its silence for a failure.
+const bootAllowance = 10 * time.Minute
+
+// unlessStalled is the target of a scale-out, unless the group's runner
+// has not polled since the last one, bootAllowance ago or more: its
+// instances then end without a job (a registration token expired, a
+// wrong binary or server URL), and raising the capacity again would keep
+// the group full of them for as long as jobs wait. Then one instance is
+// tried an hour after the last, and the log says why. Each scale-out is
+// noted on the board (without one, nothing is held back).
+func (s *Scaler) unlessStalled(ctx context.Context, g Group, d store.Demand, desired, target int) (int, error) {
+	b := s.Store.Board()
+	if b == nil {
+		return target, nil
+	}
+	note := "scaler-out-" + g.ASG
+	raw, err := b.GetNote(ctx, note)
+	if err != nil {
+		return desired, err
+	}
+	now := s.Now()
+	if last, err := time.Parse(time.RFC3339Nano, raw); err == nil && now.Sub(last) >= bootAllowance &&
+		(d.LastSeen == nil || d.LastSeen.Before(last)) {
+		s.Log.Error("the group's instances did not poll after its last scale-out: check its registration token, binary and server URL",
+			"group", g.ASG, "runner", g.Runner, "last_scale_out", last, "runner_last_seen", d.LastSeen)
+		if now.Sub(last) < time.Hour {
+			return desired, nil
+		}
+		target = desired + 1
+	}
+	return target, b.SetNote(ctx, note, now.UTC().Format(time.RFC3339Nano))
 }
 
 // idleFor is how long since the group's runner last ended a job (forever

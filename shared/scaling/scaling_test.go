@@ -292,3 +292,35 @@ func TestGroupsThatCannotTakeTheChange(t *testing.T) {
 		t.Fatalf("desired %d of a group of at most 1 with three jobs waiting, beside a missing group; want 1", d)
 	}
 }
+
+// TestInstancesThatNeverPollStopTheScaleOut: instances of a scale-out
+// that end without ever polling (an expired registration token) leave
+// the group; the scaler does not raise it again while they have not
+// polled, and an hour after the last scale-out tries one instance.
+func TestInstancesThatNeverPollStopTheScaleOut(t *testing.T) {
+	f := newFixture(t)
+	f.queue(t, "linux")
+	f.queue(t, "linux")
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 2 {
+		t.Fatalf("desired %d after two jobs waited, want 2", d)
+	}
+	f.fake.SetDesiredOutside("runners", 0) // both instances failed to register and left
+	f.now = f.now.Add(5 * time.Minute)     // still booting, as far as the scaler knows
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 2 {
+		t.Fatalf("desired %d within the boot allowance, want 2 again", d)
+	}
+	f.fake.SetDesiredOutside("runners", 0)
+	f.now = f.now.Add(11 * time.Minute)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 0 {
+		t.Fatalf("desired %d after a scale-out whose instances never polled, want 0", d)
+	}
+	f.now = f.now.Add(time.Hour)
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 1 {
+		t.Fatalf("desired %d an hour later, want one instance tried", d)
+	}
+}

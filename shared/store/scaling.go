@@ -13,6 +13,9 @@ import (
 type Demand struct {
 	Queued, Waiting, Running int
 	LastEnded                *time.Time
+	// LastSeen is when the group's runner last polled (nil: it never
+	// registered, or never polled).
+	LastSeen *time.Time
 }
 
 // groupDemandSQL: $1 the group's labels, $2 its wait in seconds, $3 its
@@ -55,14 +58,15 @@ n AS (
 SELECT queued + CASE WHEN queued = 0 THEN least(probes, 1) ELSE 0 END,
        waiting + CASE WHEN queued = 0 THEN least(waiting_probes, 1) ELSE 0 END,
        running,
-       (SELECT max(a.ended_at) FROM job_attempts a WHERE a.runner_id IN (SELECT id FROM r))
+       (SELECT max(a.ended_at) FROM job_attempts a WHERE a.runner_id IN (SELECT id FROM r)),
+       (SELECT last_seen_at FROM r)
 FROM n`
 
 // GroupDemand reads a runner group's demand.
 func (s *Store) GroupDemand(ctx context.Context, labels []string, wait time.Duration, runnerName string) (Demand, error) {
 	var d Demand
 	err := s.pool.QueryRow(ctx, groupDemandSQL, nonNil(labels), wait.Seconds(), runnerName).Scan(
-		&d.Queued, &d.Waiting, &d.Running, &d.LastEnded)
+		&d.Queued, &d.Waiting, &d.Running, &d.LastEnded, &d.LastSeen)
 	if err != nil {
 		return d, fmt.Errorf("group demand: %w", err)
 	}
