@@ -162,7 +162,9 @@ func allZero(m map[string]Capacity) bool {
 }
 
 // decide sets one group's desired capacity from its demand, and says
-// whether jobs the group could take are queued.
+// whether jobs the group could take are queued, or jobs that need
+// features its runner lacks (their hourly probe needs the scaler to look
+// again though nothing new is queued).
 func (s *Scaler) decide(ctx context.Context, g Group, c Capacity) (bool, error) {
 	d, err := s.Store.GroupDemand(ctx, g.Labels, time.Duration(g.WaitSeconds)*time.Second, g.Runner)
 	if err != nil {
@@ -184,11 +186,12 @@ func (s *Scaler) decide(ctx context.Context, g Group, c Capacity) (bool, error) 
 			return false, err
 		}
 	}
+	waiting := d.Queued > 0 || d.Unfit > 0
 	if target == desired {
-		return d.Queued > 0, nil
+		return waiting, nil
 	}
 	s.Log.Info("scale", "group", g.ASG, "from", desired, "to", target, "queued", d.Queued, "waiting", d.Waiting, "running", d.Running)
-	return d.Queued > 0, s.ASG.SetDesired(ctx, g.ASG, target)
+	return waiting, s.ASG.SetDesired(ctx, g.ASG, target)
 }
 
 // bootAllowance is how long a scaled-out instance may take to boot and

@@ -324,3 +324,39 @@ func TestInstancesThatNeverPollStopTheScaleOut(t *testing.T) {
 		t.Fatalf("desired %d an hour later, want one instance tried", d)
 	}
 }
+
+// TestFeaturesProbeComesBack: jobs needing features the runner lacks,
+// its probe instance having polled and found them not its own, are
+// probed again an hour on though nothing new was queued: the scaler does
+// not take the queue for idle while they wait.
+func TestFeaturesProbeComesBack(t *testing.T) {
+	f := newFixtureWait(t, 0)
+	ctx := context.Background()
+	reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.st.RegisterRunner(ctx, reg, "ec2", []string{"linux"}); err != nil {
+		t.Fatal(err)
+	}
+	f.queue(t, "linux")
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE jobs SET features = $1::text[], queued_at = now() - interval '1 minute'`,
+		[]string{domain.FeatureReports}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET features = '{}', last_seen_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500*time.Millisecond + wake.Skew + 100*time.Millisecond) // the queue hint settles: a look may note it seen
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 0 {
+		t.Fatalf("desired %d right after the probe polled, want 0", d)
+	}
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET last_seen_at = now() - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	f.run(t)
+	if d := f.fake.Desired("runners"); d != 1 {
+		t.Fatalf("desired %d an hour after the last probe, nothing new queued; want 1", d)
+	}
+}

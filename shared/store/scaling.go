@@ -16,6 +16,9 @@ type Demand struct {
 	// LastSeen is when the group's runner last polled (nil: it never
 	// registered, or never polled).
 	LastSeen *time.Time
+	// Unfit counts the queued jobs that need features the runner lacks
+	// (whether or not they are due a probe now).
+	Unfit int
 }
 
 // groupDemandSQL: $1 the group's labels, $2 its wait in seconds, $3 its
@@ -52,21 +55,22 @@ n AS (
            count(*) FILTER (WHERE waited AND fits) AS waiting,
            count(*) FILTER (WHERE state = 'QUEUED' AND NOT fits AND probe) AS probes,
            count(*) FILTER (WHERE waited AND NOT fits AND probe) AS waiting_probes,
-           count(*) FILTER (WHERE state = 'RUNNING' AND runner_id IN (SELECT id FROM r)) AS running
+           count(*) FILTER (WHERE state = 'RUNNING' AND runner_id IN (SELECT id FROM r)) AS running,
+           count(*) FILTER (WHERE state = 'QUEUED' AND NOT fits) AS unfit
     FROM q
 )
 SELECT queued + CASE WHEN queued = 0 THEN least(probes, 1) ELSE 0 END,
        waiting + CASE WHEN queued = 0 THEN least(waiting_probes, 1) ELSE 0 END,
        running,
        (SELECT max(a.ended_at) FROM job_attempts a WHERE a.runner_id IN (SELECT id FROM r)),
-       (SELECT last_seen_at FROM r)
+       (SELECT last_seen_at FROM r), unfit
 FROM n`
 
 // GroupDemand reads a runner group's demand.
 func (s *Store) GroupDemand(ctx context.Context, labels []string, wait time.Duration, runnerName string) (Demand, error) {
 	var d Demand
 	err := s.pool.QueryRow(ctx, groupDemandSQL, nonNil(labels), wait.Seconds(), runnerName).Scan(
-		&d.Queued, &d.Waiting, &d.Running, &d.LastEnded, &d.LastSeen)
+		&d.Queued, &d.Waiting, &d.Running, &d.LastEnded, &d.LastSeen, &d.Unfit)
 	if err != nil {
 		return d, fmt.Errorf("group demand: %w", err)
 	}
