@@ -245,23 +245,7 @@ func TestFeaturesTheRunnerLacksScaleOne(t *testing.T) {
 		{"{" + domain.FeatureReports + "}", "now()", 2}, // it has them: one each
 	} {
 		f := newFixtureWait(t, 0)
-		ctx := context.Background()
-		reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := f.st.RegisterRunner(ctx, reg, "ec2", []string{"linux"}); err != nil {
-			t.Fatal(err)
-		}
-		f.queue(t, "linux")
-		f.queue(t, "linux")
-		if _, err := f.st.Pool().Exec(ctx, `UPDATE jobs SET features = $1::text[], queued_at = now() - interval '1 minute'`,
-			[]string{domain.FeatureReports}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET features = $1::text[], last_seen_at = `+c.polled, c.declared); err != nil {
-			t.Fatal(err)
-		}
+		f.unfit(t, 2, c.declared, c.polled)
 		f.run(t)
 		if d := f.fake.Desired("runners"); d != c.want {
 			t.Errorf("runner features %s, last poll %s, two jobs needing %s: desired %d, want %d",
@@ -332,21 +316,7 @@ func TestInstancesThatNeverPollStopTheScaleOut(t *testing.T) {
 func TestFeaturesProbeComesBack(t *testing.T) {
 	f := newFixtureWait(t, 0)
 	ctx := context.Background()
-	reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := f.st.RegisterRunner(ctx, reg, "ec2", []string{"linux"}); err != nil {
-		t.Fatal(err)
-	}
-	f.queue(t, "linux")
-	if _, err := f.st.Pool().Exec(ctx, `UPDATE jobs SET features = $1::text[], queued_at = now() - interval '1 minute'`,
-		[]string{domain.FeatureReports}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET features = '{}', last_seen_at = now()`); err != nil {
-		t.Fatal(err)
-	}
+	f.unfit(t, 1, "{}", "now()")
 	time.Sleep(1500*time.Millisecond + wake.Skew + 100*time.Millisecond) // the queue hint settles: a look may note it seen
 	f.run(t)
 	if d := f.fake.Desired("runners"); d != 0 {
@@ -358,5 +328,30 @@ func TestFeaturesProbeComesBack(t *testing.T) {
 	f.run(t)
 	if d := f.fake.Desired("runners"); d != 1 {
 		t.Fatalf("desired %d an hour after the last probe, nothing new queued; want 1", d)
+	}
+}
+
+// unfit registers the group's runner, declaring features declared (SQL
+// array text) and last polled at polled (SQL), and queues n linux jobs,
+// a minute ago, that need a feature it may lack.
+func (f *fixture) unfit(t *testing.T, n int, declared, polled string) {
+	t.Helper()
+	ctx := context.Background()
+	reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.st.RegisterRunner(ctx, reg, "ec2", []string{"linux"}); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		f.queue(t, "linux")
+	}
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE jobs SET features = $1::text[], queued_at = now() - interval '1 minute'`,
+		[]string{domain.FeatureReports}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET features = $1::text[], last_seen_at = `+polled, declared); err != nil {
+		t.Fatal(err)
 	}
 }

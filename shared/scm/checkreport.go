@@ -3,10 +3,10 @@ package scm
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/go-github/v62/github"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/protocol"
 )
 
@@ -33,11 +33,7 @@ func clip(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return domain.Truncate(s, n-len("…")) + "…"
 }
 
 // withReport adds a job's test report to its check run's output: the

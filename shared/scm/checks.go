@@ -55,7 +55,7 @@ func (w *Worker) pushCheck(ctx context.Context, cw store.CheckWork) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(cw.RepoFullName, "-stale-") {
+	if !store.StaleRepositoryName(cw.RepoFullName) {
 		err = w.pushCheckAt(ctx, gh, cw)
 		var ge *github.ErrorResponse
 		if !errors.As(err, &ge) || ge.Response == nil || ge.Response.StatusCode != http.StatusNotFound {

@@ -69,13 +69,7 @@ func TestDownloadErrorHidesTheLink(t *testing.T) {
 func TestRepositoriesSwapNames(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t)
-	const otherID, older = 77, "octo/hello-old"
-	if err := e.store.AddRepository(ctx, store.Repository{GitHubID: otherID, FullName: "octo/other",
-		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
-		t.Fatal(err)
-	}
-	e.gh.RenameRepository(repoID, older)
-	e.gh.RenameRepository(otherID, repoName)
+	otherID, older := e.swapNames()
 	shas := map[int64]string{}
 	for id, name := range map[int64]string{repoID: older, otherID: repoName} {
 		dir, sha := gitRepo(t, strings.Replace(dispatchYAML, "echo", "echo "+name, 1))
@@ -111,17 +105,11 @@ func TestCheckRunFollowsARename(t *testing.T) {
 	e.deliver("push", "guid-before-rename", body, sign(repoSecret, body))
 	e.runOnce()
 	e.reconcile()
-	const otherID, older = 77, "octo/hello-old"
-	if err := e.store.AddRepository(ctx, store.Repository{GitHubID: otherID, FullName: "octo/other",
-		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
-		t.Fatal(err)
-	}
-	e.gh.RenameRepository(repoID, older)
-	e.gh.RenameRepository(otherID, repoName)
+	otherID, older := e.swapNames()
 	if err := e.store.RenameRepository(ctx, otherID, repoName); err != nil {
 		t.Fatal(err)
 	}
-	if repo, _ := e.store.Repository(ctx, repoID); !strings.HasPrefix(repo.FullName, "-stale-") {
+	if repo, _ := e.store.Repository(ctx, repoID); !store.StaleRepositoryName(repo.FullName) {
 		t.Fatalf("the renamed repository is recorded as %q", repo.FullName)
 	}
 	run := e.onlyRun()
@@ -166,4 +154,19 @@ func (e *env) dispatchMain(id int64) store.Run {
 		e.t.Fatal(err)
 	}
 	return run
+}
+
+// swapNames registers repository otherID ("octo/other") in the project,
+// then on GitHub renames the project's repository to older and gives its
+// old name to otherID.
+func (e *env) swapNames() (otherID int64, older string) {
+	e.t.Helper()
+	otherID, older = 77, "octo/hello-old"
+	if err := e.store.AddRepository(context.Background(), store.Repository{GitHubID: otherID, FullName: "octo/other",
+		InstallationID: installID, WebhookSecret: repoSecret, Project: "hello"}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.gh.RenameRepository(repoID, older)
+	e.gh.RenameRepository(otherID, repoName)
+	return otherID, older
 }

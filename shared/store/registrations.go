@@ -22,11 +22,15 @@ const registrationColumns = `r.id, r.description, r.created_at, r.expires_at, r.
        coalesce((SELECT array_agg(p.name ORDER BY p.name) FROM projects p WHERE p.id = ANY (r.projects)), '{}'),
        r.untrusted, coalesce(u.name, ''), r.expires_at <= now()`
 
+// registrationsFrom joins each registration token to the user whose
+// token made it.
+const registrationsFrom = `
+FROM registration_tokens r LEFT JOIN user_tokens t ON t.id = r.created_by_token LEFT JOIN users u ON u.id = t.user_id`
+
 // listRegistrationsSQL is a page of the registration tokens, newest first
 // (IDs are UUIDv7), before ID $1 (empty for the first page), at most $2.
 const listRegistrationsSQL = `
-SELECT ` + registrationColumns + `
-FROM registration_tokens r LEFT JOIN user_tokens t ON t.id = r.created_by_token LEFT JOIN users u ON u.id = t.user_id
+SELECT ` + registrationColumns + registrationsFrom + `
 WHERE $1 = '' OR r.id < $1 ORDER BY r.id DESC LIMIT $2`
 
 // revokeRegistrationSQL ends registration token $1 if it is unused and
@@ -36,8 +40,7 @@ UPDATE registration_tokens SET expires_at = now() WHERE id = $1 AND used_at IS N
 
 // registrationSQL reads registration token $1.
 const registrationSQL = `
-SELECT ` + registrationColumns + `
-FROM registration_tokens r LEFT JOIN user_tokens t ON t.id = r.created_by_token LEFT JOIN users u ON u.id = t.user_id
+SELECT ` + registrationColumns + registrationsFrom + `
 WHERE r.id = $1`
 
 // RegistrationInfo is a runner registration token.

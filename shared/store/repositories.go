@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,8 +80,15 @@ func (s *Store) Repository(ctx context.Context, githubID int64) (Repository, err
 // takes and GitHub never gives (no owner starts with a dash), one per
 // repository.
 const freeRepositoryNameSQL = `
-UPDATE scm_repositories SET full_name = '-stale-' || github_id || '/' || split_part(full_name, '/', 2)
+UPDATE scm_repositories SET full_name = '` + staleNamePrefix + `' || github_id || '/' || split_part(full_name, '/', 2)
 WHERE full_name = $2 AND github_id <> $1`
+
+const staleNamePrefix = "-stale-"
+
+// StaleRepositoryName reports whether a registered repository's name is
+// the stale mark freeRepositoryNameSQL gave it: its name must be asked
+// of GitHub by its ID.
+func StaleRepositoryName(fullName string) bool { return strings.HasPrefix(fullName, staleNamePrefix) }
 
 const renameRepositorySQL = `UPDATE scm_repositories SET full_name = $2 WHERE github_id = $1`
 

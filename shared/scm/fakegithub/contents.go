@@ -69,10 +69,20 @@ func (g *GitHub) repository(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "Not Found")
 		return
 	}
+	writeRepository(w, 0, name, branch)
+}
+
+// writeRepository answers a repository as GitHub does (id 0: left out),
+// its default branch main unless set.
+func writeRepository(w http.ResponseWriter, id int64, fullName, branch string) {
 	if branch == "" {
 		branch = "main"
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"full_name": name, "name": r.PathValue("repo"), "default_branch": branch})
+	out := map[string]any{"full_name": fullName, "name": fullName[strings.IndexByte(fullName, '/')+1:], "default_branch": branch}
+	if id != 0 {
+		out["id"] = id
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // AddRef makes ref (a branch name, or refs/heads/..., refs/tags/...) of

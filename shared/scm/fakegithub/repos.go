@@ -65,11 +65,7 @@ func (g *GitHub) repositoryByID(w http.ResponseWriter, r *http.Request) {
 		fail(w, http.StatusNotFound, "Not Found")
 		return
 	}
-	if branch == "" {
-		branch = "main"
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "full_name": name, "name": name[strings.IndexByte(name, '/')+1:],
-		"default_branch": branch})
+	writeRepository(w, id, name, branch)
 }
 
 // outputBounds is GitHub's refusal of a check run output past its bounds
