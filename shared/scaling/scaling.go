@@ -2,7 +2,8 @@
 // (infra/runner-ec2.yaml, Scaling=elastic) from the queue: a group goes
 // out when a job its runners would take has waited longer than its wait,
 // and back to zero once nothing was queued or running for its idle
-// period. Each instance runs one job (`forgeci-runner --ephemeral`) and
+// period. A job several groups cover counts for one of them (share).
+// Each instance runs one job (`forgeci-runner --ephemeral`) and
 // ends itself, lowering the desired capacity; one that finds no job ends
 // after its own idle time. Instances are protected from scale-in, so
 // lowering the desired capacity never stops a job: it only stops the group
@@ -52,13 +53,17 @@ func ParseGroups(raw string) ([]Group, error) {
 	if err := json.Unmarshal([]byte(raw), &gs); err != nil {
 		return nil, fmt.Errorf("scale groups: %w", err)
 	}
-	seen := map[string]bool{}
+	seen, runners := map[string]bool{}, map[string]bool{}
 	for i, g := range gs {
 		switch {
 		case g.ASG == "" || seen[g.ASG]:
 			return nil, fmt.Errorf("scale group %d: asg is required and must be unique", i)
 		case len(g.Labels) == 0 || g.Runner == "":
 			return nil, fmt.Errorf("scale group %s: labels and runner are required", g.ASG)
+		case runners[g.Runner]:
+			// A group's demand is read by its runner's name: two groups of
+			// one name would count each other's jobs as their own.
+			return nil, fmt.Errorf("scale group %s: runner %q is another group's: each group needs a runner name of its own", g.ASG, g.Runner)
 		case g.Max < 1 || g.Max > 1000:
 			return nil, fmt.Errorf("scale group %s: max must be 1 to 1000", g.ASG)
 		case g.WaitSeconds < 0 || g.IdleSeconds < 60:
@@ -67,7 +72,7 @@ func ParseGroups(raw string) ([]Group, error) {
 		if err := store.ValidateLabels(g.Labels); err != nil {
 			return nil, fmt.Errorf("scale group %s: %w", g.ASG, err)
 		}
-		seen[g.ASG] = true
+		seen[g.ASG], runners[g.Runner] = true, true
 	}
 	return gs, nil
 }
@@ -128,16 +133,11 @@ func (s *Scaler) Run(ctx context.Context) error {
 			}
 		}
 	}
-	var errs []error
+	looks, errs := s.look(ctx, desired)
+	share(looks)
 	waiting := false
-	for _, g := range s.Groups {
-		c, ok := desired[g.ASG]
-		if !ok {
-			// A group deleted, or misnamed: the others still scale.
-			s.Log.Warn("auto scaling group not found; not scaled", "group", g.ASG)
-			continue
-		}
-		queued, err := s.decide(ctx, g, c)
+	for _, l := range looks {
+		queued, err := s.decide(ctx, l)
 		errs = append(errs, err)
 		waiting = waiting || queued
 	}
@@ -161,71 +161,160 @@ func allZero(m map[string]Capacity) bool {
 	return true
 }
 
-// decide sets one group's desired capacity from its demand, and says
-// whether jobs the group could take are queued, or jobs that need
-// features its runner lacks (their hourly probe needs the scaler to look
-// again though nothing new is queued).
-func (s *Scaler) decide(ctx context.Context, g Group, c Capacity) (bool, error) {
-	d, err := s.Store.GroupDemand(ctx, g.Labels, time.Duration(g.WaitSeconds)*time.Second, g.Runner)
-	if err != nil {
-		return false, err
+// groupLook is what one invocation learnt of a group, and the queued
+// jobs share gave it.
+type groupLook struct {
+	g Group
+	c Capacity
+	d store.Demand
+	// lastOut is the group's last scale-out (zero: none noted); stalled
+	// says its runner has not polled since, bootAllowance on.
+	lastOut time.Time
+	stalled bool
+	// queued and waiting count the jobs given to the group.
+	queued, waiting int
+}
+
+// look reads the demand of each group Auto Scaling has, with as many of
+// its queued jobs as all the groups could take together.
+func (s *Scaler) look(ctx context.Context, desired map[string]Capacity) ([]*groupLook, []error) {
+	room := 0
+	for _, g := range s.Groups {
+		room += min(g.Max, desired[g.ASG].Max)
 	}
-	desired := c.Desired
+	var looks []*groupLook
+	var errs []error
+	for _, g := range s.Groups {
+		c, ok := desired[g.ASG]
+		if !ok {
+			// A group deleted, or misnamed: the others still scale.
+			s.Log.Warn("auto scaling group not found; not scaled", "group", g.ASG)
+			continue
+		}
+		d, err := s.Store.GroupDemand(ctx, g.Labels, time.Duration(g.WaitSeconds)*time.Second, g.Runner, room)
+		if err == nil {
+			l := &groupLook{g: g, c: c, d: d}
+			err = s.stall(ctx, l)
+			looks = append(looks, l)
+		}
+		errs = append(errs, err)
+	}
+	return looks, errs
+}
+
+// share gives each queued job to one group, so that a job several groups'
+// labels cover brings one instance, not one in each: groups take the jobs
+// they could run in queue order, up to their room (their maximum less the
+// jobs their runner runs), in the configured order, those whose instances
+// stalled last (they take only jobs no other group has room for).
+func share(looks []*groupLook) {
+	taken := map[string]bool{}
+	for _, stalled := range []bool{false, true} {
+		for _, l := range looks {
+			if l.stalled != stalled {
+				continue
+			}
+			room := min(l.g.Max, l.c.Max) - l.d.Running
+			for _, j := range l.d.Jobs {
+				if l.queued >= room {
+					break
+				}
+				if taken[j.ID] {
+					continue
+				}
+				taken[j.ID] = true
+				l.queued++
+				if j.Waited {
+					l.waiting++
+				}
+			}
+		}
+	}
+}
+
+// decide sets one group's desired capacity from the jobs share gave it,
+// and says whether jobs the group could take are queued, or jobs that
+// need features its runner lacks (their hourly probe needs the scaler to
+// look again though nothing new is queued).
+func (s *Scaler) decide(ctx context.Context, l *groupLook) (bool, error) {
+	g, d := l.g, l.d
+	queued, waiting := l.queued, l.waiting
+	if d.Queued == 0 {
+		queued, waiting = d.Probe, d.ProbeWaited
+	}
+	desired := l.c.Desired
 	target := desired
 	switch {
-	case d.Waiting > 0:
+	case waiting > 0:
 		// Every queued job gets an instance beside those running, up to
 		// the configured maximum and the group's own (past which Auto
 		// Scaling refuses the whole change).
-		target = max(desired, min(g.Max, c.Max, d.Running+d.Queued))
-	case d.Queued == 0 && d.Running == 0 && desired > 0 && s.idleFor(d) >= time.Duration(g.IdleSeconds)*time.Second:
+		target = max(desired, min(g.Max, l.c.Max, d.Running+queued))
+	case queued == 0 && d.Running == 0 && desired > 0 && s.idleFor(d) >= time.Duration(g.IdleSeconds)*time.Second:
 		target = 0
 	}
+	var err error
 	if target > desired {
-		if target, err = s.unlessStalled(ctx, g, d, desired, target); err != nil {
+		if target, err = s.unlessStalled(ctx, l, desired, target); err != nil {
 			return false, err
 		}
 	}
-	waiting := d.Queued > 0 || d.Unfit > 0
+	busy := d.Queued > 0 || d.Unfit > 0
 	if target == desired {
-		return waiting, nil
+		return busy, nil
 	}
-	s.Log.Info("scale", "group", g.ASG, "from", desired, "to", target, "queued", d.Queued, "waiting", d.Waiting, "running", d.Running)
-	return waiting, s.ASG.SetDesired(ctx, g.ASG, target)
+	s.Log.Info("scale", "group", g.ASG, "from", desired, "to", target, "queued", queued, "waiting", waiting, "running", d.Running,
+		"queue_covered", d.Queued)
+	return busy, s.ASG.SetDesired(ctx, g.ASG, target)
 }
 
 // bootAllowance is how long a scaled-out instance may take to boot and
 // poll before the scaler takes its silence for a failure.
 const bootAllowance = 10 * time.Minute
 
-// unlessStalled is the target of a scale-out, unless the group's runner
-// has not polled since the last one, bootAllowance ago or more: its
-// instances then end without a job (a registration token expired, a
-// wrong binary or server URL), and raising the capacity again would keep
-// the group full of them for as long as jobs wait. Then one instance is
-// tried an hour after the last, and the log says why. Each scale-out is
-// noted on the board (without one, nothing is held back).
-func (s *Scaler) unlessStalled(ctx context.Context, g Group, d store.Demand, desired, target int) (int, error) {
+// stall reads the group's last scale-out, and whether its runner has not
+// polled since, bootAllowance on or more: its instances then end without
+// a job (a registration token expired, a wrong binary or server URL), and
+// raising the capacity again would keep the group full of them for as
+// long as jobs wait.
+func (s *Scaler) stall(ctx context.Context, l *groupLook) error {
+	b := s.Store.Board()
+	if b == nil {
+		return nil
+	}
+	raw, err := b.GetNote(ctx, outNote(l.g))
+	if err != nil {
+		return err
+	}
+	last, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		return nil // none noted: nothing is held back
+	}
+	l.lastOut = last
+	l.stalled = s.Now().Sub(last) >= bootAllowance && (l.d.LastSeen == nil || l.d.LastSeen.Before(last))
+	return nil
+}
+
+func outNote(g Group) string { return "scaler-out-" + g.ASG }
+
+// unlessStalled is the target of a scale-out, unless the group stalled:
+// then one instance is tried an hour after the last scale-out, and the
+// log says why. Each scale-out is noted on the board.
+func (s *Scaler) unlessStalled(ctx context.Context, l *groupLook, desired, target int) (int, error) {
 	b := s.Store.Board()
 	if b == nil {
 		return target, nil
 	}
-	note := "scaler-out-" + g.ASG
-	raw, err := b.GetNote(ctx, note)
-	if err != nil {
-		return desired, err
-	}
 	now := s.Now()
-	if last, err := time.Parse(time.RFC3339Nano, raw); err == nil && now.Sub(last) >= bootAllowance &&
-		(d.LastSeen == nil || d.LastSeen.Before(last)) {
+	if l.stalled {
 		s.Log.Error("the group's instances did not poll after its last scale-out: check its registration token, binary and server URL",
-			"group", g.ASG, "runner", g.Runner, "last_scale_out", last, "runner_last_seen", d.LastSeen)
-		if now.Sub(last) < time.Hour {
+			"group", l.g.ASG, "runner", l.g.Runner, "last_scale_out", l.lastOut, "runner_last_seen", l.d.LastSeen)
+		if now.Sub(l.lastOut) < time.Hour {
 			return desired, nil
 		}
 		target = desired + 1
 	}
-	return target, b.SetNote(ctx, note, now.UTC().Format(time.RFC3339Nano))
+	return target, b.SetNote(ctx, outNote(l.g), now.UTC().Format(time.RFC3339Nano))
 }
 
 // idleFor is how long since the group's runner last ended a job (forever

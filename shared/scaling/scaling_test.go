@@ -174,7 +174,8 @@ func TestParseGroupsRefusesBadConfig(t *testing.T) {
 	for _, raw := range []string{`nope`, `[{"asg": ""}]`, `[{"asg": "a", "labels": ["x"], "runner": "r", "max": 0, "idle_seconds": 600}]`,
 		`[{"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 5}]`,
 		`[{"asg": "a", "labels": ["bad label"], "runner": "r", "max": 2, "idle_seconds": 600}]`,
-		`[{"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 600}, {"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 600}]`} {
+		`[{"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 600}, {"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 600}]`,
+		`[{"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 600}, {"asg": "b", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 600}]`} {
 		if _, err := scaling.ParseGroups(raw); err == nil {
 			t.Errorf("accepted %s", raw)
 		}
@@ -261,7 +262,7 @@ func TestFeaturesTheRunnerLacksScaleOne(t *testing.T) {
 func TestGroupsThatCannotTakeTheChange(t *testing.T) {
 	f := newFixture(t)
 	f.fake.AddGroup("small", 0, 1, 0)
-	groups, err := scaling.ParseGroups(`[{"asg": "gone", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 1, "idle_seconds": 600},
+	groups, err := scaling.ParseGroups(`[{"asg": "gone", "labels": ["linux"], "runner": "gone", "max": 3, "wait_seconds": 1, "idle_seconds": 600},
 		{"asg": "small", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 1, "idle_seconds": 600}]`)
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +276,57 @@ func TestGroupsThatCannotTakeTheChange(t *testing.T) {
 	if d := f.fake.Desired("small"); d != 1 {
 		t.Fatalf("desired %d of a group of at most 1 with three jobs waiting, beside a missing group; want 1", d)
 	}
+}
+
+// TestOverlappingGroupsShareTheQueue: a job that two groups' labels cover
+// brings one instance, of the first group in the configured order that
+// has room; past its maximum the next group takes the rest. A group whose
+// instances stalled takes only what no other group has room for.
+func TestOverlappingGroupsShareTheQueue(t *testing.T) {
+	f := newFixture(t)
+	f.overlapping(t)
+	for range 4 {
+		f.queue(t, "linux")
+	}
+	f.queue(t, "big")
+	time.Sleep(1100 * time.Millisecond)
+	for range 2 { // and stays so: the jobs queued while instances boot are not counted again
+		f.run(t)
+		if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 3 || b != 2 {
+			t.Fatalf("four linux jobs and one big: desired runners %d, big %d; want 3 (its maximum) and 2", r, b)
+		}
+	}
+}
+
+func TestStalledGroupLeavesItsJobsToTheNext(t *testing.T) {
+	f := newFixture(t)
+	f.overlapping(t)
+	f.queue(t, "linux")
+	f.queue(t, "linux")
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 2 || b != 0 {
+		t.Fatalf("two linux jobs: desired runners %d, big %d; want 2 and 0", r, b)
+	}
+	f.fake.SetDesiredOutside("runners", 0) // its instances never polled
+	f.now = f.now.Add(11 * time.Minute)
+	f.run(t)
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 2 {
+		t.Fatalf("the first group stalled: desired runners %d, big %d; want 0 and 2", r, b)
+	}
+}
+
+// overlapping adds a second group, big, of up to 5 runners labelled
+// linux and big, after the fixture's.
+func (f *fixture) overlapping(t *testing.T) {
+	t.Helper()
+	f.fake.AddGroup("big", 0, 5, 0)
+	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 1, "idle_seconds": 600},
+		{"asg": "big", "labels": ["linux", "big"], "runner": "ec2-big", "max": 5, "wait_seconds": 1, "idle_seconds": 600}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.scaler.Groups = groups
 }
 
 // TestInstancesThatNeverPollStopTheScaleOut: instances of a scale-out

@@ -11,14 +11,30 @@ import (
 // scaler's wait), jobs its runner runs, and when its runner last ended a
 // job.
 type Demand struct {
+	// Queued and Waiting count the queued jobs the group's runner would
+	// take (and of those, the ones queued for the wait); Jobs are the first
+	// of them in queue order, as many as GroupDemand was asked for, so
+	// that the scaler can give each job to one group.
 	Queued, Waiting, Running int
-	LastEnded                *time.Time
+	Jobs                     []GroupJob
+	// Probe is 1 when a probe instance is due for jobs that need features
+	// the runner lacks (only while none it can take is queued), and
+	// ProbeWaited 1 when one of those has waited.
+	Probe, ProbeWaited int
+	LastEnded          *time.Time
 	// LastSeen is when the group's runner last polled (nil: it never
 	// registered, or never polled).
 	LastSeen *time.Time
 	// Unfit counts the queued jobs that need features the runner lacks
 	// (whether or not they are due a probe now).
 	Unfit int
+}
+
+// GroupJob is a queued job a group could take; Waited says it was
+// queued for at least the group's wait.
+type GroupJob struct {
+	ID     string
+	Waited bool
 }
 
 // groupDemandSQL: $1 the group's labels, $2 its wait in seconds, $3 its
@@ -42,7 +58,7 @@ const groupDemandSQL = `
 WITH r AS (SELECT id, projects, untrusted, features, last_seen_at FROM runners WHERE name = $3 AND revoked_at IS NULL
            ORDER BY created_at DESC LIMIT 1),
 q AS (
-    SELECT j.state, j.runner_id, j.state = 'QUEUED' AND j.queued_at <= now() - make_interval(secs => $2) AS waited,
+    SELECT j.id, j.queued_at, j.state, j.runner_id, j.state = 'QUEUED' AND j.queued_at <= now() - make_interval(secs => $2) AS waited,
            j.features = '{}'::text[] OR NOT EXISTS (SELECT 1 FROM r WHERE r.features IS NOT NULL AND NOT j.features <@ r.features) AS fits,
            NOT EXISTS (SELECT 1 FROM r WHERE r.last_seen_at >= greatest(j.queued_at, now() - interval '1 hour')) AS probe
     FROM jobs j
@@ -58,21 +74,30 @@ n AS (
            count(*) FILTER (WHERE state = 'RUNNING' AND runner_id IN (SELECT id FROM r)) AS running,
            count(*) FILTER (WHERE state = 'QUEUED' AND NOT fits) AS unfit
     FROM q
-)
-SELECT queued + CASE WHEN queued = 0 THEN least(probes, 1) ELSE 0 END,
-       waiting + CASE WHEN queued = 0 THEN least(waiting_probes, 1) ELSE 0 END,
+),
+f AS (SELECT id, queued_at, waited FROM q WHERE state = 'QUEUED' AND fits ORDER BY queued_at, id LIMIT $4)
+SELECT queued, waiting, CASE WHEN queued = 0 THEN least(probes, 1) ELSE 0 END,
+       CASE WHEN queued = 0 THEN least(waiting_probes, 1) ELSE 0 END,
        running,
        (SELECT max(a.ended_at) FROM job_attempts a WHERE a.runner_id IN (SELECT id FROM r)),
-       (SELECT last_seen_at FROM r), unfit
+       (SELECT last_seen_at FROM r), unfit,
+       (SELECT coalesce(array_agg(id::text ORDER BY queued_at, id), '{}') FROM f),
+       (SELECT coalesce(array_agg(waited ORDER BY queued_at, id), '{}') FROM f)
 FROM n`
 
-// GroupDemand reads a runner group's demand.
-func (s *Store) GroupDemand(ctx context.Context, labels []string, wait time.Duration, runnerName string) (Demand, error) {
+// GroupDemand reads a runner group's demand, with the first jobs of its
+// queue, at most jobs of them.
+func (s *Store) GroupDemand(ctx context.Context, labels []string, wait time.Duration, runnerName string, jobs int) (Demand, error) {
 	var d Demand
-	err := s.pool.QueryRow(ctx, groupDemandSQL, nonNil(labels), wait.Seconds(), runnerName).Scan(
-		&d.Queued, &d.Waiting, &d.Running, &d.LastEnded, &d.LastSeen, &d.Unfit)
+	var ids []string
+	var waited []bool
+	err := s.pool.QueryRow(ctx, groupDemandSQL, nonNil(labels), wait.Seconds(), runnerName, jobs).Scan(
+		&d.Queued, &d.Waiting, &d.Probe, &d.ProbeWaited, &d.Running, &d.LastEnded, &d.LastSeen, &d.Unfit, &ids, &waited)
 	if err != nil {
 		return d, fmt.Errorf("group demand: %w", err)
+	}
+	for i, id := range ids {
+		d.Jobs = append(d.Jobs, GroupJob{ID: id, Waited: waited[i]})
 	}
 	return d, nil
 }
