@@ -291,6 +291,10 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	if err != nil {
 		return nil, "", "", err
 	}
+	ev, note, err := passOver(d)
+	if note != "" || err != nil {
+		return nil, note, "", err
+	}
 	gh, err := w.App.Client(ctx, repo.InstallationID, repo.GitHubID)
 	if err != nil {
 		return nil, "", "", err
@@ -308,10 +312,6 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	case store.EventSchedule:
 		return w.scheduled(ctx, gh, d, repo, owner, name)
 	}
-	ev, err := github.ParseWebHook(d.Event, d.Payload)
-	if err != nil {
-		return nil, "", "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
-	}
 	nr := store.NewRun{Project: repo.Project, EventAt: d.ReceivedAt}
 	switch e := ev.(type) {
 	case *github.PushEvent:
@@ -319,16 +319,9 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 			return nil, note, "", err
 		}
 	case *github.PullRequestEvent:
-		// The pipeline's on.pull_request.types decide; an activity none
-		// can name is passed over before the commit is fetched.
-		if !slices.Contains(pipeline.PullRequestTypes, e.GetAction()) {
-			return nil, "pull request " + e.GetAction(), "", nil
-		}
 		if sha, err = w.pullRequestRun(ctx, gh, repo, owner, name, e.GetPullRequest().GetNumber(), &nr); err != nil {
 			return nil, "", sha, err
 		}
-	default:
-		return nil, "event " + d.Event + " does not create runs", "", nil
 	}
 	if !shaRE().MatchString(sha) {
 		return nil, "", "", domain.Errorf(domain.EInvalid, "the %s payload has no commit SHA", d.Event)
@@ -371,6 +364,33 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	return &created, "", sha, nil
 }
 
+// passOver parses a webhook delivery's payload and says, before any call
+// to GitHub, why it makes no run: a branch or tag deleted, a pull request
+// activity no trigger can name, an event that makes none.
+func passOver(d *store.Delivery) (ev any, note string, err error) {
+	if d.Event == store.EventDispatch || d.Event == store.EventSchedule {
+		return nil, "", nil
+	}
+	ev, err = github.ParseWebHook(d.Event, d.Payload)
+	if err != nil {
+		return nil, "", domain.Errorf(domain.EInvalid, "payload does not parse: %v", err)
+	}
+	switch e := ev.(type) {
+	case *github.PushEvent:
+		if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {
+			return nil, "branch or tag deleted", nil
+		}
+	case *github.PullRequestEvent:
+		// The pipeline's on.pull_request.types decide which of these run.
+		if !slices.Contains(pipeline.PullRequestTypes, e.GetAction()) {
+			return nil, "pull request " + e.GetAction(), nil
+		}
+	default:
+		return nil, "event " + d.Event + " does not create runs", nil
+	}
+	return ev, "", nil
+}
+
 // alreadyWaiting says why an untrusted run of nr's commit is not made: one
 // already waits for approval. Another event there (an edited title, a
 // label) would add nothing but the cost of a snapshot.
@@ -386,12 +406,9 @@ func (w *Worker) alreadyWaiting(ctx context.Context, repo store.Repository, nr s
 }
 
 // pushRun fills in a push's run and returns the commit to build, or why
-// it builds nothing (a deletion, a replay).
+// it builds nothing (a replay; deletions are passed over before).
 func (w *Worker) pushRun(ctx context.Context, gh *github.Client, repo store.Repository, owner, name string,
 	e *github.PushEvent, at time.Time, nr *store.NewRun) (sha, note string, err error) {
-	if e.GetDeleted() || e.GetAfter() == "" || e.GetAfter() == zeroSHA {
-		return "", "branch or tag deleted", nil
-	}
 	if !strings.HasPrefix(e.GetRef(), "refs/") || e.GetPusher() == nil {
 		return "", "", domain.Errorf(domain.EInvalid, "the push payload names no ref or pusher")
 	}

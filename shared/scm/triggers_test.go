@@ -115,6 +115,38 @@ func TestTriggersChooseDeliveries(t *testing.T) {
 	}
 }
 
+// TestPassedOverWithoutCallingGitHub: a deleted branch's push and a pull
+// request activity no trigger can name make no run and no call to GitHub
+// (no installation token, no repository lookup).
+func TestPassedOverWithoutCallingGitHub(t *testing.T) {
+	e := setup(t)
+	zero := strings.Repeat("0", 40)
+	var deletion map[string]any
+	_ = json.Unmarshal(push("refs/heads/gone", strings.Repeat("a", 40), zero, nil), &deletion)
+	deletion["deleted"] = true
+	body, _ := json.Marshal(deletion)
+	for i, d := range []struct {
+		event string
+		body  []byte
+		why   string
+	}{{"push", body, "branch or tag deleted"}, {"pull_request", prEvent("merged", zero, 9), "pull request merged"}} {
+		guid := fmt.Sprintf("guid-passed-over-%d", i)
+		if code, out := e.deliver(d.event, guid, d.body, sign(repoSecret, d.body)); code != http.StatusAccepted {
+			t.Fatalf("deliver %d %v", code, out)
+		}
+		calls := len(e.gh.Calls())
+		if res := e.runOnce(); res.Ignored != 1 {
+			t.Fatalf("%s: %+v, want it ignored", d.event, res)
+		}
+		if n := len(e.gh.Calls()) - calls; n != 0 {
+			t.Errorf("%s (%s): %d calls to GitHub: %v", d.event, d.why, n, e.gh.Calls()[calls:])
+		}
+		if n := e.count(`SELECT count(*) FROM scm_deliveries WHERE guid = $1 AND note = $2`, guid, d.why); n != 1 {
+			t.Errorf("%s: not ignored as %q", d.event, d.why)
+		}
+	}
+}
+
 func manyDocs(n int) []string {
 	var out []string
 	for i := range n {
