@@ -65,6 +65,10 @@ func tokenCmd(g *global) *cobra.Command {
 		if len(out.AlsoRevoked) > 0 {
 			fmt.Printf("and the %d tokens made with it: %s\n", len(out.AlsoRevoked), strings.Join(out.AlsoRevoked, ", "))
 		}
+		if len(out.RunnersToCheck) > 0 {
+			fmt.Printf("runners registered with registration tokens these made (still registered; if the token leaked, "+
+				"revoke them with forgeci runner revoke): %s\n", strings.Join(out.RunnersToCheck, ", "))
+		}
 		return nil
 	}))
 	c.AddCommand(list, create, revoke)

@@ -101,7 +101,7 @@ func TestAdminChangesStaleAdmin(t *testing.T) {
 			_, _, err := e.store.CreateUserTokenAs(ctx, by, target.ID, "")
 			return err
 		},
-		"disable user": func(by store.User) error { return e.store.DisableUserAs(ctx, by, target.ID) },
+		"disable user": func(by store.User) error { _, err := e.store.DisableUserAs(ctx, by, target.ID); return err },
 		"registration token": func(by store.User) error {
 			_, _, err := e.store.CreateRegistrationTokenAs(ctx, by, time.Hour, "", store.Scope{})
 			return err
@@ -150,8 +150,8 @@ func TestAdminsDisableEachOther(t *testing.T) {
 		a, _ := e.store.AuthenticateUser(ctx, e.user("a"+string(rune('0'+i)), store.RoleAdmin))
 		b, _ := e.store.AuthenticateUser(ctx, e.user("b"+string(rune('0'+i)), store.RoleAdmin))
 		errs := make(chan error, 2)
-		go func() { errs <- e.store.DisableUserAs(ctx, a, b.ID) }()
-		go func() { errs <- e.store.DisableUserAs(ctx, b, a.ID) }()
+		go func() { _, err := e.store.DisableUserAs(ctx, a, b.ID); errs <- err }()
+		go func() { _, err := e.store.DisableUserAs(ctx, b, a.ID); errs <- err }()
 		var ok, refused int
 		for range 2 {
 			switch err := <-errs; {

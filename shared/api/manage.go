@@ -266,10 +266,15 @@ func (s *Server) disableUser(w http.ResponseWriter, r *http.Request, u store.Use
 	if r.PathValue("user_id") == u.ID {
 		return domain.Errorf(domain.EInvalid, "you cannot disable yourself")
 	}
-	if err := s.Store.DisableUserAs(r.Context(), u, r.PathValue("user_id")); err != nil {
+	runners, err := s.Store.DisableUserAs(r.Context(), u, r.PathValue("user_id"))
+	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"disabled": r.PathValue("user_id")})
+	out := map[string]any{"disabled": r.PathValue("user_id")}
+	if len(runners) > 0 {
+		out["runners_to_check"] = runners
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

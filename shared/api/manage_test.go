@@ -148,3 +148,34 @@ func TestManageAPI(t *testing.T) {
 		t.Fatalf("deliveries: %d", st)
 	}
 }
+
+// TestRevocationNamesTheRunnersToCheck: disabling a user, or revoking a
+// token, answers with the live runners registered with registration
+// tokens its tokens made (they stay registered: the operator decides).
+func TestRevocationNamesTheRunnersToCheck(t *testing.T) {
+	e := setup(t)
+	admin := e.user("root", store.RoleAdmin)
+	st, b := e.post("/v1/users", admin, map[string]any{"name": "ops", "role": "admin"})
+	ops := str(b, "token")
+	if st != 201 || ops == "" {
+		t.Fatalf("create user: %d %s", st, b)
+	}
+	st, b = e.post("/v1/registration-tokens", ops, map[string]any{"ttl_seconds": 600})
+	if st != 201 {
+		t.Fatalf("registration token: %d %s", st, b)
+	}
+	st, b = e.post("/v1/runners/register", "", map[string]any{"registration_token": str(b, "registration_token"), "name": "ops-box",
+		"labels": []string{"linux"}})
+	runner := str(b, "runner_id")
+	if st != 201 || runner == "" {
+		t.Fatalf("register: %d %s", st, b)
+	}
+	_, b = e.get("/v1/me", ops)
+	st, b = e.post("/v1/users/"+str(b, "id")+"/disable", admin, map[string]any{})
+	var out struct {
+		RunnersToCheck []string `json:"runners_to_check"`
+	}
+	if err := json.Unmarshal(b, &out); st != 200 || err != nil || len(out.RunnersToCheck) != 1 || out.RunnersToCheck[0] != runner {
+		t.Fatalf("disable: %d %s, want runners_to_check [%s]", st, b, runner)
+	}
+}

@@ -38,7 +38,7 @@ func TestDisableRacesTokenForTheDisabler(t *testing.T) {
 		t.Fatal(err)
 	}
 	disabled := make(chan error, 1)
-	go func() { disabled <- s.DisableUserAs(ctx, a, b.ID) }()
+	go func() { _, err := s.DisableUserAs(ctx, a, b.ID); disabled <- err }()
 	waitForLockWait(t, s)
 	if _, err := tx.Exec(ctx, `INSERT INTO user_tokens (id, user_id, token_hash, description)
 		VALUES (gen_random_uuid()::text, $1, sha256('t'::bytea), 'by b')`, a.ID); err != nil {

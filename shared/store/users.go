@@ -231,37 +231,39 @@ const lockUsersSQL = `SELECT id FROM users WHERE id = ANY ($1) ORDER BY id FOR N
 // DisableUser disables a user and revokes every token of theirs, and the
 // tokens made with them: the operator's call.
 func (s *Store) DisableUser(ctx context.Context, userID string) error {
-	return s.disableUser(ctx, nil, userID)
+	_, err := s.disableUser(ctx, nil, userID)
+	return err
 }
 
 // DisableUserAs disables a user on behalf of by, who must be a global
-// admin.
-func (s *Store) DisableUserAs(ctx context.Context, by User, userID string) error {
+// admin. It returns the live runners registered with registration tokens
+// the user's tokens made (TokenInfo.RunnersToCheck).
+func (s *Store) DisableUserAs(ctx context.Context, by User, userID string) ([]string, error) {
 	return s.disableUser(ctx, byAdmin(by), userID, by.ID)
 }
 
 // disableUser disables userID after locking it and lock (the acting
 // admin) in one order.
-func (s *Store) disableUser(ctx context.Context, may check, userID string, lock ...string) error {
-	return s.inTx(ctx, func(tx pgx.Tx) error {
+func (s *Store) disableUser(ctx context.Context, may check, userID string, lock ...string) ([]string, error) {
+	return inTxValue(ctx, s, func(tx pgx.Tx) ([]string, error) {
 		if _, err := tx.Exec(ctx, lockUsersSQL, append(lock, userID)); err != nil {
-			return fmt.Errorf("lock users: %w", err)
+			return nil, fmt.Errorf("lock users: %w", err)
 		}
 		if err := may.run(ctx, tx); err != nil {
-			return err
+			return nil, err
 		}
 		tag, err := tx.Exec(ctx, disableUserSQL, userID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if tag.RowsAffected() == 0 {
-			return domain.Errorf(domain.ENotFound, "user %s not found", userID)
+			return nil, domain.Errorf(domain.ENotFound, "user %s not found", userID)
 		}
 		ids, err := queryIDs(ctx, tx, userTokensSQL, userID)
 		if err != nil {
-			return fmt.Errorf("tokens of user: %w", err)
+			return nil, fmt.Errorf("tokens of user: %w", err)
 		}
-		_, err = revokeTree(ctx, tx, ids)
-		return err
+		_, runners, err := revokeTree(ctx, tx, ids)
+		return runners, err
 	})
 }

@@ -57,6 +57,12 @@ const treePlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_confi
 // revokeTreeSQL waited for their making (see revokeTree).
 const madeSinceSQL = `SELECT id FROM user_tokens WHERE created_by_token = ANY ($1) AND revoked_at IS NULL`
 
+// liveRunnersRegisteredSQL lists the runners, not revoked, that registered
+// with registration tokens made with user tokens $1.
+const liveRunnersRegisteredSQL = `
+SELECT DISTINCT ru.id FROM registration_tokens r JOIN runners ru ON ru.id = r.used_by_runner
+WHERE r.created_by_token = ANY ($1) AND ru.revoked_at IS NULL ORDER BY ru.id`
+
 // expireRegistrationsSQL expires the unused registration tokens made with
 // user tokens $1.
 const expireRegistrationsSQL = `
@@ -81,6 +87,11 @@ type TokenInfo struct {
 	// AlsoRevoked, in a revocation's answer, are the tokens made with it
 	// that were revoked with it.
 	AlsoRevoked []string `json:"also_revoked,omitempty"`
+	// RunnersToCheck, in a revocation's answer, are the runners that
+	// registered with registration tokens these tokens made: they stay
+	// registered (a routine rotation must not stop the runners an admin set
+	// up), for the operator to revoke if the token leaked.
+	RunnersToCheck []string `json:"runners_to_check,omitempty"`
 }
 
 // tokensCheck is who may see and revoke user userID's tokens: the user,
@@ -136,7 +147,7 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 		if err != nil {
 			return TokenInfo{}, fmt.Errorf("revoke token: %w", err)
 		}
-		all, err := revokeTree(ctx, tx, []string{tokenID})
+		all, runners, err := revokeTree(ctx, tx, []string{tokenID})
 		if err != nil {
 			return TokenInfo{}, err
 		}
@@ -149,7 +160,7 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 				also = append(also, t.ID)
 			}
 		}
-		named.AlsoRevoked = also
+		named.AlsoRevoked, named.RunnersToCheck = also, runners
 		return named, nil
 	})
 }
@@ -160,34 +171,37 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 // making holds the parent FOR SHARE, holdLiveTokenSQL) but, its tree read
 // before, misses it; the next statement sees it, and it is revoked with
 // its own tree in another round. A token's making that comes after the
-// update finds its parent revoked.
-func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) ([]TokenInfo, error) {
-	var all []TokenInfo
+// update finds its parent revoked. It returns the tokens revoked and the
+// live runners registered with registration tokens they made.
+func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) (all []TokenInfo, runners []string, err error) {
 	var allIDs []string
 	if _, err := tx.Exec(ctx, treePlanSQL); err != nil {
-		return nil, fmt.Errorf("revoke tokens: %w", err)
+		return nil, nil, fmt.Errorf("revoke tokens: %w", err)
 	}
 	for len(ids) > 0 {
 		rows, err := tx.Query(ctx, revokeTreeSQL, ids)
 		if err != nil {
-			return nil, fmt.Errorf("revoke tokens: %w", err)
+			return nil, nil, fmt.Errorf("revoke tokens: %w", err)
 		}
 		revoked, err := pgx.CollectRows(rows, scanTokenInfo)
 		if err != nil {
-			return nil, fmt.Errorf("revoke tokens: %w", err)
+			return nil, nil, fmt.Errorf("revoke tokens: %w", err)
 		}
 		all = append(all, revoked...)
 		for _, t := range revoked {
 			allIDs = append(allIDs, t.ID)
 		}
 		if _, err := tx.Exec(ctx, expireRegistrationsSQL, allIDs); err != nil {
-			return nil, fmt.Errorf("expire registration tokens: %w", err)
+			return nil, nil, fmt.Errorf("expire registration tokens: %w", err)
 		}
 		if ids, err = queryIDs(ctx, tx, madeSinceSQL, allIDs); err != nil {
-			return nil, fmt.Errorf("tokens made with tokens: %w", err)
+			return nil, nil, fmt.Errorf("tokens made with tokens: %w", err)
 		}
 	}
-	return all, nil
+	if runners, err = queryIDs(ctx, tx, liveRunnersRegisteredSQL, allIDs); err != nil {
+		return nil, nil, fmt.Errorf("runners registered with tokens: %w", err)
+	}
+	return all, runners, nil
 }
 
 // holdLiveToken refuses the making of a token with a token revoked since

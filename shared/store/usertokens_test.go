@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -200,11 +201,27 @@ func TestRevocationReachesWhatATokenMade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.RegisterRunner(ctx, used, "before", nil); err != nil {
+	before, _, err := s.RegisterRunner(ctx, used, "before", nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RevokeUserTokenAs(ctx, leaky, leaky.ID, leaky.TokenID); err != nil {
+	// A runner registered with a token the made user's token made, and
+	// one of those revoked already.
+	bot, err := s.AuthenticateUser(ctx, first)
+	if err != nil {
 		t.Fatal(err)
+	}
+	deep := registerWith(t, s, bot, "deep")
+	gone := registerWith(t, s, bot, "gone")
+	if err := s.RevokeRunner(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.RevokeUserTokenAs(ctx, leaky, leaky.ID, leaky.TokenID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{before, deep}; !slices.Equal(out.RunnersToCheck, slices.Sorted(slices.Values(want))) {
+		t.Errorf("runners to check %v, want the live runners registered through the tree %v", out.RunnersToCheck, want)
 	}
 	if _, err := s.AuthenticateUser(ctx, first); !domain.Is(err, domain.EUnauthorized) {
 		t.Errorf("the first token of a user made with a revoked token: %v, want unauthorized", err)
@@ -218,6 +235,22 @@ func TestRevocationReachesWhatATokenMade(t *testing.T) {
 	if _, _, err := s.CreateRegistrationTokenAs(ctx, leaky, time.Hour, "", store.Scope{}); !domain.Is(err, domain.EUnauthorized) {
 		t.Errorf("a registration token made with a revoked token: %v, want unauthorized", err)
 	}
+}
+
+// registerWith registers a runner named name with a registration token by
+// makes.
+func registerWith(t *testing.T, s *store.Store, by store.User, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	reg, _, err := s.CreateRegistrationTokenAs(ctx, by, time.Hour, "", store.Scope{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := s.RegisterRunner(ctx, reg, name, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 // TestRevocationOfADeepTree: a chain of tokens each made with the one
