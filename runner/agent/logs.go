@@ -78,8 +78,8 @@ func newLogAppender(h *client.Lease, redact []string) *logAppender {
 // maxMaskedTokens bounds the identity tokens a job's log masks at once:
 // those not yet expired, at most this many of the newest. Each rebuilds
 // the masker, so an unbounded list would let a step make the runner spend
-// ever more memory and time.
-const maxMaskedTokens = 64
+// ever more memory and time; the server hands out no more live at once.
+const maxMaskedTokens = protocol.MaxLiveIDTokens
 
 // maskedToken is a token's signature, masked until it expires.
 type maskedToken struct {

@@ -272,6 +272,35 @@ func TestIDTokenRecordChecksAgain(t *testing.T) {
 	}
 }
 
+// TestLiveIDTokensAreBounded: an attempt holds at most
+// protocol.MaxLiveIDTokens tokens not yet expired, however slowly it asks
+// for them (the runner masks no more in its log); once one expires it
+// gets another.
+func TestLiveIDTokensAreBounded(t *testing.T) {
+	e := setup(t)
+	a := e.registerRunner("box")
+	c := e.deployJob(a, "refs/heads/main", "")
+	ask := func() (int, []byte) {
+		return e.post("/v1/runner/jobs/"+c.Job.ID+"/id-token", a.Token, leaseBody(c.Lease, map[string]any{"audience": "aud"}))
+	}
+	for i := range protocol.MaxLiveIDTokens {
+		if i%store.MaxIDTokensPerMinute == 0 {
+			e.exec(`UPDATE id_tokens SET issued_at = issued_at - interval '2 minutes'`) // a slow job: under the minute's bound
+		}
+		if status, body := ask(); status != 200 {
+			t.Fatalf("token %d: %d %s", i+1, status, body)
+		}
+	}
+	e.exec(`UPDATE id_tokens SET issued_at = issued_at - interval '2 minutes'`)
+	if status, body := ask(); status != 413 || !strings.Contains(string(body), "not yet expired") {
+		t.Fatalf("token %d while %d live: %d %s, want 413", protocol.MaxLiveIDTokens+1, protocol.MaxLiveIDTokens, status, body)
+	}
+	e.exec(`UPDATE id_tokens SET expires_at = now() - interval '1 second' WHERE jti = (SELECT jti FROM id_tokens LIMIT 1)`)
+	if status, body := ask(); status != 200 {
+		t.Fatalf("a token after one expired: %d %s", status, body)
+	}
+}
+
 // TestIssuerDiscovery: the discovery document has every field AWS IAM
 // requires of an OIDC provider, served without a token; its jwks_uri
 // serves the keys.

@@ -21,6 +21,11 @@ const (
 	MaxAudience = 256
 	// MaxTokenLen bounds a token a verifier reads.
 	MaxTokenLen = 16 << 10
+	// MaxLiveIDTokens bounds the tokens of one attempt not yet expired:
+	// the runner masks that many in the job's log (each rebuilds its
+	// masker), so the server hands out no more, and no live token goes
+	// unmasked however long the lease.
+	MaxLiveIDTokens = 64
 )
 
 // TokenSubject is a token's sub: "project:<project>:ref:<ref>", plus

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/protocol"
 )
 
 // IDTokenGrant is what an identity token says, as the lease check saw it.
@@ -35,9 +36,10 @@ const insertIDTokenSQL = `
 INSERT INTO id_tokens (jti, job_id, generation, lease_id, audience, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`
 
 // recentIDTokensSQL counts the tokens of job $1's attempt $2 issued in
-// the last minute.
+// the last minute, and those not yet expired.
 const recentIDTokensSQL = `
-SELECT count(*) FROM id_tokens WHERE job_id = $1 AND generation = $2 AND issued_at > now() - interval '1 minute'`
+SELECT count(*) FILTER (WHERE issued_at > now() - interval '1 minute'), count(*) FILTER (WHERE expires_at > now())
+FROM id_tokens WHERE job_id = $1 AND generation = $2`
 
 // MaxIDTokensPerMinute bounds the tokens one attempt gets: each costs a
 // KMS signature and a row.
@@ -88,8 +90,10 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 	return g, err
 }
 
-// mayHaveIDToken refuses a new token to a job being canceled or one that
-// had MaxIDTokensPerMinute in the last minute. Both the grant and the
+// mayHaveIDToken refuses a new token to a job being canceled, one that
+// had MaxIDTokensPerMinute in the last minute, or one that holds
+// protocol.MaxLiveIDTokens not yet expired (the runner masks no more in
+// its log: with a long lease, an older live token would print in clear). Both the grant and the
 // record ask: a cancel may come while the token is signed, and requests
 // in parallel all pass the grant's count before any is recorded. Records
 // hold the job row FOR UPDATE (withLease), so their counts are exact.
@@ -97,12 +101,16 @@ func mayHaveIDToken(ctx context.Context, tx pgx.Tx, job *LeasedJob) error {
 	if job.CancelRequested {
 		return domain.Errorf(domain.EConflict, "job %s is being canceled: it gets no new identity tokens", job.Name)
 	}
-	var recent int
-	if err := tx.QueryRow(ctx, recentIDTokensSQL, job.ID, job.Generation).Scan(&recent); err != nil {
+	var recent, live int
+	if err := tx.QueryRow(ctx, recentIDTokensSQL, job.ID, job.Generation).Scan(&recent, &live); err != nil {
 		return fmt.Errorf("count tokens: %w", err)
 	}
-	if recent >= MaxIDTokensPerMinute {
+	switch {
+	case recent >= MaxIDTokensPerMinute:
 		return domain.Errorf(domain.ETooLarge, "job %s had %d identity tokens in the last minute, the most an attempt may", job.Name, recent)
+	case live >= protocol.MaxLiveIDTokens:
+		return domain.Errorf(domain.ETooLarge, "job %s holds %d identity tokens not yet expired, the most an attempt may: "+
+			"reuse one until it expires", job.Name, live)
 	}
 	return nil
 }
