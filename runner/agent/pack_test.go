@@ -2,6 +2,7 @@ package agent
 
 import (
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -58,6 +59,38 @@ func TestPackRefusesOthersFiles(t *testing.T) {
 		if _, _, err := j.pack([]string{paths}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("pack %s: %v, want %q", paths, err, want)
 		}
+	}
+}
+
+// TestPackSwapAfterTheWalk: a directory the walk found in the workspace,
+// swapped for a link to the runner's directory before its files are read
+// (by another slot's process, which the job's kill does not stop), fails
+// the pack: the runner's token of the same size is not read into it.
+func TestPackSwapAfterTheWalk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the runner's box needs root (CI runs as root)")
+	}
+	box, dir := packBox(t, isolate.Config{Mode: isolate.None})
+	ws := box.Workspace()
+	secret := []byte("frt_secret")
+	os.WriteFile(filepath.Join(dir, "token"), secret, 0o600)
+	os.Mkdir(filepath.Join(ws, "z"), 0o755)
+	os.WriteFile(filepath.Join(ws, "z", "token"), []byte("0123456789"), 0o600)
+	afterPackWalk = func(ws string) {
+		if err := os.Rename(filepath.Join(ws, "z"), filepath.Join(ws, "z.old")); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(dir, filepath.Join(ws, "z")); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { afterPackWalk = nil }()
+	j := &job{box: box, ws: ws}
+	blob, _, err := j.pack([]string{"z"})
+	if err == nil {
+		defer os.Remove(blob)
+		raw, _ := exec.Command("sh", "-c", `zstd -dc "$1" | tar -xOf - z/token`, "sh", blob).Output()
+		t.Fatalf("packed through the swapped directory: z/token is %q", raw)
 	}
 }
 

@@ -109,22 +109,26 @@ func (j *job) restoreCache() error {
 	return nil
 }
 
+// afterPackWalk, for tests, changes the workspace between pack's walk and
+// its read, as another slot's process may.
+var afterPackWalk func(ws string)
+
 // pack snapshots the given workspace paths into a temporary blob, within
 // packLimits (packWalk).
 func (j *job) pack(paths []string) (string, *snapshot.Result, error) {
-	tree := &snapshot.Tree{Root: j.ws}
+	tree := &snapshot.Tree{Root: j.ws, Beneath: true, Owner: j.box.Owner()}
 	w := &packWalk{j: j, tree: tree, owner: j.box.Owner()}
 	for _, p := range paths {
 		p = filepath.Clean(strings.TrimSuffix(p, "/"))
 		if !filepath.IsLocal(p) {
 			return "", nil, fmt.Errorf("path %s is not inside the workspace", p)
 		}
-		if err := j.throughDirs(p); err != nil {
-			return "", nil, err
-		}
-		if err := w.walk(p, 0); err != nil {
+		if err := w.path(p); err != nil {
 			return "", nil, fmt.Errorf("path %s: %w", p, err)
 		}
+	}
+	if afterPackWalk != nil {
+		afterPackWalk(j.ws)
 	}
 	f, err := os.CreateTemp(filepath.Dir(j.ws), "pack-*.tar.zst")
 	if err != nil {

@@ -46,6 +46,13 @@ type Tree struct {
 	GitDirty bool
 	// GitBranch is the checked-out branch (empty when detached).
 	GitBranch string
+	// Beneath reads every file and symlink under Root without following
+	// a symbolic link on the way, and fails if one is not what its walk
+	// found (another's file, or other bytes): for a tree that processes of
+	// another user may change while it is read (a job's workspace). Linux
+	// only. Owner, when not -1, is the uid every file read must have.
+	Beneath bool
+	Owner   int
 }
 
 // MaxPathLen is the longest path a snapshot may hold (and extraction accepts).
@@ -188,7 +195,15 @@ func encoderOptions(workers int) []zstd.EOption {
 // Write streams the tree as a snapshot blob to w, hashing while it writes;
 // nothing is held in memory but one file buffer.
 func Write(w io.Writer, t *Tree) (*Result, error) {
-	entries, err := collect(t)
+	var b *beneath
+	if t.Beneath {
+		var err error
+		if b, err = openBeneathRoot(t.Root, t.Owner); err != nil {
+			return nil, err
+		}
+		defer b.Close()
+	}
+	entries, err := collect(t, b)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +243,7 @@ func Write(w io.Writer, t *Tree) (*Result, error) {
 			if err := tw.WriteHeader(hdr); err != nil {
 				return fail(err)
 			}
-			sum, err := copyFile(tw, filepath.Join(t.Root, filepath.FromSlash(e.Path)), e.Size, buf)
+			sum, err := copyTreeFile(tw, t, b, e, buf)
 			if err != nil {
 				return fail(fmt.Errorf("snapshot %s: %w", e.Path, err))
 			}
@@ -249,8 +264,8 @@ func Write(w io.Writer, t *Tree) (*Result, error) {
 }
 
 // collect stats every path, normalises it and adds the parent directories
-// of every entry, sorted.
-func collect(t *Tree) ([]Entry, error) {
+// of every entry, sorted; with b, symlinks are read beneath the root.
+func collect(t *Tree, b *beneath) ([]Entry, error) {
 	byPath := map[string]Entry{}
 	addDir := func(p string) {
 		for p != "." && p != "" {
@@ -281,7 +296,7 @@ func collect(t *Tree) ([]Entry, error) {
 		case fi.Mode().IsRegular():
 			e = Entry{Path: p, Type: TypeFile, Mode: NormalFileMode(fi.Mode()), Size: fi.Size()}
 		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(full)
+			target, err := readlink(full, p, b)
 			if err != nil {
 				return nil, fmt.Errorf("snapshot: %w", err)
 			}
@@ -320,6 +335,23 @@ func copyFile(w io.Writer, name string, size int64, buf []byte) (string, error) 
 	if err != nil {
 		return "", err
 	}
+	return copyFrom(w, f, size, buf)
+}
+
+// copyTreeFile copies entry e's file under t's root, beneath it with b.
+func copyTreeFile(w io.Writer, t *Tree, b *beneath, e Entry, buf []byte) (string, error) {
+	if b == nil {
+		return copyFile(w, filepath.Join(t.Root, filepath.FromSlash(e.Path)), e.Size, buf)
+	}
+	f, err := b.openFile(e)
+	if err != nil {
+		return "", err
+	}
+	return copyFrom(w, f, e.Size, buf)
+}
+
+// copyFrom is copyFile's copy, from f, which it closes.
+func copyFrom(w io.Writer, f io.ReadCloser, size int64, buf []byte) (string, error) {
 	defer f.Close()
 	h := sha256.New()
 	left := size
@@ -347,6 +379,13 @@ func copyFile(w io.Writer, name string, size int64, buf []byte) (string, error) 
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func readlink(full, rel string, b *beneath) (string, error) {
+	if b != nil {
+		return b.readlink(rel)
+	}
+	return os.Readlink(full)
 }
 
 type countingWriter struct {
