@@ -130,6 +130,9 @@ func New(cfg Config, slots int) (*Isolator, error) {
 		if i.slots, err = lookupSlotUsers(cfg.SlotUsers[:slots]); err != nil {
 			return nil, err
 		}
+		if err := lockSessionKeyring(); err != nil {
+			return nil, fmt.Errorf("isolation %s: %w", cfg.Mode, err)
+		}
 		for _, tool := range []string{"setpriv", "unshare", "mount", "sh", "env"} {
 			if _, err := exec.LookPath(tool); err != nil {
 				return nil, fmt.Errorf("isolation %s needs %s (util-linux)", cfg.Mode, tool)

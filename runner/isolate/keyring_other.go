@@ -1,0 +1,5 @@
+//go:build !linux
+
+package isolate
+
+func lockSessionKeyring() error { return nil }
