@@ -82,8 +82,10 @@ func (j *job) cleanUp(log *slog.Logger) bool {
 			ok = false
 		}
 	}
-	if safeIDs(l.RunID, l.JobID, l.LeaseID) != nil {
-		return ok // nothing was made
+	if j.box == nil || safeIDs(l.RunID, l.JobID, l.LeaseID) != nil {
+		// Nothing was made: the directory may be another slot's (a claim
+		// naming a lease already running here), not this one's to remove.
+		return ok
 	}
 	if err := os.RemoveAll(filepath.Join(jobDir, l.LeaseID)); err == nil {
 		forgetAttempt(j.a.cfg.WorkDir, l)

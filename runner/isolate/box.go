@@ -37,30 +37,42 @@ func (i *Isolator) NewBox(slot int, dir string, job Limits) (*Box, error) {
 	if i.cfg.Mode != None {
 		b.su = i.slots[slot]
 	}
+	// An existing directory is another attempt's (a claim naming a lease
+	// already running here): it is left alone. What this one made is
+	// removed if it fails.
 	if err := mkdirAttempt(dir); err != nil {
 		return nil, err
 	}
+	if err := b.fill(job); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return b, nil
+}
+
+// fill makes the attempt directory's contents and the job's cgroup.
+func (b *Box) fill(job Limits) error {
 	// The workspace stays the runner's (0700) while the runner fills it;
 	// HandOver gives it to the slot's user. Steps' scripts and
 	// environments are in the runner's directory, so that no step can
 	// make or replace a file there.
-	if err := mkdirMode(filepath.Join(dir, "ws"), 0o700); err != nil {
-		return nil, err
+	if err := mkdirMode(filepath.Join(b.dir, "ws"), 0o700); err != nil {
+		return err
 	}
-	if err := mkdirOwned(filepath.Join(dir, "tmp"), b.su); err != nil {
-		return nil, err
+	if err := mkdirOwned(filepath.Join(b.dir, "tmp"), b.su); err != nil {
+		return err
 	}
-	if err := mkdirMode(filepath.Join(dir, "steps"), 0o711); err != nil {
-		return nil, err
+	if err := mkdirMode(filepath.Join(b.dir, "steps"), 0o711); err != nil {
+		return err
 	}
-	if i.cgroups != nil {
-		g, err := i.cgroups.NewGroup("job-"+filepath.Base(dir), i.cfg.Limits.Tighter(job))
+	if b.i.cgroups != nil {
+		g, err := b.i.cgroups.NewGroup("job-"+filepath.Base(b.dir), b.i.cfg.Limits.Tighter(job))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		b.group = g
 	}
-	return b, nil
+	return nil
 }
 
 // Workspace is where steps run.
