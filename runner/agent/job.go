@@ -101,13 +101,17 @@ func (a *Agent) runJob(c *protocol.Claim, slot int) (slotOK bool) {
 	defer done()
 	go j.logs.loop()
 	hbDone := make(chan struct{})
-	go j.heartbeat(hbDone)
+	guard := j.guardLease()
+	go j.heartbeat(hbDone, guard)
 
 	outcome, exitCode := j.execute(slot)
 	j.endProcesses(log)
 	close(hbDone)
 	defer func() { slotOK = j.cleanUp(log) }()
+	// The lease's end by the runner's clock still holds while it reports:
+	// the log's last batches and the completion are lease side effects.
 	j.report(log, outcome, exitCode)
+	guard.stop()
 	return slotOK // set by cleanUp, deferred
 }
 
@@ -184,20 +188,9 @@ func (j *job) limitHit() string {
 // got the request, later): a timer gives it up as lost then, since the
 // control plane may already have given the job to someone else, and no
 // heartbeat call outlasts it.
-func (j *job) heartbeat(done <-chan struct{}) {
-	ttl := time.Duration(j.claim.LeaseTTLSeconds) * time.Second
-	if ttl <= 0 {
-		ttl = 60 * time.Second
-	}
-	margin := leaseMargin(ttl)
-	// The claim (a long poll) was answered just now, its lease granted a
-	// moment before: the margin covers that until the first heartbeat,
-	// sent at once, gives a send time to count from.
-	deadline := time.Now().Add(ttl - margin)
-	expire := time.AfterFunc(time.Until(deadline), func() {
-		j.lease.Lose(fmt.Errorf("no heartbeat succeeded within the %s lease", ttl))
-	})
-	defer expire.Stop()
+func (j *job) heartbeat(done <-chan struct{}, guard *leaseGuard) {
+	ttl, margin := guard.ttl, leaseMargin(guard.ttl)
+	deadline := guard.deadline
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	for first := true; ; first = false {
@@ -217,14 +210,56 @@ func (j *job) heartbeat(done <-chan struct{}) {
 		if err != nil {
 			continue
 		}
-		// Stop fails once the timer fired: the lease is lost for good.
-		if deadline = sent.Add(ttl - margin); expire.Stop() {
-			expire.Reset(time.Until(deadline))
-		}
+		deadline = sent.Add(ttl - margin)
+		guard.extend(deadline)
 		if cancelRequested {
 			j.stop(ErrCanceled)
 		}
 	}
+}
+
+// leaseGuard gives the lease up as lost at its end by the runner's clock
+// (heartbeat), until stopped once the job has reported.
+type leaseGuard struct {
+	ttl      time.Duration
+	deadline time.Time // the first
+	mu       sync.Mutex
+	timer    *time.Timer
+	stopped  bool
+}
+
+// guardLease starts the job's lease guard. The claim (a long poll) was
+// answered just now, its lease granted a moment before: the margin covers
+// that until the first heartbeat, sent at once, gives a send time to
+// count from.
+func (j *job) guardLease() *leaseGuard {
+	ttl := time.Duration(j.claim.LeaseTTLSeconds) * time.Second
+	if ttl <= 0 {
+		ttl = 60 * time.Second
+	}
+	g := &leaseGuard{ttl: ttl, deadline: time.Now().Add(ttl - leaseMargin(ttl))}
+	g.timer = time.AfterFunc(time.Until(g.deadline), func() {
+		j.lease.Lose(fmt.Errorf("no heartbeat succeeded within the %s lease", ttl))
+	})
+	return g
+}
+
+// extend moves the lease's end to deadline, unless it came already (Stop
+// fails once the timer fired: the lease is lost for good) or the guard
+// was stopped.
+func (g *leaseGuard) extend(deadline time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.stopped && g.timer.Stop() {
+		g.timer.Reset(time.Until(deadline))
+	}
+}
+
+func (g *leaseGuard) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	g.timer.Stop()
 }
 
 // leaseMargin is how long before the lease's end by the runner's clock

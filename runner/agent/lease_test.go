@@ -23,7 +23,7 @@ import (
 
 // heartbeatServer accepts heartbeats while accept is set, noting when the
 // last accepted one arrived; then it answers none (they hang until the
-// runner gives up). Log appends are all taken.
+// runner gives up). Log appends are all taken; completions hang.
 type heartbeatServer struct {
 	accept atomic.Bool
 	stop   chan struct{}
@@ -34,6 +34,12 @@ type heartbeatServer struct {
 
 func (s *heartbeatServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case strings.HasSuffix(r.URL.Path, "/"+protocol.RouteComplete):
+		// Never answered: the runner must give up at the lease's end.
+		select {
+		case <-r.Context().Done():
+		case <-s.stop:
+		}
 	case strings.HasSuffix(r.URL.Path, "/"+protocol.RouteHeartbeat):
 		arrived := time.Now()
 		if !s.accept.Load() {
@@ -106,7 +112,9 @@ func TestLeaseLossKillsAtOnce(t *testing.T) {
 	j.box, j.ws = box, box.Workspace()
 	hbDone := make(chan struct{})
 	t.Cleanup(func() { close(hbDone) })
-	go j.heartbeat(hbDone)
+	guard := j.guardLease()
+	t.Cleanup(guard.stop)
+	go j.heartbeat(hbDone, guard)
 
 	pids := filepath.Join(box.TmpDir(), "pids")
 	ended := make(chan int, 1)
@@ -149,5 +157,31 @@ func TestLeaseLossKillsAtOnce(t *testing.T) {
 		t.Logf("step ended %d, %s before the lease expired", code, expiry.Sub(goneAt))
 	case <-time.After(5 * time.Second):
 		t.Fatal("the step did not end")
+	}
+}
+
+// TestReportKeepsTheLeaseDeadline: the report (the log's last batches,
+// the completion) comes after the heartbeats stop, and is a lease side
+// effect too: a completion the control plane does not answer is given up
+// at the lease's end by the runner's clock, not 30 s later.
+func TestReportKeepsTheLeaseDeadline(t *testing.T) {
+	s := &heartbeatServer{stop: make(chan struct{})}
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { close(s.stop) })
+	a := New(Config{Client: client.New(ts.URL, "runner-secret"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	const ttl = 2 * time.Second
+	claim := &protocol.Claim{LeaseTTLSeconds: int(ttl / time.Second),
+		Lease: domain.Lease{RunID: "run-1", JobID: "job-1", RunnerID: "runner-1", LeaseID: "lease-1", Generation: 1},
+		Job:   domain.ClaimedJob{Name: "j", TimeoutSeconds: 600}}
+	j, done := a.newJob(claim)
+	t.Cleanup(done)
+	go j.logs.loop()
+	guard := j.guardLease() // as runJob: the heartbeats have stopped, the guard holds until the report returns
+	defer guard.stop()
+	start := time.Now()
+	j.report(a.cfg.Log, domain.OutcomePassed, 0)
+	if took := time.Since(start); took > ttl+time.Second || !j.lease.Lost() {
+		t.Fatalf("the report took %s (lease lost: %v), want it given up within the %s lease", took, j.lease.Lost(), ttl)
 	}
 }
