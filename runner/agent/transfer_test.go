@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/forgeci/forgeci/runner/client"
+	"github.com/forgeci/forgeci/runner/isolate"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/protocol"
 )
@@ -75,16 +76,24 @@ func TestTransfersRetry(t *testing.T) {
 // its own workspace; the chaos suite caught a retry of the same job, on
 // another slot of the same runner, losing its files to the attempt before.
 func TestRemoveWorkspaceKeepsTheNextAttempt(t *testing.T) {
-	a := New(Config{WorkDir: t.TempDir()})
+	iso, err := isolate.New(isolate.Config{Mode: isolate.None}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iso.Close()
+	a := New(Config{WorkDir: t.TempDir(), Isolation: iso})
 	first := domain.Lease{RunID: "run", JobID: "job", LeaseID: "lease-1", Generation: 1}
 	second := first
 	second.LeaseID, second.Generation = "lease-2", 2
+	boxes := map[string]*isolate.Box{}
 	for _, l := range []domain.Lease{first, second} {
-		if err := os.MkdirAll(filepath.Join(a.cfg.WorkDir, l.RunID, l.JobID, l.LeaseID), 0o755); err != nil {
+		if boxes[l.LeaseID], err = iso.NewBox(0, filepath.Join(a.cfg.WorkDir, l.RunID, l.JobID, l.LeaseID), isolate.Limits{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	clean := func(l domain.Lease) { _ = (&job{a: a, claim: &protocol.Claim{Lease: l}}).cleanUp(a.cfg.Log) }
+	clean := func(l domain.Lease) {
+		_ = (&job{a: a, claim: &protocol.Claim{Lease: l}, box: boxes[l.LeaseID]}).cleanUp(a.cfg.Log)
+	}
 	clean(first)
 	if _, err := os.Stat(filepath.Join(a.cfg.WorkDir, "run", "job", "lease-2")); err != nil {
 		t.Fatalf("the next attempt's workspace went with the first: %v", err)
