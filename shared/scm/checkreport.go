@@ -59,8 +59,14 @@ func withReport(out *github.CheckRunOutput, title string, r *protocol.TestSummar
 			fmt.Fprintf(&b, "\n- … and %d more", len(r.Failures)-10)
 			break
 		}
-		fmt.Fprintf(&b, "\n- `%s`%s: %s", clip(testName(f), maxListedNameBytes), clip(where(f), maxListedNameBytes),
-			clip(firstLine(f.Message), maxListedMessageBytes))
+		// Code spans: a fork's report must not put links or images
+		// into the project's check runs.
+		at := ""
+		if w := where(f); w != "" {
+			at = " (" + mdCode(clip(w, maxListedNameBytes)) + ")"
+		}
+		fmt.Fprintf(&b, "\n- %s%s: %s", mdCode(clip(testName(f), maxListedNameBytes)), at,
+			mdCode(clip(firstLine(f.Message), maxListedMessageBytes)))
 	}
 	out.Summary = github.String(clip(b.String(), maxSummaryBytes))
 	for _, f := range r.Failures {
@@ -78,6 +84,40 @@ func withReport(out *github.CheckRunOutput, title string, r *protocol.TestSummar
 	}
 }
 
+// mdCode is s as a Markdown code span, shown as written whatever it holds:
+// line breaks become spaces, and the span's fence is longer than any run
+// of backticks in s. Empty stays empty.
+func mdCode(s string) string {
+	s = strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	if s == "" {
+		return ""
+	}
+	fence := strings.Repeat("`", longestRun(s, '`')+1)
+	if s[0] == '`' || s[len(s)-1] == '`' || (s[0] == ' ' && s[len(s)-1] == ' ') {
+		s = " " + s + " " // a space each side, which the span drops, keeps these
+	}
+	return fence + s + fence
+}
+
+// mdBlock is s as a fenced Markdown code block that s cannot close.
+func mdBlock(s string) string {
+	fence := strings.Repeat("`", max(3, longestRun(s, '`')+1))
+	return fence + "\n" + s + "\n" + fence
+}
+
+func longestRun(s string, c byte) int {
+	longest, run := 0, 0
+	for i := range len(s) {
+		if s[i] != c {
+			run = 0
+			continue
+		}
+		run++
+		longest = max(longest, run)
+	}
+	return longest
+}
+
 func testName(f protocol.TestFailure) string {
 	if f.Class != "" {
 		return f.Class + "." + f.Name
@@ -90,9 +130,9 @@ func where(f protocol.TestFailure) string {
 		return ""
 	}
 	if f.Line > 0 {
-		return fmt.Sprintf(" (%s:%d)", f.File, f.Line)
+		return fmt.Sprintf("%s:%d", f.File, f.Line)
 	}
-	return " (" + f.File + ")"
+	return f.File
 }
 
 func firstLine(s string) string {

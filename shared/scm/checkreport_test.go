@@ -38,7 +38,7 @@ func TestCheckRunCarriesReport(t *testing.T) {
 	if test == nil || test.Output.Title != "Failed: 2 of 3 tests failed" {
 		t.Fatalf("the test job's check run: %+v", test)
 	}
-	for _, want := range []string{"**Tests**: 1 passed, 1 failed, 1 errored, 0 skipped", "`calc.TestAdd` (calc/add_test.go:12): want 4, got 5", "`TestBoom` (/tmp/elsewhere.go:3): panic"} {
+	for _, want := range []string{"**Tests**: 1 passed, 1 failed, 1 errored, 0 skipped", "`calc.TestAdd` (`calc/add_test.go:12`): `want 4, got 5`", "`TestBoom` (`/tmp/elsewhere.go:3`): `panic`"} {
 		if !strings.Contains(test.Output.Summary, want) {
 			t.Errorf("summary lacks %q:\n%s", want, test.Output.Summary)
 		}

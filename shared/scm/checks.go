@@ -209,7 +209,7 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 	if cw.JobID == "" {
 		return checkView{status: "completed", conclusion: github.String("failure"),
 			output: &github.CheckRunOutput{Title: github.String("Not run: the pipeline file is missing or invalid"),
-				Summary: github.String("ForgeCI did not run this commit.\n\n```\n" + clip(cw.Notice, maxSummaryBytes-100) + "\n```")}}
+				Summary: github.String("ForgeCI did not run this commit.\n\n" + mdBlock(clip(cw.Notice, maxSummaryBytes-100)))}}
 	}
 	v := checkView{status: "queued"}
 	if cw.JobState == domain.JobRunning {
@@ -228,7 +228,8 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 	if cw.StartedAt != nil {
 		v.startedAt = &github.Timestamp{Time: *cw.StartedAt}
 	}
-	summary := fmt.Sprintf("Job **%s** of %s run #%d: %s.", cw.Name, cw.Project, cw.RunNumber, cw.JobState)
+	// The job's name may be a fork's (a matrix's values): a code span.
+	summary := fmt.Sprintf("Job %s of %s run #%d: %s.", mdCode(cw.Name), cw.Project, cw.RunNumber, cw.JobState)
 	if cw.Generation > 0 {
 		summary += fmt.Sprintf(" Attempt %d.", cw.Generation)
 	}
