@@ -345,9 +345,8 @@ func (l *Layout) ReapStale() int {
 	parent, self := filepath.Dir(l.V2), filepath.Base(l.V2)
 	entries, _ := os.ReadDir(parent)
 	for _, e := range entries {
-		pid, ok := strings.CutPrefix(e.Name(), "forgeci-runner-")
-		p, err := strconv.Atoi(pid)
-		if !ok || err != nil || e.Name() == self || !e.IsDir() || runnerAlive(p) {
+		pid, ticks, ok := runnerOfGroup(e.Name())
+		if !ok || e.Name() == self || !e.IsDir() || runnerAlive(pid, ticks) {
 			continue
 		}
 		jobs, _ := os.ReadDir(filepath.Join(parent, e.Name()))
@@ -371,16 +370,71 @@ func (l *Layout) ReapStale() int {
 	return n
 }
 
-// runnerAlive is whether pid may be a runner still: a process of root's.
-// Not only that the PID is taken: a job orphaned by a runner that died
-// could fork until it holds that PID (as its slot user) and so keep its
-// group from being reaped. Which program root runs is not asked: another
-// runner's binary (a test's, an upgrade's) may have another name.
-func runnerAlive(pid int) bool {
+// RunnerGroup is the name of a runner's cgroup base: its PID and the
+// clock tick after boot it started at, which together name one process
+// (a PID alone is reused); its PID alone where the start is unknown.
+func RunnerGroup(pid int) string {
+	if ticks, ok := processStart(pid); ok {
+		return fmt.Sprintf("forgeci-runner-%d-%d", pid, ticks)
+	}
+	return fmt.Sprintf("forgeci-runner-%d", pid)
+}
+
+// runnerOfGroup reads RunnerGroup's name (ticks -1: not in the name, as
+// runners before it named their groups).
+func runnerOfGroup(name string) (pid int, ticks int64, ok bool) {
+	rest, ok := strings.CutPrefix(name, "forgeci-runner-")
+	if !ok {
+		return 0, 0, false
+	}
+	p, t, withTicks := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(p)
+	if err != nil {
+		return 0, 0, false
+	}
+	ticks = -1
+	if withTicks {
+		if ticks, err = strconv.ParseInt(t, 10, 64); err != nil {
+			return 0, 0, false
+		}
+	}
+	return pid, ticks, true
+}
+
+// runnerAlive is whether pid may be a runner still: a process of root's,
+// which started at the clock tick ticks when that is known. Not only that
+// the PID is taken: a job orphaned by a runner that died could fork until
+// it holds that PID (as its slot user), or another process of root's take
+// it (a kernel thread, a daemon's worker), and so keep its group from
+// being reaped. Which program root runs is not asked: another runner's
+// binary (a test's, an upgrade's) may have another name.
+func runnerAlive(pid int, ticks int64) bool {
 	fi, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
 	if err != nil {
 		return false
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return !ok || st.Uid == 0
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 {
+		return false
+	}
+	started, ok := processStart(pid)
+	return ticks < 0 || !ok || started == ticks
+}
+
+// processStart is the clock tick after boot process pid started at
+// (/proc/PID/stat, field 22): with its PID, it names the process.
+func processStart(pid int) (int64, bool) {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	i := strings.LastIndexByte(string(stat), ')') // the command may hold spaces and parentheses
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 {
+		return 0, false
+	}
+	ticks, err := strconv.ParseInt(fields[19], 10, 64) // field 22, counted from field 3
+	return ticks, err == nil
 }

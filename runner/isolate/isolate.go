@@ -104,7 +104,7 @@ func New(cfg Config, slots int) (*Isolator, error) {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
 	}
 	if cfg.CgroupBase == "" {
-		cfg.CgroupBase = fmt.Sprintf("forgeci-runner-%d", os.Getpid())
+		cfg.CgroupBase = RunnerGroup(os.Getpid())
 	}
 	i := &Isolator{cfg: cfg}
 	if err := closeInheritedFDs(); err != nil {

@@ -164,15 +164,19 @@ func TestLayoutRefusesWhatCannotHold(t *testing.T) {
 }
 
 func TestReapStale(t *testing.T) {
+	// The dead runners: a PID no process holds; this process's PID, but
+	// another start (the PID was another runner's before).
+	reused := "forgeci-runner-" + itoa(os.Getpid()) + "-1"
 	root := fakeTree(t, "unified/cgroup.procs", "pids/cgroup.procs",
-		"unified/forgeci-runner-999999999/job-x/cgroup.procs", "pids/forgeci-runner-999999999/job-x/cgroup.procs")
-	self := "forgeci-runner-" + itoa(os.Getpid())
+		"unified/forgeci-runner-999999999/job-x/cgroup.procs", "pids/forgeci-runner-999999999/job-x/cgroup.procs",
+		"unified/"+reused+"/job-y/cgroup.procs")
+	self := RunnerGroup(os.Getpid())
 	l, err := DetectLayout(root, map[string]string{"": "/"}, self)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := l.ReapStale(); n != 1 {
-		t.Fatalf("reaped %d jobs, want the dead runner's one", n)
+	if n := l.ReapStale(); n != 2 {
+		t.Fatalf("reaped %d jobs, want the dead runners' two", n)
 	}
 	if got := read(t, filepath.Join(root, "unified/forgeci-runner-999999999/job-x/cgroup.kill")); got != "1" {
 		t.Fatalf("the stale job was not killed: %q", got)
