@@ -130,7 +130,7 @@ func (j *job) output(cmd *exec.Cmd) (*stepOutput, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = w, w
-	err = cmd.Start()
+	err = j.box.Start(cmd)
 	w.Close() // the step's processes hold the only write ends now
 	if err != nil {
 		r.Close()

@@ -90,7 +90,9 @@ func step(t *testing.T, b *Box, script string, env ...string) (string, int) {
 	defer f.Close()
 	// A file, not a pipe: what a step leaves running may hold its output.
 	cmd.Stdout, cmd.Stderr = f, f
-	err = cmd.Run()
+	if err = b.Start(cmd); err == nil {
+		err = cmd.Wait()
+	}
 	b2, _ := os.ReadFile(f.Name())
 	out.Write(b2)
 	code := 0
@@ -112,7 +114,7 @@ func hold(t *testing.T, b *Box, setup string, env ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := b.Start(cmd); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Kill(); cmd.Wait() })

@@ -112,7 +112,7 @@ func (b *Box) OwnerGroup() int {
 
 // Command is a step: bash -e running script (GitHub's default shell), as
 // the slot's user, in the job's cgroup (and, for bwrap, its sandbox), with
-// exactly env.
+// exactly env. Start it with Start.
 //
 // In user and bwrap modes the first stages run as root, so they get a
 // fixed environment, never the step's (LD_PRELOAD in a pipeline's env
@@ -192,6 +192,15 @@ func (b *Box) StepCommand(st Step) (*exec.Cmd, error) {
 	// or read it; its process group ID is still its PID.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	return cmd, nil
+}
+
+// Start starts a command Command made: in user and bwrap modes with a
+// session keyring of its own (startWithKeyring).
+func (b *Box) Start(cmd *exec.Cmd) error {
+	if b.i.cfg.Mode == None {
+		return cmd.Start()
+	}
+	return startWithKeyring(cmd)
 }
 
 // MaxOutputBytes bounds what a step may write to its output file.

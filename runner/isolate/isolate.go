@@ -15,6 +15,7 @@
 package isolate
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -129,9 +130,6 @@ func New(cfg Config, slots int) (*Isolator, error) {
 		var err error
 		if i.slots, err = lookupSlotUsers(cfg.SlotUsers[:slots]); err != nil {
 			return nil, err
-		}
-		if err := lockSessionKeyring(); err != nil {
-			return nil, fmt.Errorf("isolation %s: %w", cfg.Mode, err)
 		}
 		for _, tool := range []string{"setpriv", "unshare", "mount", "sh", "env"} {
 			if _, err := exec.LookPath(tool); err != nil {
@@ -289,9 +287,13 @@ func (i *Isolator) Probe(dir string) error {
 			cmd, err = b.Command("exit 0", []string{"PATH=" + rootPath})
 		}
 		if err == nil {
-			var out []byte
-			if out, err = cmd.CombinedOutput(); err != nil {
-				err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err = b.Start(cmd); err == nil {
+				err = cmd.Wait()
+			}
+			if err != nil {
+				err = fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
 			}
 		}
 		b.Close()

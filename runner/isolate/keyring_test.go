@@ -4,24 +4,27 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// TestSessionKeyringIsNotShared: every step inherits the runner's session
-// keyring (systemd gives a service one of its own; so does this test). A
-// key a step puts there is found neither by another slot's step nor by a
-// later job's on the same slot.
+// keyringChild names the keyring tool to a run of this test in a process
+// whose every thread has one session keyring.
+const keyringChild = "FORGECI_TEST_KEYRING_TOOL"
+
+// TestSessionKeyringIsNotShared: a runner's threads share the session
+// keyring it started with (systemd gives a service one). A key a step
+// puts in its session keyring is found neither by another slot's step
+// nor by a later job's on the same slot.
 func TestSessionKeyringIsNotShared(t *testing.T) {
 	needRoot(t, 2)
-	if _, err := unix.KeyctlJoinSessionKeyring("forgeci-test-runner"); err != nil {
-		t.Skipf("no keyrings here: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "keyring")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/keyring").CombinedOutput(); err != nil {
-		t.Fatalf("build the keyring tool: %v\n%s", err, out)
+	bin := os.Getenv(keyringChild)
+	if bin == "" {
+		runWithSessionKeyring(t)
+		return
 	}
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
@@ -31,13 +34,50 @@ func TestSessionKeyringIsNotShared(t *testing.T) {
 			for _, b := range []*Box{put, other, later} {
 				copyTool(t, bin, b)
 			}
-			step(t, put, "./keyring add forgeci-test-key s3cr3t-of-slot0")
+			// The step's own keyring works.
+			if out, code := step(t, put, "./keyring add forgeci-test-key s3cr3t-of-slot0 && ./keyring read forgeci-test-key"); code != 0 ||
+				!strings.Contains(out, "value s3cr3t-of-slot0") {
+				t.Errorf("a step's own session keyring (exit %d): %s", code, out)
+			}
 			for name, b := range map[string]*Box{"another slot's step": other, "a later job's step": later} {
 				if out, code := step(t, b, "./keyring read forgeci-test-key"); code == 0 || strings.Contains(out, "s3cr3t") {
 					t.Errorf("%s read the key (exit %d): %s", name, code, out)
 				}
 			}
 		})
+	}
+}
+
+// runWithSessionKeyring builds the keyring tool and runs the test again
+// in a process started, from a thread that joined a session keyring, with
+// that keyring on every thread, as a service under systemd has.
+func runWithSessionKeyring(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "keyring")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/keyring").CombinedOutput(); err != nil {
+		t.Fatalf("build the keyring tool: %v\n%s", err, out)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSessionKeyringIsNotShared$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), keyringChild+"="+bin)
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread, with the keyring, ends with this goroutine
+		if _, _, errno := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 {
+			done <- result{nil, errno}
+			return
+		}
+		out, err := cmd.CombinedOutput()
+		done <- result{out, err}
+	}()
+	r := <-done
+	if r.out == nil && r.err != nil {
+		t.Skipf("no keyrings here: %v", r.err)
+	}
+	if r.err != nil || !strings.Contains(string(r.out), "--- PASS: TestSessionKeyringIsNotShared/user") {
+		t.Fatalf("in a process with a session keyring: %v\n%s", r.err, r.out)
 	}
 }
 
