@@ -234,7 +234,7 @@ func (w *Worker) describe(cw store.CheckWork) checkView {
 		summary += fmt.Sprintf(" Attempt %d.", cw.Generation)
 	}
 	if cw.Reason != "" {
-		summary += " Reason: " + cw.Reason + "."
+		summary += " Reason: " + mdCode(cw.Reason) + "." // may name a fork's concurrency group or job
 	}
 	if (cw.Approval == store.ApprovalApproved || cw.Approval == store.ApprovalRejected) && cw.ApprovalAt != nil {
 		summary += fmt.Sprintf(" The run (from a first-time contributor) was %s by %s at %s.", cw.Approval, cw.ApprovalBy,

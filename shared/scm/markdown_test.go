@@ -16,8 +16,9 @@ import (
 )
 
 // TestCheckRunMarkdownIsShownAsWritten: what a fork controls in a check
-// run's summary (a matrix job's name, a test report's names, files and
-// messages, a broken pipeline's error) renders as text, never as a link,
+// run's summary (a matrix job's name, a concurrency group named in its
+// reason, a test report's names, files and messages, a broken pipeline's
+// error) renders as text, never as a link,
 // an image or markup, however it tries to close its code span or block.
 // Rendered as GitHub renders Markdown (GFM, bare URLs linked).
 func TestCheckRunMarkdownIsShownAsWritten(t *testing.T) {
@@ -33,6 +34,7 @@ func TestCheckRunMarkdownIsShownAsWritten(t *testing.T) {
 	for _, h := range hostile {
 		f := protocol.TestFailure{Class: h, Name: h, Message: h, File: h, Line: 3}
 		v := w.describe(store.CheckWork{JobID: "j", Name: "build (" + h + ")", Project: "acme/app", JobState: domain.JobFailed,
+			Reason: "waiting for concurrency group " + h,
 			Report: &protocol.TestSummary{Tests: 1, Failed: 1, Failures: []protocol.TestFailure{f}}, FinishedAt: ptr(time.Now())})
 		notice := w.describe(store.CheckWork{Notice: "line 3: " + h})
 		for name, out := range map[string]*github.CheckRunOutput{"report": v.output, "notice": notice.output} {
