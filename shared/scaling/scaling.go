@@ -194,8 +194,11 @@ func (s *Scaler) look(ctx context.Context, desired map[string]Capacity) ([]*grou
 		d, err := s.Store.GroupDemand(ctx, g.Labels, time.Duration(g.WaitSeconds)*time.Second, g.Runner, room)
 		if err == nil {
 			l := &groupLook{g: g, c: c, d: d}
-			err = s.stall(ctx, l)
-			looks = append(looks, l)
+			// A group whose last scale-out cannot be read is not scaled:
+			// it might have stalled.
+			if err = s.stall(ctx, l); err == nil {
+				looks = append(looks, l)
+			}
 		}
 		errs = append(errs, err)
 	}
@@ -206,28 +209,38 @@ func (s *Scaler) look(ctx context.Context, desired map[string]Capacity) ([]*grou
 // labels cover brings one instance, not one in each: groups take the jobs
 // they could run in queue order, up to their room (their maximum less the
 // jobs their runner runs), in the configured order, those whose instances
-// stalled last (they take only jobs no other group has room for).
+// stalled last (they take only jobs no other group has room for). Jobs
+// that have waited a group's wait go first, to the groups they waited
+// for: a job that has not yet waited the first group's (long) wait goes
+// to a later group whose (short) wait it has.
 func share(looks []*groupLook) {
 	taken := map[string]bool{}
-	for _, stalled := range []bool{false, true} {
-		for _, l := range looks {
-			if l.stalled != stalled {
-				continue
-			}
-			room := min(l.g.Max, l.c.Max) - l.d.Running
-			for _, j := range l.d.Jobs {
-				if l.queued >= room {
-					break
-				}
-				if taken[j.ID] {
-					continue
-				}
-				taken[j.ID] = true
-				l.queued++
-				if j.Waited {
-					l.waiting++
+	for _, waitedOnly := range []bool{true, false} {
+		for _, stalled := range []bool{false, true} {
+			for _, l := range looks {
+				if l.stalled == stalled {
+					l.take(taken, waitedOnly)
 				}
 			}
+		}
+	}
+}
+
+// take gives l the jobs not taken yet, those that waited its wait only if
+// waitedOnly, up to its room.
+func (l *groupLook) take(taken map[string]bool, waitedOnly bool) {
+	room := min(l.g.Max, l.c.Max) - l.d.Running
+	for _, j := range l.d.Jobs {
+		if l.queued >= room {
+			return
+		}
+		if taken[j.ID] || (waitedOnly && !j.Waited) {
+			continue
+		}
+		taken[j.ID] = true
+		l.queued++
+		if j.Waited {
+			l.waiting++
 		}
 	}
 }

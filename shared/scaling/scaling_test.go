@@ -316,6 +316,27 @@ func TestStalledGroupLeavesItsJobsToTheNext(t *testing.T) {
 	}
 }
 
+// TestJobGoesToTheGroupWhoseWaitItHasWaited: a job both groups cover,
+// which has waited the second group's short wait but not the first's
+// long one, brings an instance of the second now rather than of the first
+// later.
+func TestJobGoesToTheGroupWhoseWaitItHasWaited(t *testing.T) {
+	f := newFixture(t)
+	f.fake.AddGroup("big", 0, 5, 0)
+	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 600, "idle_seconds": 600},
+		{"asg": "big", "labels": ["linux", "big"], "runner": "ec2-big", "max": 5, "wait_seconds": 1, "idle_seconds": 600}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.scaler.Groups = groups
+	f.queue(t, "linux")
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 1 {
+		t.Fatalf("a job waited 1 s of the first group's 600 and the second's 1: desired runners %d, big %d; want 0 and 1", r, b)
+	}
+}
+
 // overlapping adds a second group, big, of up to 5 runners labelled
 // linux and big, after the fixture's.
 func (f *fixture) overlapping(t *testing.T) {
