@@ -54,7 +54,9 @@ func (j *job) stopped() error {
 }
 
 // newJob holds the claim's lease and gives the job its context: it ends
-// with the lease, at the job's timeout, or by stop.
+// with the lease, at the job's timeout, or by stop. It returns nil if the
+// job already runs here (a bad or hostile server's answer): nothing of
+// that one is to be touched or reported.
 func (a *Agent) newJob(c *protocol.Claim) (*job, func()) {
 	h := a.cfg.Client.Hold(c.Lease)
 	timed, cancelTimeout := context.WithTimeoutCause(h.Context(), time.Duration(c.Job.TimeoutSeconds)*time.Second, ErrTimedOut)
@@ -62,6 +64,12 @@ func (a *Agent) newJob(c *protocol.Claim) (*job, func()) {
 	j := &job{a: a, claim: c, lease: h, ctx: ctx, stop: stop}
 	j.logs = newLogAppender(h, redactions(a.cfg.Client.Token, c))
 	a.mu.Lock()
+	if _, dup := a.running[c.Lease.JobID]; dup {
+		a.mu.Unlock()
+		stop(nil)
+		cancelTimeout()
+		return nil, func() {}
+	}
 	a.running[c.Lease.JobID] = h
 	a.mu.Unlock()
 	return j, func() {
@@ -99,25 +107,33 @@ func (a *Agent) runJob(c *protocol.Claim, slot int) (slotOK bool) {
 	log.Info("claimed")
 	j, done := a.newJob(c)
 	defer done()
+	if j == nil {
+		log.Error("claim refused: the job already runs on this runner")
+		return true
+	}
 	go j.logs.loop()
 	hbDone := make(chan struct{})
 	guard := j.guardLease()
 	go j.heartbeat(hbDone, guard)
 
+	stopHeartbeats := sync.OnceFunc(func() { close(hbDone) })
 	outcome, exitCode := j.execute(slot)
 	j.endProcesses(log)
-	close(hbDone)
 	defer func() { slotOK = j.cleanUp(log) }()
-	// The lease's end by the runner's clock still holds while it reports:
-	// the log's last batches and the completion are lease side effects.
-	j.report(log, outcome, exitCode)
+	// The lease is kept while the log's last batches go (the heartbeats
+	// stop before the completion, which ends it), and its end by the
+	// runner's clock holds until the report returns: both are lease side
+	// effects.
+	j.report(log, outcome, exitCode, stopHeartbeats)
+	stopHeartbeats()
 	guard.stop()
 	return slotOK // set by cleanUp, deferred
 }
 
 // report flushes the log and reports the outcome, unless the lease ended
 // (lost, or abandoned by a stopping runner): then nothing more is said.
-func (j *job) report(log *slog.Logger, outcome domain.Outcome, exitCode int) {
+// stopHeartbeats is called before the completion.
+func (j *job) report(log *slog.Logger, outcome domain.Outcome, exitCode int, stopHeartbeats func()) {
 	cause := j.stopped()
 	if j.lease.Ended() {
 		log.Warn("job stopped without reporting", "reason", context.Cause(j.lease.Context()))
@@ -147,6 +163,7 @@ func (j *job) report(log *slog.Logger, outcome domain.Outcome, exitCode int) {
 		// Refused (413 at the log cap) or given up: the job still reports.
 		log.Warn("the log was not all sent", "err", err)
 	}
+	stopHeartbeats() // none races the completion, which ends the lease
 	if err := j.lease.Complete(ctx, outcome, exitCode, why); err != nil {
 		log.Warn("complete failed", "err", err)
 		return
@@ -198,7 +215,7 @@ func (j *job) heartbeat(done <-chan struct{}, guard *leaseGuard) {
 			select {
 			case <-done:
 				return
-			case <-j.ctx.Done():
+			case <-j.lease.Context().Done(): // a cancel or a timeout still reports, under the lease
 				return
 			case <-t.C:
 			}

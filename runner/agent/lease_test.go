@@ -180,7 +180,7 @@ func TestReportKeepsTheLeaseDeadline(t *testing.T) {
 	guard := j.guardLease() // as runJob: the heartbeats have stopped, the guard holds until the report returns
 	defer guard.stop()
 	start := time.Now()
-	j.report(a.cfg.Log, domain.OutcomePassed, 0)
+	j.report(a.cfg.Log, domain.OutcomePassed, 0, func() {})
 	if took := time.Since(start); took > ttl+time.Second || !j.lease.Lost() {
 		t.Fatalf("the report took %s (lease lost: %v), want it given up within the %s lease", took, j.lease.Lost(), ttl)
 	}

@@ -8,15 +8,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/forgeci/forgeci/runner/client"
 	"github.com/forgeci/forgeci/runner/isolate"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/protocol"
 )
 
-// TestDuplicateClaimLeavesTheRunningJobAlone: a claim that names a lease
-// already running on another slot (a bad or hostile server's answer)
-// fails before a step, and its clean-up removes nothing of the job that
-// is running there.
+// TestDuplicateClaimLeavesTheRunningJobAlone: a claim that names a job
+// already running on another slot (a bad or hostile server's answer) is
+// refused; one of its lease that got as far as the workspace fails before
+// a step, and its clean-up removes nothing of the job running there.
 func TestDuplicateClaimLeavesTheRunningJobAlone(t *testing.T) {
 	iso, err := isolate.New(isolate.Config{Mode: isolate.None}, 2)
 	if err != nil {
@@ -34,7 +35,18 @@ func TestDuplicateClaimLeavesTheRunningJobAlone(t *testing.T) {
 	if err := os.WriteFile(mine, []byte("running"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: Config{WorkDir: work, Isolation: iso}}
+	a := New(Config{WorkDir: work, Isolation: iso, Client: client.New("http://127.0.0.1:9", "t")})
+	// The runner refuses a second claim of a job it runs.
+	claim := &protocol.Claim{Lease: l, Job: domain.ClaimedJob{Name: "j", TimeoutSeconds: 60}}
+	first, done := a.newJob(claim)
+	if first == nil {
+		t.Fatal("the first claim of the job was refused")
+	}
+	if again, _ := a.newJob(claim); again != nil {
+		t.Fatal("a second claim of a job running here was taken")
+	}
+	done()
+	// Should one get past that, its clean-up removes nothing of the other.
 	dup := &job{a: a, claim: &protocol.Claim{Lease: l}}
 	if err := dup.prepare(1); err == nil || !strings.Contains(err.Error(), "no step was run") {
 		t.Fatalf("a claim of a lease running here: %v", err)
