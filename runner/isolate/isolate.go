@@ -131,6 +131,9 @@ func New(cfg Config, slots int) (*Isolator, error) {
 		if i.slots, err = lookupSlotUsers(cfg.SlotUsers[:slots]); err != nil {
 			return nil, err
 		}
+		if err := keyringsWork(); err != nil {
+			i.Warning = fmt.Sprintf("keyrings are not available here (%v): steps cannot use them either", err)
+		}
 		for _, tool := range []string{"setpriv", "unshare", "mount", "sh", "env"} {
 			if _, err := exec.LookPath(tool); err != nil {
 				return nil, fmt.Errorf("isolation %s needs %s (util-linux)", cfg.Mode, tool)

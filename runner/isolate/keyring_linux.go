@@ -15,20 +15,19 @@ import (
 // a key one slot's step put there (a Kerberos ticket, a keyctl credential
 // store) could be found and read by another slot's step, and by every
 // later job. The keyring is joined on a thread locked to this goroutine,
-// which ends with it: no other work runs with those credentials. The new
-// keyring is root's, and the step, possessing it, may use it; no other
-// step possesses it. Where keyrings cannot be used (no kernel support, a
+// which ends with it: no other work runs with those credentials (and the
+// Go runtime makes no thread from a locked one). The new keyring is
+// root's, and the step, possessing it, may use it; no other step
+// possesses it. Where keyrings cannot be used (no kernel support, a
 // container's seccomp profile), steps cannot use them either: cmd starts
-// as it is.
+// as it is. The forking thread ends right after: a parent-death signal
+// (Pdeathsig) on cmd would fire at once.
 func startWithKeyring(cmd *exec.Cmd) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		// An anonymous keyring (a NULL name: a named one might be joined,
-		// not made), which x/sys's wrapper cannot ask for.
-		_, _, errno := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0)
-		if errno != 0 && !keyringsUnavailable(errno) {
-			errc <- fmt.Errorf("a session keyring for the step: %w", errno)
+		if err := joinNewSessionKeyring(); err != nil && !keyringsUnavailable(err) {
+			errc <- fmt.Errorf("a session keyring for the step: %w", err)
 			return
 		}
 		errc <- cmd.Start()
@@ -36,6 +35,68 @@ func startWithKeyring(cmd *exec.Cmd) error {
 	return <-errc
 }
 
-func keyringsUnavailable(errno unix.Errno) bool {
-	return errors.Is(errno, unix.ENOSYS) || errors.Is(errno, unix.EPERM) || errors.Is(errno, unix.EACCES)
+// joinNewSessionKeyring joins the calling thread to a new anonymous
+// session keyring (a NULL name: a named one might be joined, not made),
+// which x/sys's wrapper cannot ask for.
+func joinNewSessionKeyring() error {
+	if _, _, errno := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// clearUserKeyrings empties the keyrings of user uid that outlive its
+// processes (its user, user-session and persistent keyrings), so that
+// nothing a job of a slot put there reaches the slot's next job (bwrap's
+// steps have their own, in their user namespace). It runs on a thread of
+// its own that takes on uid alone (setresuid on that thread, not the
+// process) and ends with its goroutine.
+func clearUserKeyrings(uid, gid int) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread, no longer root's, exits with the goroutine
+		errc <- clearOwnKeyrings(uid, gid)
+	}()
+	err := <-errc
+	if keyringsUnavailable(err) {
+		return nil
+	}
+	return err
+}
+
+func clearOwnKeyrings(uid, gid int) error {
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); errno != 0 {
+		return fmt.Errorf("become the slot's group: %w", errno)
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+		return fmt.Errorf("become the slot's user: %w", errno)
+	}
+	rings := []int{unix.KEY_SPEC_USER_KEYRING, unix.KEY_SPEC_USER_SESSION_KEYRING}
+	// The persistent keyring is linked into the thread's own keyring to
+	// be named; the thread's keyring goes with the thread.
+	if id, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, -1, unix.KEY_SPEC_THREAD_KEYRING, 0, 0); err == nil {
+		rings = append(rings, id)
+	} else if !errors.Is(err, unix.EOPNOTSUPP) { // a kernel without persistent keyrings
+		return fmt.Errorf("the slot user's persistent keyring: %w", err)
+	}
+	for _, r := range rings {
+		if _, err := unix.KeyctlInt(unix.KEYCTL_CLEAR, r, 0, 0, 0); err != nil {
+			return fmt.Errorf("clear the slot user's keyring %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+func keyringsUnavailable(err error) bool {
+	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)
+}
+
+// keyringsWork says whether this machine lets the runner use keyrings.
+func keyringsWork() error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		errc <- joinNewSessionKeyring()
+	}()
+	return <-errc
 }

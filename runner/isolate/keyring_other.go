@@ -5,3 +5,7 @@ package isolate
 import "os/exec"
 
 func startWithKeyring(cmd *exec.Cmd) error { return cmd.Start() }
+
+func clearUserKeyrings(int, int) error { return nil }
+
+func keyringsWork() error { return nil }

@@ -16,9 +16,10 @@ import (
 const keyringChild = "FORGECI_TEST_KEYRING_TOOL"
 
 // TestSessionKeyringIsNotShared: a runner's threads share the session
-// keyring it started with (systemd gives a service one). A key a step
-// puts in its session keyring is found neither by another slot's step
-// nor by a later job's on the same slot.
+// keyring it started with (systemd gives a service one), and a slot
+// user's own keyrings outlive its processes. A key a step puts in any of
+// its keyrings is found neither by another slot's step nor by a later
+// job's on the same slot.
 func TestSessionKeyringIsNotShared(t *testing.T) {
 	needRoot(t, 2)
 	bin := os.Getenv(keyringChild)
@@ -30,18 +31,25 @@ func TestSessionKeyringIsNotShared(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			i := newIsolator(t, mode, 2, Limits{})
 			dir := workDir(t)
-			put, other, later := newBox(t, i, 0, dir), newBox(t, i, 1, dir), newBox(t, i, 0, dir)
-			for _, b := range []*Box{put, other, later} {
-				copyTool(t, bin, b)
-			}
-			// The step's own keyring works.
-			if out, code := step(t, put, "./keyring add forgeci-test-key s3cr3t-of-slot0 && ./keyring read forgeci-test-key"); code != 0 ||
-				!strings.Contains(out, "value s3cr3t-of-slot0") {
-				t.Errorf("a step's own session keyring (exit %d): %s", code, out)
-			}
-			for name, b := range map[string]*Box{"another slot's step": other, "a later job's step": later} {
-				if out, code := step(t, b, "./keyring read forgeci-test-key"); code == 0 || strings.Contains(out, "s3cr3t") {
-					t.Errorf("%s read the key (exit %d): %s", name, code, out)
+			// Each keyring of a step's user: its session keyring, the
+			// user's own and its persistent one (the last two outlive
+			// their processes, and so the job).
+			for _, ring := range []string{"session", "user", "persistent"} {
+				put := newBox(t, i, 0, dir)
+				copyTool(t, bin, put)
+				if out, code := step(t, put, "./keyring add "+ring+" forgeci-test-key s3cr3t-of-slot0 && ./keyring read "+ring+" forgeci-test-key"); code != 0 ||
+					!strings.Contains(out, "value s3cr3t-of-slot0") {
+					t.Fatalf("a step's own %s keyring (exit %d): %s", ring, code, out)
+				}
+				if err := put.Close(); err != nil {
+					t.Fatal(err)
+				}
+				other, later := newBox(t, i, 1, dir), newBox(t, i, 0, dir)
+				for name, b := range map[string]*Box{"another slot's step": other, "a later job's step": later} {
+					copyTool(t, bin, b)
+					if out, code := step(t, b, "./keyring read "+ring+" forgeci-test-key"); code == 0 || strings.Contains(out, "s3cr3t") {
+						t.Errorf("%s read the key from its %s keyring (exit %d): %s", name, ring, code, out)
+					}
 				}
 			}
 		})
