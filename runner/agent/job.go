@@ -112,11 +112,15 @@ func (a *Agent) runJob(c *protocol.Claim, slot int) (slotOK bool) {
 		return true
 	}
 	go j.logs.loop()
-	hbDone := make(chan struct{})
 	guard := j.guardLease()
-	go j.heartbeat(hbDone, guard)
-
-	stopHeartbeats := sync.OnceFunc(func() { close(hbDone) })
+	hbStop, endHeartbeats := context.WithCancel(context.Background())
+	hbEnded := make(chan struct{})
+	go func() {
+		defer close(hbEnded)
+		j.heartbeat(hbStop, guard)
+	}()
+	// Returns once no heartbeat is in flight.
+	stopHeartbeats := sync.OnceFunc(func() { endHeartbeats(); <-hbEnded })
 	outcome, exitCode := j.execute(slot)
 	j.endProcesses(log)
 	defer func() { slotOK = j.cleanUp(log) }()
@@ -205,7 +209,8 @@ func (j *job) limitHit() string {
 // got the request, later): a timer gives it up as lost then, since the
 // control plane may already have given the job to someone else, and no
 // heartbeat call outlasts it.
-func (j *job) heartbeat(done <-chan struct{}, guard *leaseGuard) {
+// Ending stop ends it, and the call in flight with it.
+func (j *job) heartbeat(stop context.Context, guard *leaseGuard) {
 	ttl, margin := guard.ttl, leaseMargin(guard.ttl)
 	deadline := guard.deadline
 	t := time.NewTicker(ttl / 3)
@@ -213,16 +218,21 @@ func (j *job) heartbeat(done <-chan struct{}, guard *leaseGuard) {
 	for first := true; ; first = false {
 		if !first {
 			select {
-			case <-done:
+			case <-stop.Done():
 				return
-			case <-j.lease.Context().Done(): // a cancel or a timeout still reports, under the lease
+			case <-j.ctx.Done():
+				// A cancel or a timeout: the kill and the report have what
+				// is left of the lease (a step stuck in the kernel must
+				// not hold it past the job's timeout).
 				return
 			case <-t.C:
 			}
 		}
 		sent := time.Now()
 		hctx, cancel := context.WithDeadline(j.lease.Context(), deadline)
+		unlink := context.AfterFunc(stop, cancel)
 		cancelRequested, err := j.lease.Heartbeat(hctx)
+		unlink()
 		cancel()
 		if err != nil {
 			continue

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -110,11 +111,11 @@ func TestLeaseLossKillsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.box, j.ws = box, box.Workspace()
-	hbDone := make(chan struct{})
-	t.Cleanup(func() { close(hbDone) })
+	hbStop, endHeartbeats := context.WithCancel(context.Background())
+	t.Cleanup(endHeartbeats)
 	guard := j.guardLease()
 	t.Cleanup(guard.stop)
-	go j.heartbeat(hbDone, guard)
+	go j.heartbeat(hbStop, guard)
 
 	pids := filepath.Join(box.TmpDir(), "pids")
 	ended := make(chan int, 1)
