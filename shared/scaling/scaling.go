@@ -15,11 +15,13 @@
 package scaling
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/forgeci/forgeci/shared/store"
@@ -206,35 +208,38 @@ func (s *Scaler) look(ctx context.Context, desired map[string]Capacity) ([]*grou
 }
 
 // share gives each queued job to one group, so that a job several groups'
-// labels cover brings one instance, not one in each: groups take the jobs
+// labels cover brings one instance, not one in each. Groups take the jobs
 // they could run in queue order, up to their room (their maximum less the
-// jobs their runner runs), in the configured order, those whose instances
-// stalled last (they take only jobs no other group has room for). Jobs
-// that have waited a group's wait go first, to the groups they waited
-// for: a job that has not yet waited the first group's (long) wait goes
-// to a later group whose (short) wait it has.
+// jobs their runner runs): first the group with the shortest wait, which
+// would go out for a job first (of equal waits, the first configured),
+// so that where a job goes does not change as it waits; groups whose
+// instances stalled last (they take only jobs no other group has room
+// for). With a long wait, a group is the others' overflow.
 func share(looks []*groupLook) {
-	taken := map[string]bool{}
-	for _, waitedOnly := range []bool{true, false} {
-		for _, stalled := range []bool{false, true} {
-			for _, l := range looks {
-				if l.stalled == stalled {
-					l.take(taken, waitedOnly)
-				}
+	order := slices.Clone(looks)
+	slices.SortStableFunc(order, func(a, b *groupLook) int {
+		if a.stalled != b.stalled {
+			if a.stalled {
+				return 1
 			}
+			return -1
 		}
+		return cmp.Compare(a.g.WaitSeconds, b.g.WaitSeconds)
+	})
+	taken := map[string]bool{}
+	for _, l := range order {
+		l.take(taken)
 	}
 }
 
-// take gives l the jobs not taken yet, those that waited its wait only if
-// waitedOnly, up to its room.
-func (l *groupLook) take(taken map[string]bool, waitedOnly bool) {
+// take gives l the jobs not taken yet, up to its room.
+func (l *groupLook) take(taken map[string]bool) {
 	room := min(l.g.Max, l.c.Max) - l.d.Running
 	for _, j := range l.d.Jobs {
 		if l.queued >= room {
 			return
 		}
-		if taken[j.ID] || (waitedOnly && !j.Waited) {
+		if taken[j.ID] {
 			continue
 		}
 		taken[j.ID] = true

@@ -316,14 +316,15 @@ func TestStalledGroupLeavesItsJobsToTheNext(t *testing.T) {
 	}
 }
 
-// TestJobGoesToTheGroupWhoseWaitItHasWaited: a job both groups cover,
-// which has waited the second group's short wait but not the first's
-// long one, brings an instance of the second now rather than of the first
-// later.
-func TestJobGoesToTheGroupWhoseWaitItHasWaited(t *testing.T) {
+// TestJobsGoToTheGroupWithTheShortestWait: jobs both groups cover go to
+// the group that goes out for them first, the one with the shorter wait,
+// though it is listed second, and stay with it as they wait on: a job
+// queued later is not counted by the first group once it has waited that
+// group's wait too (two instances for one job).
+func TestJobsGoToTheGroupWithTheShortestWait(t *testing.T) {
 	f := newFixture(t)
 	f.fake.AddGroup("big", 0, 5, 0)
-	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 600, "idle_seconds": 600},
+	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 2, "idle_seconds": 600},
 		{"asg": "big", "labels": ["linux", "big"], "runner": "ec2-big", "max": 5, "wait_seconds": 1, "idle_seconds": 600}]`)
 	if err != nil {
 		t.Fatal(err)
@@ -331,9 +332,15 @@ func TestJobGoesToTheGroupWhoseWaitItHasWaited(t *testing.T) {
 	f.scaler.Groups = groups
 	f.queue(t, "linux")
 	time.Sleep(1100 * time.Millisecond)
+	f.queue(t, "linux")
 	f.run(t)
-	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 1 {
-		t.Fatalf("a job waited 1 s of the first group's 600 and the second's 1: desired runners %d, big %d; want 0 and 1", r, b)
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 2 {
+		t.Fatalf("one job waited 1 s of the first group's 2 and the second's 1, another just queued: desired runners %d, big %d; want 0 and 2", r, b)
+	}
+	time.Sleep(2100 * time.Millisecond) // both have waited both groups' waits
+	f.run(t)
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 2 {
+		t.Fatalf("both jobs waited both waits: desired runners %d, big %d; want 0 and 2", r, b)
 	}
 }
 
