@@ -65,13 +65,6 @@ func (b *Box) fill(job Limits) error {
 	if err := mkdirMode(filepath.Join(b.dir, "steps"), 0o711); err != nil {
 		return err
 	}
-	if b.su.uid != 0 {
-		// Whatever the slot's last job left in its user's keyrings (Close
-		// empties them too; a runner that crashed did not).
-		if err := clearUserKeyrings(b.su.uid, b.su.gid); err != nil {
-			return err
-		}
-	}
 	if b.i.cgroups != nil {
 		g, err := b.i.cgroups.NewGroup("job-"+filepath.Base(b.dir), b.i.cfg.Limits.Tighter(job))
 		if err != nil {
@@ -358,15 +351,11 @@ func (b *Box) LimitHit() string {
 }
 
 // Close kills what is left of the job and removes its cgroup and its
-// directory (workspace, tmp and scripts), and empties the keyrings of the
-// slot's user.
+// directory (workspace, tmp and scripts).
 func (b *Box) Close() error {
 	err := b.Kill()
 	if b.group != nil {
 		b.group.Remove()
-	}
-	if b.su.uid != 0 && err == nil {
-		_ = clearUserKeyrings(b.su.uid, b.su.gid) // again at the slot's next box, which refuses to start if it cannot
 	}
 	if rerr := os.RemoveAll(b.dir); err == nil {
 		err = rerr

@@ -45,48 +45,6 @@ func joinNewSessionKeyring() error {
 	return nil
 }
 
-// clearUserKeyrings empties the keyrings of user uid that outlive its
-// processes (its user, user-session and persistent keyrings), so that
-// nothing a job of a slot put there reaches the slot's next job (bwrap's
-// steps have their own, in their user namespace). It runs on a thread of
-// its own that takes on uid alone (setresuid on that thread, not the
-// process) and ends with its goroutine.
-func clearUserKeyrings(uid, gid int) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread, no longer root's, exits with the goroutine
-		errc <- clearOwnKeyrings(uid, gid)
-	}()
-	err := <-errc
-	if keyringsUnavailable(err) {
-		return nil
-	}
-	return err
-}
-
-func clearOwnKeyrings(uid, gid int) error {
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); errno != 0 {
-		return fmt.Errorf("become the slot's group: %w", errno)
-	}
-	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
-		return fmt.Errorf("become the slot's user: %w", errno)
-	}
-	rings := []int{unix.KEY_SPEC_USER_KEYRING, unix.KEY_SPEC_USER_SESSION_KEYRING}
-	// The persistent keyring is linked into the thread's own keyring to
-	// be named; the thread's keyring goes with the thread.
-	if id, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, -1, unix.KEY_SPEC_THREAD_KEYRING, 0, 0); err == nil {
-		rings = append(rings, id)
-	} else if !errors.Is(err, unix.EOPNOTSUPP) { // a kernel without persistent keyrings
-		return fmt.Errorf("the slot user's persistent keyring: %w", err)
-	}
-	for _, r := range rings {
-		if _, err := unix.KeyctlInt(unix.KEYCTL_CLEAR, r, 0, 0, 0); err != nil {
-			return fmt.Errorf("clear the slot user's keyring %d: %w", r, err)
-		}
-	}
-	return nil
-}
-
 func keyringsUnavailable(err error) bool {
 	return errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES)
 }
