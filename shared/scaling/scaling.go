@@ -214,7 +214,9 @@ func (s *Scaler) look(ctx context.Context, desired map[string]Capacity) ([]*grou
 // would go out for a job first (of equal waits, the first configured),
 // so that where a job goes does not change as it waits; groups whose
 // instances stalled last (they take only jobs no other group has room
-// for). With a long wait, a group is the others' overflow.
+// for). With a long wait, a group is the others' overflow. Jobs go first
+// to the instances a group has out already, so that a group does not go
+// out for jobs another's booting instances will take.
 func share(looks []*groupLook) {
 	order := slices.Clone(looks)
 	slices.SortStableFunc(order, func(a, b *groupLook) int {
@@ -227,14 +229,18 @@ func share(looks []*groupLook) {
 		return cmp.Compare(a.g.WaitSeconds, b.g.WaitSeconds)
 	})
 	taken := map[string]bool{}
+	// First to the instances out already (booting, or idle): they will
+	// claim jobs whichever group counts them.
 	for _, l := range order {
-		l.take(taken)
+		l.take(taken, l.c.Desired-l.d.Running)
+	}
+	for _, l := range order {
+		l.take(taken, min(l.g.Max, l.c.Max)-l.d.Running)
 	}
 }
 
-// take gives l the jobs not taken yet, up to its room.
-func (l *groupLook) take(taken map[string]bool) {
-	room := min(l.g.Max, l.c.Max) - l.d.Running
+// take gives l the jobs not taken yet while it has fewer than room.
+func (l *groupLook) take(taken map[string]bool, room int) {
 	for _, j := range l.d.Jobs {
 		if l.queued >= room {
 			return

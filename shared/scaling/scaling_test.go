@@ -344,6 +344,22 @@ func TestJobsGoToTheGroupWithTheShortestWait(t *testing.T) {
 	}
 }
 
+// TestJobsGoFirstToInstancesOutAlready: jobs both groups cover, for
+// which the group with the longer wait has instances out already
+// (booting), bring no instance of the other.
+func TestJobsGoFirstToInstancesOutAlready(t *testing.T) {
+	f := newFixture(t)
+	f.overlapping(t)
+	f.fake.SetDesiredOutside("big", 2)
+	f.queue(t, "linux")
+	f.queue(t, "linux")
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 2 {
+		t.Fatalf("two jobs, two instances of big booting: desired runners %d, big %d; want 0 and 2", r, b)
+	}
+}
+
 // overlapping adds a second group, big, of up to 5 runners labelled
 // linux and big, after the fixture's.
 func (f *fixture) overlapping(t *testing.T) {
