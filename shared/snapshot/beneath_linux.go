@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -118,4 +120,50 @@ func (b *beneath) readlink(rel string) (string, error) {
 		return "", &fs.PathError{Op: "readlink", Path: rel, Err: err}
 	}
 	return string(buf[:n]), nil
+}
+
+// lstat is rel's metadata, read from a descriptor opened beneath the root
+// (O_PATH: the entry itself, a symlink not followed).
+func (b *beneath) lstat(rel string) (fs.FileInfo, error) {
+	fd, err := b.openAt(rel, unix.O_PATH)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	fi := &statInfo{name: path.Base(rel)}
+	if err := unix.Fstat(fd, &fi.st); err != nil {
+		return nil, &fs.PathError{Op: "fstat", Path: rel, Err: err}
+	}
+	return fi, nil
+}
+
+// statInfo is an fs.FileInfo from a stat.
+type statInfo struct {
+	name string
+	st   unix.Stat_t
+}
+
+func (s *statInfo) Name() string       { return s.name }
+func (s *statInfo) Size() int64        { return s.st.Size }
+func (s *statInfo) ModTime() time.Time { return time.Unix(s.st.Mtim.Unix()) }
+func (s *statInfo) IsDir() bool        { return s.Mode().IsDir() }
+func (s *statInfo) Sys() any           { return &s.st }
+
+func (s *statInfo) Mode() fs.FileMode {
+	m := fs.FileMode(s.st.Mode & 0o777)
+	switch s.st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		m |= fs.ModeDevice
+	}
+	return m
 }

@@ -30,6 +30,17 @@ func TestWriteBeneath(t *testing.T) {
 	if err := write([]string{"d/f", "d/l"}, me); err != nil {
 		t.Fatalf("a file and a link inside: %v", err)
 	}
+	// The same tree read beneath and by path is the same snapshot.
+	os.WriteFile(filepath.Join(root, "d", "run.sh"), []byte("#!/bin/sh\n"), 0o755)
+	paths := []string{"d/f", "d/l", "d/run.sh"}
+	under, err := Write(&bytes.Buffer{}, &Tree{Root: root, Paths: paths, Dirs: []string{"empty"}, Beneath: true, Owner: me})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPath, err := Write(&bytes.Buffer{}, &Tree{Root: root, Paths: paths, Dirs: []string{"empty"}, Owner: -1})
+	if err != nil || under.ManifestDigest != byPath.ManifestDigest || under.BlobDigest != byPath.BlobDigest {
+		t.Fatalf("beneath %+v, by path %+v (%v): want the same snapshot", under.Manifest, byPath, err)
+	}
 	if err := write([]string{"z/token"}, me); err == nil {
 		t.Error("read a file through a link to another directory")
 	}

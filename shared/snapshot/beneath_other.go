@@ -5,6 +5,7 @@ package snapshot
 import (
 	"errors"
 	"io"
+	"io/fs"
 )
 
 // Reading a tree beneath its root (Tree.Beneath) is the runner's, which
@@ -18,3 +19,5 @@ func (b *beneath) Close() error { return nil }
 func (b *beneath) openFile(Entry) (io.ReadCloser, error) { return nil, errors.ErrUnsupported }
 
 func (b *beneath) readlink(string) (string, error) { return "", errors.ErrUnsupported }
+
+func (b *beneath) lstat(string) (fs.FileInfo, error) { return nil, errors.ErrUnsupported }

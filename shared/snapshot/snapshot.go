@@ -287,7 +287,7 @@ func collect(t *Tree, b *beneath) ([]Entry, error) {
 			return nil, err
 		}
 		full := filepath.Join(t.Root, filepath.FromSlash(p))
-		fi, err := os.Lstat(full)
+		fi, err := lstat(full, p, b)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
 		}
@@ -379,6 +379,13 @@ func copyFrom(w io.Writer, f io.ReadCloser, size int64, buf []byte) (string, err
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func lstat(full, rel string, b *beneath) (fs.FileInfo, error) {
+	if b != nil {
+		return b.lstat(rel)
+	}
+	return os.Lstat(full)
 }
 
 func readlink(full, rel string, b *beneath) (string, error) {
