@@ -136,7 +136,7 @@ func (s *Scaler) Run(ctx context.Context) error {
 		}
 	}
 	looks, errs := s.look(ctx, desired)
-	share(looks)
+	share(looks, s.Now())
 	waiting := false
 	for _, l := range looks {
 		queued, err := s.decide(ctx, l)
@@ -173,8 +173,10 @@ type groupLook struct {
 	// says its runner has not polled since, bootAllowance on.
 	lastOut time.Time
 	stalled bool
-	// queued and waiting count the jobs given to the group.
+	// queued and waiting count the jobs given to the group; mine are
+	// their IDs.
 	queued, waiting int
+	mine            map[string]bool
 }
 
 // look reads the demand of each group Auto Scaling has, with as many of
@@ -217,7 +219,7 @@ func (s *Scaler) look(ctx context.Context, desired map[string]Capacity) ([]*grou
 // for). With a long wait, a group is the others' overflow. Jobs go first
 // to the instances a group has out already, so that a group does not go
 // out for jobs another's booting instances will take.
-func share(looks []*groupLook) {
+func share(looks []*groupLook, now time.Time) {
 	order := slices.Clone(looks)
 	slices.SortStableFunc(order, func(a, b *groupLook) int {
 		if a.stalled != b.stalled {
@@ -232,23 +234,31 @@ func share(looks []*groupLook) {
 	// First to the instances out already (booting, or idle): they will
 	// claim jobs whichever group counts them.
 	for _, l := range order {
-		l.take(taken, l.c.Desired-l.d.Running)
+		l.take(taken, l.c.Desired-l.d.Running, now)
 	}
 	for _, l := range order {
-		l.take(taken, min(l.g.Max, l.c.Max)-l.d.Running)
+		l.take(taken, min(l.g.Max, l.c.Max)-l.d.Running, now)
 	}
 }
 
-// take gives l the jobs not taken yet while it has fewer than room.
-func (l *groupLook) take(taken map[string]bool, room int) {
+// take gives l the jobs not taken yet while it has fewer than room. A
+// job still queued bootAllowance after it waited l's wait is l's but not
+// l's alone: l's instances did not take it (a spot type without capacity,
+// say), and the other groups may go out for it too.
+func (l *groupLook) take(taken map[string]bool, room int, now time.Time) {
+	overdue := time.Duration(l.g.WaitSeconds)*time.Second + bootAllowance
 	for _, j := range l.d.Jobs {
 		if l.queued >= room {
 			return
 		}
-		if taken[j.ID] {
+		if taken[j.ID] || l.mine[j.ID] {
 			continue
 		}
-		taken[j.ID] = true
+		taken[j.ID] = now.Sub(j.QueuedAt) < overdue
+		if l.mine == nil {
+			l.mine = map[string]bool{}
+		}
+		l.mine[j.ID] = true
 		l.queued++
 		if j.Waited {
 			l.waiting++

@@ -360,6 +360,34 @@ func TestJobsGoFirstToInstancesOutAlready(t *testing.T) {
 	}
 }
 
+// TestOverdueJobsBringTheOtherGroups: a job the group with the shortest
+// wait counted, still queued ten minutes after that wait (its instances
+// did not take it: a spot type without capacity), brings an instance of
+// the group with the longer wait too.
+func TestOverdueJobsBringTheOtherGroups(t *testing.T) {
+	f := newFixture(t)
+	f.fake.AddGroup("big", 0, 5, 0)
+	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 1, "idle_seconds": 600},
+		{"asg": "big", "labels": ["linux", "big"], "runner": "ec2-big", "max": 5, "wait_seconds": 120, "idle_seconds": 600}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.scaler.Groups = groups
+	f.queue(t, "linux")
+	time.Sleep(1100 * time.Millisecond)
+	f.run(t)
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 1 || b != 0 {
+		t.Fatalf("desired runners %d, big %d; want 1 and 0", r, b)
+	}
+	if _, err := f.st.Pool().Exec(context.Background(), `UPDATE jobs SET queued_at = now() - interval '15 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	f.run(t)
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 1 || b != 1 {
+		t.Fatalf("the job still queued 15 minutes on: desired runners %d, big %d; want 1 and 1", r, b)
+	}
+}
+
 // overlapping adds a second group, big, of up to 5 runners labelled
 // linux and big, after the fixture's.
 func (f *fixture) overlapping(t *testing.T) {

@@ -33,8 +33,9 @@ type Demand struct {
 // GroupJob is a queued job a group could take; Waited says it was
 // queued for at least the group's wait.
 type GroupJob struct {
-	ID     string
-	Waited bool
+	ID       string
+	Waited   bool
+	QueuedAt time.Time
 }
 
 // groupDemandSQL: $1 the group's labels, $2 its wait in seconds, $3 its
@@ -82,7 +83,8 @@ SELECT queued, waiting, CASE WHEN queued = 0 THEN least(probes, 1) ELSE 0 END,
        (SELECT max(a.ended_at) FROM job_attempts a WHERE a.runner_id IN (SELECT id FROM r)),
        (SELECT last_seen_at FROM r), unfit,
        (SELECT coalesce(array_agg(id::text ORDER BY queued_at, id), '{}') FROM f),
-       (SELECT coalesce(array_agg(waited ORDER BY queued_at, id), '{}') FROM f)
+       (SELECT coalesce(array_agg(waited ORDER BY queued_at, id), '{}') FROM f),
+       (SELECT coalesce(array_agg(queued_at ORDER BY queued_at, id), '{}') FROM f)
 FROM n`
 
 // GroupDemand reads a runner group's demand, with the first jobs of its
@@ -91,13 +93,14 @@ func (s *Store) GroupDemand(ctx context.Context, labels []string, wait time.Dura
 	var d Demand
 	var ids []string
 	var waited []bool
+	var queuedAt []time.Time
 	err := s.pool.QueryRow(ctx, groupDemandSQL, nonNil(labels), wait.Seconds(), runnerName, jobs).Scan(
-		&d.Queued, &d.Waiting, &d.Probe, &d.ProbeWaited, &d.Running, &d.LastEnded, &d.LastSeen, &d.Unfit, &ids, &waited)
+		&d.Queued, &d.Waiting, &d.Probe, &d.ProbeWaited, &d.Running, &d.LastEnded, &d.LastSeen, &d.Unfit, &ids, &waited, &queuedAt)
 	if err != nil {
 		return d, fmt.Errorf("group demand: %w", err)
 	}
 	for i, id := range ids {
-		d.Jobs = append(d.Jobs, GroupJob{ID: id, Waited: waited[i]})
+		d.Jobs = append(d.Jobs, GroupJob{ID: id, Waited: waited[i], QueuedAt: queuedAt[i]})
 	}
 	return d, nil
 }
