@@ -169,7 +169,7 @@ func TestDeployRefusedAndRejected(t *testing.T) {
 
 // TestDeployUnprotected: an environment without rules (or none made)
 // deploys at once, with the project's secrets only, and is in the
-// history as automatic; an untrusted run gets no secret at all.
+// history as automatic; an untrusted run does not deploy at all.
 func TestDeployUnprotected(t *testing.T) {
 	f := newDeployFixture(t)
 	run := f.buildThen(t, "refs/heads/anything", "staging")
@@ -186,7 +186,19 @@ func TestDeployUnprotected(t *testing.T) {
 		t.Fatal(err)
 	}
 	complete(t, f.s, f.r, claimJob(t, f.s, f.r, untrusted.ID, "build"), domain.OutcomePassed)
-	if c := claimJob(t, f.s, f.r, untrusted.ID, "deploy"); len(c.Secrets) != 0 {
-		t.Fatalf("untrusted claim secrets %v", c.Secrets)
+	// An untrusted run does not deploy, even where a trusted one would
+	// at once: its deploy job is skipped, and refused in the history.
+	if c, err := f.s.Claim(context.Background(), f.r, nil, 0); err != nil || c != nil {
+		t.Fatalf("an untrusted run's deploy job was claimed: %+v %v", c, err)
+	}
+	if st := states(t, f.s, untrusted.ID)["deploy"]; st != domain.JobSkipped {
+		t.Fatalf("the untrusted run's deploy job is %s, want SKIPPED (%v)", st, reasons(t, f.s, untrusted.ID))
+	}
+	refused := false
+	for _, d := range f.deployments(t, "staging") {
+		refused = refused || (d.RunID == untrusted.ID && d.Decision == "refused")
+	}
+	if !refused {
+		t.Fatalf("the untrusted run's deployment is not refused in the history: %+v", f.deployments(t, "staging"))
 	}
 }
