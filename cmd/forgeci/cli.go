@@ -339,7 +339,7 @@ func runnerCmd(g *global) *cobra.Command {
 			if scope == "" {
 				scope = "all"
 			}
-			return []any{r.Name, strings.Join(r.Labels, ","), scope, r.Untrusted, seen, status, r.ID}
+			return []any{r.Name, strings.Join(r.Labels, ","), scope, untrustedCell(r.Untrusted, r.UntrustedOnly), seen, status, r.ID}
 		})
 	}))
 	revoke := command("revoke RUNNER_ID", "Revoke a runner: its token and leases stop working at once (admin)", cobra.ExactArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {

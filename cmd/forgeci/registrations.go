@@ -17,14 +17,15 @@ func tokenCreateCmd(g *global) *cobra.Command {
 	var ttl time.Duration
 	var description string
 	var projects []string
-	var untrusted bool
+	var untrusted, untrustedOnly bool
 	create := command("create", "Make a one-time registration token for `forgeci-runner register` (admin)", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
 		var out struct {
 			Token   string    `json:"registration_token"`
 			Expires time.Time `json:"expires_at"`
 		}
 		if err := cl.do(ctx, "POST", "/v1/registration-tokens", map[string]any{"ttl_seconds": int(ttl.Seconds()),
-			"description": description, "projects": projects, "untrusted": untrusted}, &out); err != nil {
+			"description": description, "projects": projects, "untrusted": untrusted || untrustedOnly,
+			"untrusted_only": untrustedOnly}, &out); err != nil {
 			return err
 		}
 		if g.json {
@@ -37,6 +38,7 @@ func tokenCreateCmd(g *global) *cobra.Command {
 	create.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token may be used (1m to 168h)")
 	create.Flags().StringSliceVar(&projects, "project", nil, "a project the runner serves (repeat; none: every project)")
 	create.Flags().BoolVar(&untrusted, "untrusted", false, "the runner also takes untrusted work: pull requests from forks, runs of members without the secrets permission")
+	create.Flags().BoolVar(&untrustedOnly, "untrusted-only", false, "the runner takes untrusted work only, never a trusted job (with its secrets)")
 	create.Flags().StringVar(&description, "description", "", "what it is for")
 	return create
 }
@@ -64,7 +66,8 @@ func tokenListCmd(g *global) *cobra.Command {
 			if by == "" {
 				by = "(operator)"
 			}
-			return []any{r.CreatedAt.Local().Format("2006-01-02 15:04"), by, scope, r.Untrusted, state, r.Description, r.ID}
+			return []any{r.CreatedAt.Local().Format("2006-01-02 15:04"), by, scope, untrustedCell(r.Untrusted, r.UntrustedOnly), state,
+				r.Description, r.ID}
 		})
 	}))
 }
@@ -82,4 +85,13 @@ func tokenRevokeCmd(g *global) *cobra.Command {
 		fmt.Printf("registration token %s revoked: it registers no runner\n", out.ID)
 		return nil
 	}))
+}
+
+// untrustedCell is a runner's or token's UNTRUSTED: false, true (both
+// tiers) or only.
+func untrustedCell(untrusted, only bool) any {
+	if only {
+		return "only"
+	}
+	return untrusted
 }

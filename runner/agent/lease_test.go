@@ -96,12 +96,7 @@ func TestLeaseLossKillsAtOnce(t *testing.T) {
 	a := New(Config{Client: c, KillGrace: 10 * time.Second, Isolation: iso,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	const ttl = 3 * time.Second
-	claim := &protocol.Claim{LeaseTTLSeconds: int(ttl / time.Second),
-		Lease: domain.Lease{RunID: "run-1", JobID: "job-1", RunnerID: "runner-1", LeaseID: "lease-1", Generation: 1},
-		Job:   domain.ClaimedJob{Name: "j", TimeoutSeconds: 600}}
-	j, done := a.newJob(claim)
-	t.Cleanup(done)
-	go j.logs.loop()
+	j := heldJob(t, a, ttl)
 	box, err := iso.NewBox(0, filepath.Join(t.TempDir(), "run-1", "job-1", "lease-1"), isolate.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -172,12 +167,7 @@ func TestReportKeepsTheLeaseDeadline(t *testing.T) {
 	t.Cleanup(func() { close(s.stop) })
 	a := New(Config{Client: client.New(ts.URL, "runner-secret"), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	const ttl = 2 * time.Second
-	claim := &protocol.Claim{LeaseTTLSeconds: int(ttl / time.Second),
-		Lease: domain.Lease{RunID: "run-1", JobID: "job-1", RunnerID: "runner-1", LeaseID: "lease-1", Generation: 1},
-		Job:   domain.ClaimedJob{Name: "j", TimeoutSeconds: 600}}
-	j, done := a.newJob(claim)
-	t.Cleanup(done)
-	go j.logs.loop()
+	j := heldJob(t, a, ttl)
 	guard := j.guardLease() // as runJob: the heartbeats have stopped, the guard holds until the report returns
 	defer guard.stop()
 	start := time.Now()
@@ -185,4 +175,16 @@ func TestReportKeepsTheLeaseDeadline(t *testing.T) {
 	if took := time.Since(start); took > ttl+time.Second || !j.lease.Lost() {
 		t.Fatalf("the report took %s (lease lost: %v), want it given up within the %s lease", took, j.lease.Lost(), ttl)
 	}
+}
+
+// heldJob is a job of a's holding a lease of ttl, its log going.
+func heldJob(t *testing.T, a *Agent, ttl time.Duration) *job {
+	t.Helper()
+	claim := &protocol.Claim{LeaseTTLSeconds: int(ttl / time.Second),
+		Lease: domain.Lease{RunID: "run-1", JobID: "job-1", RunnerID: "runner-1", LeaseID: "lease-1", Generation: 1},
+		Job:   domain.ClaimedJob{Name: "j", TimeoutSeconds: 600}}
+	j, done := a.newJob(claim)
+	t.Cleanup(done)
+	go j.logs.loop()
+	return j
 }

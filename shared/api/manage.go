@@ -146,9 +146,10 @@ type registrationTokenRequest struct {
 	TTLSeconds  int    `json:"ttl_seconds"`
 	Description string `json:"description"`
 	// The runner's scope: projects (names or IDs; none: every project) and
-	// whether it takes untrusted work.
-	Projects  []string `json:"projects"`
-	Untrusted bool     `json:"untrusted"`
+	// whether it takes untrusted work, or untrusted work only.
+	Projects      []string `json:"projects"`
+	Untrusted     bool     `json:"untrusted"`
+	UntrustedOnly bool     `json:"untrusted_only"`
 }
 
 func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request, u store.User) error {
@@ -163,7 +164,7 @@ func (s *Server) createRegistrationToken(w http.ResponseWriter, r *http.Request,
 		return domain.Errorf(domain.EInvalid, "ttl_seconds must be from 60 to 604800")
 	}
 	token, expires, err := s.Store.CreateRegistrationTokenAs(r.Context(), u, time.Duration(req.TTLSeconds)*time.Second, req.Description,
-		store.Scope{Projects: req.Projects, Untrusted: req.Untrusted})
+		store.Scope{Projects: req.Projects, Untrusted: req.Untrusted, UntrustedOnly: req.UntrustedOnly})
 	if err != nil {
 		return err
 	}

@@ -179,3 +179,34 @@ func TestRevocationNamesTheRunnersToCheck(t *testing.T) {
 		t.Fatalf("disable: %d %s, want runners_to_check [%s]", st, b, runner)
 	}
 }
+
+// TestUntrustedOnlyRegistration: a registration token asked for untrusted
+// work only hands that scope to its runner, and both lists say so.
+func TestUntrustedOnlyRegistration(t *testing.T) {
+	e := setup(t)
+	admin := e.user("root", store.RoleAdmin)
+	st, b := e.post("/v1/registration-tokens", admin, map[string]any{"ttl_seconds": 600, "untrusted_only": true})
+	if st != 201 {
+		t.Fatalf("registration token: %d %s", st, b)
+	}
+	st, b = e.post("/v1/runners/register", "", map[string]any{"registration_token": str(b, "registration_token"), "name": "forks",
+		"labels": []string{"linux"}})
+	if st != 201 {
+		t.Fatalf("register: %d %s", st, b)
+	}
+	for path, list := range map[string]string{"/v1/runners": "runners", "/v1/registration-tokens": "registration_tokens"} {
+		st, b := e.get(path, admin)
+		var page map[string]json.RawMessage
+		var out []struct {
+			Untrusted     bool `json:"untrusted"`
+			UntrustedOnly bool `json:"untrusted_only"`
+		}
+		err := json.Unmarshal(b, &page)
+		if err == nil {
+			err = json.Unmarshal(page[list], &out)
+		}
+		if st != 200 || err != nil || len(out) != 1 || !out[0].Untrusted || !out[0].UntrustedOnly {
+			t.Errorf("%s: %d %s, want one, untrusted and untrusted_only", path, st, b)
+		}
+	}
+}

@@ -24,12 +24,13 @@ type AdminRequest struct {
 	Description string  `json:"description,omitempty"` // registration-token
 	// registration-token: the runner's scope (projects by name or ID, none
 	// meaning all; untrusted: it takes pull requests from forks too).
-	Projects  []string `json:"projects,omitempty"`
-	Untrusted bool     `json:"untrusted,omitempty"`
-	Name      string   `json:"name,omitempty"`      // create-user
-	Role      string   `json:"role,omitempty"`      // create-user: admin (global) or user (rights from memberships)
-	RunnerID  string   `json:"runner_id,omitempty"` // revoke-runner
-	Cursor    string   `json:"cursor,omitempty"`    // list-runners: the next page
+	Projects      []string `json:"projects,omitempty"`
+	Untrusted     bool     `json:"untrusted,omitempty"`
+	UntrustedOnly bool     `json:"untrusted_only,omitempty"` // registration-token: no trusted work
+	Name          string   `json:"name,omitempty"`           // create-user
+	Role          string   `json:"role,omitempty"`           // create-user: admin (global) or user (rights from memberships)
+	RunnerID      string   `json:"runner_id,omitempty"`      // revoke-runner
+	Cursor        string   `json:"cursor,omitempty"`         // list-runners: the next page
 }
 
 // AdminResponse carries what the command made. Tokens are shown here once
@@ -56,7 +57,7 @@ func Admin(st *store.Store) func(context.Context, AdminRequest) (AdminResponse, 
 				ttl = 24 * time.Hour
 			}
 			tok, exp, err := st.CreateRegistrationToken(ctx, ttl, req.Description,
-				store.Scope{Projects: req.Projects, Untrusted: req.Untrusted})
+				store.Scope{Projects: req.Projects, Untrusted: req.Untrusted, UntrustedOnly: req.UntrustedOnly})
 			return AdminResponse{RegistrationToken: tok, ExpiresAt: &exp}, err
 		case "create-user":
 			if req.Name == "" {

@@ -145,31 +145,6 @@ func TestWaitLongerThanTheHintSettles(t *testing.T) {
 	}
 }
 
-// A group whose runner was revoked (and not registered again) does not
-// scale out: its instances would boot with the revoked token and fail,
-// over and over, for as long as jobs wait.
-func TestRevokedRunnerDoesNotScale(t *testing.T) {
-	f := newFixture(t)
-	ctx := context.Background()
-	reg, _, err := f.st.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{Untrusted: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _, err := f.st.RegisterRunner(ctx, reg, "ec2", []string{"linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.st.RevokeRunner(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	f.queue(t, "linux")
-	time.Sleep(1100 * time.Millisecond)
-	f.run(t)
-	if d := f.fake.Desired("runners"); d != 0 {
-		t.Fatalf("desired %d with the group's runner revoked, want 0", d)
-	}
-}
-
 func TestParseGroupsRefusesBadConfig(t *testing.T) {
 	for _, raw := range []string{`nope`, `[{"asg": ""}]`, `[{"asg": "a", "labels": ["x"], "runner": "r", "max": 0, "idle_seconds": 600}]`,
 		`[{"asg": "a", "labels": ["x"], "runner": "r", "max": 2, "idle_seconds": 5}]`,
@@ -284,7 +259,7 @@ func TestGroupsThatCannotTakeTheChange(t *testing.T) {
 // instances stalled takes only what no other group has room for.
 func TestOverlappingGroupsShareTheQueue(t *testing.T) {
 	f := newFixture(t)
-	f.overlapping(t)
+	f.overlapping(t, 1, 1)
 	for range 4 {
 		f.queue(t, "linux")
 	}
@@ -300,20 +275,16 @@ func TestOverlappingGroupsShareTheQueue(t *testing.T) {
 
 func TestStalledGroupLeavesItsJobsToTheNext(t *testing.T) {
 	f := newFixture(t)
-	f.overlapping(t)
+	f.overlapping(t, 1, 1)
 	f.queue(t, "linux")
 	f.queue(t, "linux")
 	time.Sleep(1100 * time.Millisecond)
 	f.run(t)
-	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 2 || b != 0 {
-		t.Fatalf("two linux jobs: desired runners %d, big %d; want 2 and 0", r, b)
-	}
+	f.wantDesired(t, 2, 0, "two linux jobs")
 	f.fake.SetDesiredOutside("runners", 0) // its instances never polled
 	f.now = f.now.Add(11 * time.Minute)
 	f.run(t)
-	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 2 {
-		t.Fatalf("the first group stalled: desired runners %d, big %d; want 0 and 2", r, b)
-	}
+	f.wantDesired(t, 0, 2, "the first group stalled")
 }
 
 // TestJobsGoToTheGroupWithTheShortestWait: jobs both groups cover go to
@@ -323,25 +294,15 @@ func TestStalledGroupLeavesItsJobsToTheNext(t *testing.T) {
 // group's wait too (two instances for one job).
 func TestJobsGoToTheGroupWithTheShortestWait(t *testing.T) {
 	f := newFixture(t)
-	f.fake.AddGroup("big", 0, 5, 0)
-	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 2, "idle_seconds": 600},
-		{"asg": "big", "labels": ["linux", "big"], "runner": "ec2-big", "max": 5, "wait_seconds": 1, "idle_seconds": 600}]`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.scaler.Groups = groups
+	f.overlapping(t, 2, 1)
 	f.queue(t, "linux")
 	time.Sleep(1100 * time.Millisecond)
 	f.queue(t, "linux")
 	f.run(t)
-	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 2 {
-		t.Fatalf("one job waited 1 s of the first group's 2 and the second's 1, another just queued: desired runners %d, big %d; want 0 and 2", r, b)
-	}
+	f.wantDesired(t, 0, 2, "one job waited 1 s of the first group's 2 and the second's 1, another just queued")
 	time.Sleep(2100 * time.Millisecond) // both have waited both groups' waits
 	f.run(t)
-	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 2 {
-		t.Fatalf("both jobs waited both waits: desired runners %d, big %d; want 0 and 2", r, b)
-	}
+	f.wantDesired(t, 0, 2, "both jobs waited both waits")
 }
 
 // TestJobsGoFirstToInstancesOutAlready: jobs both groups cover, for
@@ -349,15 +310,13 @@ func TestJobsGoToTheGroupWithTheShortestWait(t *testing.T) {
 // (booting), bring no instance of the other.
 func TestJobsGoFirstToInstancesOutAlready(t *testing.T) {
 	f := newFixture(t)
-	f.overlapping(t)
+	f.overlapping(t, 1, 1)
 	f.fake.SetDesiredOutside("big", 2)
 	f.queue(t, "linux")
 	f.queue(t, "linux")
 	time.Sleep(1100 * time.Millisecond)
 	f.run(t)
-	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 0 || b != 2 {
-		t.Fatalf("two jobs, two instances of big booting: desired runners %d, big %d; want 0 and 2", r, b)
-	}
+	f.wantDesired(t, 0, 2, "two jobs, two instances of big booting")
 }
 
 // TestOverdueJobsBringTheOtherGroups: a job the group with the shortest
@@ -366,35 +325,36 @@ func TestJobsGoFirstToInstancesOutAlready(t *testing.T) {
 // the group with the longer wait too.
 func TestOverdueJobsBringTheOtherGroups(t *testing.T) {
 	f := newFixture(t)
-	f.fake.AddGroup("big", 0, 5, 0)
-	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 1, "idle_seconds": 600},
-		{"asg": "big", "labels": ["linux", "big"], "runner": "ec2-big", "max": 5, "wait_seconds": 120, "idle_seconds": 600}]`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.scaler.Groups = groups
+	f.overlapping(t, 1, 120)
 	f.queue(t, "linux")
 	time.Sleep(1100 * time.Millisecond)
 	f.run(t)
-	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 1 || b != 0 {
-		t.Fatalf("desired runners %d, big %d; want 1 and 0", r, b)
-	}
+	f.wantDesired(t, 1, 0, "a job waited the first group's wait")
 	if _, err := f.st.Pool().Exec(context.Background(), `UPDATE jobs SET queued_at = now() - interval '15 minutes'`); err != nil {
 		t.Fatal(err)
 	}
 	f.run(t)
-	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != 1 || b != 1 {
-		t.Fatalf("the job still queued 15 minutes on: desired runners %d, big %d; want 1 and 1", r, b)
+	f.wantDesired(t, 1, 1, "the job still queued 15 minutes on")
+}
+
+// wantDesired fails the test unless the groups runners and big are at
+// these desired capacities (after what).
+func (f *fixture) wantDesired(t *testing.T, runners, big int, what string) {
+	t.Helper()
+	if r, b := f.fake.Desired("runners"), f.fake.Desired("big"); r != runners || b != big {
+		t.Fatalf("%s: desired runners %d, big %d; want %d and %d", what, r, b, runners, big)
 	}
 }
 
 // overlapping adds a second group, big, of up to 5 runners labelled
-// linux and big, after the fixture's.
-func (f *fixture) overlapping(t *testing.T) {
+// linux and big, after the fixture's (up to 3, linux), with these waits.
+func (f *fixture) overlapping(t *testing.T, waitRunners, waitBig int) {
 	t.Helper()
 	f.fake.AddGroup("big", 0, 5, 0)
-	groups, err := scaling.ParseGroups(`[{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": 1, "idle_seconds": 600},
-		{"asg": "big", "labels": ["linux", "big"], "runner": "ec2-big", "max": 5, "wait_seconds": 1, "idle_seconds": 600}]`)
+	groups, err := scaling.ParseGroups(fmt.Sprintf(`[
+		{"asg": "runners", "labels": ["linux"], "runner": "ec2", "max": 3, "wait_seconds": %d, "idle_seconds": 600},
+		{"asg": "big", "labels": ["linux", "big"], "runner": "ec2-big", "max": 5, "wait_seconds": %d, "idle_seconds": 600}]`,
+		waitRunners, waitBig))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,8 @@ import (
 // (finishAttempt), in the transaction that ends it. The scan starts after
 // the queue position ($4, $5): see claimHints. Only jobs in the runner's
 // scope match: its projects ($7, none meaning all) and, only if it takes
-// untrusted work ($8), jobs of untrusted runs; and only jobs whose runner
+// untrusted work ($8), jobs of untrusted runs, and if it takes untrusted
+// work only ($10), no jobs of trusted runs; and only jobs whose runner
 // features ($9) the runner declared. That test starts with features = '{}'
 // on purpose: a bare second array containment (beside labels) made the
 // planner estimate so few matching rows that it left the ordered index
@@ -37,7 +38,7 @@ const claimSQL = `
 WITH candidate AS (
     SELECT id FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $2::text[]
-      AND (cardinality($7::text[]) = 0 OR project_id = ANY ($7::text[])) AND (trusted OR $8)
+      AND (cardinality($7::text[]) = 0 OR project_id = ANY ($7::text[])) AND (trusted OR $8) AND NOT (trusted AND $10)
       AND (features = '{}'::text[] OR features <@ $9::text[])
       AND (queued_at, id) > ($4::timestamptz, $5::text)
       AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.revoked_at IS NULL FOR SHARE)
@@ -174,7 +175,7 @@ func (s *Store) ClaimScan(ctx context.Context, runner Runner, labels []string) (
 	s.touchRunner(ctx, runner)
 	var waiting bool
 	err = s.pool.QueryRow(ctx, queuedForRunnerSQL, effective, nonNil(runner.Projects), runner.Untrusted,
-		nonNil(runner.Features)).Scan(&waiting)
+		nonNil(runner.Features), runner.UntrustedOnly).Scan(&waiting)
 	if err != nil {
 		return nil, false, fmt.Errorf("claim: %w", err)
 	}
@@ -186,7 +187,7 @@ func (s *Store) ClaimScan(ctx context.Context, runner Runner, labels []string) (
 const queuedForRunnerSQL = `
 SELECT EXISTS (SELECT 1 FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $1::text[]
-      AND (cardinality($2::text[]) = 0 OR project_id = ANY ($2::text[])) AND (trusted OR $3)
+      AND (cardinality($2::text[]) = 0 OR project_id = ANY ($2::text[])) AND (trusted OR $3) AND NOT (trusted AND $5)
       AND (features = '{}'::text[] OR features <@ $4::text[]))`
 
 func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string, whole bool) (*Claim, error) {
@@ -241,7 +242,7 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 	qctx, cancel := s.coveredBy(ctx, started)
 	defer cancel()
 	err = conn.QueryRow(qctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget,
-		projects, runner.Untrusted, features).Scan(
+		projects, runner.Untrusted, features, runner.UntrustedOnly).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
 		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &queuedAt,
 		&projectID, &trusted, &secretNames, &wrapped, &sealed)

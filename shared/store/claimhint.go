@@ -60,7 +60,7 @@ func hintKey(labels []string, scope Scope, features []string) string {
 	slices.Sort(f)
 	// Runners of other scopes or features see other jobs: each keeps its
 	// own place.
-	return strings.Join(s, "\x00") + "\x01" + strings.Join(p, "\x00") + fmt.Sprintf("\x01%v\x01", scope.Untrusted) +
+	return strings.Join(s, "\x00") + "\x01" + strings.Join(p, "\x00") + fmt.Sprintf("\x01%v%v\x01", scope.Untrusted, scope.UntrustedOnly) +
 		strings.Join(f, "\x00")
 }
 

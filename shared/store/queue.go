@@ -24,6 +24,7 @@ SELECT j.id, j.run_id, ru.number, p.name, j.name, j.labels, j.queued_at, now(),
 FROM jobs j JOIN runs ru ON ru.id = j.run_id JOIN projects p ON p.id = ru.project_id
 LEFT JOIN runners r ON r.revoked_at IS NULL AND j.labels <@ r.labels
      AND (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)
+     AND NOT (j.trusted AND r.untrusted_only)
      AND (j.features = '{}'::text[] OR r.features IS NULL OR j.features <@ r.features)
 WHERE j.state = 'QUEUED' AND project_rank($1, p.id) >= 1
 GROUP BY j.id, ru.number, p.name

@@ -20,7 +20,7 @@ import (
 // registrationColumns are a RegistrationInfo's (scanRegistration).
 const registrationColumns = `r.id, r.description, r.created_at, r.expires_at, r.used_at, coalesce(r.used_by_runner, ''),
        coalesce((SELECT array_agg(p.name ORDER BY p.name) FROM projects p WHERE p.id = ANY (r.projects)), '{}'),
-       r.untrusted, coalesce(u.name, ''), r.expires_at <= now()`
+       r.untrusted, r.untrusted_only, coalesce(u.name, ''), r.expires_at <= now()`
 
 // registrationsFrom joins each registration token to the user whose
 // token made it.
@@ -59,8 +59,9 @@ type RegistrationInfo struct {
 	UsedAt       *time.Time `json:"used_at,omitempty"`
 	UsedByRunner string     `json:"used_by_runner,omitempty"`
 	// The scope it hands its runner (no projects: every project).
-	ProjectNames []string `json:"project_names"`
-	Untrusted    bool     `json:"untrusted"`
+	ProjectNames  []string `json:"project_names"`
+	Untrusted     bool     `json:"untrusted"`
+	UntrustedOnly bool     `json:"untrusted_only"`
 }
 
 // ListRegistrationTokensAs returns a page of the registration tokens,
@@ -121,6 +122,6 @@ func (s *Store) RevokeRegistrationTokenAs(ctx context.Context, by User, id strin
 func scanRegistration(row pgx.CollectableRow) (RegistrationInfo, error) {
 	var r RegistrationInfo
 	err := row.Scan(&r.ID, &r.Description, &r.CreatedAt, &r.ExpiresAt, &r.UsedAt, &r.UsedByRunner, &r.ProjectNames,
-		&r.Untrusted, &r.CreatedBy, &r.Expired)
+		&r.Untrusted, &r.UntrustedOnly, &r.CreatedBy, &r.Expired)
 	return r, err
 }

@@ -30,23 +30,24 @@ const projectByIDOrNameSQL = `SELECT id FROM projects WHERE id = $1 OR name = $1
 // seconds by the database clock, with the scope it hands on; $7 is the
 // user token it is made with (empty: the operator's call).
 const insertRegistrationSQL = `
-INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted, created_by_token)
-VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6, nullif($7, ''))
+INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted, created_by_token, untrusted_only)
+VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6, nullif($7, ''), $8)
 RETURNING expires_at`
 
 // useRegistrationSQL locks the unused, unexpired registration token with
 // hash $1 and reads its scope.
 const useRegistrationSQL = `
-SELECT projects, untrusted FROM registration_tokens
+SELECT projects, untrusted, untrusted_only FROM registration_tokens
 WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now() FOR UPDATE`
 
-const insertRunnerSQL = `INSERT INTO runners (id, name, token_hash, labels, projects, untrusted) VALUES ($1, $2, $3, $4, $5, $6)`
+const insertRunnerSQL = `
+INSERT INTO runners (id, name, token_hash, labels, projects, untrusted, untrusted_only) VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
 const registrationUsedSQL = `UPDATE registration_tokens SET used_at = now(), used_by_runner = $2 WHERE token_hash = $1`
 
 // authenticateRunnerSQL finds the runner whose token has hash $1.
 const authenticateRunnerSQL = `
-SELECT id, name, labels, projects, untrusted, revoked_at IS NOT NULL, token_hash FROM runners WHERE token_hash = $1`
+SELECT id, name, labels, projects, untrusted, untrusted_only, revoked_at IS NOT NULL, token_hash FROM runners WHERE token_hash = $1`
 
 const revokeRunnerSQL = `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING token_hash`
 
@@ -61,7 +62,7 @@ WHERE id IN (SELECT id FROM jobs WHERE runner_id = $1 AND state = 'RUNNING' FOR 
 // are counted in one pass: a new backend plans each subquery afresh.
 const listRunnersSQL = `
 SELECT r.id, r.name, r.labels, coalesce((SELECT array_agg(p.name ORDER BY p.name) FROM projects p WHERE p.id = ANY (r.projects)), '{}'),
-       r.untrusted, r.created_at, r.last_seen_at, r.revoked_at, coalesce(r.version, ''), coalesce(r.slots, 0),
+       r.untrusted, r.untrusted_only, r.created_at, r.last_seen_at, r.revoked_at, coalesce(r.version, ''), coalesce(r.slots, 0),
        coalesce((SELECT jsonb_agg(jsonb_build_object('job_id', j.id, 'run_id', j.run_id, 'name', j.name,
                                                      'project', p.name, 'run_number', ru.number) ORDER BY j.started_at)
                  FROM jobs j JOIN runs ru ON ru.id = j.run_id JOIN projects p ON p.id = ru.project_id
@@ -90,22 +91,25 @@ type Runner struct {
 // Scope is what a runner may run: jobs of these projects (by ID; none
 // listed means every project), and untrusted work (pull requests from
 // forks, runs of members without the secrets permission) only if
-// Untrusted. A registration token hands its scope to the runner.
+// Untrusted; with UntrustedOnly (which implies Untrusted), no trusted
+// work. A registration token hands its scope to the runner.
 type Scope struct {
-	Projects  []string `json:"projects"`
-	Untrusted bool     `json:"untrusted"`
+	Projects      []string `json:"projects"`
+	Untrusted     bool     `json:"untrusted"`
+	UntrustedOnly bool     `json:"untrusted_only,omitempty"`
 }
 
 // RunnerInfo is what admins see about a runner.
 type RunnerInfo struct {
-	ID           string     `json:"id"`
-	Name         string     `json:"name"`
-	Labels       []string   `json:"labels"`
-	ProjectNames []string   `json:"project_names"` // none: every project
-	Untrusted    bool       `json:"untrusted"`
-	CreatedAt    time.Time  `json:"created_at"`
-	LastSeenAt   *time.Time `json:"last_seen_at,omitempty"`
-	RevokedAt    *time.Time `json:"revoked_at,omitempty"`
+	ID            string     `json:"id"`
+	Name          string     `json:"name"`
+	Labels        []string   `json:"labels"`
+	ProjectNames  []string   `json:"project_names"` // none: every project
+	Untrusted     bool       `json:"untrusted"`
+	UntrustedOnly bool       `json:"untrusted_only"`
+	CreatedAt     time.Time  `json:"created_at"`
+	LastSeenAt    *time.Time `json:"last_seen_at,omitempty"`
+	RevokedAt     *time.Time `json:"revoked_at,omitempty"`
 	// What it said of itself when it last polled.
 	Version string `json:"version,omitempty"`
 	Slots   int    `json:"slots,omitempty"`
@@ -204,7 +208,7 @@ func (s *Store) createRegistrationToken(ctx context.Context, may check, madeWith
 			ids = append(ids, id)
 		}
 		return tx.QueryRow(ctx, insertRegistrationSQL, uuid.Must(uuid.NewV7()).String(), hashSecret(tok), description,
-			ttl.Seconds(), ids, scope.Untrusted, madeWith).Scan(&expires)
+			ttl.Seconds(), ids, scope.Untrusted || scope.UntrustedOnly, madeWith, scope.UntrustedOnly).Scan(&expires)
 	})
 	if err != nil {
 		return "", time.Time{}, err
@@ -234,14 +238,15 @@ func (s *Store) RegisterRunner(ctx context.Context, registrationToken, name stri
 		// The token's use and the runner commit together or not at all;
 		// the runner takes the token's scope.
 		var scope Scope
-		err := tx.QueryRow(ctx, useRegistrationSQL, hashSecret(registrationToken)).Scan(&scope.Projects, &scope.Untrusted)
+		err := tx.QueryRow(ctx, useRegistrationSQL, hashSecret(registrationToken)).Scan(&scope.Projects, &scope.Untrusted, &scope.UntrustedOnly)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.EUnauthorized, "registration token is unknown, used or expired")
 		}
 		if err != nil {
 			return fmt.Errorf("use registration token: %w", err)
 		}
-		if _, err := tx.Exec(ctx, insertRunnerSQL, runnerID, name, hashSecret(token), labels, scope.Projects, scope.Untrusted); err != nil {
+		if _, err := tx.Exec(ctx, insertRunnerSQL, runnerID, name, hashSecret(token), labels, scope.Projects, scope.Untrusted,
+			scope.UntrustedOnly); err != nil {
 			return fmt.Errorf("insert runner: %w", err)
 		}
 		_, err = tx.Exec(ctx, registrationUsedSQL, hashSecret(registrationToken), runnerID)
@@ -258,7 +263,7 @@ func (s *Store) RegisterRunner(ctx context.Context, registrationToken, name stri
 func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, error) {
 	var r Runner
 	var revoked bool
-	found, err := s.lookupToken(ctx, token, runnerTokenPrefix, authenticateRunnerSQL, &r.ID, &r.Name, &r.Labels, &r.Projects, &r.Untrusted, &revoked)
+	found, err := s.lookupToken(ctx, token, runnerTokenPrefix, authenticateRunnerSQL, &r.ID, &r.Name, &r.Labels, &r.Projects, &r.Untrusted, &r.UntrustedOnly, &revoked)
 	if err != nil {
 		return Runner{}, fmt.Errorf("authenticate runner: %w", err)
 	}
@@ -367,7 +372,7 @@ func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string,
 	}
 	rs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunnerInfo, error) {
 		var r RunnerInfo
-		err := row.Scan(&r.ID, &r.Name, &r.Labels, &r.ProjectNames, &r.Untrusted, &r.CreatedAt, &r.LastSeenAt, &r.RevokedAt,
+		err := row.Scan(&r.ID, &r.Name, &r.Labels, &r.ProjectNames, &r.Untrusted, &r.UntrustedOnly, &r.CreatedAt, &r.LastSeenAt, &r.RevokedAt,
 			&r.Version, &r.Slots, &r.Jobs, &r.Failures, &r.Attempts)
 		return r, err
 	})

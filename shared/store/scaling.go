@@ -56,7 +56,7 @@ type GroupJob struct {
 // group full of instances that claim nothing; counting none would never
 // learn of an upgrade, since only a booted instance polls.
 const groupDemandSQL = `
-WITH r AS (SELECT id, projects, untrusted, features, last_seen_at FROM runners WHERE name = $3 AND revoked_at IS NULL
+WITH r AS (SELECT id, projects, untrusted, untrusted_only, features, last_seen_at FROM runners WHERE name = $3 AND revoked_at IS NULL
            ORDER BY created_at DESC LIMIT 1),
 q AS (
     SELECT j.id, j.queued_at, j.state, j.runner_id, j.state = 'QUEUED' AND j.queued_at <= now() - make_interval(secs => $2) AS waited,
@@ -65,7 +65,8 @@ q AS (
     FROM jobs j
     WHERE j.state IN ('QUEUED', 'RUNNING') AND j.labels <@ $1::text[]
       AND (NOT EXISTS (SELECT 1 FROM runners WHERE name = $3) OR EXISTS (SELECT 1 FROM r
-           WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)))
+           WHERE (cardinality(r.projects) = 0 OR j.project_id = ANY (r.projects)) AND (j.trusted OR r.untrusted)
+             AND NOT (j.trusted AND r.untrusted_only)))
 ),
 n AS (
     SELECT count(*) FILTER (WHERE state = 'QUEUED' AND fits) AS queued,

@@ -1,0 +1,13 @@
+-- +goose Up
+-- A runner may take untrusted work only (pull requests from forks, runs of
+-- members without the secrets permission), never trusted work: a
+-- long-lived runner whose slots run both may carry what an untrusted job
+-- left to a trusted job with secrets. untrusted_only implies untrusted.
+ALTER TABLE registration_tokens ADD COLUMN untrusted_only boolean NOT NULL DEFAULT false,
+    ADD CONSTRAINT registration_tokens_untrusted_only CHECK (untrusted OR NOT untrusted_only);
+ALTER TABLE runners ADD COLUMN untrusted_only boolean NOT NULL DEFAULT false,
+    ADD CONSTRAINT runners_untrusted_only CHECK (untrusted OR NOT untrusted_only);
+
+-- +goose Down
+ALTER TABLE runners DROP COLUMN untrusted_only;
+ALTER TABLE registration_tokens DROP COLUMN untrusted_only;
