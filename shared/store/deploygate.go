@@ -101,9 +101,10 @@ func (d *decider) deployGate(b *pgx.Batch, u undecided, needs map[string]domain.
 		// A fork's code, or a member's without the secrets permission,
 		// is no deployment, whatever its ref: it would run as one (in the
 		// history, on the target's network) without the right to.
-		reason := fmt.Sprintf("skipped: an untrusted run (a fork's pull request, or a member's without the secrets permission) does not deploy to %s", name)
+		// It fails: a skipped check passes GitHub's branch protection.
+		reason := fmt.Sprintf("an untrusted run (a fork's pull request, or a member's without the secrets permission) does not deploy to %s", name)
 		b.Queue(insertDeploymentSQL, u.id, name, url, "refused", reason)
-		b.Queue(decideEndSQL, u.id, domain.JobSkipped, domain.Truncate(reason, 300))
+		b.Queue(decideEndSQL, u.id, domain.JobFailed, domain.Truncate(reason, 300))
 		return false
 	case !refAllowed(rule.allowedRefs, ref):
 		reason := fmt.Sprintf("environment %s does not allow %s to deploy (allowed: %s)", name, refOrNone(ref), strings.Join(rule.allowedRefs, ", "))

@@ -187,12 +187,13 @@ func TestDeployUnprotected(t *testing.T) {
 	}
 	complete(t, f.s, f.r, claimJob(t, f.s, f.r, untrusted.ID, "build"), domain.OutcomePassed)
 	// An untrusted run does not deploy, even where a trusted one would
-	// at once: its deploy job is skipped, and refused in the history.
+	// at once: its deploy job fails (a skipped check would pass GitHub's
+	// branch protection), refused in the history.
 	if c, err := f.s.Claim(context.Background(), f.r, nil, 0); err != nil || c != nil {
 		t.Fatalf("an untrusted run's deploy job was claimed: %+v %v", c, err)
 	}
-	if st := states(t, f.s, untrusted.ID)["deploy"]; st != domain.JobSkipped {
-		t.Fatalf("the untrusted run's deploy job is %s, want SKIPPED (%v)", st, reasons(t, f.s, untrusted.ID))
+	if st := states(t, f.s, untrusted.ID)["deploy"]; st != domain.JobFailed {
+		t.Fatalf("the untrusted run's deploy job is %s, want FAILED (%v)", st, reasons(t, f.s, untrusted.ID))
 	}
 	refused := false
 	for _, d := range f.deployments(t, "staging") {
@@ -200,5 +201,14 @@ func TestDeployUnprotected(t *testing.T) {
 	}
 	if !refused {
 		t.Fatalf("the untrusted run's deployment is not refused in the history: %+v", f.deployments(t, "staging"))
+	}
+	// One that waited for a review from before is not approved.
+	if _, err := f.s.Pool().Exec(context.Background(), `UPDATE jobs SET state = 'PENDING', deploy_state = 'waiting', finished_at = NULL
+		WHERE run_id = $1 AND name = 'deploy'`, untrusted.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.s.DecideDeployment(context.Background(), f.root, untrusted.ID, jobColumn(t, f.s, untrusted.ID, "id")["deploy"], true, "")
+	if !domain.Is(err, domain.EForbidden) {
+		t.Fatalf("approving an untrusted run's waiting deployment: %v, want forbidden", err)
 	}
 }

@@ -96,7 +96,8 @@ func (s *Store) Deployments(ctx context.Context, u User, project, env string, pg
 // its run's facts. The caller holds the run's lock first: the order of
 // advanceRun, Cancel and fail-fast (run, then its pending rows).
 const lockDeployJobSQL = `
-SELECT j.name, j.state, coalesce(j.environment, ''), coalesce(j.deploy_state, ''), r.project_id, r.actor, coalesce(r.source_by, ''), coalesce(r.git_ref, '')
+SELECT j.name, j.state, coalesce(j.environment, ''), coalesce(j.deploy_state, ''), r.project_id, r.actor, coalesce(r.source_by, ''), coalesce(r.git_ref, ''),
+       r.trusted
 FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1 AND j.run_id = $2 FOR UPDATE OF j`
 
 // environmentRulesSQL reads environment $2 of project $1 as it is now,
@@ -133,7 +134,8 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 			return fmt.Errorf("lock run: %w", err)
 		}
 		var name, state, env, deploy, projectID, actor, sourceBy, ref string
-		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &sourceBy, &ref)
+		var trusted bool
+		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &sourceBy, &ref, &trusted)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
 		}
@@ -142,6 +144,10 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 		}
 		if state != domain.JobPending || deploy != "waiting" {
 			return domain.Errorf(domain.EConflict, "job %s does not wait for a deployment review (it is %s)", name, state)
+		}
+		if approve && !trusted {
+			// One that waited from before untrusted runs stopped deploying.
+			return domain.Errorf(domain.EForbidden, "an untrusted run does not deploy: reject it")
 		}
 		if err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy, ref: ref, approve: approve}); err != nil {
 			return err
