@@ -9,5 +9,9 @@ ALTER TABLE runners ADD COLUMN untrusted_only boolean NOT NULL DEFAULT false,
     ADD CONSTRAINT runners_untrusted_only CHECK (untrusted OR NOT untrusted_only);
 
 -- +goose Down
+-- Without the column these would take trusted work too: revoked, and
+-- unused tokens expired, rather than widened.
+UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE untrusted_only;
+UPDATE registration_tokens SET expires_at = least(expires_at, now()) WHERE untrusted_only AND used_at IS NULL;
 ALTER TABLE runners DROP COLUMN untrusted_only;
 ALTER TABLE registration_tokens DROP COLUMN untrusted_only;

@@ -299,7 +299,11 @@ func runnerRow(o *out, r store.RunnerInfo) {
 		o.raw("all")
 	}
 	o.raw("</td><td>")
-	o.raw(yesNo(r.Untrusted))
+	if r.UntrustedOnly {
+		o.raw("only")
+	} else {
+		o.raw(yesNo(r.Untrusted))
+	}
 	o.raw("</td>\n<td>")
 	o.text(cmp.Or(r.Version, "unknown"))
 	o.raw(`</td><td class="slots">`)
