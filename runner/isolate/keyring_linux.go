@@ -23,14 +23,22 @@ import (
 // as it is. The forking thread ends right after: a parent-death signal
 // (Pdeathsig) on cmd would fire at once.
 func startWithKeyring(cmd *exec.Cmd) error {
+	return onThreadOfItsOwn(func() error {
+		if err := joinNewSessionKeyring(); err != nil && !keyringsUnavailable(err) {
+			return fmt.Errorf("a session keyring for the step: %w", err)
+		}
+		return cmd.Start()
+	})
+}
+
+// onThreadOfItsOwn runs fn on a thread locked to a goroutine and never
+// unlocked, so the thread, with whatever fn changed of it, exits with the
+// goroutine.
+func onThreadOfItsOwn(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		if err := joinNewSessionKeyring(); err != nil && !keyringsUnavailable(err) {
-			errc <- fmt.Errorf("a session keyring for the step: %w", err)
-			return
-		}
-		errc <- cmd.Start()
+		runtime.LockOSThread()
+		errc <- fn()
 	}()
 	return <-errc
 }
@@ -50,11 +58,4 @@ func keyringsUnavailable(err error) bool {
 }
 
 // keyringsWork says whether this machine lets the runner use keyrings.
-func keyringsWork() error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
-		errc <- joinNewSessionKeyring()
-	}()
-	return <-errc
-}
+func keyringsWork() error { return onThreadOfItsOwn(joinNewSessionKeyring) }

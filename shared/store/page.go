@@ -106,15 +106,27 @@ func cursorOf(parts ...string) string {
 // many rows. u must be an admin of the project.
 func adminPage[T any](ctx context.Context, s *Store, u User, projectID string, pg Page, what, query string,
 	scan func(pgx.CollectableRow) (T, error), name func(T) string) ([]T, string, error) {
+	may := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID)
+		return err
+	}
+	return checkedPage(ctx, s, may, pg, what, query, []any{projectID}, scan, name)
+}
+
+// checkedPage reads a page of a list ordered by a single key, after may
+// passes in the same transaction: query takes args, then the key to
+// start after and how many rows.
+func checkedPage[T any](ctx context.Context, s *Store, may check, pg Page, what, query string, args []any,
+	scan func(pgx.CollectableRow) (T, error), key func(T) string) ([]T, string, error) {
 	limit, after, err := pg.parse(1)
 	if err != nil {
 		return nil, "", err
 	}
 	out, err := inTxValue(ctx, s, func(tx pgx.Tx) ([]T, error) {
-		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+		if err := may.run(ctx, tx); err != nil {
 			return nil, err
 		}
-		rows, err := tx.Query(ctx, query, projectID, after[0], limit+1)
+		rows, err := tx.Query(ctx, query, append(args, after[0], limit+1)...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
@@ -123,7 +135,7 @@ func adminPage[T any](ctx context.Context, s *Store, u User, projectID string, p
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trim(out, limit, func(v T) []string { return []string{name(v)} })
+	out, next := trim(out, limit, func(v T) []string { return []string{key(v)} })
 	return out, next, nil
 }
 

@@ -67,25 +67,8 @@ type RegistrationInfo struct {
 // ListRegistrationTokensAs returns a page of the registration tokens,
 // newest first, on behalf of by, who must be a global admin.
 func (s *Store) ListRegistrationTokensAs(ctx context.Context, by User, pg Page) ([]RegistrationInfo, string, error) {
-	limit, after, err := pg.parse(1)
-	if err != nil {
-		return nil, "", err
-	}
-	out, err := inTxValue(ctx, s, func(tx pgx.Tx) ([]RegistrationInfo, error) {
-		if err := byAdmin(by).run(ctx, tx); err != nil {
-			return nil, err
-		}
-		rows, err := tx.Query(ctx, listRegistrationsSQL, after[0], limit+1)
-		if err != nil {
-			return nil, fmt.Errorf("list registration tokens: %w", err)
-		}
-		return pgx.CollectRows(rows, scanRegistration)
-	})
-	if err != nil {
-		return nil, "", err
-	}
-	out, next := trim(out, limit, func(r RegistrationInfo) []string { return []string{r.ID} })
-	return out, next, nil
+	return checkedPage(ctx, s, byAdmin(by), pg, "list registration tokens", listRegistrationsSQL, nil, scanRegistration,
+		func(r RegistrationInfo) string { return r.ID })
 }
 
 // RevokeRegistrationTokenAs ends registration token id, on behalf of by,

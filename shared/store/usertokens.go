@@ -106,28 +106,14 @@ func tokensCheck(by User, userID string) check {
 // ListUserTokensAs returns a page of user userID's tokens, revoked ones
 // too, on behalf of by (the user or a global admin).
 func (s *Store) ListUserTokensAs(ctx context.Context, by User, userID string, pg Page) ([]TokenInfo, string, error) {
-	limit, after, err := pg.parse(1)
-	if err != nil {
-		return nil, "", err
-	}
-	out, err := inTxValue(ctx, s, func(tx pgx.Tx) ([]TokenInfo, error) {
+	may := func(ctx context.Context, tx pgx.Tx) error {
 		if err := tokensCheck(by, userID).run(ctx, tx); err != nil {
-			return nil, err
+			return err
 		}
-		if err := userExists(ctx, tx, userID); err != nil {
-			return nil, err
-		}
-		rows, err := tx.Query(ctx, listUserTokensSQL, userID, after[0], limit+1)
-		if err != nil {
-			return nil, fmt.Errorf("list tokens: %w", err)
-		}
-		return pgx.CollectRows(rows, scanTokenInfo)
-	})
-	if err != nil {
-		return nil, "", err
+		return userExists(ctx, tx, userID)
 	}
-	out, next := trim(out, limit, func(t TokenInfo) []string { return []string{t.ID} })
-	return out, next, nil
+	return checkedPage(ctx, s, may, pg, "list tokens", listUserTokensSQL, []any{userID}, scanTokenInfo,
+		func(t TokenInfo) string { return t.ID })
 }
 
 // RevokeUserTokenAs revokes user userID's token tokenID, and every token
