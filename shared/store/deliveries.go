@@ -95,12 +95,12 @@ const deliveryErrorSQL = `UPDATE scm_deliveries SET last_error = $2 WHERE guid =
 // insertDeliveryNoticeSQL queues the failing check run that tells a
 // commit's author why delivery $1 made no run: once per commit (another
 // event at it, an edited title or a label, would say the same again, and
-// cost a check run each).
+// cost a check run each). The unique index check_runs_notices decides,
+// so that two deliveries failing at once for one commit queue one notice.
 const insertDeliveryNoticeSQL = `
 INSERT INTO check_runs (delivery_guid, repository_id, head_sha, name, summary)
-SELECT $1, $2, $3, $4, $5
-WHERE NOT EXISTS (SELECT 1 FROM check_runs WHERE repository_id = $2 AND head_sha = $3 AND name = $4 AND delivery_guid IS NOT NULL)
-ON CONFLICT (delivery_guid) DO NOTHING`
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT DO NOTHING`
 
 // retryDeliveryLaterSQL releases delivery $1's lease $2 with error $3,
 // due again after $4 seconds.

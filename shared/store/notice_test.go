@@ -1,0 +1,69 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// Two deliveries for one commit (its push and its pull request) fail at
+// the same moment: one notice is queued, not two. The repository's row is
+// held so that both transactions are inside their insert together (its
+// foreign-key check waits for the row); looking for a queued notice first
+// found none in either, since neither had committed.
+func TestConcurrentFailuresQueueOneNotice(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	p := pgtest.Project(t, s, "p")
+	addRepository(t, s, p.ID)
+	sha := strings.Repeat("cd", 20)
+	var ds []*store.Delivery
+	for _, guid := range []string{"push-1", "pr-1"} {
+		if _, err := s.RecordDelivery(ctx, guid, "push", 5, []byte(`{"n":"`+guid+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.ClaimDelivery(ctx, time.Minute)
+		if err != nil || d == nil {
+			t.Fatalf("claim %s: %v %v", guid, d, err)
+		}
+		ds = append(ds, d)
+	}
+
+	hold, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx) //nolint:errcheck
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM scm_repositories WHERE github_id = 5 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, len(ds))
+	for _, d := range ds {
+		go func() { errs <- s.FailDeliveryWithNotice(ctx, d, errors.New("no .forgeci.yml"), sha, "forgeci") }()
+	}
+	waitForLockWaiters(t, s, 2)
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range ds {
+		if err := <-errs; err != nil {
+			t.Fatalf("fail with notice: %v", err)
+		}
+	}
+	var notices int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM check_runs WHERE head_sha = $1`, sha).Scan(&notices); err != nil {
+		t.Fatal(err)
+	}
+	if notices != 1 {
+		t.Fatalf("%d notices queued for one commit, want 1", notices)
+	}
+	var failed int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM scm_deliveries WHERE state = $1`, store.DeliveryFailed).Scan(&failed); err != nil || failed != 2 {
+		t.Fatalf("%d deliveries failed (%v), want both", failed, err)
+	}
+}
