@@ -147,8 +147,9 @@ func (s *Server) scan(ctx context.Context, b *wake.Board, qs wake.QueueState, ru
 		return c, settled, err
 	}
 	if err := b.PutVerdict(ctx, hash, runner.ID); err != nil {
-		s.Log.Warn("runner verdict", "runner", runner.ID, "err", err) // its polls keep asking PostgreSQL
-		return nil, settled, nil
+		// Its polls keep asking PostgreSQL; but a write that failed
+		// here (its read-back, its time) may have landed all the same.
+		s.Log.Warn("runner verdict", "runner", runner.ID, "err", err)
 	}
 	// A revocation that committed before the verdict was written has
 	// deleted nothing of it: look again, and take it back.

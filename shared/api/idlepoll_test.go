@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -242,5 +244,58 @@ func TestIdlePollAfterSkippedJob(t *testing.T) {
 	_ = lock.Rollback(ctx)
 	if a := e.idlePoll(r.Token, a.hint); a.status != http.StatusOK {
 		t.Fatalf("the job was not taken once let go: %+v", a)
+	}
+}
+
+// revokingObjects revokes the runner just before its verdict is written,
+// as a revocation that commits while the poll scans; with failWrite the
+// verdict's write lands but reports an error (a read-back that failed).
+type revokingObjects struct {
+	wake.Objects
+	revoke    func()
+	failWrite bool
+}
+
+func (o *revokingObjects) PutNote(ctx context.Context, key string, body []byte) error {
+	if !strings.HasPrefix(key, "hints/runners/") || o.revoke == nil {
+		return o.Objects.PutNote(ctx, key, body)
+	}
+	o.revoke()
+	o.revoke = nil
+	if err := o.Objects.PutNote(ctx, key, body); err != nil || !o.failWrite {
+		return err
+	}
+	return errors.New("the read-back timed out")
+}
+
+// A runner revoked while its idle poll scans the queue (the revocation's
+// deletions find no verdict yet) gets 401, and no verdict of it is left,
+// even when the verdict's write reported an error though it landed: else
+// its polls would get 204 for the verdict's life, a day.
+func TestRevocationBeforeTheVerdict(t *testing.T) {
+	for _, failWrite := range []bool{false, true} {
+		t.Run(fmt.Sprintf("write fails %v", failWrite), func(t *testing.T) {
+			e := setup(t)
+			objects := &revokingObjects{Objects: e.cas, failWrite: failWrite}
+			b := wake.New(objects, 200*time.Millisecond)
+			b.SetTiming(testSettle, 400*time.Millisecond, 500*time.Millisecond)
+			e.store.SetBoard(b)
+			r := e.registerRunner("idle")
+			objects.revoke = func() {
+				if err := e.store.RevokeRunner(context.Background(), r.ID); err != nil {
+					t.Error(err)
+				}
+			}
+			if a := e.idlePoll(r.Token, ""); a.status != http.StatusUnauthorized {
+				t.Fatalf("the revoked runner's poll: %+v", a)
+			}
+			if objects.revoke != nil {
+				t.Fatal("no verdict was written")
+			}
+			keys, err := e.cas.ListNotes(context.Background(), "hints/runners/", 10)
+			if err != nil || len(keys) != 0 {
+				t.Fatalf("verdicts left: %v %v", keys, err)
+			}
+		})
 	}
 }

@@ -28,10 +28,13 @@ type fixture struct {
 	run    store.Run
 }
 
-func newFixture(t *testing.T) fixture {
+func newFixture(t *testing.T) fixture { return newFixtureTTL(t, 2*time.Second) }
+
+// newFixtureTTL is newFixture with leases of ttl.
+func newFixtureTTL(t *testing.T, ttl time.Duration) fixture {
 	t.Helper()
 	ctx := context.Background()
-	st := pgtest.NewStore(t, store.Limits{LeaseTTL: 2 * time.Second})
+	st := pgtest.NewStore(t, store.Limits{LeaseTTL: ttl})
 	b := wake.New(castest.New(t), 250*time.Millisecond)
 	b.SetTiming(2*time.Second, 500*time.Millisecond, time.Second)
 	st.SetBoard(b)
@@ -136,6 +139,48 @@ func TestSweeperWakesForTheExpiry(t *testing.T) {
 	f.sweepEvery(t)
 	if late := f.overdue(t, c.Lease.JobID); late > 2*period {
 		t.Fatalf("the lease ended %s after its expiry (sweep period %s)", late, period)
+	}
+}
+
+// A revoked runner's leases end at once: the sweeper, whose note was for
+// their expiry a minute on, looks again and records the job ABORTED.
+func TestRevocationWakesTheSweeper(t *testing.T) {
+	f := newFixtureTTL(t, time.Minute)
+	ctx := context.Background()
+	c, err := f.st.Claim(ctx, f.runner, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	f.sweepEvery(t)
+	// Wait for a pass to leave only the note of the lease's expiry.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		notes, err := f.board.Notes(ctx, wake.Sweep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(notes) == 1 && notes[0].After(time.Now().Add(30*time.Second)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sweep notes %v", notes)
+		}
+	}
+	revoked := time.Now()
+	if err := f.st.RevokeRunner(ctx, f.runner.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := revoked.Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var state string
+		if err := f.st.Pool().QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, c.Lease.JobID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "ABORTED" {
+			t.Logf("ABORTED %s after the revocation", time.Since(revoked).Round(time.Millisecond))
+			return
+		}
+		if state != "RUNNING" || time.Now().After(deadline) {
+			t.Fatalf("job %s %s after the revocation", state, time.Since(revoked))
+		}
 	}
 }
 

@@ -300,18 +300,21 @@ func (s *Store) lookupTokenWith(ctx context.Context, token, prefix, query string
 }
 
 // RevokeRunner revokes a runner: every later request with its token gets 401,
-// and its leases end at once (their expiry is set in the past), so the
-// sweeper records its running jobs as ABORTED like any lost lease, and a
-// retry policy may run them elsewhere. The job rows are taken FOR UPDATE
-// first, as by every transition that ends a lease: a fast-path write in
-// flight either commits before the revocation or sees its lease ended.
-// That is why the fast paths' lease check need not read the runner's row.
+// and its leases end at once (their expiry is set in the past, and the
+// sweeper is noted to look now), so the sweeper records its running jobs
+// as ABORTED like any lost lease, and a retry policy may run them
+// elsewhere. The job rows are taken FOR UPDATE first, as by every
+// transition that ends a lease: a fast-path write in flight either
+// commits before the revocation or sees its lease ended. That is why the
+// fast paths' lease check need not read the runner's row.
 //
 // Its idle polls' verdict (package wake) is deleted in the transaction and
 // again after the commit, in case a poll wrote one meanwhile (that poll
-// also checks the runner again after writing); the revocation itself
-// never waits on S3. A claim takes the runner's row FOR SHARE, so a
-// revocation waits for claims in flight and then ends their leases.
+// also checks the runner again after writing). The revocation commits
+// whatever S3 does (the first deletion waits a few seconds at most; the
+// second's failure is the error returned). A claim takes the runner's row
+// FOR SHARE, so a revocation waits for claims in flight and then ends
+// their leases.
 //
 // It is the operator's call; people go through RevokeRunnerAs.
 func (s *Store) RevokeRunner(ctx context.Context, runnerID string) error {
@@ -337,10 +340,16 @@ func (s *Store) revokeRunner(ctx context.Context, may check, runnerID string) er
 		if err != nil {
 			return fmt.Errorf("revoke runner: %w", err)
 		}
-		if _, err := tx.Exec(ctx, endRunnerLeasesSQL, runnerID); err != nil {
+		tag, err := tx.Exec(ctx, endRunnerLeasesSQL, runnerID)
+		if err != nil {
 			return fmt.Errorf("end the revoked runner's leases: %w", err)
 		}
-		_ = s.dropVerdict(ctx, hash) // again below; a revocation never waits on S3
+		if tag.RowsAffected() > 0 {
+			// The sweeper's note is for the leases' old expiry: it must
+			// look now, to record the jobs ABORTED (or retry them).
+			noteSweep(tx)
+		}
+		_ = s.dropVerdict(ctx, hash) // again below; a failure here does not stop the revocation
 		return nil
 	})
 	if err != nil {

@@ -101,6 +101,9 @@ func (b *Board) PutVerdict(ctx context.Context, tokenHash []byte, runnerID strin
 
 // DropVerdict deletes the token's verdict, and reads it back gone.
 func (b *Board) DropVerdict(ctx context.Context, tokenHash []byte) error {
+	// Bounded as writes are: a revocation calls it holding its rows.
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
 	key := verdictKey(tokenHash)
 	b.mu.Lock()
 	delete(b.verdicts, key)
