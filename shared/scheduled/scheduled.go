@@ -7,6 +7,7 @@ package scheduled
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -27,18 +28,28 @@ func Run(ctx context.Context, st *store.Store, kind string, pass Pass) (ran bool
 		_, err := pass(ctx)
 		return true, err
 	}
-	return b.Pass(store.InPass(ctx, kind), kind, pass)
+	return b.Pass(store.InPass(ctx, kind), kind, paying(st, pass))
 }
 
 // RunKicked is an invocation that was asked for (the webhook's kick of the
 // GitHub worker): the pass runs whatever the notes say, and its next time
 // is noted; no note is deleted.
 func RunKicked(ctx context.Context, st *store.Store, kind string, pass Pass) error {
-	next, err := pass(store.InPass(ctx, kind))
+	next, err := paying(st, pass)(store.InPass(ctx, kind))
 	if err != nil || next.IsZero() || st.Board() == nil {
 		return err
 	}
 	return st.Board().Due(ctx, kind, next)
+}
+
+// paying is pass, then the notes owed by it or by an earlier pass whose
+// S3 writes failed (store.PayOwedNotes): a pass that cannot pay fails,
+// and its notes stay for the next invocation, wherever it runs.
+func paying(st *store.Store, pass Pass) Pass {
+	return func(ctx context.Context) (time.Time, error) {
+		next, err := pass(ctx)
+		return next, errors.Join(err, st.PayOwedNotes(ctx))
+	}
 }
 
 // Sweeper is the sweeper's pass: lease expiry, schedules, notifications.

@@ -26,6 +26,7 @@ type fixture struct {
 	board  *wake.Board
 	runner store.Runner
 	run    store.Run
+	obj    wake.Objects
 }
 
 func newFixture(t *testing.T) fixture { return newFixtureTTL(t, 2*time.Second) }
@@ -35,7 +36,8 @@ func newFixtureTTL(t *testing.T, ttl time.Duration) fixture {
 	t.Helper()
 	ctx := context.Background()
 	st := pgtest.NewStore(t, store.Limits{LeaseTTL: ttl})
-	b := wake.New(castest.New(t), 250*time.Millisecond)
+	obj := castest.New(t)
+	b := wake.New(obj, 250*time.Millisecond)
 	b.SetTiming(2*time.Second, 500*time.Millisecond, time.Second)
 	st.SetBoard(b)
 	pgtest.Project(t, st, "p")
@@ -56,7 +58,7 @@ func newFixtureTTL(t *testing.T, ttl time.Duration) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fixture{st, b, runner, run}
+	return fixture{st, b, runner, run, obj}
 }
 
 // sweepEvery invokes the sweeper every period, as EventBridge would.
@@ -181,6 +183,80 @@ func TestRevocationWakesTheSweeper(t *testing.T) {
 		if state != "RUNNING" || time.Now().After(deadline) {
 			t.Fatalf("job %s %s after the revocation", state, time.Since(revoked))
 		}
+	}
+}
+
+// A sweeper pass re-queues a job whose lease was lost (its retry policy)
+// in a container whose S3 writes are all lost: it owes the queue hint, in
+// PostgreSQL, and fails. The next pass, in another container, writes the
+// hint, so that idle runners look; a debt in the first container's memory
+// was lost with it.
+func TestOwedNotesOutliveTheContainer(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	run, err := f.st.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{
+		{Name: "b", RetryLeaseLost: 1, Spec: domain.JobSpec{Steps: []domain.Step{{Run: "true"}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if c, err := f.st.Claim(ctx, f.runner, nil, 0); err != nil || c == nil {
+			t.Fatalf("claim: %v %v", c, err)
+		}
+	}
+	container := func(lost bool) *store.Store {
+		st := store.New(f.st.Pool(), store.Limits{LeaseTTL: 2 * time.Second})
+		b := wake.New(f.obj, 250*time.Millisecond)
+		b.SetTiming(2*time.Second, 500*time.Millisecond, time.Second)
+		if lost {
+			b.Drop = func(string) bool { return true }
+		}
+		st.SetBoard(b)
+		return st
+	}
+	pass := func(st *store.Store) (bool, error) {
+		w := &scheduled.Sweeper{Store: st, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		return scheduled.Run(ctx, st, wake.Sweep, w.Pass)
+	}
+	queueHint := func() string {
+		body, err := f.obj.GetNote(ctx, "hints/queue", 1<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(body)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var expired bool
+		if err := f.st.Pool().QueryRow(ctx, `SELECT bool_and(lease_expires_at < now()) FROM jobs`).Scan(&expired); err != nil {
+			t.Fatal(err)
+		}
+		if expired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leases did not expire")
+		}
+	}
+	before := queueHint()
+	if ran, err := pass(container(true)); !ran || err == nil {
+		t.Fatalf("the pass that could not note its work: ran %v, err %v", ran, err)
+	}
+	var state string
+	if err := f.st.Pool().QueryRow(ctx, `SELECT state FROM jobs WHERE run_id = $1`, run.ID).Scan(&state); err != nil || state != "QUEUED" {
+		t.Fatalf("the retried job is %s (%v)", state, err)
+	}
+	if queueHint() != before {
+		t.Fatal("the first container's hint write was not lost")
+	}
+	if ran, err := pass(container(false)); !ran || err != nil {
+		t.Fatalf("the next pass: ran %v, err %v", ran, err)
+	}
+	if queueHint() == before {
+		t.Fatal("the queue hint owed was not written: idle runners do not look for the retried job")
+	}
+	var owed int
+	if err := f.st.Pool().QueryRow(ctx, `SELECT count(*) FROM wake_owed`).Scan(&owed); err != nil || owed != 0 {
+		t.Fatalf("%d notes still owed (%v)", owed, err)
 	}
 }
 

@@ -235,7 +235,7 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	defer conn.Release()
-	started, err := s.mark(ctx, false, wake.Sweep)
+	started, err := s.mark(ctx, conn, false, wake.Sweep)
 	if err != nil {
 		return nil, err
 	}

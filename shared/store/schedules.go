@@ -85,7 +85,7 @@ func (s *Store) SetRepoSchedules(ctx context.Context, projectID string, reposito
 		return fmt.Errorf("schedules: %w", err)
 	}
 	defer conn.Release()
-	started, err := s.mark(ctx, false, wake.Sweep)
+	started, err := s.mark(ctx, conn, false, wake.Sweep)
 	if err != nil {
 		return err
 	}

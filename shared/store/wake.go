@@ -2,10 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/wake"
@@ -71,9 +74,17 @@ func noteQueued(tx pgx.Tx) {
 	}
 }
 
+// execer runs a statement: the transaction, or the connection, of the
+// write a mark covers.
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
 // mark notes, before a commit, the scheduled work of kinds a write left
-// (but a pass's own kind) and, when queued, that jobs were queued.
-func (s *Store) mark(ctx context.Context, queued bool, kinds ...string) (time.Time, error) {
+// (but a pass's own kind) and, when queued, that jobs were queued. In a
+// pass, notes it cannot make are owed, in q, the write's own transaction
+// or connection, before it commits (see PayOwedNotes).
+func (s *Store) mark(ctx context.Context, q execer, queued bool, kinds ...string) (time.Time, error) {
 	if s.board == nil {
 		return time.Time{}, nil
 	}
@@ -91,14 +102,81 @@ func (s *Store) mark(ctx context.Context, queued bool, kinds ...string) (time.Ti
 	}
 	if err != nil && own != "" {
 		// A pass's write commits anyway (a lease must end whatever S3
-		// does); the pass owes the notes and fails until it makes them.
-		s.board.Owe(queued, kinds...)
+		// does), with what it owes.
+		owed := slices.Clone(kinds)
+		if queued {
+			owed = append(owed, owedQueue)
+		}
+		if _, oerr := q.Exec(ctx, oweNotesSQL, owed); oerr != nil {
+			return started, fmt.Errorf("the pass can neither note its work nor owe it: %w", errors.Join(err, oerr))
+		}
 		return started, nil
 	}
 	if err != nil {
 		return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note its work: %v", err)
 	}
 	return started, nil
+}
+
+// owedQueue is the wake_owed row of a queue hint owed.
+const owedQueue = "queue"
+
+// oweNotesSQL records notes a pass owes (kinds, or owedQueue), in the
+// transaction of the write they were for.
+const oweNotesSQL = `
+INSERT INTO wake_owed (kind) SELECT unnest($1::text[])
+ON CONFLICT (kind) DO UPDATE SET owed_at = clock_timestamp()`
+
+const owedNotesSQL = `SELECT kind, owed_at FROM wake_owed`
+
+// paidNotesSQL forgets debts made ($1, as of $2): one owed again since
+// stays.
+const paidNotesSQL = `DELETE FROM wake_owed o USING unnest($1::text[], $2::timestamptz[]) AS p(kind, owed_at)
+WHERE o.kind = p.kind AND o.owed_at = p.owed_at`
+
+// PayOwedNotes makes the notes passes owe: the writes that owed them have
+// committed, and a note made later still wakes what they left to do. It
+// is durable, unlike a process's memory: the next pass of any kind, in
+// any container, pays (a pass that could not pay fails, so its own notes
+// stay and it runs again). One query when nothing is owed.
+func (s *Store) PayOwedNotes(ctx context.Context) error {
+	if s.board == nil {
+		return nil
+	}
+	rows, err := s.pool.Query(ctx, owedNotesSQL)
+	if err != nil {
+		return fmt.Errorf("owed notes: %w", err)
+	}
+	type debt struct {
+		kind string
+		at   time.Time
+	}
+	debts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (debt, error) {
+		var d debt
+		return d, row.Scan(&d.kind, &d.at)
+	})
+	if err != nil || len(debts) == 0 {
+		return err
+	}
+	var kinds, paid []string
+	var at []time.Time
+	for _, d := range debts {
+		paid, at = append(paid, d.kind), append(at, d.at)
+		if d.kind != owedQueue {
+			kinds = append(kinds, d.kind)
+		}
+	}
+	now := s.board.Now()
+	if err := s.board.Mark(ctx, now, kinds...); err != nil {
+		return fmt.Errorf("pay owed notes: %w", err)
+	}
+	if slices.Contains(paid, owedQueue) {
+		if err := s.board.MarkQueued(ctx, now); err != nil {
+			return fmt.Errorf("pay the owed queue hint: %w", err)
+		}
+	}
+	_, err = s.pool.Exec(ctx, paidNotesSQL, paid, at)
+	return err
 }
 
 // commitMarked notes tx's work, then commits it, unless noting took so
@@ -108,7 +186,7 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 	if tx.sweep {
 		kinds = append(kinds, wake.Sweep)
 	}
-	started, err := s.mark(ctx, tx.queued, kinds...)
+	started, err := s.mark(ctx, tx, tx.queued, kinds...)
 	if err != nil {
 		return err
 	}

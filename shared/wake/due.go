@@ -95,14 +95,10 @@ func (b *Board) DueAfter(ctx context.Context, kind string, at time.Time, every t
 // fn could not see, leaves a note, and the next invocation runs again.
 //
 // A pass's own writes must commit even when their notes are lost (a lease
-// must end whatever S3 does): what they could not note is owed (Owe), and
-// a pass fails, keeping its notes, until this process has made it.
+// must end whatever S3 does): what they could not note is owed in
+// PostgreSQL, and fn pays what is owed or fails (store.PayOwedNotes), so
+// that the notes stay and the next invocation runs again.
 func (b *Board) Pass(ctx context.Context, kind string, fn func(ctx context.Context) (time.Time, error)) (bool, error) {
-	if err := b.payOwed(ctx); err != nil {
-		// Only this process knows what it owes: keep trying, with the
-		// pass (its notes are kept).
-		return b.passOwing(ctx, kind, fn, err)
-	}
 	keys, err := b.obj.ListNotes(ctx, duePrefix+kind+"/", 1000)
 	if err != nil {
 		// Fail toward the work: the pass runs and deletes nothing.
@@ -121,9 +117,6 @@ func (b *Board) Pass(ctx context.Context, kind string, fn func(ctx context.Conte
 	}
 	next, err := fn(ctx)
 	if err != nil {
-		return true, err
-	}
-	if err := b.payOwed(ctx); err != nil {
 		return true, err
 	}
 	kept := ""
@@ -161,63 +154,3 @@ func (b *Board) Notes(ctx context.Context, kind string) ([]time.Time, error) {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, cas.ErrNotFound) }
-
-// passOwing is Pass while this process owes marks: the pass runs if its
-// notes say so (or cannot be read), and nothing is deleted.
-func (b *Board) passOwing(ctx context.Context, kind string, fn func(ctx context.Context) (time.Time, error), owed error) (bool, error) {
-	keys, err := b.obj.ListNotes(ctx, duePrefix+kind+"/", 1000)
-	now := b.now()
-	due := err != nil
-	for _, k := range keys {
-		if slot, ok := slotOf(k); ok && !slot.After(now) {
-			due = true
-		}
-	}
-	if !due {
-		return false, owed
-	}
-	_, ferr := fn(ctx)
-	return true, errors.Join(owed, ferr, b.payOwed(ctx))
-}
-
-// Owe records marks a pass's write could not make (see Pass).
-func (b *Board) Owe(queued bool, kinds ...string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, k := range kinds {
-		b.owed[k] = true
-	}
-	b.owedQueue = b.owedQueue || queued
-}
-
-// payOwed makes the marks this process owes.
-func (b *Board) payOwed(ctx context.Context) error {
-	b.mu.Lock()
-	var kinds []string
-	for k := range b.owed {
-		kinds = append(kinds, k)
-	}
-	queued := b.owedQueue
-	b.mu.Unlock()
-	if len(kinds) == 0 && !queued {
-		return nil
-	}
-	now := b.now()
-	if err := b.Mark(ctx, now, kinds...); err != nil {
-		return err
-	}
-	if queued {
-		if err := b.MarkQueued(ctx, now); err != nil {
-			return err
-		}
-	}
-	b.mu.Lock()
-	for _, k := range kinds {
-		delete(b.owed, k)
-	}
-	if queued {
-		b.owedQueue = false
-	}
-	b.mu.Unlock()
-	return nil
-}

@@ -84,10 +84,6 @@ type Board struct {
 	marked   map[string]time.Time // kind: slot of the note this process wrote
 	queuedAt time.Time            // when this process last wrote the queue hint
 	verdicts map[string]cachedVerdict
-	// owed are marks a pass's writes could not make (Owe): retried by the
-	// next pass of this process, which fails until they are made.
-	owed      map[string]bool
-	owedQueue bool
 
 	// Drop, for tests: a write to a key it matches is lost (not made,
 	// though S3 would have answered).
@@ -101,7 +97,7 @@ func New(obj Objects, grain time.Duration) *Board {
 	if grain <= 0 {
 		grain = time.Minute
 	}
-	return &Board{obj: obj, now: time.Now, grain: grain, marked: map[string]time.Time{}, owed: map[string]bool{},
+	return &Board{obj: obj, now: time.Now, grain: grain, marked: map[string]time.Time{},
 		verdicts: map[string]cachedVerdict{}, settle: QueueSettle, commitDelay: MaxCommitDelay, verdictCache: VerdictCache}
 }
 
