@@ -260,6 +260,36 @@ func TestOwedNotesOutliveTheContainer(t *testing.T) {
 	}
 }
 
+// A claim held past its note's cover (a lock) is given up by the client,
+// but the server might still commit it: the sweeper is noted for when
+// such a lease would expire, so that it is never left unswept.
+func TestClaimCutOffNotesItsExpiry(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	hold, err := f.st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx) //nolint:errcheck
+	if _, err := hold.Exec(ctx, `SELECT 1 FROM runners WHERE id = $1 FOR UPDATE`, f.runner.ID); err != nil {
+		t.Fatal(err)
+	}
+	asked := time.Now()
+	if c, err := f.st.Claim(ctx, f.runner, nil, 0); c != nil || err == nil {
+		t.Fatalf("a claim held past its cover: %v %v", c, err)
+	}
+	notes, err := f.board.Notes(ctx, wake.Sweep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range notes {
+		if !n.Before(asked.Add(2*time.Second - f.board.Grain())) {
+			return
+		}
+	}
+	t.Fatalf("no sweep note at the expiry of a lease the claim could have made (notes %v, asked at %v)", notes, asked)
+}
+
 // A claim whose hint cannot be written takes nothing: no lease exists
 // that the sweeper could not learn of.
 func TestClaimRefusedWhenItsHintIsLost(t *testing.T) {

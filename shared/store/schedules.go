@@ -92,6 +92,9 @@ func (s *Store) SetRepoSchedules(ctx context.Context, projectID string, reposito
 	qctx, cancel := s.coveredBy(ctx, started)
 	defer cancel()
 	if _, err := conn.Exec(qctx, repoSchedulesSQL, projectID, ref, crons, missed, ids, repositoryID); err != nil {
+		if s.board != nil {
+			s.afterCutOff(ctx, qctx, wake.Sweep, s.board.CommitDelay())
+		}
 		return fmt.Errorf("schedules: %w", err)
 	}
 	return nil

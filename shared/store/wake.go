@@ -248,6 +248,18 @@ func (s *Store) coveredBy(ctx context.Context, started time.Time) (context.Conte
 	return context.WithTimeout(ctx, s.board.CommitDelay()*4/5-spent)
 }
 
+// afterCutOff follows a lone statement whose context, qctx (coveredBy),
+// ended: the client gave up, but the server may still commit it, past its
+// note's cover. kind is noted due after on from now, by when whatever
+// such a commit left is due (a lease ends at the latest its TTL after its
+// statement began): toward an extra pass, never none.
+func (s *Store) afterCutOff(ctx, qctx context.Context, kind string, after time.Duration) {
+	if s.board == nil || qctx.Err() == nil {
+		return
+	}
+	_ = s.board.Due(context.WithoutCancel(ctx), kind, s.board.Now().Add(after))
+}
+
 // nextUploadEndSQL is when the oldest upload handed out and not committed
 // ends (UploadLife; queued objects of dropped blobs, at 'epoch', aside).
 const nextUploadEndSQL = `
