@@ -32,15 +32,31 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 	if err == nil {
 		return true, nil
 	}
-	w.Log.Warn("check run push failed", "job", cw.JobID, "attempt", cw.Attempts+1, "err", err)
+	attempt := cw.Attempts + 1
 	var known int64
 	if pe := (*pushError)(nil); errors.As(err, &pe) {
 		known = pe.id
 	}
-	if err := w.Store.CheckFailed(ctx, cw, known, err, w.Backoff(cw.Attempts+1)); err != nil && !errors.Is(err, store.ErrCheckLeaseLost) {
+	if attempt >= w.MaxCheckAttempts {
+		w.Log.Error("check run push given up", "job", cw.JobID, "external_id", cw.ExternalID, "attempts", attempt, "err", err)
+		err = w.Store.CheckGivenUp(ctx, cw, known, fmt.Errorf("given up after %d attempts: %w", attempt, err))
+	} else {
+		w.Log.Warn("check run push failed", "job", cw.JobID, "attempt", attempt, "err", err)
+		err = w.Store.CheckFailed(ctx, cw, known, err, w.checkWait(attempt))
+	}
+	if err != nil && !errors.Is(err, store.ErrCheckLeaseLost) {
 		return false, err
 	}
 	return false, nil
+}
+
+// checkWait is how long a check run waits after its attempt-th failed
+// push (see DefaultMaxCheckAttempts).
+func (w *Worker) checkWait(attempt int) time.Duration {
+	if attempt >= checkPatience {
+		return checkLongWait
+	}
+	return w.Backoff(attempt)
 }
 
 // pushCheck makes GitHub's check run for one job show the job as it is now.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-github/v62/github"
 )
@@ -36,5 +37,20 @@ func TestPlainOutputAfterRefusal(t *testing.T) {
 	}
 	if got := clip(strings.Repeat("é", 10), 7); got != "éé…" {
 		t.Fatalf("clip: %q", got)
+	}
+}
+
+// A check run GitHub keeps refusing waits the worker's backoff for its
+// first checkPatience failures, then checkLongWait.
+func TestCheckWaitGrowsLong(t *testing.T) {
+	w := &Worker{Backoff: ExponentialBackoff(10*time.Second, 10*time.Minute)}
+	if got := w.checkWait(1); got != 10*time.Second {
+		t.Errorf("after the first failure: %v", got)
+	}
+	if got := w.checkWait(checkPatience - 1); got != 10*time.Minute {
+		t.Errorf("after %d failures: %v", checkPatience-1, got)
+	}
+	if got := w.checkWait(checkPatience); got != checkLongWait {
+		t.Errorf("after %d failures: %v", checkPatience, got)
 	}
 }

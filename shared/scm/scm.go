@@ -31,6 +31,15 @@ const (
 	// DefaultCheckLease is how long a worker owns one check run's push: a
 	// push makes up to three GitHub calls of at most 30 s each.
 	DefaultCheckLease = 2 * time.Minute
+	// DefaultMaxCheckAttempts bounds the pushes of a check run GitHub
+	// refuses (an App uninstalled, a repository deleted): the first
+	// checkPatience wait Backoff (about half an hour in all), the rest
+	// checkLongWait each, so that it is given up after about two days,
+	// having woken the database a few times a day rather than every ten
+	// minutes forever.
+	DefaultMaxCheckAttempts = 16
+	checkPatience           = 8
+	checkLongWait           = 6 * time.Hour
 	// MaxPushAge is how long after GitHub took a push (the signed
 	// repository.pushed_at) its delivery makes a run whatever its ref
 	// names now (Worker.replayed). Deliveries are deduplicated by ID and
@@ -55,6 +64,10 @@ type Worker struct {
 	// dies is replaced after it. MaxAttempts bounds retries.
 	DeliveryLease time.Duration
 	MaxAttempts   int
+	// MaxCheckAttempts bounds a check run's failed pushes: the last one's
+	// error stays on it, and it is tried once more at each change of its
+	// job (a success resets the count).
+	MaxCheckAttempts int
 	// CheckLease is how long a worker owns a check run's push. The push
 	// gives up at three quarters of it, so that a call cut short has the
 	// last quarter to land at GitHub before another worker may take the
@@ -87,6 +100,9 @@ func (w *Worker) defaults() {
 	}
 	if w.CheckLease == 0 {
 		w.CheckLease = DefaultCheckLease
+	}
+	if w.MaxCheckAttempts == 0 {
+		w.MaxCheckAttempts = DefaultMaxCheckAttempts
 	}
 	if w.Backoff == nil {
 		w.Backoff = ExponentialBackoff(10*time.Second, 10*time.Minute)

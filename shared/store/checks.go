@@ -84,6 +84,14 @@ UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), at
        last_error = $4, next_attempt_at = now() + make_interval(secs => $5), lease_id = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_id = $2`
 
+// checkGivenUpSQL records a check run's last failed push (error $4; its ID
+// $3 if learnt): not due again until its job changes, and releases the
+// lease. Its attempts stay counted, so that a change gets one try.
+const checkGivenUpSQL = `
+UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), attempts = attempts + 1,
+       pushed_version = version, last_error = $4, lease_id = NULL, lease_expires_at = NULL
+WHERE id = $1 AND lease_id = $2`
+
 // checksOfRunSQL lists the check runs of run $1's jobs.
 const checksOfRunSQL = `
 SELECT c.job_id, c.name, coalesce(c.github_id, 0), c.version, c.pushed_version, coalesce(c.last_error, '')
@@ -178,6 +186,12 @@ func (s *Store) CheckPushed(ctx context.Context, w CheckWork, githubID int64) er
 // The ID, if learnt before the failure, is kept.
 func (s *Store) CheckFailed(ctx context.Context, w CheckWork, githubID int64, cause error, backoff time.Duration) error {
 	return s.checkUpdate(ctx, w, checkFailedSQL, githubID, domain.Truncate(cause.Error(), 4000), backoff.Seconds())
+}
+
+// CheckGivenUp records the last push of a check run GitHub keeps refusing:
+// it is not tried again until its job changes.
+func (s *Store) CheckGivenUp(ctx context.Context, w CheckWork, githubID int64, cause error) error {
+	return s.checkUpdate(ctx, w, checkGivenUpSQL, githubID, domain.Truncate(cause.Error(), 4000))
 }
 
 // CheckStatus is a check run's outbox row, for tests and admins.
