@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/forgeci/forgeci/shared/store"
@@ -102,8 +103,23 @@ type Scaler struct {
 // Capacity is a group's desired capacity and its maximum size.
 type Capacity struct{ Desired, Max int }
 
-// scalerNote is where the scaler keeps the queue token of its last look.
+// scalerNote is where the scaler keeps the queue token of its last look
+// and, after a space, when a probe for jobs no group's runner can take
+// is next due (RFC 3339; none: nothing).
 const scalerNote = "scaler"
+
+func parseScalerNote(raw string) (token string, probeAt time.Time) {
+	token, at, _ := strings.Cut(raw, " ")
+	probeAt, _ = time.Parse(time.RFC3339Nano, at)
+	return token, probeAt
+}
+
+func scalerNoteOf(token string, probeAt time.Time) string {
+	if probeAt.IsZero() {
+		return token
+	}
+	return token + " " + probeAt.UTC().Format(time.RFC3339Nano)
+}
 
 // Run is one invocation: it reads the groups' desired capacities (no
 // database), and asks PostgreSQL only if a group is above zero or a job
@@ -123,9 +139,10 @@ func (s *Scaler) Run(ctx context.Context) error {
 	b := s.Store.Board()
 	var qs wake.QueueState
 	if b != nil {
-		seen, _ := b.GetNote(ctx, scalerNote)
+		raw, _ := b.GetNote(ctx, scalerNote)
+		seen, probeAt := parseScalerNote(raw)
 		qs = b.Queue(ctx, seen)
-		if qs.Idle && allZero(desired) {
+		if qs.Idle && allZero(desired) && (probeAt.IsZero() || s.Now().Before(probeAt)) {
 			return nil
 		}
 		if qs.Missing {
@@ -137,21 +154,40 @@ func (s *Scaler) Run(ctx context.Context) error {
 	}
 	looks, errs := s.look(ctx, desired)
 	share(looks, s.Now())
-	waiting := false
+	waiting, probeAt := false, time.Time{}
 	for _, l := range looks {
-		queued, err := s.decide(ctx, l)
-		errs = append(errs, err)
-		waiting = waiting || queued
+		errs = append(errs, s.decide(ctx, l))
+		waiting = waiting || l.d.Queued > 0 || l.d.Probe > 0
+		if at := s.nextProbe(l.d); !at.IsZero() && (probeAt.IsZero() || at.Before(probeAt)) {
+			probeAt = at
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err // the token stays: the next invocation looks again
 	}
 	// A job a group could take is queued, not yet for its wait: keep
-	// looking (the token, once noted, would say nothing changed).
+	// looking (the token, once noted, would say nothing changed). Jobs
+	// that need features a group's runner lacks are looked at again when
+	// their next probe is due, not every minute: else the database would
+	// never pause while one waits.
 	if b != nil && qs.Token != "" && !waiting {
-		return b.SetNote(ctx, scalerNote, qs.Token)
+		return b.SetNote(ctx, scalerNote, scalerNoteOf(qs.Token, probeAt))
 	}
 	return nil
+}
+
+// nextProbe is when the group's queued jobs that need features its runner
+// lacks are next due a probe instance (zero: none waits): an hour after
+// its runner last polled (see store.GroupDemand), and a minute more for
+// the clocks.
+func (s *Scaler) nextProbe(d store.Demand) time.Time {
+	switch {
+	case d.Unfit == 0:
+		return time.Time{}
+	case d.LastSeen == nil:
+		return s.Now()
+	}
+	return d.LastSeen.Add(time.Hour + time.Minute)
 }
 
 func allZero(m map[string]Capacity) bool {
@@ -266,11 +302,8 @@ func (l *groupLook) take(taken map[string]bool, room int, now time.Time) {
 	}
 }
 
-// decide sets one group's desired capacity from the jobs share gave it,
-// and says whether jobs the group could take are queued, or jobs that
-// need features its runner lacks (their hourly probe needs the scaler to
-// look again though nothing new is queued).
-func (s *Scaler) decide(ctx context.Context, l *groupLook) (bool, error) {
+// decide sets one group's desired capacity from the jobs share gave it.
+func (s *Scaler) decide(ctx context.Context, l *groupLook) error {
 	g, d := l.g, l.d
 	queued, waiting := l.queued, l.waiting
 	if d.Queued == 0 {
@@ -290,16 +323,15 @@ func (s *Scaler) decide(ctx context.Context, l *groupLook) (bool, error) {
 	var err error
 	if target > desired {
 		if target, err = s.unlessStalled(ctx, l, desired, target); err != nil {
-			return false, err
+			return err
 		}
 	}
-	busy := d.Queued > 0 || d.Unfit > 0
 	if target == desired {
-		return busy, nil
+		return nil
 	}
 	s.Log.Info("scale", "group", g.ASG, "from", desired, "to", target, "queued", queued, "waiting", waiting, "running", d.Running,
 		"queue_covered", d.Queued)
-	return busy, s.ASG.SetDesired(ctx, g.ASG, target)
+	return s.ASG.SetDesired(ctx, g.ASG, target)
 }
 
 // bootAllowance is how long a scaled-out instance may take to boot and

@@ -395,8 +395,9 @@ func TestInstancesThatNeverPollStopTheScaleOut(t *testing.T) {
 
 // TestFeaturesProbeComesBack: jobs needing features the runner lacks,
 // its probe instance having polled and found them not its own, are
-// probed again an hour on though nothing new was queued: the scaler does
-// not take the queue for idle while they wait.
+// probed again an hour on though nothing new was queued; in between the
+// scaler asks the database nothing (it would never pause while such a
+// job waits).
 func TestFeaturesProbeComesBack(t *testing.T) {
 	f := newFixtureWait(t, 0)
 	ctx := context.Background()
@@ -406,9 +407,17 @@ func TestFeaturesProbeComesBack(t *testing.T) {
 	if d := f.fake.Desired("runners"); d != 0 {
 		t.Fatalf("desired %d right after the probe polled, want 0", d)
 	}
+	f.st.Pool().Reset()
+	stat := f.st.Pool().Stat()
+	f.now = f.now.Add(50 * time.Minute)
+	f.run(t)
+	if after := f.st.Pool().Stat(); after.AcquireCount() != stat.AcquireCount() {
+		t.Fatalf("a look before the next probe was due used the database (%d acquires)", after.AcquireCount()-stat.AcquireCount())
+	}
 	if _, err := f.st.Pool().Exec(ctx, `UPDATE runners SET last_seen_at = now() - interval '2 hours'`); err != nil {
 		t.Fatal(err)
 	}
+	f.now = f.now.Add(12 * time.Minute)
 	f.run(t)
 	if d := f.fake.Desired("runners"); d != 1 {
 		t.Fatalf("desired %d an hour after the last probe, nothing new queued; want 1", d)
