@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/forgeci/forgeci/shared/scm"
 )
 
 // TestCheckPushGivenUp: a check run GitHub refuses for good (here every
@@ -40,12 +38,8 @@ func TestCheckPushGivenUp(t *testing.T) {
 		forward.ServeHTTP(w, r)
 	}))
 	defer proxy.Close()
-	app, err := scm.NewApp(e.gh.AppID, e.gh.PrivateKeyPEM(), proxy.URL+"/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &scm.Worker{Store: e.store, CAS: e.cas, App: app, Log: e.log, TempDir: t.TempDir(), MaxCheckAttempts: 3,
-		Backoff: func(int) time.Duration { return time.Millisecond }}
+	w := e.workerAt(proxy.URL + "/")
+	w.MaxCheckAttempts = 3
 	for i := 0; ; i++ {
 		if _, err := w.RunOnce(ctx); err != nil {
 			t.Fatal(err)

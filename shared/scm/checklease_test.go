@@ -11,8 +11,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/forgeci/forgeci/shared/scm"
 )
 
 // TestCheckPushEndsWithinItsLease: a check run's push that GitHub does not
@@ -47,13 +45,9 @@ func TestCheckPushEndsWithinItsLease(t *testing.T) {
 		forward.ServeHTTP(w, r)
 	}))
 	defer proxy.Close()
-	app, err := scm.NewApp(e.gh.AppID, e.gh.PrivateKeyPEM(), proxy.URL+"/")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const lease = 2 * time.Second
-	w := &scm.Worker{Store: e.store, CAS: e.cas, App: app, Log: e.log, TempDir: t.TempDir(), CheckLease: lease,
-		Backoff: func(int) time.Duration { return 20 * time.Millisecond }}
+	w := e.workerAt(proxy.URL + "/")
+	w.CheckLease = lease
 	if _, err := w.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}

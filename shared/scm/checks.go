@@ -50,6 +50,18 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 	return false, nil
 }
 
+const (
+	// DefaultMaxCheckAttempts bounds the pushes of a check run GitHub
+	// refuses (an App uninstalled, a repository deleted): the first
+	// checkPatience wait Backoff (about half an hour in all), the rest
+	// checkLongWait each, so that it is given up after about two days,
+	// having woken the database a few times a day rather than every ten
+	// minutes forever.
+	DefaultMaxCheckAttempts = 16
+	checkPatience           = 8
+	checkLongWait           = 6 * time.Hour
+)
+
 // checkWait is how long a check run waits after its attempt-th failed
 // push (see DefaultMaxCheckAttempts).
 func (w *Worker) checkWait(attempt int) time.Duration {

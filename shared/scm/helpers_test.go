@@ -101,8 +101,12 @@ func setup(t *testing.T) *env {
 	return e
 }
 
-func (e *env) newWorker() *scm.Worker {
-	app, err := scm.NewApp(e.gh.AppID, e.gh.PrivateKeyPEM(), e.gh.URL())
+func (e *env) newWorker() *scm.Worker { return e.workerAt(e.gh.URL()) }
+
+// workerAt is a worker that reaches GitHub at base (a proxy in front of
+// the fake, say).
+func (e *env) workerAt(base string) *scm.Worker {
+	app, err := scm.NewApp(e.gh.AppID, e.gh.PrivateKeyPEM(), base)
 	if err != nil {
 		e.t.Fatal(err)
 	}

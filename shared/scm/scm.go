@@ -31,15 +31,6 @@ const (
 	// DefaultCheckLease is how long a worker owns one check run's push: a
 	// push makes up to three GitHub calls of at most 30 s each.
 	DefaultCheckLease = 2 * time.Minute
-	// DefaultMaxCheckAttempts bounds the pushes of a check run GitHub
-	// refuses (an App uninstalled, a repository deleted): the first
-	// checkPatience wait Backoff (about half an hour in all), the rest
-	// checkLongWait each, so that it is given up after about two days,
-	// having woken the database a few times a day rather than every ten
-	// minutes forever.
-	DefaultMaxCheckAttempts = 16
-	checkPatience           = 8
-	checkLongWait           = 6 * time.Hour
 	// MaxPushAge is how long after GitHub took a push (the signed
 	// repository.pushed_at) its delivery makes a run whatever its ref
 	// names now (Worker.replayed). Deliveries are deduplicated by ID and
