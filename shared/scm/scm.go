@@ -56,8 +56,8 @@ type Worker struct {
 	DeliveryLease time.Duration
 	MaxAttempts   int
 	// MaxCheckAttempts bounds a check run's failed pushes: the last one's
-	// error stays on it, and it is tried once more at each change of its
-	// job (a success resets the count).
+	// error stays on it until its job changes, which starts the count
+	// again (as a success does).
 	MaxCheckAttempts int
 	// CheckLease is how long a worker owns a check run's push. The push
 	// gives up at three quarters of it, so that a call cut short has the

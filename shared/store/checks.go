@@ -85,8 +85,8 @@ UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), at
 WHERE id = $1 AND lease_id = $2`
 
 // checkGivenUpSQL records a check run's last failed push (error $4; its ID
-// $3 if learnt): not due again until its job changes, and releases the
-// lease. Its attempts stay counted, so that a change gets one try.
+// $3 if learnt): not due again until its job changes (check_runs_bump,
+// which also starts its attempts again), and releases the lease.
 const checkGivenUpSQL = `
 UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), attempts = attempts + 1,
        pushed_version = version, last_error = $4, lease_id = NULL, lease_expires_at = NULL
