@@ -2,6 +2,7 @@ package scm_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -10,58 +11,90 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/scm"
 )
 
-// TestCheckPushGivenUp: a check run GitHub refuses for good (here every
+// TestCheckPushGivenUp: a check run GitHub refuses as gone (here every
 // create answers 404, as for a repository deleted since) is given up
 // after MaxCheckAttempts pushes, its error kept; nothing is then due, so
-// an idle stack's GitHub worker stops waking the database for it.
+// an idle stack's GitHub worker stops waking the database for it. One
+// that fails otherwise (503: an outage) is tried for as long as it fails.
 func TestCheckPushGivenUp(t *testing.T) {
-	e := setup(t)
+	gone := checksAnswering(t, http.StatusNotFound)
+	gone.passUntilSettled(t, 100)
+	if n := gone.creates.Load(); n != 3 {
+		t.Fatalf("%d creates, want MaxCheckAttempts (3)", n)
+	}
+	if n := gone.e.count(`SELECT count(*) FROM check_runs WHERE last_error LIKE 'given up after 3 attempts: %Not Found%'`); n != 1 {
+		t.Fatalf("%d given-up notices with their error", n)
+	}
 	ctx := context.Background()
+	if next, err := gone.e.store.NextSCM(ctx); err != nil || !next.IsZero() {
+		t.Fatalf("the GitHub worker is due again at %v (%v)", next, err)
+	}
+	if _, err := gone.w.RunOnce(ctx); err != nil || gone.creates.Load() != 3 {
+		t.Fatalf("a later pass: %v, %d creates", err, gone.creates.Load())
+	}
+
+	down := checksAnswering(t, http.StatusServiceUnavailable)
+	for i := 0; i < 100 && down.creates.Load() < 6; i++ {
+		down.passUntilSettled(t, 1)
+		time.Sleep(25 * time.Millisecond)
+	}
+	if n := down.e.count(`SELECT count(*) FROM check_runs WHERE version > pushed_version AND last_error NOT LIKE 'given up%'`); n != 1 {
+		t.Fatalf("the notice of an outage is given up after %d creates", down.creates.Load())
+	}
+}
+
+type checkFixture struct {
+	e       *env
+	w       *scm.Worker
+	creates *atomic.Int64
+}
+
+// checksAnswering is a worker whose every check run create gets status,
+// and a commit without a pipeline delivered: its notice is due.
+func checksAnswering(t *testing.T, status int) checkFixture {
+	e := setup(t)
 	dir, sha := gitRepo(t, "") // no pipeline: the commit gets a notice
 	e.gh.AddGitCommit(t, repoName, dir, sha)
 	body := pushPayload(sha)
-	e.deliver("push", "guid-gone", body, sign(repoSecret, body))
+	e.deliver("push", "guid-refused", body, sign(repoSecret, body))
 
 	target, _ := url.Parse(e.gh.URL())
 	forward := httputil.NewSingleHostReverseProxy(target)
-	var creates atomic.Int64
+	creates := &atomic.Int64{}
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/check-runs") {
 			creates.Add(1)
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusNotFound)
-			_, _ = w.Write([]byte(`{"message":"Not Found"}`))
+			w.WriteHeader(status)
+			_, _ = fmt.Fprintf(w, `{"message":%q}`, http.StatusText(status))
 			return
 		}
 		forward.ServeHTTP(w, r)
 	}))
-	defer proxy.Close()
+	t.Cleanup(proxy.Close)
 	w := e.workerAt(proxy.URL + "/")
 	w.MaxCheckAttempts = 3
-	for i := 0; ; i++ {
-		if _, err := w.RunOnce(ctx); err != nil {
+	return checkFixture{e, w, creates}
+}
+
+// passUntilSettled runs the worker until no check run is due, at most
+// passes times (the last may leave one due).
+func (f checkFixture) passUntilSettled(t *testing.T, passes int) {
+	t.Helper()
+	for i := 0; i < passes; i++ {
+		if _, err := f.w.RunOnce(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if e.count(`SELECT count(*) FROM check_runs WHERE version > pushed_version`) == 0 {
-			break
+		if f.e.count(`SELECT count(*) FROM check_runs WHERE version > pushed_version`) == 0 {
+			return
 		}
-		if i == 100 {
-			t.Fatalf("the notice was still due after %d passes (%d creates)", i, creates.Load())
+		if passes > 1 && i == passes-1 {
+			t.Fatalf("the notice was still due after %d passes (%d creates)", passes, f.creates.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	if n := creates.Load(); n != 3 {
-		t.Fatalf("%d creates, want MaxCheckAttempts (3)", n)
-	}
-	if n := e.count(`SELECT count(*) FROM check_runs WHERE last_error LIKE 'given up after 3 attempts: %Not Found%'`); n != 1 {
-		t.Fatalf("%d given-up notices with their error", n)
-	}
-	if next, err := e.store.NextSCM(ctx); err != nil || !next.IsZero() {
-		t.Fatalf("the GitHub worker is due again at %v (%v)", next, err)
-	}
-	if _, err := w.RunOnce(ctx); err != nil || creates.Load() != 3 {
-		t.Fatalf("a later pass: %v, %d creates", err, creates.Load())
 	}
 }

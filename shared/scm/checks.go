@@ -37,12 +37,13 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 	if pe := (*pushError)(nil); errors.As(err, &pe) {
 		known = pe.id
 	}
-	if attempt >= w.MaxCheckAttempts {
+	lasting := permanent(err)
+	if lasting && attempt >= w.MaxCheckAttempts {
 		w.Log.Error("check run push given up", "job", cw.JobID, "external_id", cw.ExternalID, "attempts", attempt, "err", err)
 		err = w.Store.CheckGivenUp(ctx, cw, known, fmt.Errorf("given up after %d attempts: %w", attempt, err))
 	} else {
 		w.Log.Warn("check run push failed", "job", cw.JobID, "attempt", attempt, "err", err)
-		err = w.Store.CheckFailed(ctx, cw, known, err, w.checkWait(attempt))
+		err = w.Store.CheckFailed(ctx, cw, known, err, w.checkWait(attempt, lasting))
 	}
 	if err != nil && !errors.Is(err, store.ErrCheckLeaseLost) {
 		return false, err
@@ -52,20 +53,21 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 
 const (
 	// DefaultMaxCheckAttempts bounds the pushes of a check run GitHub
-	// refuses (an App uninstalled, a repository deleted): the first
-	// checkPatience wait Backoff (about half an hour in all), the rest
-	// checkLongWait each, so that it is given up after about two days,
-	// having woken the database a few times a day rather than every ten
-	// minutes forever.
+	// refuses as gone (permanent: an App uninstalled, a repository
+	// deleted): the first checkPatience wait Backoff (about half an hour
+	// in all), the rest checkLongWait each, so that it is given up after
+	// about two days, having woken the database a few times a day rather
+	// than every ten minutes forever. Other failures (5xx, rate limits,
+	// the network: an outage) wait Backoff, and are never given up.
 	DefaultMaxCheckAttempts = 16
 	checkPatience           = 8
 	checkLongWait           = 6 * time.Hour
 )
 
 // checkWait is how long a check run waits after its attempt-th failed
-// push (see DefaultMaxCheckAttempts).
-func (w *Worker) checkWait(attempt int) time.Duration {
-	if attempt >= checkPatience {
+// push, which failed for good if lasting (see DefaultMaxCheckAttempts).
+func (w *Worker) checkWait(attempt int, lasting bool) time.Duration {
+	if lasting && attempt >= checkPatience {
 		return checkLongWait
 	}
 	return w.Backoff(attempt)

@@ -40,17 +40,21 @@ func TestPlainOutputAfterRefusal(t *testing.T) {
 	}
 }
 
-// A check run GitHub keeps refusing waits the worker's backoff for its
-// first checkPatience failures, then checkLongWait.
+// A check run GitHub keeps refusing as gone waits the worker's backoff
+// for its first checkPatience failures, then checkLongWait; one that
+// fails otherwise (an outage) waits the backoff however long it lasts.
 func TestCheckWaitGrowsLong(t *testing.T) {
 	w := &Worker{Backoff: ExponentialBackoff(10*time.Second, 10*time.Minute)}
-	if got := w.checkWait(1); got != 10*time.Second {
+	if got := w.checkWait(1, true); got != 10*time.Second {
 		t.Errorf("after the first failure: %v", got)
 	}
-	if got := w.checkWait(checkPatience - 1); got != 10*time.Minute {
+	if got := w.checkWait(checkPatience-1, true); got != 10*time.Minute {
 		t.Errorf("after %d failures: %v", checkPatience-1, got)
 	}
-	if got := w.checkWait(checkPatience); got != checkLongWait {
+	if got := w.checkWait(checkPatience, true); got != checkLongWait {
 		t.Errorf("after %d failures: %v", checkPatience, got)
+	}
+	if got := w.checkWait(3*checkPatience, false); got != 10*time.Minute {
+		t.Errorf("after %d failures of an outage: %v", 3*checkPatience, got)
 	}
 }

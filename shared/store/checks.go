@@ -85,11 +85,12 @@ UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), at
 WHERE id = $1 AND lease_id = $2`
 
 // checkGivenUpSQL records a check run's last failed push (error $4; its ID
-// $3 if learnt): not due again until its job changes (check_runs_bump,
-// which also starts its attempts again), and releases the lease.
+// $3 if learnt) of version $5: not due again until its job changes
+// (check_runs_bump, which also starts its attempts again; a change during
+// the push left a version after $5, still due), and releases the lease.
 const checkGivenUpSQL = `
 UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), attempts = attempts + 1,
-       pushed_version = version, last_error = $4, lease_id = NULL, lease_expires_at = NULL
+       pushed_version = greatest(pushed_version, $5), last_error = $4, lease_id = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_id = $2`
 
 // checksOfRunSQL lists the check runs of run $1's jobs.
@@ -191,7 +192,7 @@ func (s *Store) CheckFailed(ctx context.Context, w CheckWork, githubID int64, ca
 // CheckGivenUp records the last push of a check run GitHub keeps refusing:
 // it is not tried again until its job changes.
 func (s *Store) CheckGivenUp(ctx context.Context, w CheckWork, githubID int64, cause error) error {
-	return s.checkUpdate(ctx, w, checkGivenUpSQL, githubID, domain.Truncate(cause.Error(), 4000))
+	return s.checkUpdate(ctx, w, checkGivenUpSQL, githubID, domain.Truncate(cause.Error(), 4000), w.Version)
 }
 
 // CheckStatus is a check run's outbox row, for tests and admins.

@@ -67,3 +67,37 @@ func TestConcurrentFailuresQueueOneNotice(t *testing.T) {
 		t.Fatalf("%d deliveries failed (%v), want both", failed, err)
 	}
 }
+
+// A check run given up while its job changed (the change bumped its
+// version during the last push) stays due: the change was never sent.
+func TestGivenUpCheckKeepsALaterChange(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	p := pgtest.Project(t, s, "p")
+	addRepository(t, s, p.ID)
+	if _, err := s.RecordDelivery(ctx, "gone-1", "push", 5, []byte(`{"n":"gone-1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.ClaimDelivery(ctx, time.Minute)
+	if err != nil || d == nil {
+		t.Fatalf("claim: %v %v", d, err)
+	}
+	if err := s.FailDeliveryWithNotice(ctx, d, errors.New("no .forgeci.yml"), strings.Repeat("ef", 20), "forgeci"); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := s.ClaimChecks(ctx, 10, time.Minute)
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("claim checks: %v %v", ws, err)
+	}
+	// What the bump trigger does when the job changes.
+	if _, err := s.Pool().Exec(ctx, `UPDATE check_runs SET version = version + 1, attempts = 0, next_attempt_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckGivenUp(ctx, ws[0], 0, errors.New("given up after 16 attempts: 404 Not Found")); err != nil {
+		t.Fatal(err)
+	}
+	var due int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM check_runs WHERE version > pushed_version`).Scan(&due); err != nil || due != 1 {
+		t.Fatalf("%d check runs due after a change during the last push (%v), want 1", due, err)
+	}
+}
