@@ -27,6 +27,8 @@ type fixture struct {
 	runner store.Runner
 	run    store.Run
 	obj    wake.Objects
+	// runnerToken is runner's bearer token.
+	runnerToken string
 }
 
 func newFixture(t *testing.T) fixture { return newFixtureTTL(t, 2*time.Second) }
@@ -58,7 +60,7 @@ func newFixtureTTL(t *testing.T, ttl time.Duration) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fixture{st, b, runner, run, obj}
+	return fixture{st, b, runner, run, obj, token}
 }
 
 // sweepEvery invokes the sweeper every period, as EventBridge would.
@@ -257,6 +259,41 @@ func TestOwedNotesOutliveTheContainer(t *testing.T) {
 	var owed int
 	if err := f.st.Pool().QueryRow(ctx, `SELECT count(*) FROM wake_owed`).Scan(&owed); err != nil || owed != 0 {
 		t.Fatalf("%d notes still owed (%v)", owed, err)
+	}
+}
+
+// A runner holding a lease is revoked while every S3 write fails: the
+// revocation commits all the same (a compromised runner must not wait
+// for S3), and the sweeper still ends the lease, at its expiry.
+func TestRevocationWhileS3Fails(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	c, err := f.st.Claim(ctx, f.runner, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	f.sweepEvery(t)
+	// Past the grain of the claim's note (a note of the same slot is not
+	// written again).
+	time.Sleep(f.board.Grain())
+	f.board.Drop = func(string) bool { return true }
+	if err := f.st.RevokeRunner(ctx, f.runner.ID); err != nil {
+		t.Fatalf("revoke while S3 fails: %v", err)
+	}
+	if _, err := f.st.AuthenticateRunner(ctx, f.runnerToken); err == nil {
+		t.Fatal("the runner still authenticates")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var state string
+		if err := f.st.Pool().QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, c.Lease.JobID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "ABORTED" {
+			return
+		}
+		if state != "RUNNING" || time.Now().After(deadline) {
+			t.Fatalf("job %s after the revocation", state)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // Token prefixes make leaked secrets recognisable to scanners and humans.
@@ -301,9 +302,9 @@ func (s *Store) lookupTokenWith(ctx context.Context, token, prefix, query string
 
 // RevokeRunner revokes a runner: every later request with its token gets 401,
 // and its leases end at once (their expiry is set in the past, and the
-// sweeper is noted to look now), so the sweeper records its running jobs
-// as ABORTED like any lost lease, and a retry policy may run them
-// elsewhere. The job rows are taken FOR UPDATE first, as by every
+// sweeper is noted after the commit to look now), so the sweeper records
+// its running jobs as ABORTED like any lost lease, and a retry policy may
+// run them elsewhere. The job rows are taken FOR UPDATE first, as by every
 // transition that ends a lease: a fast-path write in flight either
 // commits before the revocation or sees its lease ended. That is why the
 // fast paths' lease check need not read the runner's row.
@@ -328,32 +329,38 @@ func (s *Store) RevokeRunnerAs(ctx context.Context, by User, runnerID string) er
 }
 
 func (s *Store) revokeRunner(ctx context.Context, may check, runnerID string) error {
-	var hash []byte
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := may.run(ctx, tx); err != nil {
-			return err
-		}
-		err := tx.QueryRow(ctx, revokeRunnerSQL, runnerID).Scan(&hash)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)
-		}
-		if err != nil {
-			return fmt.Errorf("revoke runner: %w", err)
-		}
-		tag, err := tx.Exec(ctx, endRunnerLeasesSQL, runnerID)
-		if err != nil {
-			return fmt.Errorf("end the revoked runner's leases: %w", err)
-		}
-		if tag.RowsAffected() > 0 {
-			// The sweeper's note is for the leases' old expiry: it must
-			// look now, to record the jobs ABORTED (or retry them).
-			noteSweep(tx)
-		}
-		_ = s.dropVerdict(ctx, hash) // again below; a failure here does not stop the revocation
-		return nil
-	})
+	// Not inTx: nothing here must be noted before the commit (no job
+	// changes state; the leases' old expiry is noted already), so that a
+	// runner can be revoked while S3 fails.
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	if err := may.run(ctx, tx); err != nil {
 		return err
+	}
+	var hash []byte
+	err = tx.QueryRow(ctx, revokeRunnerSQL, runnerID).Scan(&hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Errorf(domain.ENotFound, "runner %s not found", runnerID)
+	}
+	if err != nil {
+		return fmt.Errorf("revoke runner: %w", err)
+	}
+	tag, err := tx.Exec(ctx, endRunnerLeasesSQL, runnerID)
+	if err != nil {
+		return fmt.Errorf("end the revoked runner's leases: %w", err)
+	}
+	_ = s.dropVerdict(ctx, hash) // again below; a failure here does not stop the revocation
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if tag.RowsAffected() > 0 && s.board != nil {
+		// The sweeper is noted for the leases' old expiry (up to their
+		// TTL on): it should look now, to record the jobs ABORTED (or
+		// retry them). Lost, it looks then.
+		_ = s.board.Due(ctx, wake.Sweep, s.board.Now())
 	}
 	return s.dropVerdict(ctx, hash)
 }
