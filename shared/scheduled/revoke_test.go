@@ -1,0 +1,86 @@
+package scheduled_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/forgeci/forgeci/shared/wake"
+)
+
+// A revoked runner's leases end at once: the sweeper, whose note was for
+// their expiry a minute on, looks again and records the job ABORTED.
+func TestRevocationWakesTheSweeper(t *testing.T) {
+	f := newFixtureTTL(t, time.Minute)
+	ctx := context.Background()
+	c, err := f.st.Claim(ctx, f.runner, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	f.sweepEvery(t)
+	// Wait for a pass to leave only the note of the lease's expiry.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		notes, err := f.board.Notes(ctx, wake.Sweep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(notes) == 1 && notes[0].After(time.Now().Add(30*time.Second)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sweep notes %v", notes)
+		}
+	}
+	revoked := time.Now()
+	if err := f.st.RevokeRunner(ctx, f.runner.ID); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := revoked.Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var state string
+		if err := f.st.Pool().QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, c.Lease.JobID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "ABORTED" {
+			t.Logf("ABORTED %s after the revocation", time.Since(revoked).Round(time.Millisecond))
+			return
+		}
+		if state != "RUNNING" || time.Now().After(deadline) {
+			t.Fatalf("job %s %s after the revocation", state, time.Since(revoked))
+		}
+	}
+}
+
+// A runner holding a lease is revoked while every S3 write fails: the
+// revocation commits all the same (a compromised runner must not wait
+// for S3), and the sweeper still ends the lease, at its expiry.
+func TestRevocationWhileS3Fails(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	c, err := f.st.Claim(ctx, f.runner, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	f.sweepEvery(t)
+	// Past the grain of the claim's note (a note of the same slot is not
+	// written again).
+	time.Sleep(f.board.Grain())
+	f.board.Drop = func(string) bool { return true }
+	if err := f.st.RevokeRunner(ctx, f.runner.ID); err != nil {
+		t.Fatalf("revoke while S3 fails: %v", err)
+	}
+	if _, err := f.st.AuthenticateRunner(ctx, f.runnerToken); err == nil {
+		t.Fatal("the runner still authenticates")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var state string
+		if err := f.st.Pool().QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, c.Lease.JobID).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state == "ABORTED" {
+			return
+		}
+		if state != "RUNNING" || time.Now().After(deadline) {
+			t.Fatalf("job %s after the revocation", state)
+		}
+	}
+}
