@@ -3,7 +3,9 @@
 -- made no run) is queued once per commit. Looking for one first was not
 -- enough: two deliveries failing at once for the same commit (its push and
 -- its pull request) each missed the other's uncommitted notice, and both
--- queued one. Notices queued twice already keep their first.
+-- queued one. Notices queued twice already keep their first; the table
+-- is locked first, so that none is queued between the two statements.
+LOCK TABLE check_runs IN SHARE ROW EXCLUSIVE MODE;
 DELETE FROM check_runs c
 WHERE c.delivery_guid IS NOT NULL
   AND EXISTS (SELECT 1 FROM check_runs o

@@ -9,4 +9,13 @@ CREATE TABLE wake_owed (
 );
 
 -- +goose Down
+-- Notes still owed would be forgotten: run a scheduled pass first.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM wake_owed) THEN
+        RAISE EXCEPTION 'wake-up notes are still owed (table wake_owed): invoke the sweeper once S3 takes writes, then migrate down';
+    END IF;
+END $$;
+-- +goose StatementEnd
 DROP TABLE wake_owed;

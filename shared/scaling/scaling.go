@@ -108,9 +108,17 @@ type Capacity struct{ Desired, Max int }
 // is next due (RFC 3339; none: nothing).
 const scalerNote = "scaler"
 
+// parseScalerNote reads the note; a probe time it cannot read is due now
+// (toward a look, never none).
 func parseScalerNote(raw string) (token string, probeAt time.Time) {
-	token, at, _ := strings.Cut(raw, " ")
-	probeAt, _ = time.Parse(time.RFC3339Nano, at)
+	token, at, found := strings.Cut(raw, " ")
+	if !found {
+		return token, time.Time{}
+	}
+	probeAt, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return token, time.Unix(0, 0)
+	}
 	return token, probeAt
 }
 

@@ -100,6 +100,10 @@ func (s *Store) mark(ctx context.Context, q execer, queued bool, kinds ...string
 	if err == nil && queued {
 		err = s.board.MarkQueued(ctx, started)
 	}
+	if err == nil && s.board.Now().Sub(started) > s.board.CommitDelay()*4/5 {
+		// The notes may no longer cover the commit (wake.MaxCommitDelay).
+		err = errors.New("noting the work took too long")
+	}
 	if err != nil && own != "" {
 		// A pass's write commits anyway (a lease must end whatever S3
 		// does), with what it owes.
@@ -107,13 +111,14 @@ func (s *Store) mark(ctx context.Context, q execer, queued bool, kinds ...string
 		if queued {
 			owed = append(owed, owedQueue)
 		}
+		slices.Sort(owed) // rows locked in one order by every writer
 		if _, oerr := q.Exec(ctx, oweNotesSQL, owed); oerr != nil {
 			return started, fmt.Errorf("the pass can neither note its work nor owe it: %w", errors.Join(err, oerr))
 		}
 		return started, nil
 	}
 	if err != nil {
-		return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note its work: %v", err)
+		return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note its work (nothing was changed, try again): %v", err)
 	}
 	return started, nil
 }
@@ -127,12 +132,11 @@ const oweNotesSQL = `
 INSERT INTO wake_owed (kind) SELECT unnest($1::text[])
 ON CONFLICT (kind) DO UPDATE SET owed_at = clock_timestamp()`
 
-const owedNotesSQL = `SELECT kind, owed_at FROM wake_owed`
+const owedNotesSQL = `SELECT kind, owed_at FROM wake_owed ORDER BY kind`
 
-// paidNotesSQL forgets debts made ($1, as of $2): one owed again since
+// paidNotesSQL forgets the debt $1 made as of $2: one owed again since
 // stays.
-const paidNotesSQL = `DELETE FROM wake_owed o USING unnest($1::text[], $2::timestamptz[]) AS p(kind, owed_at)
-WHERE o.kind = p.kind AND o.owed_at = p.owed_at`
+const paidNotesSQL = `DELETE FROM wake_owed WHERE kind = $1 AND owed_at = $2`
 
 // PayOwedNotes makes the notes passes owe: the writes that owed them have
 // committed, and a note made later still wakes what they left to do. It
@@ -143,7 +147,7 @@ func (s *Store) PayOwedNotes(ctx context.Context) error {
 	if s.board == nil {
 		return nil
 	}
-	rows, err := s.pool.Query(ctx, owedNotesSQL)
+	rows, err := s.pool.Query(ctx, owedNotesSQL) // in the order of kind
 	if err != nil {
 		return fmt.Errorf("owed notes: %w", err)
 	}
@@ -175,8 +179,13 @@ func (s *Store) PayOwedNotes(ctx context.Context) error {
 			return fmt.Errorf("pay the owed queue hint: %w", err)
 		}
 	}
-	_, err = s.pool.Exec(ctx, paidNotesSQL, paid, at)
-	return err
+	// One at a time, in the order of kind, as owing takes them.
+	for i := range paid {
+		if _, err := s.pool.Exec(ctx, paidNotesSQL, paid[i], at[i]); err != nil {
+			return fmt.Errorf("owed notes paid: %w", err)
+		}
+	}
+	return nil
 }
 
 // commitMarked notes tx's work, then commits it, unless noting took so
@@ -189,9 +198,6 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 	started, err := s.mark(ctx, tx, tx.queued, kinds...)
 	if err != nil {
 		return err
-	}
-	if s.board != nil && s.board.Now().Sub(started) > s.board.CommitDelay()*4/5 {
-		return domain.Errorf(domain.EUnavailable, "noting the work took too long; nothing was changed, try again")
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err
@@ -248,13 +254,14 @@ func (s *Store) coveredBy(ctx context.Context, started time.Time) (context.Conte
 	return context.WithTimeout(ctx, s.board.CommitDelay()*4/5-spent)
 }
 
-// afterCutOff follows a lone statement whose context, qctx (coveredBy),
-// ended: the client gave up, but the server may still commit it, past its
-// note's cover. kind is noted due after on from now, by when whatever
-// such a commit left is due (a lease ends at the latest its TTL after its
-// statement began): toward an extra pass, never none.
-func (s *Store) afterCutOff(ctx, qctx context.Context, kind string, after time.Duration) {
-	if s.board == nil || qctx.Err() == nil {
+// afterFailure follows a lone statement noted before it that failed: the
+// server may have committed it all the same (the client gave up at its
+// context's end, qctx from coveredBy; the connection broke after the
+// commit), past its note's cover. kind is noted due after on from now, by
+// when whatever such a commit left is due (a lease ends at the latest its
+// TTL after its statement began): toward an extra pass, never none.
+func (s *Store) afterFailure(ctx context.Context, kind string, after time.Duration) {
+	if s.board == nil {
 		return
 	}
 	_ = s.board.Due(context.WithoutCancel(ctx), kind, s.board.Now().Add(after))
