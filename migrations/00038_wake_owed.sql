@@ -10,6 +10,7 @@ CREATE TABLE wake_owed (
 
 -- +goose Down
 -- Notes still owed would be forgotten: run a scheduled pass first.
+LOCK TABLE wake_owed IN ACCESS EXCLUSIVE MODE;
 -- +goose StatementBegin
 DO $$
 BEGIN

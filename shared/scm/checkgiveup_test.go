@@ -26,7 +26,7 @@ func TestCheckPushGivenUp(t *testing.T) {
 	if n := gone.creates.Load(); n != 3 {
 		t.Fatalf("%d creates, want MaxCheckAttempts (3)", n)
 	}
-	if n := gone.e.count(`SELECT count(*) FROM check_runs WHERE last_error LIKE 'given up after 3 attempts: %Not Found%'`); n != 1 {
+	if n := gone.e.count(`SELECT count(*) FROM check_runs WHERE last_error LIKE 'given up after 3 refusals in a row: %Not Found%'`); n != 1 {
 		t.Fatalf("%d given-up notices with their error", n)
 	}
 	ctx := context.Background()
@@ -45,12 +45,23 @@ func TestCheckPushGivenUp(t *testing.T) {
 	if n := down.e.count(`SELECT count(*) FROM check_runs WHERE version > pushed_version AND last_error NOT LIKE 'given up%'`); n != 1 {
 		t.Fatalf("the notice of an outage is given up after %d creates", down.creates.Load())
 	}
+	// After the outage, GitHub refuses it as gone once: a first refusal,
+	// not the last of many.
+	down.status.Store(http.StatusNotFound)
+	for i := 0; i < 100 && down.creates.Load() < 7; i++ {
+		down.passUntilSettled(t, 1)
+		time.Sleep(25 * time.Millisecond)
+	}
+	if n := down.e.count(`SELECT count(*) FROM check_runs WHERE version > pushed_version AND gone_attempts = 1`); n != 1 {
+		t.Fatalf("a first refusal after an outage of %d failures was given up", down.creates.Load()-1)
+	}
 }
 
 type checkFixture struct {
 	e       *env
 	w       *scm.Worker
 	creates *atomic.Int64
+	status  *atomic.Int64 // what a create is answered
 }
 
 // checksAnswering is a worker whose every check run create gets status,
@@ -64,13 +75,15 @@ func checksAnswering(t *testing.T, status int) checkFixture {
 
 	target, _ := url.Parse(e.gh.URL())
 	forward := httputil.NewSingleHostReverseProxy(target)
-	creates := &atomic.Int64{}
+	creates, answer := &atomic.Int64{}, &atomic.Int64{}
+	answer.Store(int64(status))
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/check-runs") {
 			creates.Add(1)
 			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			_, _ = fmt.Fprintf(w, `{"message":%q}`, http.StatusText(status))
+			code := int(answer.Load())
+			w.WriteHeader(code)
+			_, _ = fmt.Fprintf(w, `{"message":%q}`, http.StatusText(code))
 			return
 		}
 		forward.ServeHTTP(w, r)
@@ -78,7 +91,7 @@ func checksAnswering(t *testing.T, status int) checkFixture {
 	t.Cleanup(proxy.Close)
 	w := e.workerAt(proxy.URL + "/")
 	w.MaxCheckAttempts = 3
-	return checkFixture{e, w, creates}
+	return checkFixture{e, w, creates, answer}
 }
 
 // passUntilSettled runs the worker until no check run is due, at most

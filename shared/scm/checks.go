@@ -37,13 +37,17 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 	if pe := (*pushError)(nil); errors.As(err, &pe) {
 		known = pe.id
 	}
-	lasting := permanent(err)
-	if lasting && attempt >= w.MaxCheckAttempts {
+	lasting := gone(err)
+	goneInARow := 0
+	if lasting {
+		goneInARow = cw.GoneAttempts + 1
+	}
+	if goneInARow >= w.MaxCheckAttempts {
 		w.Log.Error("check run push given up", "job", cw.JobID, "external_id", cw.ExternalID, "attempts", attempt, "err", err)
-		err = w.Store.CheckGivenUp(ctx, cw, known, fmt.Errorf("given up after %d attempts: %w", attempt, err))
+		err = w.Store.CheckGivenUp(ctx, cw, known, fmt.Errorf("given up after %d refusals in a row: %w", goneInARow, err))
 	} else {
 		w.Log.Warn("check run push failed", "job", cw.JobID, "attempt", attempt, "err", err)
-		err = w.Store.CheckFailed(ctx, cw, known, err, w.checkWait(attempt, lasting))
+		err = w.Store.CheckFailed(ctx, cw, known, err, w.checkWait(attempt, goneInARow), lasting)
 	}
 	if err != nil && !errors.Is(err, store.ErrCheckLeaseLost) {
 		return false, err
@@ -52,25 +56,41 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 }
 
 const (
-	// DefaultMaxCheckAttempts bounds the pushes of a check run GitHub
-	// refuses as gone (permanent: an App uninstalled, a repository
-	// deleted): the first checkPatience wait Backoff (about half an hour
-	// in all), the rest checkLongWait each, so that it is given up after
-	// about two days, having woken the database a few times a day rather
-	// than every ten minutes forever. Other failures (5xx, rate limits,
-	// the network: an outage) wait Backoff, and are never given up.
+	// DefaultMaxCheckAttempts bounds the pushes in a row of a check run
+	// GitHub refuses as gone (see gone: an App uninstalled or suspended,
+	// a repository deleted): the first checkPatience wait Backoff (about
+	// half an hour in all), the rest checkLongWait each, so that it is
+	// given up after about two days, having woken the database a few
+	// times a day rather than every ten minutes forever. Other failures
+	// (5xx, rate limits, the network: an outage) wait Backoff, are never
+	// given up, and start the count of refusals again.
 	DefaultMaxCheckAttempts = 16
 	checkPatience           = 8
 	checkLongWait           = 6 * time.Hour
 )
 
 // checkWait is how long a check run waits after its attempt-th failed
-// push, which failed for good if lasting (see DefaultMaxCheckAttempts).
-func (w *Worker) checkWait(attempt int, lasting bool) time.Duration {
-	if lasting && attempt >= checkPatience {
+// push, the goneInARow-th refusal as gone in a row (0: not one).
+func (w *Worker) checkWait(attempt, goneInARow int) time.Duration {
+	if goneInARow >= checkPatience {
 		return checkLongWait
 	}
 	return w.Backoff(attempt)
+}
+
+// gone reports whether GitHub refused a check run's push for a reason
+// that lasts: permanent (404, 410, 422), or 401 and 403, which GitHub
+// answers for a suspended installation or a permission taken away (its
+// rate limits are errors of their own types).
+func gone(err error) bool {
+	var ge *github.ErrorResponse
+	if errors.As(err, &ge) && ge.Response != nil {
+		switch ge.Response.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return true
+		}
+	}
+	return permanent(err)
 }
 
 // pushCheck makes GitHub's check run for one job show the job as it is now.

@@ -2,6 +2,7 @@ package scm
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -41,20 +42,36 @@ func TestPlainOutputAfterRefusal(t *testing.T) {
 }
 
 // A check run GitHub keeps refusing as gone waits the worker's backoff
-// for its first checkPatience failures, then checkLongWait; one that
-// fails otherwise (an outage) waits the backoff however long it lasts.
+// for its first checkPatience refusals in a row, then checkLongWait; one
+// that fails otherwise (an outage) waits the backoff however long it
+// lasts.
 func TestCheckWaitGrowsLong(t *testing.T) {
 	w := &Worker{Backoff: ExponentialBackoff(10*time.Second, 10*time.Minute)}
-	if got := w.checkWait(1, true); got != 10*time.Second {
-		t.Errorf("after the first failure: %v", got)
+	if got := w.checkWait(1, 1); got != 10*time.Second {
+		t.Errorf("after the first refusal: %v", got)
 	}
-	if got := w.checkWait(checkPatience-1, true); got != 10*time.Minute {
-		t.Errorf("after %d failures: %v", checkPatience-1, got)
+	if got := w.checkWait(checkPatience-1, checkPatience-1); got != 10*time.Minute {
+		t.Errorf("after %d refusals: %v", checkPatience-1, got)
 	}
-	if got := w.checkWait(checkPatience, true); got != checkLongWait {
-		t.Errorf("after %d failures: %v", checkPatience, got)
+	if got := w.checkWait(checkPatience, checkPatience); got != checkLongWait {
+		t.Errorf("after %d refusals: %v", checkPatience, got)
 	}
-	if got := w.checkWait(3*checkPatience, false); got != 10*time.Minute {
-		t.Errorf("after %d failures of an outage: %v", 3*checkPatience, got)
+	if got := w.checkWait(3*checkPatience, 1); got != 10*time.Minute {
+		t.Errorf("a first refusal after %d failures of an outage: %v", 3*checkPatience, got)
+	}
+}
+
+// Which refusals last: rate limits and 5xx do not.
+func TestGone(t *testing.T) {
+	status := func(code int) error {
+		return fmt.Errorf("push: %w", &github.ErrorResponse{Response: &http.Response{StatusCode: code}})
+	}
+	for code, want := range map[int]bool{401: true, 403: true, 404: true, 410: true, 422: true, 500: false, 502: false} {
+		if got := gone(status(code)); got != want {
+			t.Errorf("%d: gone %v", code, got)
+		}
+	}
+	if gone(&github.RateLimitError{}) || gone(&github.AbuseRateLimitError{}) || gone(errors.New("connection reset")) {
+		t.Error("a rate limit or a network error is gone")
 	}
 }

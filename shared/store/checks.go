@@ -32,7 +32,7 @@ WITH due AS (
     RETURNING c.*
 )
 SELECT l.id, coalesce(l.job_id, ''), coalesce(l.job_id, 'delivery:' || l.delivery_guid), coalesce(l.summary, ''),
-       l.lease_id::text, l.version, coalesce(l.github_id, 0), l.create_attempted, l.attempts,
+       l.lease_id::text, l.version, coalesce(l.github_id, 0), l.create_attempted, l.attempts, l.gone_attempts,
        r.github_id, r.full_name, r.installation_id, l.head_sha, l.name,
        coalesce(j.run_id, ''), coalesce(ru.number, 0), p.name, coalesce(j.state, 'FAILED'),
        coalesce(j.reason, ''), j.exit_code, coalesce(j.generation, 0), j.started_at, j.finished_at,
@@ -74,14 +74,19 @@ const checkCreateAttemptedSQL = `UPDATE check_runs SET create_attempted = true W
 // releases the lease.
 const checkPushedSQL = `
 UPDATE check_runs SET pushed_version = greatest(pushed_version, $3), github_id = $4,
-       attempts = 0, last_error = NULL, lease_id = NULL, lease_expires_at = NULL
+       attempts = 0, gone_attempts = 0, last_error = NULL, lease_id = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_id = $2`
 
-// checkFailedSQL records a failed push (error $4; the check run's ID $3 if
-// learnt), due again after $5 seconds, and releases the lease.
+// checkFailedSQL records a failed push of version $6 (error $4; the check
+// run's ID $3 if learnt; refused as gone if $7), due again after $5
+// seconds, and releases the lease. A job change during the push (a
+// version after $6) has started the counts again and is due now.
 const checkFailedSQL = `
-UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), attempts = attempts + 1,
-       last_error = $4, next_attempt_at = now() + make_interval(secs => $5), lease_id = NULL, lease_expires_at = NULL
+UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), last_error = $4,
+       attempts = CASE WHEN version > $6 THEN attempts ELSE attempts + 1 END,
+       gone_attempts = CASE WHEN version > $6 OR NOT $7 THEN 0 ELSE gone_attempts + 1 END,
+       next_attempt_at = CASE WHEN version > $6 THEN now() ELSE now() + make_interval(secs => $5) END,
+       lease_id = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_id = $2`
 
 // checkGivenUpSQL records a check run's last failed push (error $4; its ID
@@ -90,7 +95,8 @@ WHERE id = $1 AND lease_id = $2`
 // the push left a version after $5, still due), and releases the lease.
 const checkGivenUpSQL = `
 UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), attempts = attempts + 1,
-       pushed_version = greatest(pushed_version, $5), last_error = $4, lease_id = NULL, lease_expires_at = NULL
+       gone_attempts = gone_attempts + 1, pushed_version = greatest(pushed_version, $5), last_error = $4,
+       lease_id = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_id = $2`
 
 // checksOfRunSQL lists the check runs of run $1's jobs.
@@ -112,11 +118,13 @@ type CheckWork struct {
 	GitHubID        int64 // 0 when not yet known
 	CreateAttempted bool
 	Attempts        int
-	RepoID          int64 // the repository's GitHub ID
-	RepoFullName    string
-	InstallationID  int64
-	HeadSHA         string
-	Name            string
+	// GoneAttempts are the failed pushes in a row GitHub refused as gone.
+	GoneAttempts   int
+	RepoID         int64 // the repository's GitHub ID
+	RepoFullName   string
+	InstallationID int64
+	HeadSHA        string
+	Name           string
 	// The job as it is now: the desired state.
 	RunID      string
 	RunNumber  int64
@@ -148,7 +156,7 @@ func (s *Store) ClaimChecks(ctx context.Context, limit int, ttl time.Duration) (
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (CheckWork, error) {
 		var w CheckWork
 		err := row.Scan(&w.ID, &w.JobID, &w.ExternalID, &w.Notice, &w.LeaseID, &w.Version, &w.GitHubID, &w.CreateAttempted,
-			&w.Attempts, &w.RepoID, &w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
+			&w.Attempts, &w.GoneAttempts, &w.RepoID, &w.RepoFullName, &w.InstallationID, &w.HeadSHA, &w.Name,
 			&w.RunID, &w.RunNumber, &w.Project, &w.JobState, &w.Reason, &w.ExitCode, &w.Generation,
 			&w.StartedAt, &w.FinishedAt, &w.Approval, &w.ApprovalBy, &w.ApprovalAt, &w.Report)
 		return w, err
@@ -183,10 +191,11 @@ func (s *Store) CheckPushed(ctx context.Context, w CheckWork, githubID int64) er
 	return s.checkUpdate(ctx, w, checkPushedSQL, w.Version, githubID)
 }
 
-// CheckFailed records a failed push; the row is due again after backoff.
+// CheckFailed records a failed push, refused as gone if gone; the row is
+// due again after backoff.
 // The ID, if learnt before the failure, is kept.
-func (s *Store) CheckFailed(ctx context.Context, w CheckWork, githubID int64, cause error, backoff time.Duration) error {
-	return s.checkUpdate(ctx, w, checkFailedSQL, githubID, domain.Truncate(cause.Error(), 4000), backoff.Seconds())
+func (s *Store) CheckFailed(ctx context.Context, w CheckWork, githubID int64, cause error, backoff time.Duration, gone bool) error {
+	return s.checkUpdate(ctx, w, checkFailedSQL, githubID, domain.Truncate(cause.Error(), 4000), backoff.Seconds(), w.Version, gone)
 }
 
 // CheckGivenUp records the last push of a check run GitHub keeps refusing:

@@ -250,7 +250,7 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 		return nil, nil
 	}
 	if err != nil {
-		s.afterFailure(ctx, wake.Sweep, s.limits.LeaseTTL)
+		s.afterFailure(ctx, err, wake.Sweep, s.limits.LeaseTTL)
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	s.hints.claimed(key, queuedAt, c.Lease.JobID)

@@ -93,11 +93,25 @@ func TestGivenUpCheckKeepsALaterChange(t *testing.T) {
 	if _, err := s.Pool().Exec(ctx, `UPDATE check_runs SET version = version + 1, attempts = 0, next_attempt_at = now()`); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CheckGivenUp(ctx, ws[0], 0, errors.New("given up after 16 attempts: 404 Not Found")); err != nil {
+	if err := s.CheckGivenUp(ctx, ws[0], 0, errors.New("given up after 16 refusals in a row: 404 Not Found")); err != nil {
 		t.Fatal(err)
 	}
 	var due int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM check_runs WHERE version > pushed_version`).Scan(&due); err != nil || due != 1 {
 		t.Fatalf("%d check runs due after a change during the last push (%v), want 1", due, err)
+	}
+	// A push that fails while the job changes: the change is due now, not
+	// after the failure's wait.
+	if ws, err = s.ClaimChecks(ctx, 10, time.Minute); err != nil || len(ws) != 1 {
+		t.Fatalf("claim checks again: %v %v", ws, err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE check_runs SET version = version + 1, attempts = 0, gone_attempts = 0, next_attempt_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckFailed(ctx, ws[0], 0, errors.New("404 Not Found"), 6*time.Hour, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM check_runs WHERE version > pushed_version AND next_attempt_at <= now()`).Scan(&due); err != nil || due != 1 {
+		t.Fatalf("%d check runs due now after a change during a failed push (%v), want 1", due, err)
 	}
 }

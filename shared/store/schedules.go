@@ -93,7 +93,7 @@ func (s *Store) SetRepoSchedules(ctx context.Context, projectID string, reposito
 	defer cancel()
 	if _, err := conn.Exec(qctx, repoSchedulesSQL, projectID, ref, crons, missed, ids, repositoryID); err != nil {
 		if s.board != nil {
-			s.afterFailure(ctx, wake.Sweep, s.board.CommitDelay())
+			s.afterFailure(ctx, err, wake.Sweep, s.board.CommitDelay())
 		}
 		return fmt.Errorf("schedules: %w", err)
 	}

@@ -260,9 +260,10 @@ func (s *Store) coveredBy(ctx context.Context, started time.Time) (context.Conte
 // commit), past its note's cover. kind is noted due after on from now, by
 // when whatever such a commit left is due (a lease ends at the latest its
 // TTL after its statement began): toward an extra pass, never none.
-func (s *Store) afterFailure(ctx context.Context, kind string, after time.Duration) {
-	if s.board == nil {
-		return
+func (s *Store) afterFailure(ctx context.Context, err error, kind string, after time.Duration) {
+	var pgErr *pgconn.PgError
+	if s.board == nil || errors.As(err, &pgErr) {
+		return // the server's error: it rolled the statement back
 	}
 	_ = s.board.Due(context.WithoutCancel(ctx), kind, s.board.Now().Add(after))
 }
