@@ -61,7 +61,7 @@ type checkFixture struct {
 	e       *env
 	w       *scm.Worker
 	creates *atomic.Int64
-	status  *atomic.Int64 // what a create is answered
+	status  *atomic.Int64 // what a create is answered (0: the fake answers)
 }
 
 // checksAnswering is a worker whose every check run create gets status,
@@ -78,10 +78,10 @@ func checksAnswering(t *testing.T, status int) checkFixture {
 	creates, answer := &atomic.Int64{}, &atomic.Int64{}
 	answer.Store(int64(status))
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/check-runs") {
+		code := int(answer.Load())
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/check-runs") && code != 0 {
 			creates.Add(1)
 			w.Header().Set("Content-Type", "application/json")
-			code := int(answer.Load())
 			w.WriteHeader(code)
 			_, _ = fmt.Fprintf(w, `{"message":%q}`, http.StatusText(code))
 			return
@@ -109,5 +109,44 @@ func (f checkFixture) passUntilSettled(t *testing.T, passes int) {
 			t.Fatalf("the notice was still due after %d passes (%d creates)", passes, f.creates.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An installation token GitHub revoked before it expired (401) is dropped:
+// the next push asks for a new one and goes through, rather than fail
+// with the old one, counted as refusals, until it would have expired.
+func TestRevokedTokenIsForgotten(t *testing.T) {
+	f := checksAnswering(t, http.StatusNotFound)
+	f.status.Store(0) // creates go through to the fake
+	f.passUntilSettled(t, 100)
+	f.e.gh.RevokeTokens()
+	if _, err := f.e.pool.Exec(context.Background(), `UPDATE check_runs SET version = version + 1, next_attempt_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	f.passUntilSettled(t, 20)
+	if n := f.e.count(`SELECT count(*) FROM check_runs WHERE version = pushed_version AND last_error IS NULL`); n != 1 {
+		t.Fatal("the notice was not pushed after its token was revoked")
+	}
+}
+
+// A delivery whose installation token GitHub revoked early (401) is tried
+// again with a new one, and makes its run.
+func TestDeliveryAfterTheTokenIsRevoked(t *testing.T) {
+	e := setup(t)
+	for i, guid := range []string{"before", "after"} {
+		dir, sha := gitRepo(t, pipelineYAML+"# "+guid+"\n")
+		e.gh.AddGitCommit(t, repoName, dir, sha)
+		body := pushPayload(sha)
+		e.deliver("push", guid, body, sign(repoSecret, body))
+		if i == 1 {
+			e.gh.RevokeTokens() // the first delivery's token is cached
+		}
+		for pass := 0; e.count(`SELECT count(*) FROM runs`) < i+1; pass++ {
+			if pass == 20 {
+				t.Fatalf("the delivery %q made no run: %d attempts", guid, e.count(`SELECT attempts FROM scm_deliveries WHERE guid = $1`, guid))
+			}
+			e.runOnce()
+			time.Sleep(25 * time.Millisecond)
+		}
 	}
 }

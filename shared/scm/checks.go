@@ -32,6 +32,9 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 	if err == nil {
 		return true, nil
 	}
+	if unauthorized(err) {
+		w.App.Forget(cw.RepoID)
+	}
 	attempt := cw.Attempts + 1
 	var known int64
 	if pe := (*pushError)(nil); errors.As(err, &pe) {

@@ -110,6 +110,26 @@ func (a *App) Client(ctx context.Context, installationID, repoID int64) (*github
 	return a.client(t.token), nil
 }
 
+// Forget drops the installation tokens cached for repository repoID:
+// GitHub refused one (401), revoked before it would have expired (a
+// permission changed, the App's key rotated), and the next call asks for
+// a new one rather than fail with it for up to an hour.
+func (a *App) Forget(repoID int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for scope := range a.tokens {
+		if scope.repository == repoID {
+			delete(a.tokens, scope)
+		}
+	}
+}
+
+// unauthorized reports whether GitHub refused a call's credentials.
+func unauthorized(err error) bool {
+	var ge *github.ErrorResponse
+	return errors.As(err, &ge) && ge.Response != nil && ge.Response.StatusCode == http.StatusUnauthorized
+}
+
 // permanent reports whether a GitHub error will not go away by retrying:
 // the repository or commit is gone, or the request is refused as invalid.
 // Rate limits, 5xx and network errors are worth retrying.

@@ -253,6 +253,9 @@ func (w *Worker) processDelivery(ctx, work context.Context, d *store.Delivery, r
 	case errors.Is(err, store.ErrDeliveryLeaseLost):
 		log.Warn("delivery was reclaimed by another worker; this attempt's effect was rolled back")
 	case err != nil:
+		if unauthorized(err) {
+			w.App.Forget(d.RepositoryID) // the retry asks for a new token
+		}
 		perm := permanent(err) || domain.ErrorCode(err) == domain.EInvalid || domain.ErrorCode(err) == domain.ENotFound
 		log.Warn("delivery failed", "permanent", perm, "err", err)
 		if ferr := w.Store.FailDelivery(ctx, d, err, perm, w.MaxAttempts, w.Backoff(d.Attempts)); ferr != nil {

@@ -250,6 +250,15 @@ func (g *GitHub) accessToken(w http.ResponseWriter, r *http.Request) {
 
 // authorized checks an installation token, and that it opens the
 // repository named (as GitHub: another is not found).
+// RevokeTokens ends every installation token handed out (as GitHub does
+// when an installation's permissions change): later calls with them get
+// 401.
+func (g *GitHub) RevokeTokens() {
+	g.mu.Lock()
+	clear(g.tokens)
+	g.mu.Unlock()
+}
+
 func (g *GitHub) authorized(w http.ResponseWriter, r *http.Request) bool {
 	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	g.mu.Lock()
