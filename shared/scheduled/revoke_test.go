@@ -13,11 +13,7 @@ import (
 func TestRevocationWakesTheSweeper(t *testing.T) {
 	f := newFixtureTTL(t, time.Minute)
 	ctx := context.Background()
-	c, err := f.st.Claim(ctx, f.runner, nil, 0)
-	if err != nil || c == nil {
-		t.Fatalf("claim: %v %v", c, err)
-	}
-	f.sweepEvery(t)
+	c := f.claimSwept(t)
 	// Wait for a pass to leave only the note of the lease's expiry.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		notes, err := f.board.Notes(ctx, wake.Sweep)
@@ -56,11 +52,7 @@ func TestRevocationWakesTheSweeper(t *testing.T) {
 func TestRevocationWhileS3Fails(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	c, err := f.st.Claim(ctx, f.runner, nil, 0)
-	if err != nil || c == nil {
-		t.Fatalf("claim: %v %v", c, err)
-	}
-	f.sweepEvery(t)
+	c := f.claimSwept(t)
 	// Past the grain of the claim's note (a note of the same slot is not
 	// written again).
 	time.Sleep(f.board.Grain())

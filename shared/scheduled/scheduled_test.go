@@ -63,6 +63,18 @@ func newFixtureTTL(t *testing.T, ttl time.Duration) fixture {
 	return fixture{st, b, runner, run, obj, token}
 }
 
+// claimSwept claims the fixture's job, with the sweeper invoked every
+// period.
+func (f fixture) claimSwept(t *testing.T) *store.Claim {
+	t.Helper()
+	c, err := f.st.Claim(context.Background(), f.runner, nil, 0)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v %v", c, err)
+	}
+	f.sweepEvery(t)
+	return c
+}
+
 // sweepEvery invokes the sweeper every period, as EventBridge would.
 func (f fixture) sweepEvery(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -115,11 +127,7 @@ func (f fixture) overdue(t *testing.T, jobID string) time.Duration {
 func TestLostHintWritesStillEndLeases(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	c, err := f.st.Claim(ctx, f.runner, nil, 0)
-	if err != nil || c == nil {
-		t.Fatalf("claim: %v %v", c, err)
-	}
-	f.sweepEvery(t)
+	c := f.claimSwept(t)
 	time.Sleep(time.Second) // a pass noted the lease's first expiry
 	if _, _, err := f.st.Heartbeat(ctx, f.runner.ID, c.Lease.JobID, c.Lease); err != nil {
 		t.Fatal(err)
@@ -135,12 +143,7 @@ func TestLostHintWritesStillEndLeases(t *testing.T) {
 // Without lost writes, the sweeper wakes for the lease's expiry alone.
 func TestSweeperWakesForTheExpiry(t *testing.T) {
 	f := newFixture(t)
-	ctx := context.Background()
-	c, err := f.st.Claim(ctx, f.runner, nil, 0)
-	if err != nil || c == nil {
-		t.Fatalf("claim: %v %v", c, err)
-	}
-	f.sweepEvery(t)
+	c := f.claimSwept(t)
 	if late := f.overdue(t, c.Lease.JobID); late > 2*period {
 		t.Fatalf("the lease ended %s after its expiry (sweep period %s)", late, period)
 	}

@@ -153,13 +153,7 @@ func TestDeliveryErrorWithBadBytes(t *testing.T) {
 	s := pgtest.NewStore(t, store.Limits{})
 	p := pgtest.Project(t, s, "p")
 	addRepository(t, s, p.ID)
-	if _, err := s.RecordDelivery(ctx, "delivery-1", "push", 5, []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	d, err := s.ClaimDelivery(ctx, time.Minute)
-	if err != nil || d == nil {
-		t.Fatalf("claim: %v", err)
-	}
+	d := claimedDelivery(t, s, "delivery-1")
 	cause := errors.New(".forgeci.yml: jobs.a\x00b: not a job; \xff\xfe")
 	if err := s.FailDeliveryWithNotice(ctx, d, cause, strings.Repeat("ab", 20), "forgeci"); err != nil {
 		t.Fatalf("fail with notice: %v", err)

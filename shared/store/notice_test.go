@@ -22,17 +22,7 @@ func TestConcurrentFailuresQueueOneNotice(t *testing.T) {
 	p := pgtest.Project(t, s, "p")
 	addRepository(t, s, p.ID)
 	sha := strings.Repeat("cd", 20)
-	var ds []*store.Delivery
-	for _, guid := range []string{"push-1", "pr-1"} {
-		if _, err := s.RecordDelivery(ctx, guid, "push", 5, []byte(`{"n":"`+guid+`"}`)); err != nil {
-			t.Fatal(err)
-		}
-		d, err := s.ClaimDelivery(ctx, time.Minute)
-		if err != nil || d == nil {
-			t.Fatalf("claim %s: %v %v", guid, d, err)
-		}
-		ds = append(ds, d)
-	}
+	ds := []*store.Delivery{claimedDelivery(t, s, "push-1"), claimedDelivery(t, s, "pr-1")}
 
 	hold, err := s.Pool().Begin(ctx)
 	if err != nil {
@@ -75,13 +65,7 @@ func TestGivenUpCheckKeepsALaterChange(t *testing.T) {
 	s := pgtest.NewStore(t, store.Limits{})
 	p := pgtest.Project(t, s, "p")
 	addRepository(t, s, p.ID)
-	if _, err := s.RecordDelivery(ctx, "gone-1", "push", 5, []byte(`{"n":"gone-1"}`)); err != nil {
-		t.Fatal(err)
-	}
-	d, err := s.ClaimDelivery(ctx, time.Minute)
-	if err != nil || d == nil {
-		t.Fatalf("claim: %v %v", d, err)
-	}
+	d := claimedDelivery(t, s, "gone-1")
 	if err := s.FailDeliveryWithNotice(ctx, d, errors.New("no .forgeci.yml"), strings.Repeat("ef", 20), "forgeci"); err != nil {
 		t.Fatal(err)
 	}
@@ -114,4 +98,19 @@ func TestGivenUpCheckKeepsALaterChange(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM check_runs WHERE version > pushed_version AND next_attempt_at <= now()`).Scan(&due); err != nil || due != 1 {
 		t.Fatalf("%d check runs due now after a change during a failed push (%v), want 1", due, err)
 	}
+}
+
+// claimedDelivery records a push delivery of repository 5 (addRepository)
+// and claims it.
+func claimedDelivery(t *testing.T, s *store.Store, guid string) *store.Delivery {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.RecordDelivery(ctx, guid, "push", 5, []byte(`{"n":"`+guid+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.ClaimDelivery(ctx, time.Minute)
+	if err != nil || d == nil || d.GUID != guid {
+		t.Fatalf("claim %s: %v %v", guid, d, err)
+	}
+	return d
 }
