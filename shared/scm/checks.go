@@ -86,12 +86,9 @@ func (w *Worker) checkWait(attempt, goneInARow int) time.Duration {
 // answers for a suspended installation or a permission taken away (its
 // rate limits are errors of their own types).
 func gone(err error) bool {
-	var ge *github.ErrorResponse
-	if errors.As(err, &ge) && ge.Response != nil {
-		switch ge.Response.StatusCode {
-		case http.StatusUnauthorized, http.StatusForbidden:
-			return true
-		}
+	switch statusOf(err) {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return true
 	}
 	return permanent(err)
 }
@@ -110,8 +107,7 @@ func (w *Worker) pushCheck(ctx context.Context, cw store.CheckWork) error {
 	}
 	if !store.StaleRepositoryName(cw.RepoFullName) {
 		err = w.pushCheckAt(ctx, gh, cw)
-		var ge *github.ErrorResponse
-		if !errors.As(err, &ge) || ge.Response == nil || ge.Response.StatusCode != http.StatusNotFound {
+		if statusOf(err) != http.StatusNotFound {
 			return err
 		}
 	}
@@ -178,8 +174,7 @@ func (w *Worker) pushCheckAt(ctx context.Context, gh *github.Client, cw store.Ch
 // job's state, or a required check never completes.
 func withPlainOutput(output *github.CheckRunOutput, send func(*github.CheckRunOutput) error) error {
 	err := send(output)
-	var ge *github.ErrorResponse
-	if output == nil || !errors.As(err, &ge) || ge.Response == nil || ge.Response.StatusCode != http.StatusUnprocessableEntity {
+	if output == nil || statusOf(err) != http.StatusUnprocessableEntity {
 		return err
 	}
 	return send(&github.CheckRunOutput{Title: github.String(clip(output.GetTitle(), maxAnnotationTitleBytes)),

@@ -124,22 +124,27 @@ func (a *App) Forget(repoID int64) {
 	}
 }
 
-// unauthorized reports whether GitHub refused a call's credentials.
-func unauthorized(err error) bool {
+// statusOf is the HTTP status of GitHub's answer to a call that failed
+// (0: not an answer of GitHub's, or a rate limit, which has its own error
+// types).
+func statusOf(err error) int {
 	var ge *github.ErrorResponse
-	return errors.As(err, &ge) && ge.Response != nil && ge.Response.StatusCode == http.StatusUnauthorized
+	if errors.As(err, &ge) && ge.Response != nil {
+		return ge.Response.StatusCode
+	}
+	return 0
 }
+
+// unauthorized reports whether GitHub refused a call's credentials.
+func unauthorized(err error) bool { return statusOf(err) == http.StatusUnauthorized }
 
 // permanent reports whether a GitHub error will not go away by retrying:
 // the repository or commit is gone, or the request is refused as invalid.
 // Rate limits, 5xx and network errors are worth retrying.
 func permanent(err error) bool {
-	var ge *github.ErrorResponse
-	if errors.As(err, &ge) && ge.Response != nil {
-		switch ge.Response.StatusCode {
-		case http.StatusNotFound, http.StatusGone, http.StatusUnprocessableEntity:
-			return true
-		}
+	switch statusOf(err) {
+	case http.StatusNotFound, http.StatusGone, http.StatusUnprocessableEntity:
+		return true
 	}
 	return false
 }

@@ -96,10 +96,7 @@ func (s *Store) mark(ctx context.Context, q execer, queued bool, kinds ...string
 	if own != "" {
 		kinds = slices.DeleteFunc(kinds, func(k string) bool { return k == own })
 	}
-	err := s.board.Mark(ctx, started, kinds...)
-	if err == nil && queued {
-		err = s.board.MarkQueued(ctx, started)
-	}
+	err := s.markWork(ctx, started, queued, kinds...)
 	if err == nil && s.board.Now().Sub(started) > s.board.CommitDelay()*4/5 {
 		// The notes may no longer cover the commit (wake.MaxCommitDelay).
 		err = errors.New("noting the work took too long")
@@ -162,34 +159,40 @@ func (s *Store) PayOwedNotes(ctx context.Context) error {
 	if err != nil || len(debts) == 0 {
 		return err
 	}
-	var kinds, paid []string
-	var at []time.Time
+	var kinds []string
+	queued := false
 	for _, d := range debts {
-		paid, at = append(paid, d.kind), append(at, d.at)
-		if d.kind != owedQueue {
+		if d.kind == owedQueue {
+			queued = true
+		} else {
 			kinds = append(kinds, d.kind)
 		}
 	}
-	now := s.board.Now()
-	if err := s.board.Mark(ctx, now, kinds...); err != nil {
+	if err := s.markWork(ctx, s.board.Now(), queued, kinds...); err != nil {
 		return fmt.Errorf("pay owed notes: %w", err)
 	}
-	if slices.Contains(paid, owedQueue) {
-		if err := s.board.MarkQueued(ctx, now); err != nil {
-			return fmt.Errorf("pay the owed queue hint: %w", err)
-		}
-	}
 	// One at a time, in the order of kind, as owing takes them.
-	for i := range paid {
-		if _, err := s.pool.Exec(ctx, paidNotesSQL, paid[i], at[i]); err != nil {
+	for _, d := range debts {
+		if _, err := s.pool.Exec(ctx, paidNotesSQL, d.kind, d.at); err != nil {
 			return fmt.Errorf("owed notes paid: %w", err)
 		}
 	}
 	return nil
 }
 
-// commitMarked notes tx's work, then commits it, unless noting took so
-// long that the notes may no longer cover the commit (wake.MaxCommitDelay).
+// markWork notes kinds due at at and, when queued, that jobs were queued.
+func (s *Store) markWork(ctx context.Context, at time.Time, queued bool, kinds ...string) error {
+	if err := s.board.Mark(ctx, at, kinds...); err != nil {
+		return err
+	}
+	if queued {
+		return s.board.MarkQueued(ctx, at)
+	}
+	return nil
+}
+
+// commitMarked notes tx's work (mark: outside a pass, a note that fails
+// or comes too late to cover the commit fails the write), then commits it.
 func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 	var kinds []string
 	if tx.sweep {
