@@ -30,6 +30,7 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 	err = w.pushCheck(pctx, cw)
 	cancel()
 	if err == nil {
+		w.reviveRefused(ctx, cw.RepoID)
 		return true, nil
 	}
 	if unauthorized(err) {
@@ -56,6 +57,21 @@ func (w *Worker) pushClaimed(ctx context.Context, cw store.CheckWork) (pushed bo
 		return false, err
 	}
 	return false, nil
+}
+
+// reviveRefused: GitHub took a push for the repository, so the access its
+// refusals meant is back (the App installed again, a permission given
+// back): the repository's check runs refused for long (waiting hours, or
+// given up) are pushed now, once each until their job changes, so that a
+// job that ended while GitHub refused shows its end. Best effort: the
+// next push for the repository tries again.
+func (w *Worker) reviveRefused(ctx context.Context, repoID int64) {
+	n, err := w.Store.ReviveRefusedChecks(ctx, repoID, min(checkPatience, w.MaxCheckAttempts))
+	if err != nil {
+		w.Log.Warn("check runs refused before are not due again yet", "repository", repoID, "err", err)
+	} else if n > 0 {
+		w.Log.Info("GitHub takes pushes again: check runs it refused are due", "repository", repoID, "check_runs", n)
+	}
 }
 
 const (

@@ -74,7 +74,7 @@ const checkCreateAttemptedSQL = `UPDATE check_runs SET create_attempted = true W
 // releases the lease.
 const checkPushedSQL = `
 UPDATE check_runs SET pushed_version = greatest(pushed_version, $3), github_id = $4,
-       attempts = 0, gone_attempts = 0, last_error = NULL, lease_id = NULL, lease_expires_at = NULL
+       attempts = 0, gone_attempts = 0, revived = false, last_error = NULL, lease_id = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_id = $2`
 
 // checkFailedSQL records a failed push of version $6 (error $4; the check
@@ -98,6 +98,19 @@ UPDATE check_runs SET github_id = coalesce(nullif($3::bigint, 0), github_id), at
        gone_attempts = gone_attempts + 1, pushed_version = greatest(pushed_version, $5), last_error = $4,
        lease_id = NULL, lease_expires_at = NULL
 WHERE id = $1 AND lease_id = $2`
+
+// reviveRefusedSQL makes due now the check runs of repository $1 refused
+// as gone at least $2 times in a row (waiting hours, or given up: given a
+// version after the one pushed) and not revived since their job changed
+// or they were pushed. Rows another transaction holds (a job change, which
+// makes its row due itself; a push under way) are skipped, so that it
+// never waits for a lock.
+const reviveRefusedSQL = `
+UPDATE check_runs SET next_attempt_at = now(), version = greatest(version, pushed_version + 1), revived = true
+WHERE id IN (SELECT id FROM check_runs
+             WHERE repository_id = $1 AND gone_attempts > 0 AND gone_attempts >= $2 AND NOT revived
+               AND (lease_expires_at IS NULL OR lease_expires_at < now())
+             FOR UPDATE SKIP LOCKED)`
 
 // checksOfRunSQL lists the check runs of run $1's jobs.
 const checksOfRunSQL = `
@@ -202,6 +215,17 @@ func (s *Store) CheckFailed(ctx context.Context, w CheckWork, githubID int64, ca
 // it is not tried again until its job changes.
 func (s *Store) CheckGivenUp(ctx context.Context, w CheckWork, githubID int64, cause error) error {
 	return s.checkUpdate(ctx, w, checkGivenUpSQL, githubID, domain.Truncate(cause.Error(), 4000), w.Version)
+}
+
+// ReviveRefusedChecks makes due now the check runs of a repository that
+// GitHub refused as gone at least refusals times in a row, once each
+// until its job changes or it is pushed; it returns how many.
+func (s *Store) ReviveRefusedChecks(ctx context.Context, repoID int64, refusals int) (int64, error) {
+	tag, err := s.pool.Exec(ctx, reviveRefusedSQL, repoID, refusals)
+	if err != nil {
+		return 0, fmt.Errorf("revive the refused check runs of repository %d: %w", repoID, err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // CheckStatus is a check run's outbox row, for tests and admins.
