@@ -121,11 +121,12 @@ func startSCMWorker(ctx context.Context, stack *localstack.Stack, apiServer *api
 		return err
 	}
 	kick := make(chan struct{}, 1)
-	apiServer.OnDelivery = func(context.Context) {
+	apiServer.OnDelivery = func(context.Context) error {
 		select {
 		case kick <- struct{}{}:
 		default:
 		}
+		return nil
 	}
 	stack.Store.SetSCM(true)
 	w := &scm.Worker{Store: stack.Store, CAS: stack.CAS, App: app, Log: log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}

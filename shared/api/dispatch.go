@@ -146,7 +146,7 @@ func (s *Server) Dispatch(ctx context.Context, u store.User, project, ref string
 		guid, err := s.Store.RecordDispatch(ctx, repo, store.DispatchRequest{Ref: ref, Inputs: given,
 			UserID: u.ID, UserName: u.Name, Trusted: p.Secrets})
 		if err == nil && s.OnDelivery != nil {
-			s.OnDelivery(ctx) // wake the worker, as for a webhook delivery
+			_ = s.OnDelivery(ctx) // sooner than the note, as for a webhook delivery
 		}
 		return Dispatched{Delivery: guid}, err
 	}

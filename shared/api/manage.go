@@ -295,7 +295,7 @@ func (s *Server) retryDelivery(w http.ResponseWriter, r *http.Request, u store.U
 		return err
 	}
 	if s.OnDelivery != nil {
-		s.OnDelivery(r.Context())
+		_ = s.OnDelivery(r.Context()) // noted in the retry's transaction
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"retrying": r.PathValue("guid")})
 	return nil

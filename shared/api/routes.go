@@ -26,7 +26,7 @@ type Server struct {
 	IDTokens TokenIssuer
 	// OnDelivery, when set, is called after a new webhook delivery is
 	// recorded, to wake the scm worker. It must not block for long.
-	OnDelivery func(ctx context.Context)
+	OnDelivery func(ctx context.Context) error
 	// Polls shape idle polls of runners (claimpoll.go).
 	Polls Polls
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"mime"
@@ -94,15 +95,34 @@ func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) error {
 		}
 		return err
 	}
-	recorded, err := s.Store.RecordDelivery(r.Context(), guid, event, p.Repository.ID, payload)
+	rec, err := s.Store.RecordDelivery(r.Context(), guid, event, p.Repository.ID, payload)
 	if err != nil {
 		return err
 	}
-	if recorded && s.OnDelivery != nil {
-		s.OnDelivery(r.Context())
+	if rec.Waiting {
+		if err := s.wakeWorker(r.Context(), guid, rec.Unnoted); err != nil {
+			return err
+		}
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"delivery": guid, "duplicate": !recorded})
+	writeJSON(w, http.StatusAccepted, map[string]any{"delivery": guid, "duplicate": !rec.New})
 	return nil
+}
+
+// wakeWorker kicks the GitHub worker for a recorded delivery that waits
+// for it. The store's note (unless unnoted says why not) or the kick is
+// enough. With neither, nothing would look at the delivery until the next
+// event: it stays recorded, and the answer is 503 so that GitHub shows the
+// failure; redelivering it (the same GUID) notes and kicks again.
+func (s *Server) wakeWorker(ctx context.Context, guid string, unnoted error) error {
+	kicked := errors.New("no worker to kick")
+	if s.OnDelivery != nil {
+		kicked = s.OnDelivery(ctx)
+	}
+	if unnoted == nil || kicked == nil {
+		return nil
+	}
+	return domain.Errorf(domain.EUnavailable, "delivery %s is recorded, but the GitHub worker could not be woken "+
+		"(its note: %v; its kick: %v): redeliver it from GitHub once that works, or it waits for the next event", guid, unnoted, kicked)
 }
 
 // webhookTarget is the webhook a delivery claims to come from, and the

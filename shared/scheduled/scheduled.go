@@ -57,8 +57,9 @@ type Sweeper struct {
 	Store    *store.Store
 	Notifier *notify.Deliverer
 	// Wake, when set, wakes the GitHub worker after schedules of GitHub
-	// projects fired (their firings are deliveries).
-	Wake func(ctx context.Context)
+	// projects fired (their firings are deliveries, noted with them:
+	// this is only sooner).
+	Wake func(ctx context.Context) error
 	Log  *slog.Logger
 }
 
@@ -77,7 +78,7 @@ func (w *Sweeper) Pass(ctx context.Context) (time.Time, error) {
 		w.Log.Info("schedules", "fired", fired.Fired, "skipped", fired.Skipped, "left", fired.Left, "err", ferr)
 	}
 	if fired.Fired > 0 && w.Wake != nil {
-		w.Wake(ctx)
+		_ = w.Wake(ctx)
 	}
 	var nerr error
 	if w.Notifier != nil {

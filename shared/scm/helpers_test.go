@@ -58,6 +58,7 @@ type env struct {
 	cas    *cas.Store
 	gh     *fakegithub.GitHub
 	srv    *httptest.Server // the webhook route
+	api    *api.Server      // srv's server
 	worker *scm.Worker
 	log    *slog.Logger
 	// project is the repository's project; admin a global admin.
@@ -94,8 +95,8 @@ func setup(t *testing.T) *env {
 	}
 	e.gh.AddRepository(repoID, repoName)
 	e.store.SetObjects(e.cas)
-	s := &api.Server{Store: e.store, CAS: e.cas, Log: e.log}
-	e.srv = httptest.NewServer(s.Handler("webhook"))
+	e.api = &api.Server{Store: e.store, CAS: e.cas, Log: e.log}
+	e.srv = httptest.NewServer(e.api.Handler("webhook"))
 	t.Cleanup(e.srv.Close)
 	e.worker = e.newWorker()
 	return e

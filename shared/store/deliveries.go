@@ -22,7 +22,9 @@ import (
 // recordDeliverySQL stores a delivery unless its GUID, or its very body
 // for its repository, was recorded before (a redelivery or a replay), or
 // is a push body remembered after its delivery was collected; a push's
-// body is remembered. It answers 1 if it stored the delivery.
+// body is remembered. It answers 1 if it stored the delivery, and whether
+// one recorded before under this GUID is still pending (the snapshot does
+// not see the row it stores).
 const recordDeliverySQL = `
 WITH ins AS (
     INSERT INTO scm_deliveries (guid, event, repository_id, payload, body_sha256)
@@ -35,7 +37,7 @@ WITH ins AS (
     SELECT $3, $5 WHERE $2 = 'push' AND EXISTS (SELECT 1 FROM ins)
     ON CONFLICT DO NOTHING
 )
-SELECT count(*) FROM ins`
+SELECT (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM scm_deliveries WHERE guid = $1 AND state = 'PENDING')`
 
 // A push body is remembered PushMemory after its delivery; a push GitHub
 // took more than PushHorizon before, or before the push bodies were
@@ -158,24 +160,36 @@ type Delivery struct {
 	LeaseID string `json:"-"`
 }
 
-// RecordDelivery stores a verified delivery once. It reports false when a
-// delivery with this GUID, or with this very body for this repository, was
-// already recorded (a redelivery, or a captured body replayed under a new
-// GUID): nothing new is stored and nothing new will happen.
-func (s *Store) RecordDelivery(ctx context.Context, guid, event string, repositoryID int64, payload []byte) (bool, error) {
+// Recorded is what RecordDelivery did with a delivery.
+type Recorded struct {
+	// New: stored now. False when a delivery with this GUID, or with
+	// this very body for this repository, was already recorded (a
+	// redelivery, or a captured body replayed under a new GUID): nothing
+	// new is stored.
+	New bool
+	// Waiting: it waits for the GitHub worker (new, or redelivered while
+	// still pending), which was noted unless Unnoted says why not.
+	Waiting bool
+	Unnoted error
+}
+
+// RecordDelivery stores a verified delivery once, and notes the GitHub
+// worker for it (again for a redelivery of one still pending). The note
+// is made after the insert, so that a delivery is never refused for S3's
+// sake: the webhook also kicks the worker, whose kicked invocations run
+// whatever the notes say (scheduled.RunKicked).
+func (s *Store) RecordDelivery(ctx context.Context, guid, event string, repositoryID int64, payload []byte) (Recorded, error) {
 	sum := sha256.Sum256(payload)
-	// Either the GUID or the signed body already seen: nothing new.
 	var stored int
-	if err := s.pool.QueryRow(ctx, recordDeliverySQL, guid, event, repositoryID, payload, sum[:]).Scan(&stored); err != nil {
-		return false, fmt.Errorf("record delivery: %w", err)
+	var pending bool
+	if err := s.pool.QueryRow(ctx, recordDeliverySQL, guid, event, repositoryID, payload, sum[:]).Scan(&stored, &pending); err != nil {
+		return Recorded{}, fmt.Errorf("record delivery: %w", err)
 	}
-	// Noted after the insert, so a delivery is never refused for S3's
-	// sake: the webhook also kicks the GitHub worker, whose kicked
-	// invocations run whatever the notes say (scheduled.RunKicked).
-	if s.board != nil && stored == 1 {
-		_ = s.board.Mark(ctx, s.board.Now(), wake.SCM)
+	rec := Recorded{New: stored == 1, Waiting: stored == 1 || pending}
+	if s.board != nil && rec.Waiting {
+		rec.Unnoted = s.board.Mark(ctx, s.board.Now(), wake.SCM)
 	}
-	return stored == 1, nil
+	return rec, nil
 }
 
 // ClaimDelivery leases the oldest due pending delivery for ttl, or returns

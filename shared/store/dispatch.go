@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,7 +58,9 @@ func (s *Store) ProjectRepository(ctx context.Context, projectID string) (int64,
 }
 
 // RecordDispatch records a manual run of a GitHub project's ref as a
-// delivery for the GitHub worker, and returns its GUID.
+// delivery for the GitHub worker, and returns its GUID. Unlike a
+// webhook's, the worker's note is made before the commit, as for every
+// user's write: a user can be told to try again, GitHub does not.
 func (s *Store) RecordDispatch(ctx context.Context, repositoryID int64, req DispatchRequest) (string, error) {
 	guid := "dispatch-" + uuid.Must(uuid.NewV7()).String()
 	req.ID = guid
@@ -65,8 +68,14 @@ func (s *Store) RecordDispatch(ctx context.Context, repositoryID int64, req Disp
 	if err != nil {
 		return "", err
 	}
-	if _, err := s.RecordDelivery(ctx, guid, EventDispatch, repositoryID, payload); err != nil {
-		return "", err
+	sum := sha256.Sum256(payload)
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		var stored int
+		var pending bool
+		return tx.QueryRow(ctx, recordDeliverySQL, guid, EventDispatch, repositoryID, payload, sum[:]).Scan(&stored, &pending)
+	})
+	if err != nil {
+		return "", fmt.Errorf("record the run request: %w", err)
 	}
 	return guid, nil
 }

@@ -31,7 +31,7 @@ func TestPushBodiesOutliveDeliveries(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return ok
+		return ok.New
 	}
 	if !record("g1", "push", `{"push":1}`) || !record("g2", "pull_request", `{"pr":1}`) {
 		t.Fatal("new deliveries were not recorded")

@@ -20,10 +20,11 @@ const payload = `{"source":"forgeci.webhook"}`
 // Lambda returns an OnDelivery hook that invokes the scm function
 // asynchronously (Lambda's Invoke with InvocationType Event: Lambda
 // queues it and answers 202 at once), so a new delivery is processed in
-// seconds rather than at the next scheduled pass. A failed kick is only
-// logged: the schedule catches up. The call is a signed request of its
-// own (awsenv.Client), not the SDK's Lambda client (0.8 MB).
-func Lambda(ctx context.Context, function string, log *slog.Logger) (func(context.Context), error) {
+// seconds rather than at the next scheduled pass. A failed kick is
+// logged and returned: the schedule catches up if the delivery's note was
+// made (the webhook answers 503 if neither was). The call is a signed
+// request of its own (awsenv.Client), not the SDK's Lambda client (0.8 MB).
+func Lambda(ctx context.Context, function string, log *slog.Logger) (func(context.Context) error, error) {
 	if function == "" {
 		return nil, nil
 	}
@@ -33,11 +34,13 @@ func Lambda(ctx context.Context, function string, log *slog.Logger) (func(contex
 	}
 	path := "/2015-03-31/functions/" + url.PathEscape(function) + "/invocations"
 	header := http.Header{"X-Amz-Invocation-Type": {"Event"}, "Content-Type": {"application/json"}}
-	return func(ctx context.Context) {
+	return func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if _, _, err := client.Do(ctx, http.MethodPost, path, header, []byte(payload)); err != nil {
-			log.Warn("could not kick the scm function; the schedule will pick the delivery up", "err", err)
+		_, _, err := client.Do(ctx, http.MethodPost, path, header, []byte(payload))
+		if err != nil {
+			log.Warn("could not kick the scm function", "err", err)
 		}
+		return err
 	}, nil
 }
