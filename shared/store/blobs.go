@@ -80,10 +80,14 @@ const lockQuotaSQL = `SELECT pg_advisory_xact_lock(7420, hashtext($1))`
 const UntrustedShare = 4
 
 // startUploadSQL records that an upload URL for key $1 of project $2
-// (tier $3) and $4 bytes is handed out (again: its age restarts).
+// (tier $3) and $4 bytes is handed out (again: its age restarts). The
+// size only grows: a URL handed out before can still put the bytes it was
+// signed for, so asking again for fewer must not free their room (the
+// quota, storageUsedSQL, counts the larger, checked when first asked). A
+// key is of one tier; a row the collector queued takes the asker's.
 const startUploadSQL = `
 INSERT INTO uploads (s3_key, project_id, trusted, size) VALUES ($1, $2, $3, $4)
-ON CONFLICT (s3_key) DO UPDATE SET created_at = now(), size = excluded.size`
+ON CONFLICT (s3_key) DO UPDATE SET created_at = now(), size = greatest(uploads.size, excluded.size), trusted = excluded.trusted`
 
 // Objects is what the store asks of the CAS: whether a key holds a blob,
 // and to delete unreferenced ones. *cas.Store is one.
@@ -219,7 +223,7 @@ func overQuota(ctx context.Context, tx pgx.Tx, b BlobRef, more int64) error {
 }
 
 // recordUpload checks that size more bytes of b fit, and records the
-// upload at that size.
+// upload at that size (or the larger it was asked for before).
 func recordUpload(ctx context.Context, tx pgx.Tx, b BlobRef, size int64) error {
 	if err := lockQuota(ctx, tx, b.ProjectID); err != nil {
 		return err

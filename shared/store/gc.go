@@ -95,10 +95,13 @@ const keyHeldSQL = `SELECT EXISTS (SELECT 1 FROM blobs WHERE s3_key = $1)`
 
 const forgetUploadsSQL = `DELETE FROM uploads WHERE s3_key = ANY ($1)`
 
-// queueObjectsSQL queues objects $1 (of projects $2) of dropped blobs for
-// deletion: as uploads handed out long ago (queuedAge) and never committed.
+// queueObjectsSQL queues objects $1 (of projects $2, tiers $3) of dropped
+// blobs for deletion: as uploads handed out long ago (queuedAge) and never
+// committed. Each in its tier, which counts it while it waits (an upload
+// of the same key asked for meanwhile takes the row).
 const queueObjectsSQL = `
-INSERT INTO uploads (s3_key, project_id, created_at) SELECT k, p, 'epoch' FROM unnest($1::text[], $2::text[]) AS q (k, p)
+INSERT INTO uploads (s3_key, project_id, trusted, created_at)
+SELECT k, p, t, 'epoch' FROM unnest($1::text[], $2::text[], $3::boolean[]) AS q (k, p, t)
 ON CONFLICT (s3_key) DO NOTHING`
 
 // queuedAge selects the queued objects (and no upload handed out in the
@@ -351,9 +354,10 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 			return err
 		}
 		var projects, digests, objects, owners []string
-		var tiers []bool
+		var tiers, ownerTiers []bool
 		for _, c := range gone {
 			projects, tiers, digests = append(projects, c.ref.ProjectID), append(tiers, c.ref.Trusted), append(digests, c.ref.Digest)
+			ownerTiers = append(ownerTiers, c.ref.Trusted)
 			freed += c.size
 			objects, owners = append(objects, c.key), append(owners, c.ref.ProjectID)
 		}
@@ -369,7 +373,7 @@ func (s *Store) dropBlobs(ctx context.Context, n int, grace time.Duration) (int,
 		// failed commit would leave rows naming objects that are gone.
 		// Every key is queued, even one another row held when the sweep
 		// looked: its rows may all go in this batch.
-		_, err = tx.Exec(ctx, queueObjectsSQL, objects, owners)
+		_, err = tx.Exec(ctx, queueObjectsSQL, objects, owners, ownerTiers)
 		queued = len(objects)
 		return err
 	})
