@@ -50,7 +50,8 @@ WITH candidate AS (
     SET state = 'RUNNING', runner_id = $1, lease_id = gen_random_uuid(),
         generation = j.generation + 1,
         lease_expires_at = now() + make_interval(secs => $3),
-        started_at = now(), log_size = 0, log_limit = $6, reason = NULL, exit_code = NULL, outputs = NULL
+        started_at = now(), log_size = 0, log_limit = CASE WHEN j.generation = 0 THEN $6 ELSE 0 END,
+        reason = NULL, exit_code = NULL, outputs = NULL
     FROM candidate c
     WHERE j.id = c.id
     RETURNING j.id, j.run_id, j.generation, j.lease_id, j.lease_expires_at, j.spec, j.queued_at, j.secret_names,
@@ -216,7 +217,9 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 		wrapped     []byte
 		sealed      []sealedSecret
 	)
-	// A new attempt's log budget on the fast path (see appendLogSQL).
+	// A first attempt's log budget on the fast path (see appendLogSQL); a
+	// later one starts on the slow path, where the earlier attempts' logs
+	// count against the run's limit.
 	budget := min(s.limits.MaxLogBytes, logGrant, s.limits.MaxRunLogBytes/8)
 	projects := runner.Projects
 	if projects == nil {

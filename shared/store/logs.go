@@ -23,9 +23,11 @@ import (
 // within the job's log budget (jobs.log_limit: at most logGrant past where
 // the slow path last checked the attempt's and the run's limits exactly,
 // granting each job a quarter of what the run had left, so that jobs of a
-// run logging at once can pass the run's limit by little). Two appends
-// racing at one offset cannot both land: the second hits the primary key (job, generation, start_offset). It matches
-// nothing, and the slow path takes over (with exact limits), for every
+// run logging at once can pass the run's limit by little; a retried job's
+// next attempt starts with none, as its earlier attempts' logs count).
+// Two appends racing at one offset cannot both land: the second hits the
+// primary key (job, generation, start_offset). It matches nothing, and
+// the slow path takes over (with exact limits), for every
 // other case.
 const appendLogSQL = `
 INSERT INTO log_chunks (job_id, generation, start_offset, data, times)
@@ -43,11 +45,13 @@ const setLogLimitSQL = `UPDATE jobs SET log_limit = $2 WHERE id = $1`
 
 const insertLogChunkSQL = `INSERT INTO log_chunks (job_id, generation, start_offset, data, times) VALUES ($1, $2, $3, $4, $5)`
 
-// otherLogsSQL is the size of the logs of run $1's jobs other than $2:
-// running attempts' logs as they stand, ended ones exact.
+// otherLogsSQL is the size of run $1's logs but that of job $2's running
+// attempt: other running attempts' logs as they stand, and every ended
+// attempt's, exact (those of attempts retried too: they are kept, and
+// readable).
 const otherLogsSQL = `
-SELECT coalesce(sum(CASE WHEN j.state = 'RUNNING' THEN ` + logEndSQL + ` ELSE j.log_size END), 0)
-FROM jobs j WHERE j.run_id = $1 AND j.id <> $2`
+SELECT coalesce((SELECT sum(` + logEndSQL + `) FROM jobs j WHERE j.run_id = $1 AND j.id <> $2 AND j.state = 'RUNNING'), 0) +
+       coalesce((SELECT sum(a.log_size) FROM job_attempts a JOIN jobs j ON j.id = a.job_id WHERE j.run_id = $1), 0)`
 
 // readLogSQL reads the chunks of job $1's log of generation $2 that
 // overlap the bytes [$3, $3+$4).
@@ -186,8 +190,8 @@ func (s *Store) appendLocked(ctx context.Context, tx pgx.Tx, job *LeasedJob, off
 // slow path looks at its run again (see appendLogSQL).
 const logGrant = 4 << 20
 
-// otherLogs is the size of the logs of the other jobs of the locked job's
-// run: their current attempts' logs as they stand (ended ones exact).
+// otherLogs is the size of the logs of the locked job's run but its own
+// running attempt's (otherLogsSQL).
 func (s *Store) otherLogs(ctx context.Context, tx pgx.Tx, job *LeasedJob) (int64, error) {
 	var others int64
 	err := tx.QueryRow(ctx, otherLogsSQL, job.RunID, job.ID).Scan(&others)
