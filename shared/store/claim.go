@@ -22,10 +22,10 @@ import (
 // lease lives on the job row; its attempt row is written when it ends
 // (finishAttempt), in the transaction that ends it. The scan starts after
 // the queue position ($4, $5): see claimHints. Only jobs in the runner's
-// scope match: its projects ($7, none meaning all) and, only if it takes
-// untrusted work ($8), jobs of untrusted runs, and if it takes untrusted
-// work only ($10), no jobs of trusted runs; and only jobs whose runner
-// features ($9) the runner declared. That test starts with features = '{}'
+// scope match: its projects ($6, none meaning all) and, only if it takes
+// untrusted work ($7), jobs of untrusted runs, and if it takes untrusted
+// work only ($9), no jobs of trusted runs; and only jobs whose runner
+// features ($8) the runner declared. That test starts with features = '{}'
 // on purpose: a bare second array containment (beside labels) made the
 // planner estimate so few matching rows that it left the ordered index
 // scan for a sort, and claims fell to a twentieth of their rate
@@ -33,13 +33,15 @@ import (
 // latency on a short queue (-only claim-scale). A job that names secrets
 // gets, for a trusted run only, those secrets (sealed) and its project's
 // wrapped data key: the project's, and those of the environment it was
-// let deploy to.
+// let deploy to. An attempt starts with no log budget on the fast path:
+// its first append takes the slow path, which checks the run's logs
+// (appendLogSQL).
 const claimSQL = `
 WITH candidate AS (
     SELECT id FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $2::text[]
-      AND (cardinality($7::text[]) = 0 OR project_id = ANY ($7::text[])) AND (trusted OR $8) AND NOT (trusted AND $10)
-      AND (features = '{}'::text[] OR features <@ $9::text[])
+      AND (cardinality($6::text[]) = 0 OR project_id = ANY ($6::text[])) AND (trusted OR $7) AND NOT (trusted AND $9)
+      AND (features = '{}'::text[] OR features <@ $8::text[])
       AND (queued_at, id) > ($4::timestamptz, $5::text)
       AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.revoked_at IS NULL FOR SHARE)
     ORDER BY queued_at, id
@@ -50,7 +52,7 @@ WITH candidate AS (
     SET state = 'RUNNING', runner_id = $1, lease_id = gen_random_uuid(),
         generation = j.generation + 1,
         lease_expires_at = now() + make_interval(secs => $3),
-        started_at = now(), log_size = 0, log_limit = CASE WHEN j.generation = 0 THEN $6 ELSE 0 END,
+        started_at = now(), log_size = 0, log_limit = 0,
         reason = NULL, exit_code = NULL, outputs = NULL
     FROM candidate c
     WHERE j.id = c.id
@@ -217,10 +219,6 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 		wrapped     []byte
 		sealed      []sealedSecret
 	)
-	// A first attempt's log budget on the fast path (see appendLogSQL); a
-	// later one starts on the slow path, where the earlier attempts' logs
-	// count against the run's limit.
-	budget := min(s.limits.MaxLogBytes, logGrant, s.limits.MaxRunLogBytes/8)
 	projects := runner.Projects
 	if projects == nil {
 		projects = []string{}
@@ -244,7 +242,7 @@ func (s *Store) claimAfter(ctx context.Context, runner Runner, labels []string, 
 	}
 	qctx, cancel := s.coveredBy(ctx, started)
 	defer cancel()
-	err = conn.QueryRow(qctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID, budget,
+	err = conn.QueryRow(qctx, claimSQL, runnerID, labels, s.limits.LeaseTTL.Seconds(), afterAt, afterID,
 		projects, runner.Untrusted, features, runner.UntrustedOnly).Scan(
 		&c.Lease.JobID, &c.Lease.RunID, &c.Lease.Generation, &c.Lease.LeaseID, &expires, &c.Job,
 		&c.Source.BlobDigest, &c.Source.ManifestDigest, &c.Source.Size, &queuedAt,

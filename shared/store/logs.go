@@ -23,8 +23,9 @@ import (
 // within the job's log budget (jobs.log_limit: at most logGrant past where
 // the slow path last checked the attempt's and the run's limits exactly,
 // granting each job a quarter of what the run had left, so that jobs of a
-// run logging at once can pass the run's limit by little; a retried job's
-// next attempt starts with none, as its earlier attempts' logs count).
+// run logging at once can pass the run's limit by little; an attempt
+// starts with none, so its first append is checked against the run's
+// logs, those of earlier jobs and attempts too).
 // Two appends racing at one offset cannot both land: the second hits the
 // primary key (job, generation, start_offset). It matches nothing, and
 // the slow path takes over (with exact limits), for every
