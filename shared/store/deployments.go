@@ -97,7 +97,7 @@ func (s *Store) Deployments(ctx context.Context, u User, project, env string, pg
 // advanceRun, Cancel and fail-fast (run, then its pending rows).
 const lockDeployJobSQL = `
 SELECT j.name, j.state, coalesce(j.environment, ''), coalesce(j.deploy_state, ''), r.project_id, r.actor, coalesce(r.source_by, ''), coalesce(r.git_ref, ''),
-       r.trusted
+       r.trusted, (SELECT p.name FROM projects p WHERE p.id = r.project_id)
 FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1 AND j.run_id = $2 FOR UPDATE OF j`
 
 // environmentRulesSQL reads environment $2 of project $1 as it is now,
@@ -133,9 +133,9 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 		if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
 			return fmt.Errorf("lock run: %w", err)
 		}
-		var name, state, env, deploy, projectID, actor, sourceBy, ref string
+		var name, state, env, deploy, projectID, actor, sourceBy, ref, project string
 		var trusted bool
-		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &sourceBy, &ref, &trusted)
+		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &sourceBy, &ref, &trusted, &project)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
 		}
@@ -148,6 +148,11 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 		if approve && !trusted {
 			// One that waited from before untrusted runs stopped deploying.
 			return domain.Errorf(domain.EForbidden, "an untrusted run does not deploy: reject it")
+		}
+		if approve {
+			if err := authorsStillMay(ctx, tx, Run{ProjectID: projectID, Project: project, Actor: actor, SourceBy: sourceBy}); err != nil {
+				return err
+			}
 		}
 		if err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy, ref: ref, approve: approve}); err != nil {
 			return err
@@ -164,6 +169,30 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 	}
 	_ = s.afterRun(ctx, runID) // the job may have joined its group, or ended the run
 	return s.GetJob(ctx, u, runID, jobID)
+}
+
+// authorsStillMay checks, for an approval, that the member who started a
+// trusted run and the one whose snapshot it runs may still start trusted
+// runs (write role and the secrets permission): a deployment can wait for
+// days, and an approval must not hand the environment's secrets to the
+// code of a member removed since, as a retry or a schedule would not.
+func authorsStillMay(ctx context.Context, tx pgx.Tx, run Run) error {
+	for _, who := range []struct{ actor, what string }{
+		{run.Actor, "this deployment's run was started"}, {run.SourceBy, "this deployment's snapshot was submitted"},
+	} {
+		if who.actor == "" {
+			continue
+		}
+		of := Run{Actor: who.actor, ProjectID: run.ProjectID, Project: run.Project, Trusted: true}
+		if err := authorStillMay(ctx, tx, of, who.what); err != nil {
+			var de *domain.Error
+			if errors.As(err, &de) && de.Code == domain.EForbidden {
+				return domain.Errorf(domain.EForbidden, "%s; reject it", de.Message)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // review is a decision on a deployment, with what it is about.

@@ -161,3 +161,50 @@ func TestDeployURLAndSecretNames(t *testing.T) {
 		t.Fatalf("admin sees %+v %v", envs, err)
 	}
 }
+
+// TestDeployApprovalNeedsTheAuthors: a deployment can wait for days; its
+// approval is refused once the member who started the run, or whose
+// snapshot it runs, may no longer start trusted runs (removed, or without
+// the secrets permission), so that it never hands the environment's
+// secrets to their code. Rejecting it still works.
+func TestDeployApprovalNeedsTheAuthors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		started bool // mallory started the run, else root ran her snapshot
+		leave   func(f deployFixture, p, mallory string) error
+	}{
+		"removed":                 {true, func(f deployFixture, p, m string) error { return f.s.RemoveMember(context.Background(), f.root, p, m) }},
+		"secrets taken":           {true, func(f deployFixture, p, m string) error { return setMember(f, p, m, false) }},
+		"snapshot author removed": {false, func(f deployFixture, p, m string) error { return f.s.RemoveMember(context.Background(), f.root, p, m) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newDeployFixture(t)
+			p, err := f.s.GetProject(ctx, f.root, "p")
+			must(t, err)
+			mallory, _, err := f.s.CreateUser(ctx, "mallory", "user")
+			must(t, err)
+			must(t, setMember(f, p.ID, mallory.ID, true))
+			by := &f.root
+			if tc.started {
+				by = &mallory
+			}
+			run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: by, SourceBy: "user:" + mallory.ID},
+				strings.ReplaceAll(deployPipeline, "ENV", "production"))
+			complete(t, f.s, f.r, claimJob(t, f.s, f.r, run.ID, "build"), domain.OutcomePassed)
+			deploy := jobColumn(t, f.s, run.ID, "id")["deploy"]
+			must(t, tc.leave(f, p.ID, mallory.ID))
+			if _, err := f.s.DecideDeployment(ctx, f.writer, run.ID, deploy, true, ""); domain.ErrorCode(err) != domain.EForbidden ||
+				!strings.Contains(err.Error(), "reject it") {
+				t.Fatalf("approval of mallory's code after she left: %v", err)
+			}
+			if _, err := f.s.DecideDeployment(ctx, f.writer, run.ID, deploy, false, "she left"); err != nil {
+				t.Fatalf("rejection: %v", err)
+			}
+		})
+	}
+}
+
+func setMember(f deployFixture, project, user string, secrets bool) error {
+	_, err := f.s.SetMember(context.Background(), f.root, project, user, store.RoleWrite, secrets)
+	return err
+}
