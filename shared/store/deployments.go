@@ -149,13 +149,13 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 			// One that waited from before untrusted runs stopped deploying.
 			return domain.Errorf(domain.EForbidden, "an untrusted run does not deploy: reject it")
 		}
+		if err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy, ref: ref, approve: approve}); err != nil {
+			return err
+		}
 		if approve {
 			if err := authorsStillMay(ctx, tx, Run{ProjectID: projectID, Project: project, Actor: actor, SourceBy: sourceBy}); err != nil {
 				return err
 			}
-		}
-		if err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy, ref: ref, approve: approve}); err != nil {
-			return err
 		}
 		return s.applyDeployDecision(ctx, tx, u, runID, jobID, env, approve, comment)
 	})
