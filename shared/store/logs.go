@@ -373,17 +373,23 @@ func (s *Store) maskReason(ctx context.Context, jobID, why string) string {
 	if why == "" {
 		return ""
 	}
-	var j logJob
-	err := s.pool.QueryRow(ctx, jobMaskSQL, jobID).Scan(&j.projectID, &j.trusted, &j.secretNames)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return why // no such job: the lease check refuses the call
-	}
-	var m *mask.Set
-	if err == nil {
-		m, err = s.logMask(ctx, j.projectID, j.trusted, j.secretNames)
-	}
+	m, err := s.jobMask(ctx, jobID)
 	if err != nil {
 		return "reason withheld: the job's secrets could not be opened to mask it"
 	}
 	return m.String(why)
+}
+
+// jobMask is the mask of job jobID's text (nil: none is needed, or no
+// such job, which the lease check then refuses).
+func (s *Store) jobMask(ctx context.Context, jobID string) (*mask.Set, error) {
+	var j logJob
+	err := s.pool.QueryRow(ctx, jobMaskSQL, jobID).Scan(&j.projectID, &j.trusted, &j.secretNames)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.logMask(ctx, j.projectID, j.trusted, j.secretNames)
 }

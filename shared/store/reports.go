@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/mask"
 	"github.com/forgeci/forgeci/shared/protocol"
 )
 
@@ -28,11 +30,18 @@ ON CONFLICT (job_id, generation) DO UPDATE SET tests = excluded.tests, passed = 
 const reportSQL = `SELECT summary FROM job_reports WHERE job_id = $1 AND generation = $2`
 
 // SetReport records the summary of the test reports of the attempt the
-// lease holds, checked whole in the same transaction.
+// lease holds, checked whole in the same transaction. Its text is masked
+// with the job's secrets before it is stored, as a reason is: the GitHub
+// check run shows it too, and a runner may not have masked it.
 func (s *Store) SetReport(ctx context.Context, runnerID, jobID string, l domain.Lease, sum protocol.TestSummary) error {
 	if err := checkTuple(runnerID, jobID, l); err != nil {
 		return err
 	}
+	m, err := s.jobMask(ctx, jobID)
+	if err != nil {
+		return domain.Errorf(domain.EUnavailable, "the job's secrets cannot be opened now to mask its test report: send it again later")
+	}
+	sum = maskedReport(m, sum)
 	body, err := json.Marshal(sum)
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
@@ -66,10 +75,16 @@ func (s *Store) ReportAs(ctx context.Context, u User, runID, jobID string, gener
 	if err != nil {
 		return sum, 0, fmt.Errorf("report: %w", err)
 	}
+	return maskedReport(m, sum), job.generation, nil
+}
+
+// maskedReport is sum with its text masked by m (nil: none).
+func maskedReport(m *mask.Set, sum protocol.TestSummary) protocol.TestSummary {
+	sum.Failures = slices.Clone(sum.Failures)
 	for i, f := range sum.Failures {
 		f.Suite, f.Class, f.Name = m.String(f.Suite), m.String(f.Class), m.String(f.Name)
 		f.Message, f.Text, f.File = m.String(f.Message), m.String(f.Text), m.String(f.File)
 		sum.Failures[i] = f
 	}
-	return sum, job.generation, nil
+	return sum
 }
