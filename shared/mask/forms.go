@@ -29,7 +29,8 @@ const pieceOverlap = 32
 // Forms returns the strings to mask for one secret value: the value, each
 // line of a multi-line value, its base64 (standard and URL alphabets, on
 // its own and as it reads inside longer base64 at each of the three byte
-// alignments), its URL encodings, its JSON string escapings and its hex.
+// alignments, and wrapped as base64 tools print it), its URL encodings,
+// its JSON string escapings and its hex.
 // A value under MinLen bytes gives
 // none; forms under MinLen are dropped.
 func Forms(value string) []string {
@@ -48,6 +49,7 @@ func Forms(value string) []string {
 		for k := range 3 {
 			forms = append(forms, inner(enc, value, k))
 		}
+		forms = append(forms, wrapped(enc, value)...)
 	}
 	forms = append(forms, url.QueryEscape(value), url.PathEscape(value))
 	forms = append(forms, jsonForms(value)...)
@@ -81,6 +83,39 @@ func inner(enc *base64.Encoding, value string, k int) string {
 	first := (8*k + 5) / 6           // first character after the k bytes before
 	last := 8 * (k + len(value)) / 6 // characters wholly inside value end here
 	return text[first:last]
+}
+
+// wrapWidths are the line lengths base64 tools wrap at: GNU base64 76,
+// openssl base64 and PEM 64.
+var wrapWidths = []int{64, 76}
+
+// wrapped are the value's base64 as tools print it when the value starts
+// their input (`echo "$SECRET" | base64`, a key file's PEM body): in lines
+// of each wrapWidths width, ended by LF or CRLF. The forms are the value's
+// padded and unpadded base64 and the part that does not depend on what
+// follows it (a newline echo adds). A value that starts a line elsewhere
+// in wrapped base64 is not matched (only its lines' pieces of MinLen or
+// more that another form has).
+func wrapped(enc *base64.Encoding, value string) []string {
+	var out []string
+	for _, f := range []string{enc.EncodeToString([]byte(value)), enc.WithPadding(base64.NoPadding).EncodeToString([]byte(value)), inner(enc, value, 0)} {
+		for _, w := range wrapWidths {
+			if len(f) <= w {
+				continue
+			}
+			for _, nl := range []string{"\n", "\r\n"} {
+				var b strings.Builder
+				for lo := 0; lo < len(f); lo += w {
+					if lo > 0 {
+						b.WriteString(nl)
+					}
+					b.WriteString(f[lo:min(lo+w, len(f))])
+				}
+				out = append(out, b.String())
+			}
+		}
+	}
+	return out
 }
 
 // pieces cuts a form longer than MaxPattern into overlapping pieces of

@@ -222,3 +222,31 @@ func TestJSONAndHex(t *testing.T) {
 		}
 	}
 }
+
+// TestWrappedBase64: a secret's base64 as `base64` (lines of 76) and
+// `openssl base64` (64) print it, LF or CRLF, is masked in every line:
+// before, a secret of more than 57 bytes was shown wrapped, in clear.
+func TestWrappedBase64(t *testing.T) {
+	secret := strings.Repeat("p4ss-w0rd-", 9) + "end" // 93 bytes
+	s := New([]string{secret})
+	for _, w := range []int{64, 76} {
+		for _, nl := range []string{"\n", "\r\n"} {
+			for _, input := range []string{secret, secret + "\n"} { // echo adds one
+				enc := base64.StdEncoding.EncodeToString([]byte(input))
+				var lines []string
+				for lo := 0; lo < len(enc); lo += w {
+					lines = append(lines, enc[lo:min(lo+w, len(enc))])
+				}
+				got := s.String("$ base64 key\n" + strings.Join(lines, nl) + nl + "$ done\n")
+				for _, l := range lines {
+					if len(l) > 8 && strings.Contains(got, l[:len(l)-4]) {
+						t.Errorf("width %d %q, input %q: line %q shown in %q", w, nl, input[len(input)-3:], l, got)
+					}
+				}
+				if !strings.HasPrefix(got, "$ base64 key\n***") || !strings.HasSuffix(got, "$ done\n") {
+					t.Errorf("width %d %q: %q", w, nl, got)
+				}
+			}
+		}
+	}
+}
