@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -108,10 +109,12 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 	if err != nil {
 		return e, err
 	}
+	var changed regated
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := authorize(ctx, tx, u, p.ID, RankAdmin, "project "+project); err != nil {
 			return err
 		}
+		// The project's row first, then its runs (regate), as approvals.
 		if _, err := tx.Exec(ctx, lockProjectSQL, p.ID); err != nil {
 			return fmt.Errorf("lock project: %w", err)
 		}
@@ -122,11 +125,26 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 		if n >= maxEnvironments {
 			return domain.Errorf(domain.EConflict, "project %s has %d environments, the most it may", project, maxEnvironments)
 		}
-		_, err := tx.Exec(ctx, upsertEnvironmentSQL, p.ID, e.Name, e.ReviewerRole, e.AllowedRefs, e.PreventSelfReview)
+		var was Environment
+		err := tx.QueryRow(ctx, environmentRulesSQL, p.ID, e.Name).Scan(&was.ReviewerRole, &was.AllowedRefs, &was.PreventSelfReview)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("read environment: %w", err)
+		}
+		if _, err := tx.Exec(ctx, upsertEnvironmentSQL, p.ID, e.Name, e.ReviewerRole, e.AllowedRefs, e.PreventSelfReview); err != nil {
+			return err
+		}
+		changed, err = regate(ctx, tx, p.ID, e, stricterReview(was, e))
 		return err
 	})
 	if err != nil {
 		return e, err
+	}
+	for _, runID := range changed.refused {
+		_, _ = s.failFast(ctx, runID) // a refused combination fails its matrix as a failure would
+		_ = s.afterRun(ctx, runID)    // the run may have ended: its group goes on
+	}
+	for _, g := range changed.groups {
+		_ = s.settleJobGroup(ctx, p.ID, g) // the next of the group goes on (else the sweeper settles it)
 	}
 	list, err := s.Environments(ctx, u, project)
 	for _, got := range list {
