@@ -99,7 +99,9 @@ func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if rec.Waiting {
+	// A redelivery kicks only when its note could not be made: a body
+	// replayed under its GUID must not buy a Lambda invoke each time.
+	if rec.Waiting && (rec.New || rec.Unnoted != nil) {
 		if err := s.wakeWorker(r.Context(), guid, rec.Unnoted); err != nil {
 			return err
 		}
