@@ -187,7 +187,8 @@ func authorsStillMay(ctx context.Context, tx pgx.Tx, run Run) error {
 		if err := authorStillMay(ctx, tx, of, who.what); err != nil {
 			var de *domain.Error
 			if errors.As(err, &de) && de.Code == domain.EForbidden {
-				return domain.Errorf(domain.EForbidden, "%s; reject it", de.Message)
+				msg, _ := strings.CutSuffix(de.Message, ": submit it again")
+				return domain.Errorf(domain.EForbidden, "%s: reject it", msg)
 			}
 			return err
 		}

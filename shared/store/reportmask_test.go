@@ -36,3 +36,4 @@ func TestReportMaskedWhenStored(t *testing.T) {
 		t.Fatal("the caller's report was changed")
 	}
 }
+

@@ -34,7 +34,9 @@ const reportSQL = `SELECT summary FROM job_reports WHERE job_id = $1 AND generat
 // with the job's secrets before it is stored, as a reason is: the GitHub
 // check run shows it too, and a runner may not have masked it.
 func (s *Store) SetReport(ctx context.Context, runnerID, jobID string, l domain.Lease, sum protocol.TestSummary) error {
-	if err := checkTuple(runnerID, jobID, l); err != nil {
+	// The lease first: the job's secrets are opened (KMS) only for the
+	// runner that holds it, and a stale lease hears so, not "try again".
+	if _, err := s.CheckLease(ctx, runnerID, jobID, l); err != nil {
 		return err
 	}
 	m, err := s.jobMask(ctx, jobID)
