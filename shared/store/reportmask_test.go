@@ -36,4 +36,3 @@ func TestReportMaskedWhenStored(t *testing.T) {
 		t.Fatal("the caller's report was changed")
 	}
 }
-
