@@ -2,23 +2,25 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
 )
 
-// An environment's rules changed: the jobs they let deploy that have not
-// started are gated again, under the new rules, in the change's
-// transaction (an admin who locks production down during an incident
-// stops the deployments queued before). A job whose ref the rules no
-// longer allow fails; where the review grew stricter (reviewers where
-// there were none, admins where writers were, self-review prevented),
-// it waits for a review again, even one approved under the old rules.
-// Running jobs have their secrets already: cancel their runs to stop
-// them.
+// An environment's rules changed: the jobs they let deploy are gated
+// again, under the new rules, just after the change commits (an admin who
+// locks production down during an incident stops the deployments queued
+// before). A job not started whose ref the rules no longer allow fails;
+// where the review grew stricter (reviewers where there were none,
+// admins where writers were, self-review prevented), it waits for a
+// review again, even one approved under the old rules. A running one has
+// its secrets already (cancel its run to stop it), but is not retried
+// automatically under the old approval.
 
 // stricterReview reports whether rules now asks more of a deployment's
 // review than was did.
@@ -33,22 +35,29 @@ func stricterReview(was, rules Environment) bool {
 }
 
 // regateRunsSQL is the runs of project $1 with jobs let deploy to
-// environment $2 that have not started, in the order runs are locked.
+// environment $2 that have not ended.
 const regateRunsSQL = `
 SELECT DISTINCT run_id FROM jobs
-WHERE project_id = $1 AND environment = $2 AND deploy_state = 'approved' AND state IN ('PENDING', 'QUEUED')
+WHERE project_id = $1 AND environment = $2 AND deploy_state = 'approved' AND state IN ('PENDING', 'QUEUED', 'RUNNING')
 ORDER BY run_id`
 
-// regateJobsSQL locks run $1's jobs let deploy to $2 that have not
-// started (the run is locked first, as advanceRun locks them), with the
-// run's ref, the URL the job's last deployment showed and its job group.
+// regateJobsSQL locks run $1's jobs let deploy to $2 that have not ended,
+// skipping those another transaction holds (a claim, a completion, a
+// group's release: they lock a job before its run, and the run is locked
+// here first), with the run's ref, the URL the job's last deployment
+// showed, its state and its job group.
 const regateJobsSQL = `
 SELECT j.id, coalesce(r.git_ref, ''),
        coalesce((SELECT d.url FROM deployments d WHERE d.job_id = j.id ORDER BY d.id DESC LIMIT 1), ''),
-       coalesce(j.concurrency_group, '')
+       j.state, coalesce(j.concurrency_group, '')
 FROM jobs j JOIN runs r ON r.id = j.run_id
-WHERE j.run_id = $1 AND j.environment = $2 AND j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED')
-ORDER BY j.id FOR UPDATE OF j`
+WHERE j.run_id = $1 AND j.environment = $2 AND j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED', 'RUNNING')
+ORDER BY j.id FOR UPDATE OF j SKIP LOCKED`
+
+// regateCountSQL counts what regateJobsSQL would lock, held or not.
+const regateCountSQL = `
+SELECT count(*) FROM jobs
+WHERE run_id = $1 AND environment = $2 AND deploy_state = 'approved' AND state IN ('PENDING', 'QUEUED', 'RUNNING')`
 
 // regateWaitSQL holds job $1, queued or not, for a review of its
 // deployment (reason $2), undecided and out of its job group (which it
@@ -59,79 +68,118 @@ UPDATE jobs SET state = 'PENDING', deploy_state = 'waiting', decided = false, re
        concurrency_group = NULL, concurrency_waiting = false
 WHERE id = $1 AND state IN ('PENDING', 'QUEUED')`
 
-// regated is what regate changed, to settle after the commit: the runs
-// whose jobs it refused, and the job groups that jobs held for a review
-// left.
+// noRetrySQL ends running job $1's automatic retries: a next attempt
+// would be a deployment the new rules did not let through.
+const noRetrySQL = `UPDATE jobs SET retry_failed = 0, retry_lease_lost = 0 WHERE id = $1 AND state = 'RUNNING'`
+
+// errRegateBusy: a job to gate again was held by another transaction.
+var errRegateBusy = errors.New("a deployment to gate again is held by a runner's call")
+
+// regated is what gating a run again changed, to settle after its commit.
 type regated struct {
-	refused, groups []string
+	refused bool     // a job refused: fail fast, settle the run's groups
+	groups  []string // job groups that jobs held for a review left
 }
 
-// regate gates again, under environment e's rules as just written, the
-// jobs of project projectID it let deploy that have not started: refused
-// where their ref is no longer allowed, held for a review again when
-// review.
-func regate(ctx context.Context, tx pgx.Tx, projectID string, e Environment, review bool) (regated, error) {
-	var out regated
-	rows, err := tx.Query(ctx, regateRunsSQL, projectID, e.Name)
-	if err != nil {
-		return out, fmt.Errorf("deployments to gate again: %w", err)
-	}
-	runs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return out, fmt.Errorf("deployments to gate again: %w", err)
-	}
+// regateRuns gates again the jobs of projectID's runs let deploy to env,
+// each run in a transaction of its own, tried again while runners' calls
+// hold its jobs (each holds one for a statement).
+func (s *Store) regateRuns(ctx context.Context, projectID, env string, runs []string, review bool) error {
+	var busy []string
 	for _, runID := range runs {
-		if err := regateRun(ctx, tx, runID, e, review, &out); err != nil {
-			return out, err
+		var out regated
+		err := errRegateBusy
+		for try := 0; try < 50 && errors.Is(err, errRegateBusy); try++ {
+			if try > 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+			out = regated{}
+			err = s.inTx(ctx, func(tx pgx.Tx) error { return regateRun(ctx, tx, projectID, runID, env, review, &out) })
+		}
+		if errors.Is(err, errRegateBusy) {
+			busy = append(busy, runID)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if out.refused {
+			_, _ = s.failFast(ctx, runID) // a refused combination fails its matrix as a failure would
+			_ = s.afterRun(ctx, runID)    // the run may have ended: its group goes on
+		}
+		for _, g := range out.groups {
+			_ = s.settleJobGroup(ctx, projectID, g) // the next of the group goes on (else the sweeper settles it)
 		}
 	}
-	return out, nil
+	if len(busy) > 0 {
+		return domain.Errorf(domain.EUnavailable, "environment %s is saved, but the deployments of runs %s could not be gated "+
+			"again (runners' calls held them): save it again", env, strings.Join(busy, ", "))
+	}
+	return nil
 }
 
-// regateRun gates again run runID's jobs let deploy to e, noting in out
-// what to settle.
-func regateRun(ctx context.Context, tx pgx.Tx, runID string, e Environment, review bool, out *regated) error {
+// regateRun gates again run runID's jobs let deploy to env, under its
+// rules as they are now, noting in out what to settle.
+func regateRun(ctx context.Context, tx pgx.Tx, projectID, runID, env string, review bool, out *regated) error {
 	if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
 		return fmt.Errorf("lock run: %w", err)
 	}
-	rows, err := tx.Query(ctx, regateJobsSQL, runID, e.Name)
+	var rules Environment
+	err := tx.QueryRow(ctx, environmentRulesSQL, projectID, env).Scan(&rules.ReviewerRole, &rules.AllowedRefs, &rules.PreventSelfReview)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // deleted since: no rules
+	}
+	if err != nil {
+		return fmt.Errorf("read environment: %w", err)
+	}
+	rows, err := tx.Query(ctx, regateJobsSQL, runID, env)
 	if err != nil {
 		return fmt.Errorf("lock deployments: %w", err)
 	}
-	type deploy struct{ id, ref, url, group string }
+	type deploy struct{ id, ref, url, state, group string }
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deploy, error) {
-		var h deploy
-		return h, row.Scan(&h.id, &h.ref, &h.url, &h.group)
+		var d deploy
+		return d, row.Scan(&d.id, &d.ref, &d.url, &d.state, &d.group)
 	})
 	if err != nil {
 		return fmt.Errorf("lock deployments: %w", err)
 	}
-	refused, held := false, false
-	b := &pgx.Batch{}
+	var all int
+	if err := tx.QueryRow(ctx, regateCountSQL, runID, env).Scan(&all); err != nil {
+		return fmt.Errorf("count deployments: %w", err)
+	}
+	if all > len(jobs) {
+		return errRegateBusy
+	}
+	b, advance := &pgx.Batch{}, false
 	for _, j := range jobs {
+		allowed := refAllowed(rules.AllowedRefs, j.ref)
 		switch {
-		case !refAllowed(e.AllowedRefs, j.ref):
-			reason := fmt.Sprintf("environment %s no longer allows %s to deploy (allowed: %s)", e.Name, refOrNone(j.ref), strings.Join(e.AllowedRefs, ", "))
-			b.Queue(insertDeploymentSQL, j.id, e.Name, j.url, "refused", reason)
+		case j.state == "RUNNING" && (!allowed || review):
+			b.Queue(noRetrySQL, j.id)
+		case j.state == "RUNNING":
+		case !allowed:
+			reason := fmt.Sprintf("environment %s no longer allows %s to deploy (allowed: %s)", env, refOrNone(j.ref), strings.Join(rules.AllowedRefs, ", "))
+			b.Queue(insertDeploymentSQL, j.id, env, j.url, "refused", reason)
 			b.Queue(rejectDeploySQL, j.id, domain.Truncate(reason, 300))
-			refused = true
+			out.refused, advance = true, true
 		case review:
-			b.Queue(insertDeploymentSQL, j.id, e.Name, j.url, "waiting", "")
-			b.Queue(regateWaitSQL, j.id, "waiting for a review to deploy to "+e.Name+" (its rules changed)")
-			held = true
+			b.Queue(insertDeploymentSQL, j.id, env, j.url, "waiting", "")
+			b.Queue(regateWaitSQL, j.id, "waiting for a review to deploy to "+env+" (its rules changed)")
+			advance = true
 			if j.group != "" {
 				out.groups = append(out.groups, j.group)
 			}
 		}
 	}
-	if !refused && !held {
+	if b.Len() == 0 {
 		return nil
-	}
-	if refused {
-		out.refused = append(out.refused, runID)
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("gate deployments again: %w", err)
+	}
+	if !advance {
+		return nil
 	}
 	return advanceRun(ctx, tx, runID) // a refused job's dependants are skipped
 }

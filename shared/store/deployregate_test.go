@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"strings"
+	"time"
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -70,5 +71,61 @@ func TestDeployGatedAgainWhenRulesChange(t *testing.T) {
 	}
 	if len(decisions[feature.ID]) != 2 || decisions[feature.ID][0] != "refused" || len(decisions[main.ID]) != 2 || decisions[main.ID][0] != "approved" {
 		t.Fatalf("history %v", decisions)
+	}
+}
+
+// TestRegateWhileARunnerHoldsTheJob: a runner's call holds a deployment's
+// row and then wants its run's (as a claim marking the run started does)
+// while the rules change: the re-gate never waits for the job while it
+// holds the run (that was a deadlock, and the lockdown or the claim
+// failed); it lets go and tries again.
+func TestRegateWhileARunnerHoldsTheJob(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/feature/x", By: &f.root},
+		"jobs:\n  deploy:\n    environment: {name: staging}\n    steps: [{run: x}]\n")
+	if state := jobColumn(t, f.s, run.ID, "state")["deploy"]; state != "QUEUED" {
+		t.Fatalf("deploy %s, want QUEUED", state)
+	}
+	call, err := f.s.Pool().Begin(ctx)
+	must(t, err)
+	defer call.Rollback(ctx) //nolint:errcheck
+	if _, err := call.Exec(ctx, `SELECT 1 FROM jobs WHERE run_id = $1 FOR UPDATE`, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	saved := make(chan error, 1)
+	go func() {
+		_, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "staging", AllowedRefs: []string{"main"}})
+		saved <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the re-gate tries meanwhile
+	if _, err := call.Exec(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, run.ID); err != nil {
+		t.Fatalf("the runner's call: %v", err)
+	}
+	must(t, call.Commit(ctx))
+	if err := <-saved; err != nil {
+		t.Fatalf("the lockdown: %v", err)
+	}
+	if state := jobColumn(t, f.s, run.ID, "state")["deploy"]; state != "FAILED" {
+		t.Fatalf("deploy %s after the lockdown, want FAILED", state)
+	}
+}
+
+// TestRunningDeploymentNotRetriedAfterLockdown: a deployment running when
+// its environment's rules tightened keeps its attempt, but a failure is
+// not retried automatically: the next attempt would get the environment's
+// secrets under an approval the new rules did not give.
+func TestRunningDeploymentNotRetriedAfterLockdown(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/feature/x", By: &f.root},
+		"jobs:\n  deploy:\n    environment: {name: staging}\n    retry: {failed: 2}\n    secrets: [DEPLOY_TOKEN]\n    steps: [{run: x}]\n")
+	c := claimJob(t, f.s, f.r, run.ID, "deploy")
+	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "staging", AllowedRefs: []string{"main"}}); err != nil {
+		t.Fatal(err)
+	}
+	complete(t, f.s, f.r, c, domain.OutcomeFailed)
+	if state := jobColumn(t, f.s, run.ID, "state")["deploy"]; state != "FAILED" {
+		t.Fatalf("deploy %s after its failure, want FAILED (not retried)", state)
 	}
 }

@@ -109,12 +109,12 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 	if err != nil {
 		return e, err
 	}
-	var changed regated
+	var runs []string
+	var review bool
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := authorize(ctx, tx, u, p.ID, RankAdmin, "project "+project); err != nil {
 			return err
 		}
-		// The project's row first, then its runs (regate), as approvals.
 		if _, err := tx.Exec(ctx, lockProjectSQL, p.ID); err != nil {
 			return fmt.Errorf("lock project: %w", err)
 		}
@@ -133,18 +133,21 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 		if _, err := tx.Exec(ctx, upsertEnvironmentSQL, p.ID, e.Name, e.ReviewerRole, e.AllowedRefs, e.PreventSelfReview); err != nil {
 			return err
 		}
-		changed, err = regate(ctx, tx, p.ID, e, stricterReview(was, e))
+		review = stricterReview(was, e)
+		rows, err := tx.Query(ctx, regateRunsSQL, p.ID, e.Name)
+		if err != nil {
+			return fmt.Errorf("deployments to gate again: %w", err)
+		}
+		runs, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		return err
 	})
 	if err != nil {
 		return e, err
 	}
-	for _, runID := range changed.refused {
-		_, _ = s.failFast(ctx, runID) // a refused combination fails its matrix as a failure would
-		_ = s.afterRun(ctx, runID)    // the run may have ended: its group goes on
-	}
-	for _, g := range changed.groups {
-		_ = s.settleJobGroup(ctx, p.ID, g) // the next of the group goes on (else the sweeper settles it)
+	// After the commit, each run on its own (deployregate.go): no run is
+	// locked while the project's and the environment's rows are.
+	if err := s.regateRuns(ctx, p.ID, e.Name, runs, review); err != nil {
+		return e, err
 	}
 	list, err := s.Environments(ctx, u, project)
 	for _, got := range list {
