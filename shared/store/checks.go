@@ -102,14 +102,17 @@ WHERE id = $1 AND lease_id = $2`
 // reviveRefusedSQL makes due now the check runs of repository $1 refused
 // as gone at least $2 times in a row (waiting hours, or given up: given a
 // version after the one pushed) and not revived since their job changed
-// or they were pushed. Rows another transaction holds (a job change, which
-// makes its row due itself; a push under way) are skipped, so that it
-// never waits for a lock.
+// or they were pushed; at most 100 at a time (the oldest), so that an App
+// back after a month of refusals is not one burst of pushes: each one
+// GitHub takes revives the next. Rows another transaction holds (a job
+// change, which makes its row due itself; a push under way) are skipped,
+// so that it never waits for a lock.
 const reviveRefusedSQL = `
 UPDATE check_runs SET next_attempt_at = now(), version = greatest(version, pushed_version + 1), revived = true
 WHERE id IN (SELECT id FROM check_runs
              WHERE repository_id = $1 AND gone_attempts > 0 AND gone_attempts >= $2 AND NOT revived
                AND (lease_expires_at IS NULL OR lease_expires_at < now())
+             ORDER BY id LIMIT 100
              FOR UPDATE SKIP LOCKED)`
 
 // checksOfRunSQL lists the check runs of run $1's jobs.
