@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,23 +42,26 @@ SELECT DISTINCT run_id FROM jobs
 WHERE project_id = $1 AND environment = $2 AND deploy_state = 'approved' AND state IN ('PENDING', 'QUEUED', 'RUNNING')
 ORDER BY run_id`
 
-// regateJobsSQL locks run $1's jobs let deploy to $2 that have not ended,
-// skipping those another transaction holds (a claim, a completion, a
-// group's release: they lock a job before its run, and the run is locked
-// here first), with the run's ref, the URL the job's last deployment
-// showed, its state and its job group.
+// regateJobsSQL reads run $1's jobs let deploy to $2 that have not
+// ended, without a lock, with the run's ref, the URL the job's last
+// deployment showed, its state and its job group: those the new rules
+// change are locked next (regateLockSQL).
 const regateJobsSQL = `
 SELECT j.id, coalesce(r.git_ref, ''),
        coalesce((SELECT d.url FROM deployments d WHERE d.job_id = j.id ORDER BY d.id DESC LIMIT 1), ''),
        j.state, coalesce(j.concurrency_group, '')
 FROM jobs j JOIN runs r ON r.id = j.run_id
 WHERE j.run_id = $1 AND j.environment = $2 AND j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED', 'RUNNING')
-ORDER BY j.id FOR UPDATE OF j SKIP LOCKED`
+ORDER BY j.id`
 
-// regateCountSQL counts what regateJobsSQL would lock, held or not.
-const regateCountSQL = `
-SELECT count(*) FROM jobs
-WHERE run_id = $1 AND environment = $2 AND deploy_state = 'approved' AND state IN ('PENDING', 'QUEUED', 'RUNNING')`
+// regateLockSQL locks jobs $1 while still as read ($2, their states),
+// skipping those another transaction holds (a claim, a completion, a
+// group's release: they lock a job before its run, and the run is locked
+// here first). NO KEY: a log append's FOR KEY SHARE does not hold it up.
+const regateLockSQL = `
+SELECT j.id FROM jobs j JOIN unnest($1::text[], $2::text[]) AS w (id, state) ON w.id = j.id
+WHERE j.deploy_state = 'approved' AND j.state = w.state
+ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED`
 
 // regateWaitSQL holds job $1, queued or not, for a review of its
 // deployment (reason $2), undecided and out of its job group (which it
@@ -81,10 +85,10 @@ type regated struct {
 	groups  []string // job groups that jobs held for a review left
 }
 
-// regateRuns gates again the jobs of projectID's runs let deploy to env,
-// each run in a transaction of its own, tried again while runners' calls
-// hold its jobs (each holds one for a statement).
-func (s *Store) regateRuns(ctx context.Context, projectID, env string, runs []string, review bool) error {
+// regateRuns gates again the jobs of projectID's runs let deploy to env
+// under rules was, each run in a transaction of its own, tried again
+// while runners' calls hold its jobs (each holds one for a statement).
+func (s *Store) regateRuns(ctx context.Context, projectID, env string, runs []string, was Environment) error {
 	var busy []string
 	for _, runID := range runs {
 		var out regated
@@ -94,7 +98,7 @@ func (s *Store) regateRuns(ctx context.Context, projectID, env string, runs []st
 				time.Sleep(20 * time.Millisecond)
 			}
 			out = regated{}
-			err = s.inTx(ctx, func(tx pgx.Tx) error { return regateRun(ctx, tx, projectID, runID, env, review, &out) })
+			err = s.inTx(ctx, func(tx pgx.Tx) error { return regateRun(ctx, tx, projectID, runID, env, was, &out) })
 		}
 		if errors.Is(err, errRegateBusy) {
 			busy = append(busy, runID)
@@ -113,14 +117,15 @@ func (s *Store) regateRuns(ctx context.Context, projectID, env string, runs []st
 	}
 	if len(busy) > 0 {
 		return domain.Errorf(domain.EUnavailable, "environment %s is saved, but the deployments of runs %s could not be gated "+
-			"again (runners' calls held them): save it again", env, strings.Join(busy, ", "))
+			"again (runners' calls held them): cancel those runs if they must not deploy", env, strings.Join(busy, ", "))
 	}
 	return nil
 }
 
 // regateRun gates again run runID's jobs let deploy to env, under its
-// rules as they are now, noting in out what to settle.
-func regateRun(ctx context.Context, tx pgx.Tx, projectID, runID, env string, review bool, out *regated) error {
+// rules as they are now (review grown stricter since was), noting in out
+// what to settle.
+func regateRun(ctx context.Context, tx pgx.Tx, projectID, runID, env string, was Environment, out *regated) error {
 	if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
 		return fmt.Errorf("lock run: %w", err)
 	}
@@ -134,36 +139,34 @@ func regateRun(ctx context.Context, tx pgx.Tx, projectID, runID, env string, rev
 	}
 	rows, err := tx.Query(ctx, regateJobsSQL, runID, env)
 	if err != nil {
-		return fmt.Errorf("lock deployments: %w", err)
+		return fmt.Errorf("read deployments: %w", err)
 	}
-	type deploy struct{ id, ref, url, state, group string }
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deploy, error) {
 		var d deploy
 		return d, row.Scan(&d.id, &d.ref, &d.url, &d.state, &d.group)
 	})
 	if err != nil {
-		return fmt.Errorf("lock deployments: %w", err)
+		return fmt.Errorf("read deployments: %w", err)
 	}
-	var all int
-	if err := tx.QueryRow(ctx, regateCountSQL, runID, env).Scan(&all); err != nil {
-		return fmt.Errorf("count deployments: %w", err)
+	review := stricterReview(was, rules)
+	jobs = slices.DeleteFunc(jobs, func(d deploy) bool { return refAllowed(rules.AllowedRefs, d.ref) && !review })
+	if len(jobs) == 0 {
+		return nil // the rules let every one through as before
 	}
-	if all > len(jobs) {
-		return errRegateBusy
+	if err := lockRegated(ctx, tx, jobs); err != nil {
+		return err
 	}
 	b, advance := &pgx.Batch{}, false
 	for _, j := range jobs {
-		allowed := refAllowed(rules.AllowedRefs, j.ref)
 		switch {
-		case j.state == "RUNNING" && (!allowed || review):
-			b.Queue(noRetrySQL, j.id)
 		case j.state == "RUNNING":
-		case !allowed:
+			b.Queue(noRetrySQL, j.id)
+		case !refAllowed(rules.AllowedRefs, j.ref):
 			reason := fmt.Sprintf("environment %s no longer allows %s to deploy (allowed: %s)", env, refOrNone(j.ref), strings.Join(rules.AllowedRefs, ", "))
 			b.Queue(insertDeploymentSQL, j.id, env, j.url, "refused", reason)
 			b.Queue(rejectDeploySQL, j.id, domain.Truncate(reason, 300))
 			out.refused, advance = true, true
-		case review:
+		default: // the review grew stricter
 			b.Queue(insertDeploymentSQL, j.id, env, j.url, "waiting", "")
 			b.Queue(regateWaitSQL, j.id, "waiting for a review to deploy to "+env+" (its rules changed)")
 			advance = true
@@ -172,9 +175,6 @@ func regateRun(ctx context.Context, tx pgx.Tx, projectID, runID, env string, rev
 			}
 		}
 	}
-	if b.Len() == 0 {
-		return nil
-	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("gate deployments again: %w", err)
 	}
@@ -182,4 +182,28 @@ func regateRun(ctx context.Context, tx pgx.Tx, projectID, runID, env string, rev
 		return nil
 	}
 	return advanceRun(ctx, tx, runID) // a refused job's dependants are skipped
+}
+
+// deploy is a job the re-gate reads.
+type deploy struct{ id, ref, url, state, group string }
+
+// lockRegated locks the jobs to change, as read; errRegateBusy when one
+// is held or has moved on.
+func lockRegated(ctx context.Context, tx pgx.Tx, jobs []deploy) error {
+	ids, states := make([]string, len(jobs)), make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i], states[i] = j.id, j.state
+	}
+	rows, err := tx.Query(ctx, regateLockSQL, ids, states)
+	if err != nil {
+		return fmt.Errorf("lock deployments: %w", err)
+	}
+	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("lock deployments: %w", err)
+	}
+	if len(locked) < len(jobs) {
+		return errRegateBusy
+	}
+	return nil
 }

@@ -129,3 +129,49 @@ func TestRunningDeploymentNotRetriedAfterLockdown(t *testing.T) {
 		t.Fatalf("deploy %s after its failure, want FAILED (not retried)", state)
 	}
 }
+
+// TestRegateLeavesWhatItDoesNotChange: rules written while a deployment
+// runs and logs (an append holds its row FOR KEY SHARE) are saved at
+// once when they let it through as before; a job a runner's call keeps
+// holding past the retries is named in a 503, the rules saved.
+func TestRegateLeavesWhatItDoesNotChange(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	running := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &f.root},
+		"jobs:\n  deploy:\n    environment: {name: staging}\n    steps: [{run: x}]\n")
+	claimJob(t, f.s, f.r, running.ID, "deploy")
+	appending, err := f.s.Pool().Begin(ctx)
+	must(t, err)
+	defer appending.Rollback(ctx) //nolint:errcheck
+	if _, err := appending.Exec(ctx, `SELECT 1 FROM jobs WHERE run_id = $1 FOR KEY SHARE`, running.ID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "staging", AllowedRefs: []string{"main"}}); err != nil {
+		t.Fatalf("rules that let the running deployment through: %v", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("saving took %v: it waited for the running deployment", took)
+	}
+	must(t, appending.Rollback(ctx))
+
+	queued := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/feature/y", By: &f.root},
+		"jobs:\n  deploy:\n    environment: {name: other}\n    steps: [{run: x}]\n")
+	held, err := f.s.Pool().Begin(ctx)
+	must(t, err)
+	defer held.Rollback(ctx) //nolint:errcheck
+	if _, err := held.Exec(ctx, `SELECT 1 FROM jobs WHERE run_id = $1 FOR UPDATE`, queued.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "other", AllowedRefs: []string{"main"}})
+	if domain.ErrorCode(err) != domain.EUnavailable || !strings.Contains(err.Error(), queued.ID) {
+		t.Fatalf("a deployment held all along: %v, want 503 naming run %s", err, queued.ID)
+	}
+	envs, err := f.s.Environments(ctx, f.root, "p")
+	must(t, err)
+	for _, e := range envs {
+		if e.Name == "other" && (len(e.AllowedRefs) != 1 || e.AllowedRefs[0] != "main") {
+			t.Fatalf("the rules were not saved: %+v", e)
+		}
+	}
+}

@@ -110,7 +110,7 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 		return e, err
 	}
 	var runs []string
-	var review bool
+	var was Environment
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := authorize(ctx, tx, u, p.ID, RankAdmin, "project "+project); err != nil {
 			return err
@@ -125,7 +125,6 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 		if n >= maxEnvironments {
 			return domain.Errorf(domain.EConflict, "project %s has %d environments, the most it may", project, maxEnvironments)
 		}
-		var was Environment
 		err := tx.QueryRow(ctx, environmentRulesSQL, p.ID, e.Name).Scan(&was.ReviewerRole, &was.AllowedRefs, &was.PreventSelfReview)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("read environment: %w", err)
@@ -133,7 +132,6 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 		if _, err := tx.Exec(ctx, upsertEnvironmentSQL, p.ID, e.Name, e.ReviewerRole, e.AllowedRefs, e.PreventSelfReview); err != nil {
 			return err
 		}
-		review = stricterReview(was, e)
 		rows, err := tx.Query(ctx, regateRunsSQL, p.ID, e.Name)
 		if err != nil {
 			return fmt.Errorf("deployments to gate again: %w", err)
@@ -146,7 +144,7 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 	}
 	// After the commit, each run on its own (deployregate.go): no run is
 	// locked while the project's and the environment's rows are.
-	if err := s.regateRuns(ctx, p.ID, e.Name, runs, review); err != nil {
+	if err := s.regateRuns(ctx, p.ID, e.Name, runs, was); err != nil {
 		return e, err
 	}
 	list, err := s.Environments(ctx, u, project)
