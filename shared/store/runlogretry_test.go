@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"testing"
-	"time"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
@@ -37,22 +36,9 @@ func TestRunLogLimitCountsEveryAttempt(t *testing.T) {
 // logLimitStore is a store whose attempts may log 1000 bytes, and runs
 // 1500, with project p and a runner.
 func logLimitStore(t *testing.T) (*store.Store, store.Runner) {
-	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{MaxLogBytes: 1000, MaxRunLogBytes: 1500})
 	pgtest.Project(t, s, "p")
-	reg, _, err := s.CreateRegistrationToken(ctx, time.Minute, "", store.Scope{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, token, err := s.RegisterRunner(ctx, reg, "r", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.AuthenticateRunner(ctx, token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, r
+	return s, newRunner(t, s)
 }
 
 // logUntilRefused claims attempts one after another, each appending 100
