@@ -52,6 +52,10 @@ func paying(st *store.Store, pass Pass) Pass {
 	}
 }
 
+// regatePerPass bounds the runs whose deployments a sweeper pass gates
+// again.
+const regatePerPass = 100
+
 // Sweeper is the sweeper's pass: lease expiry, schedules, notifications.
 type Sweeper struct {
 	Store    *store.Store
@@ -70,6 +74,12 @@ func (w *Sweeper) Pass(ctx context.Context) (time.Time, error) {
 	res, err := w.Store.Sweep(ctx)
 	if err != nil || res.Aborted+res.Requeued > 0 {
 		w.Log.Info("sweep", "aborted", res.Aborted, "requeued", res.Requeued, "err", err)
+	}
+	// Deployments whose environment's rules changed since they were let
+	// through, left by the change or put back by a retry: gated again.
+	if n, rerr := w.Store.RegateStale(ctx, "", "", regatePerPass); rerr != nil || n > 0 {
+		w.Log.Info("deployments gated again", "runs", n, "err", rerr)
+		err = errors.Join(err, rerr)
 	}
 	// One project's schedule that cannot fire is its own (the slot says
 	// why): it does not fail the sweep.

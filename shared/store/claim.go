@@ -33,7 +33,8 @@ import (
 // latency on a short queue (-only claim-scale). A job that names secrets
 // gets, for a trusted run only, those secrets (sealed) and its project's
 // wrapped data key: the project's, and those of the environment it was
-// let deploy to. An attempt starts with no log budget on the fast path:
+// let deploy to, only while its environment's rules are those it was let
+// through under (deployregate.go). An attempt starts with no log budget on the fast path:
 // its first append takes the slow path, which checks the run's logs
 // (appendLogSQL).
 const claimSQL = `
@@ -42,6 +43,8 @@ WITH candidate AS (
     WHERE state = 'QUEUED' AND labels <@ $2::text[]
       AND (cardinality($6::text[]) = 0 OR project_id = ANY ($6::text[])) AND (trusted OR $7) AND NOT (trusted AND $9)
       AND (features = '{}'::text[] OR features <@ $8::text[])
+      AND (deploy_state IS DISTINCT FROM 'approved' OR deploy_rules_at IS NOT DISTINCT FROM
+           (SELECT e.updated_at FROM environments e WHERE e.project_id = jobs.project_id AND e.name = jobs.environment))
       AND (queued_at, id) > ($4::timestamptz, $5::text)
       AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.revoked_at IS NULL FOR SHARE)
     ORDER BY queued_at, id
@@ -191,7 +194,9 @@ const queuedForRunnerSQL = `
 SELECT EXISTS (SELECT 1 FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $1::text[]
       AND (cardinality($2::text[]) = 0 OR project_id = ANY ($2::text[])) AND (trusted OR $3) AND NOT (trusted AND $5)
-      AND (features = '{}'::text[] OR features <@ $4::text[]))`
+      AND (features = '{}'::text[] OR features <@ $4::text[])
+      AND (deploy_state IS DISTINCT FROM 'approved' OR deploy_rules_at IS NOT DISTINCT FROM
+           (SELECT e.updated_at FROM environments e WHERE e.project_id = jobs.project_id AND e.name = jobs.environment)))`
 
 func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string, whole bool) (*Claim, error) {
 	key := hintKey(labels, runner.Scope, runner.Features)

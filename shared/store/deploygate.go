@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,7 +20,7 @@ import (
 
 // envRulesSQL reads the rules of the environments of run $1's project.
 const envRulesSQL = `
-SELECT e.name, coalesce(e.reviewer_role, ''), e.allowed_refs
+SELECT e.name, coalesce(e.reviewer_role, ''), e.allowed_refs, e.updated_at
 FROM environments e JOIN runs r ON r.project_id = e.project_id WHERE r.id = $1`
 
 // insertDeploymentSQL records job $1's deployment to environment $2
@@ -38,13 +39,16 @@ FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`
 const deployWaitSQL = `
 UPDATE jobs SET environment = $2, deploy_state = 'waiting', reason = $3 WHERE id = $1 AND state = 'PENDING'`
 
-// deployGoSQL lets job $1 deploy to $2 without a review.
-const deployGoSQL = `UPDATE jobs SET environment = $2, deploy_state = 'approved' WHERE id = $1 AND state = 'PENDING'`
+// deployGoSQL lets job $1 deploy to $2 without a review, under the rules
+// of time $3 (NULL: the environment has none).
+const deployGoSQL = `
+UPDATE jobs SET environment = $2, deploy_state = 'approved', deploy_rules_at = $3 WHERE id = $1 AND state = 'PENDING'`
 
 // envRule is an environment's rules as the gate reads them.
 type envRule struct {
 	reviewerRole string
 	allowedRefs  []string
+	at           *time.Time // when they were written (nil: no such environment)
 }
 
 // readEnvRules reads the rules of run's project, once per decider.
@@ -68,7 +72,7 @@ func (d *decider) readEnvRules(ctx context.Context, tx pgx.Tx, runID string, lis
 	for rows.Next() {
 		var name string
 		var r envRule
-		if err := rows.Scan(&name, &r.reviewerRole, &r.allowedRefs); err != nil {
+		if err := rows.Scan(&name, &r.reviewerRole, &r.allowedRefs, &r.at); err != nil {
 			return fmt.Errorf("read environments: %w", err)
 		}
 		d.envs[name] = r
@@ -117,7 +121,7 @@ func (d *decider) deployGate(b *pgx.Batch, u undecided, needs map[string]domain.
 		return false
 	}
 	b.Queue(insertDeploymentSQL, u.id, name, url, "automatic", "")
-	b.Queue(deployGoSQL, u.id, name)
+	b.Queue(deployGoSQL, u.id, name, rule.at)
 	return true
 }
 

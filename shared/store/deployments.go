@@ -103,7 +103,7 @@ FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1 AND j.run_id = $2 FOR
 // environmentRulesSQL reads environment $2 of project $1 as it is now,
 // held until the decision commits (a change of its rules waits).
 const environmentRulesSQL = `
-SELECT coalesce(reviewer_role, ''), allowed_refs, prevent_self_review FROM environments
+SELECT coalesce(reviewer_role, ''), allowed_refs, prevent_self_review, updated_at FROM environments
 WHERE project_id = $1 AND name = $2 FOR SHARE`
 
 // recordDeployDecisionSQL records decision $2 by $3 on job $1's waiting
@@ -112,7 +112,9 @@ const recordDeployDecisionSQL = `
 UPDATE deployments SET decision = $2, decided_by = $3, decided_at = now(), reason = nullif($4, '')
 WHERE job_id = $1 AND decision = 'waiting'`
 
-const approveDeploySQL = `UPDATE jobs SET deploy_state = 'approved', reason = NULL WHERE id = $1`
+// approveDeploySQL lets job $1 deploy under the rules of time $2 (NULL:
+// its environment has none).
+const approveDeploySQL = `UPDATE jobs SET deploy_state = 'approved', deploy_rules_at = $2, reason = NULL WHERE id = $1`
 
 const rejectDeploySQL = `
 UPDATE jobs SET state = 'FAILED', reason = $2, finished_at = now(), deploy_state = NULL WHERE id = $1`
@@ -149,7 +151,8 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 			// One that waited from before untrusted runs stopped deploying.
 			return domain.Errorf(domain.EForbidden, "an untrusted run does not deploy: reject it")
 		}
-		if err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy, ref: ref, approve: approve}); err != nil {
+		rulesAt, err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy, ref: ref, approve: approve})
+		if err != nil {
 			return err
 		}
 		if approve {
@@ -157,7 +160,7 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 				return err
 			}
 		}
-		return s.applyDeployDecision(ctx, tx, u, runID, jobID, env, approve, comment)
+		return s.applyDeployDecision(ctx, tx, u, deployDecision{runID: runID, jobID: jobID, env: env, rulesAt: rulesAt}, approve, comment)
 	})
 	if err != nil {
 		return JobDetail{}, err
@@ -208,14 +211,17 @@ type review struct {
 // checkReviewer checks the decision against the environment's rules as
 // they are now, read in the deciding transaction: the reviewers' role
 // (write at least), and for an approval, that the ref is still allowed
-// and, when self-review is prevented, that u is not the run's member.
-func checkReviewer(ctx context.Context, tx pgx.Tx, u User, access Access, rv review) error {
+// and, when self-review is prevented, that u is not the run's member. It
+// returns when the rules were written (nil: there are none), which an
+// approval is under.
+func checkReviewer(ctx context.Context, tx pgx.Tx, u User, access Access, rv review) (*time.Time, error) {
 	var role string
 	var refs []string
 	var noSelf bool
-	err := tx.QueryRow(ctx, environmentRulesSQL, rv.projectID, rv.env).Scan(&role, &refs, &noSelf)
+	var at *time.Time
+	err := tx.QueryRow(ctx, environmentRulesSQL, rv.projectID, rv.env).Scan(&role, &refs, &noSelf, &at)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("read environment: %w", err)
+		return nil, fmt.Errorf("read environment: %w", err)
 	}
 	need := RankWrite
 	if role == RoleAdmin {
@@ -223,22 +229,30 @@ func checkReviewer(ctx context.Context, tx pgx.Tx, u User, access Access, rv rev
 	}
 	switch {
 	case access.Rank < need:
-		return domain.Errorf(domain.EForbidden, "deployments to %s are reviewed by members with the %s role", rv.env, roleOfRank[need])
+		return nil, domain.Errorf(domain.EForbidden, "deployments to %s are reviewed by members with the %s role", rv.env, roleOfRank[need])
 	case rv.approve && !refAllowed(refs, rv.ref):
-		return domain.Errorf(domain.EForbidden, "environment %s no longer allows %s to deploy (allowed: %s): reject it",
+		return nil, domain.Errorf(domain.EForbidden, "environment %s no longer allows %s to deploy (allowed: %s): reject it",
 			rv.env, refOrNone(rv.ref), strings.Join(refs, ", "))
 	case rv.approve && noSelf && rv.actor == "user:"+u.ID:
-		return domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of your run", rv.env)
+		return nil, domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of your run", rv.env)
 	case rv.approve && noSelf && rv.sourceBy == "user:"+u.ID:
-		return domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of the snapshot you submitted", rv.env)
+		return nil, domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of the snapshot you submitted", rv.env)
 	}
-	return nil
+	return at, nil
 }
 
-func (s *Store) applyDeployDecision(ctx context.Context, tx pgx.Tx, u User, runID, jobID, env string, approve bool, comment string) error {
+// deployDecision is the deployment a decision is on, with the time of the
+// rules it was checked against.
+type deployDecision struct {
+	runID, jobID, env string
+	rulesAt           *time.Time
+}
+
+func (s *Store) applyDeployDecision(ctx context.Context, tx pgx.Tx, u User, d deployDecision, approve bool, comment string) error {
+	runID, jobID, env := d.runID, d.jobID, d.env
 	decision, reason := "approved", comment
 	if approve {
-		if _, err := tx.Exec(ctx, approveDeploySQL, jobID); err != nil {
+		if _, err := tx.Exec(ctx, approveDeploySQL, jobID, d.rulesAt); err != nil {
 			return fmt.Errorf("approve deployment: %w", err)
 		}
 	} else {

@@ -4,206 +4,155 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/forgeci/forgeci/shared/domain"
 )
 
-// An environment's rules changed: the jobs they let deploy are gated
-// again, under the new rules, just after the change commits (an admin who
-// locks production down during an incident stops the deployments queued
-// before). A job not started whose ref the rules no longer allow fails;
-// where the review grew stricter (reviewers where there were none,
-// admins where writers were, self-review prevented), it waits for a
-// review again, even one approved under the old rules. A running one has
-// its secrets already (cancel its run to stop it), but is not retried
-// automatically under the old approval.
+// Deployments let through under rules that are no longer their
+// environment's: a deployment (a job naming an environment) is let
+// through by the gate or a review under the rules of one time
+// (jobs.deploy_rules_at, environments.updated_at then), and a claim takes
+// it only while those are still the environment's rules (claimSQL's
+// fence). One whose rules changed since, not started, is gated again from
+// the start under the rules as they are (refused, waiting for a review,
+// or let through again): just after the change commits, by the sweeper's
+// passes for what that left (the change notes the sweeper), and when a
+// retry would put one back in the queue (finishAttempt).
 
-// stricterReview reports whether rules now asks more of a deployment's
-// review than was did.
-func stricterReview(was, rules Environment) bool {
-	switch {
-	case rules.ReviewerRole == "":
-		return false
-	case was.ReviewerRole == "", rules.ReviewerRole == RoleAdmin && was.ReviewerRole != RoleAdmin:
-		return true
-	}
-	return rules.PreventSelfReview && !was.PreventSelfReview
-}
-
-// regateRunsSQL is the runs of project $1 with jobs let deploy to
-// environment $2 that have not ended.
-const regateRunsSQL = `
-SELECT DISTINCT run_id FROM jobs
-WHERE project_id = $1 AND environment = $2 AND deploy_state = 'approved' AND state IN ('PENDING', 'QUEUED', 'RUNNING')
-ORDER BY run_id`
-
-// regateJobsSQL reads run $1's jobs let deploy to $2 that have not
-// ended, without a lock, with the run's ref, the URL the job's last
-// deployment showed, its state and its job group: those the new rules
-// change are locked next (regateLockSQL).
-const regateJobsSQL = `
-SELECT j.id, coalesce(r.git_ref, ''),
-       coalesce((SELECT d.url FROM deployments d WHERE d.job_id = j.id ORDER BY d.id DESC LIMIT 1), ''),
-       j.state, coalesce(j.concurrency_group, '')
-FROM jobs j JOIN runs r ON r.id = j.run_id
-WHERE j.run_id = $1 AND j.environment = $2 AND j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED', 'RUNNING')
-ORDER BY j.id`
-
-// regateLockSQL locks jobs $1 while still as read ($2, their states),
-// skipping those another transaction holds (a claim, a completion, a
-// group's release: they lock a job before its run, and the run is locked
-// here first). NO KEY: a log append's FOR KEY SHARE does not hold it up.
-const regateLockSQL = `
-SELECT j.id FROM jobs j JOIN unnest($1::text[], $2::text[]) AS w (id, state) ON w.id = j.id
-WHERE j.deploy_state = 'approved' AND j.state = w.state
+// staleDeploysSQL is the deployments of run $1 let through under rules no
+// longer their environment's, not started; locked, but for those another
+// transaction holds (a claim, a group's release: they lock a job before
+// its run, which is locked here first).
+const staleDeploysSQL = `
+SELECT j.id, j.project_id, coalesce(j.concurrency_group, '') FROM jobs j
+LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
+WHERE j.run_id = $1 AND j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED')
+  AND j.deploy_rules_at IS DISTINCT FROM e.updated_at
 ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED`
 
-// regateWaitSQL holds job $1, queued or not, for a review of its
-// deployment (reason $2), undecided and out of its job group (which it
-// would hold while it waits): once approved, advanceRun decides it again
-// (its condition, its group) and queues it, as after a first review.
-const regateWaitSQL = `
-UPDATE jobs SET state = 'PENDING', deploy_state = 'waiting', decided = false, reason = $2,
+// staleAnySQL finds a deployment let through under rules no longer its
+// environment's, not started (for nextSweepSQL).
+const staleAnySQL = `
+SELECT 1 FROM jobs j LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
+WHERE j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED') AND j.deploy_rules_at IS DISTINCT FROM e.updated_at`
+
+// staleRunsSQL is up to $3 runs with such deployments: of environment $2
+// of project $1, or of any when $1 is empty.
+const staleRunsSQL = `
+SELECT DISTINCT j.run_id FROM jobs j
+LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
+WHERE j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED')
+  AND ($1 = '' OR j.project_id = $1 AND j.environment = $2)
+  AND j.deploy_rules_at IS DISTINCT FROM e.updated_at
+LIMIT $3`
+
+// staleCountSQL counts run $1's deployments staleDeploysSQL would lock.
+const staleCountSQL = `
+SELECT count(*) FROM jobs j LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
+WHERE j.run_id = $1 AND j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED')
+  AND j.deploy_rules_at IS DISTINCT FROM e.updated_at`
+
+// regateSQL sends jobs $1 back to the gate: pending, undecided, out of
+// their job groups, so that advanceRun gates them (and decides their
+// condition and group) as when their needs ended.
+const regateSQL = `
+UPDATE jobs SET state = 'PENDING', deploy_state = NULL, deploy_rules_at = NULL, decided = false, reason = NULL,
        concurrency_group = NULL, concurrency_waiting = false
-WHERE id = $1 AND state IN ('PENDING', 'QUEUED')`
+WHERE id = ANY ($1) AND state IN ('PENDING', 'QUEUED') AND deploy_state = 'approved'`
 
-// noRetrySQL ends running job $1's automatic retries: a next attempt
-// would be a deployment the new rules did not let through.
-const noRetrySQL = `UPDATE jobs SET retry_failed = 0, retry_lease_lost = 0 WHERE id = $1 AND state = 'RUNNING'`
+// regateNow is how many runs a change of rules gates again at once; the
+// sweeper does the rest.
+const regateNow = 1000
 
-// errRegateBusy: a job to gate again was held by another transaction.
+// errRegateBusy: a deployment to gate again was held by another
+// transaction.
 var errRegateBusy = errors.New("a deployment to gate again is held by a runner's call")
 
-// regated is what gating a run again changed, to settle after its commit.
-type regated struct {
-	refused bool     // a job refused: fail fast, settle the run's groups
-	groups  []string // job groups that jobs held for a review left
-}
-
-// regateRuns gates again the jobs of projectID's runs let deploy to env
-// under rules was, each run in a transaction of its own, tried again
-// while runners' calls hold its jobs (each holds one for a statement).
-func (s *Store) regateRuns(ctx context.Context, projectID, env string, runs []string, was Environment) error {
-	var busy []string
+// RegateStale gates again the deployments whose rules changed since they
+// were let through, of environment env of projectID (or of every project
+// when projectID is empty), a run at a time, at most limit runs; a run
+// whose jobs runners' calls keep holding is left for the next pass (its
+// jobs are not claimed meanwhile). It returns the runs gated again.
+func (s *Store) RegateStale(ctx context.Context, projectID, env string, limit int) (int, error) {
+	rows, err := s.pool.Query(ctx, staleRunsSQL, projectID, env, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deployments to gate again: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("deployments to gate again: %w", err)
+	}
+	done := 0
 	for _, runID := range runs {
-		var out regated
+		var left []jobGroup
 		err := errRegateBusy
-		for try := 0; try < 50 && errors.Is(err, errRegateBusy); try++ {
+		for try := 0; try < 25 && errors.Is(err, errRegateBusy); try++ {
 			if try > 0 {
 				time.Sleep(20 * time.Millisecond)
 			}
-			out = regated{}
-			err = s.inTx(ctx, func(tx pgx.Tx) error { return regateRun(ctx, tx, projectID, runID, env, was, &out) })
+			err = s.inTx(ctx, func(tx pgx.Tx) error {
+				var err error
+				left, err = regateRun(ctx, tx, runID)
+				return err
+			})
 		}
 		if errors.Is(err, errRegateBusy) {
-			busy = append(busy, runID)
 			continue
 		}
 		if err != nil {
-			return err
+			return done, err
 		}
-		if out.refused {
-			_, _ = s.failFast(ctx, runID) // a refused combination fails its matrix as a failure would
-			_ = s.afterRun(ctx, runID)    // the run may have ended: its group goes on
-		}
-		for _, g := range out.groups {
-			_ = s.settleJobGroup(ctx, projectID, g) // the next of the group goes on (else the sweeper settles it)
+		done++
+		_, _ = s.failFast(ctx, runID) // a refused combination fails its matrix as a failure would
+		_ = s.afterRun(ctx, runID)    // the run may have ended: its group goes on
+		for _, g := range left {
+			_ = s.settleJobGroup(ctx, g.project, g.group) // the next of the group goes on (else the sweeper settles it)
 		}
 	}
-	if len(busy) > 0 {
-		return domain.Errorf(domain.EUnavailable, "environment %s is saved, but the deployments of runs %s could not be gated "+
-			"again (runners' calls held them): cancel those runs if they must not deploy", env, strings.Join(busy, ", "))
-	}
-	return nil
+	return done, nil
 }
 
-// regateRun gates again run runID's jobs let deploy to env, under its
-// rules as they are now (review grown stricter since was), noting in out
-// what to settle.
-func regateRun(ctx context.Context, tx pgx.Tx, projectID, runID, env string, was Environment, out *regated) error {
+// jobGroup names a job group.
+type jobGroup struct{ project, group string }
+
+// regateRun sends run runID's stale deployments back to the gate and
+// gates them; it returns the job groups they left.
+func regateRun(ctx context.Context, tx pgx.Tx, runID string) ([]jobGroup, error) {
 	if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
-		return fmt.Errorf("lock run: %w", err)
+		return nil, fmt.Errorf("lock run: %w", err)
 	}
-	var rules Environment
-	err := tx.QueryRow(ctx, environmentRulesSQL, projectID, env).Scan(&rules.ReviewerRole, &rules.AllowedRefs, &rules.PreventSelfReview)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // deleted since: no rules
-	}
+	rows, err := tx.Query(ctx, staleDeploysSQL, runID)
 	if err != nil {
-		return fmt.Errorf("read environment: %w", err)
+		return nil, fmt.Errorf("lock deployments: %w", err)
 	}
-	rows, err := tx.Query(ctx, regateJobsSQL, runID, env)
-	if err != nil {
-		return fmt.Errorf("read deployments: %w", err)
-	}
-	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deploy, error) {
-		var d deploy
-		return d, row.Scan(&d.id, &d.ref, &d.url, &d.state, &d.group)
+	type stale struct{ id, project, group string }
+	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (stale, error) {
+		var j stale
+		return j, row.Scan(&j.id, &j.project, &j.group)
 	})
 	if err != nil {
-		return fmt.Errorf("read deployments: %w", err)
+		return nil, fmt.Errorf("lock deployments: %w", err)
 	}
-	review := stricterReview(was, rules)
-	jobs = slices.DeleteFunc(jobs, func(d deploy) bool { return refAllowed(rules.AllowedRefs, d.ref) && !review })
+	var all int
+	if err := tx.QueryRow(ctx, staleCountSQL, runID).Scan(&all); err != nil {
+		return nil, fmt.Errorf("count deployments: %w", err)
+	}
+	if all > len(jobs) {
+		return nil, errRegateBusy
+	}
 	if len(jobs) == 0 {
-		return nil // the rules let every one through as before
+		return nil, nil
 	}
-	if err := lockRegated(ctx, tx, jobs); err != nil {
-		return err
-	}
-	b, advance := &pgx.Batch{}, false
+	ids, groups := make([]string, 0, len(jobs)), []jobGroup{}
 	for _, j := range jobs {
-		switch {
-		case j.state == "RUNNING":
-			b.Queue(noRetrySQL, j.id)
-		case !refAllowed(rules.AllowedRefs, j.ref):
-			reason := fmt.Sprintf("environment %s no longer allows %s to deploy (allowed: %s)", env, refOrNone(j.ref), strings.Join(rules.AllowedRefs, ", "))
-			b.Queue(insertDeploymentSQL, j.id, env, j.url, "refused", reason)
-			b.Queue(rejectDeploySQL, j.id, domain.Truncate(reason, 300))
-			out.refused, advance = true, true
-		default: // the review grew stricter
-			b.Queue(insertDeploymentSQL, j.id, env, j.url, "waiting", "")
-			b.Queue(regateWaitSQL, j.id, "waiting for a review to deploy to "+env+" (its rules changed)")
-			advance = true
-			if j.group != "" {
-				out.groups = append(out.groups, j.group)
-			}
+		ids = append(ids, j.id)
+		if j.group != "" {
+			groups = append(groups, jobGroup{j.project, j.group})
 		}
 	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("gate deployments again: %w", err)
+	if _, err := tx.Exec(ctx, regateSQL, ids); err != nil {
+		return nil, fmt.Errorf("gate deployments again: %w", err)
 	}
-	if !advance {
-		return nil
-	}
-	return advanceRun(ctx, tx, runID) // a refused job's dependants are skipped
-}
-
-// deploy is a job the re-gate reads.
-type deploy struct{ id, ref, url, state, group string }
-
-// lockRegated locks the jobs to change, as read; errRegateBusy when one
-// is held or has moved on.
-func lockRegated(ctx context.Context, tx pgx.Tx, jobs []deploy) error {
-	ids, states := make([]string, len(jobs)), make([]string, len(jobs))
-	for i, j := range jobs {
-		ids[i], states[i] = j.id, j.state
-	}
-	rows, err := tx.Query(ctx, regateLockSQL, ids, states)
-	if err != nil {
-		return fmt.Errorf("lock deployments: %w", err)
-	}
-	locked, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("lock deployments: %w", err)
-	}
-	if len(locked) < len(jobs) {
-		return errRegateBusy
-	}
-	return nil
+	return groups, advanceRun(ctx, tx, runID)
 }

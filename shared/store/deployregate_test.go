@@ -11,11 +11,11 @@ import (
 )
 
 // TestDeployGatedAgainWhenRulesChange: deployments an environment let
-// through that have not started are gated again when an admin tightens
-// its rules (locking staging down during an incident): one whose ref is
-// no longer allowed fails, with its dependants skipped; one now to be
-// reviewed waits for a review again, and deploys once approved. Rules
-// written again unchanged, or looser, leave them be.
+// through that have not started are gated again when its rules change
+// (an admin locking staging down during an incident): one whose ref is no
+// longer allowed fails, with its dependants skipped; one now to be
+// reviewed waits for a review, and deploys once approved. Rules written
+// again unchanged leave them be.
 func TestDeployGatedAgainWhenRulesChange(t *testing.T) {
 	ctx := context.Background()
 	f := newDeployFixture(t)
@@ -69,10 +69,33 @@ func TestDeployGatedAgainWhenRulesChange(t *testing.T) {
 	for _, d := range f.deployments(t, "staging") {
 		decisions[d.RunID] = append(decisions[d.RunID], d.Decision)
 	}
-	if len(decisions[feature.ID]) != 2 || decisions[feature.ID][0] != "refused" || len(decisions[main.ID]) != 2 || decisions[main.ID][0] != "approved" {
+	if strings.Join(decisions[feature.ID], " ") != "refused automatic automatic" || strings.Join(decisions[main.ID], " ") != "approved automatic automatic" {
 		t.Fatalf("history %v", decisions)
 	}
 }
+
+// TestClaimFence: an approved deployment let through under rules that are
+// no longer its environment's (a gate that read them just before they
+// changed) is not claimed; gated again, it is.
+func TestClaimFence(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	_, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "staging", AllowedRefs: []string{"main"}})
+	must(t, err)
+	run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &f.root}, deployOnly)
+	if _, err := f.s.Pool().Exec(ctx, `UPDATE jobs SET deploy_rules_at = 'epoch' WHERE run_id = $1`, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := f.s.Claim(ctx, f.r, nil, 0); err != nil || c != nil {
+		t.Fatalf("claimed a deployment let through under other rules: %v %v", c, err)
+	}
+	if n, err := f.s.RegateStale(ctx, "", "", 10); err != nil || n != 1 {
+		t.Fatalf("gated again %d runs: %v", n, err)
+	}
+	claimJob(t, f.s, f.r, run.ID, "deploy")
+}
+
+const deployOnly = "jobs:\n  deploy:\n    environment: {name: staging}\n    retry: {failed: 2}\n    steps: [{run: x}]\n"
 
 // TestRegateWhileARunnerHoldsTheJob: a runner's call holds a deployment's
 // row and then wants its run's (as a claim marking the run started does)
@@ -82,11 +105,7 @@ func TestDeployGatedAgainWhenRulesChange(t *testing.T) {
 func TestRegateWhileARunnerHoldsTheJob(t *testing.T) {
 	ctx := context.Background()
 	f := newDeployFixture(t)
-	run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/feature/x", By: &f.root},
-		"jobs:\n  deploy:\n    environment: {name: staging}\n    steps: [{run: x}]\n")
-	if state := jobColumn(t, f.s, run.ID, "state")["deploy"]; state != "QUEUED" {
-		t.Fatalf("deploy %s, want QUEUED", state)
-	}
+	run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/feature/x", By: &f.root}, deployOnly)
 	call, err := f.s.Pool().Begin(ctx)
 	must(t, err)
 	defer call.Rollback(ctx) //nolint:errcheck
@@ -111,34 +130,37 @@ func TestRegateWhileARunnerHoldsTheJob(t *testing.T) {
 	}
 }
 
-// TestRunningDeploymentNotRetriedAfterLockdown: a deployment running when
-// its environment's rules tightened keeps its attempt, but a failure is
-// not retried automatically: the next attempt would get the environment's
-// secrets under an approval the new rules did not give.
-func TestRunningDeploymentNotRetriedAfterLockdown(t *testing.T) {
+// TestRetriedDeploymentGatedAgain: a deployment running when its
+// environment's rules changed keeps its attempt, but its retry is not
+// claimed under the old approval: the sweeper gates it again.
+func TestRetriedDeploymentGatedAgain(t *testing.T) {
 	ctx := context.Background()
 	f := newDeployFixture(t)
-	run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/feature/x", By: &f.root},
-		"jobs:\n  deploy:\n    environment: {name: staging}\n    retry: {failed: 2}\n    secrets: [DEPLOY_TOKEN]\n    steps: [{run: x}]\n")
+	run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/feature/x", By: &f.root}, deployOnly)
 	c := claimJob(t, f.s, f.r, run.ID, "deploy")
 	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "staging", AllowedRefs: []string{"main"}}); err != nil {
 		t.Fatal(err)
 	}
 	complete(t, f.s, f.r, c, domain.OutcomeFailed)
+	if again, err := f.s.Claim(ctx, f.r, nil, 0); err != nil || again != nil {
+		t.Fatalf("the retry was claimed under the old approval: %v %v", again, err)
+	}
+	if _, err := f.s.RegateStale(ctx, "", "", 10); err != nil {
+		t.Fatal(err)
+	}
 	if state := jobColumn(t, f.s, run.ID, "state")["deploy"]; state != "FAILED" {
-		t.Fatalf("deploy %s after its failure, want FAILED (not retried)", state)
+		t.Fatalf("deploy %s after the sweeper, want FAILED (refused)", state)
 	}
 }
 
 // TestRegateLeavesWhatItDoesNotChange: rules written while a deployment
 // runs and logs (an append holds its row FOR KEY SHARE) are saved at
-// once when they let it through as before; a job a runner's call keeps
-// holding past the retries is named in a 503, the rules saved.
+// once; a job a runner's call keeps holding is left to the sweeper, and
+// not claimed meanwhile.
 func TestRegateLeavesWhatItDoesNotChange(t *testing.T) {
 	ctx := context.Background()
 	f := newDeployFixture(t)
-	running := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &f.root},
-		"jobs:\n  deploy:\n    environment: {name: staging}\n    steps: [{run: x}]\n")
+	running := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &f.root}, deployOnly)
 	claimJob(t, f.s, f.r, running.ID, "deploy")
 	appending, err := f.s.Pool().Begin(ctx)
 	must(t, err)
@@ -150,28 +172,33 @@ func TestRegateLeavesWhatItDoesNotChange(t *testing.T) {
 	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "staging", AllowedRefs: []string{"main"}}); err != nil {
 		t.Fatalf("rules that let the running deployment through: %v", err)
 	}
-	if took := time.Since(start); took > 500*time.Millisecond {
+	if took := time.Since(start); took > 300*time.Millisecond {
 		t.Fatalf("saving took %v: it waited for the running deployment", took)
 	}
 	must(t, appending.Rollback(ctx))
 
 	queued := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/feature/y", By: &f.root},
-		"jobs:\n  deploy:\n    environment: {name: other}\n    steps: [{run: x}]\n")
+		strings.ReplaceAll(deployOnly, "staging", "other"))
 	held, err := f.s.Pool().Begin(ctx)
 	must(t, err)
 	defer held.Rollback(ctx) //nolint:errcheck
 	if _, err := held.Exec(ctx, `SELECT 1 FROM jobs WHERE run_id = $1 FOR UPDATE`, queued.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "other", AllowedRefs: []string{"main"}})
-	if domain.ErrorCode(err) != domain.EUnavailable || !strings.Contains(err.Error(), queued.ID) {
-		t.Fatalf("a deployment held all along: %v, want 503 naming run %s", err, queued.ID)
+	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "other", AllowedRefs: []string{"main"}}); err != nil {
+		t.Fatalf("a deployment held all along: %v", err)
 	}
-	envs, err := f.s.Environments(ctx, f.root, "p")
-	must(t, err)
-	for _, e := range envs {
-		if e.Name == "other" && (len(e.AllowedRefs) != 1 || e.AllowedRefs[0] != "main") {
-			t.Fatalf("the rules were not saved: %+v", e)
-		}
+	must(t, held.Rollback(ctx))
+	if c, err := f.s.Claim(ctx, f.r, nil, 0); err != nil || c != nil {
+		t.Fatalf("claimed a deployment not gated again yet: %v %v", c, err)
+	}
+	if next, err := f.s.NextSweep(ctx); err != nil || next.IsZero() || next.After(time.Now().Add(time.Second)) {
+		t.Fatalf("the sweeper is next due at %v (%v), want now: a deployment waits to be gated again", next, err)
+	}
+	if n, err := f.s.RegateStale(ctx, "", "", 10); err != nil || n != 1 {
+		t.Fatalf("the sweeper gated again %d runs: %v", n, err)
+	}
+	if state := jobColumn(t, f.s, queued.ID, "state")["deploy"]; state != "FAILED" {
+		t.Fatalf("deploy %s, want FAILED", state)
 	}
 }

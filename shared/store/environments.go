@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -42,11 +41,17 @@ const (
 	maxEnvironments = 100
 )
 
+// upsertEnvironmentSQL writes environment $2's rules; updated_at moves
+// only when they change: the deployments let through under the rules of
+// an earlier time are gated again (jobs.deploy_rules_at).
 const upsertEnvironmentSQL = `
 INSERT INTO environments (project_id, name, reviewer_role, allowed_refs, prevent_self_review)
 VALUES ($1, $2, nullif($3, ''), $4, $5)
 ON CONFLICT (project_id, name) DO UPDATE
-SET reviewer_role = nullif($3, ''), allowed_refs = $4, prevent_self_review = $5, updated_at = now()`
+SET reviewer_role = nullif($3, ''), allowed_refs = $4, prevent_self_review = $5,
+    updated_at = CASE WHEN (environments.reviewer_role, environments.allowed_refs, environments.prevent_self_review)
+                           IS DISTINCT FROM (nullif($3, ''), $4::text[], $5::boolean)
+                      THEN now() ELSE environments.updated_at END`
 
 const countEnvironmentsSQL = `SELECT count(*) FROM environments WHERE project_id = $1 AND name <> $2`
 
@@ -109,8 +114,6 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 	if err != nil {
 		return e, err
 	}
-	var runs []string
-	var was Environment
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := authorize(ctx, tx, u, p.ID, RankAdmin, "project "+project); err != nil {
 			return err
@@ -125,27 +128,20 @@ func (s *Store) SetEnvironment(ctx context.Context, u User, project string, e En
 		if n >= maxEnvironments {
 			return domain.Errorf(domain.EConflict, "project %s has %d environments, the most it may", project, maxEnvironments)
 		}
-		err := tx.QueryRow(ctx, environmentRulesSQL, p.ID, e.Name).Scan(&was.ReviewerRole, &was.AllowedRefs, &was.PreventSelfReview)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("read environment: %w", err)
-		}
 		if _, err := tx.Exec(ctx, upsertEnvironmentSQL, p.ID, e.Name, e.ReviewerRole, e.AllowedRefs, e.PreventSelfReview); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, regateRunsSQL, p.ID, e.Name)
-		if err != nil {
-			return fmt.Errorf("deployments to gate again: %w", err)
-		}
-		runs, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
+		// Deployments let through under other rules are gated again
+		// (deployregate.go): the sweeper looks too, should this process
+		// not get to it.
+		noteSweep(tx)
+		return nil
 	})
 	if err != nil {
 		return e, err
 	}
-	// After the commit, each run on its own (deployregate.go): no run is
-	// locked while the project's and the environment's rows are.
-	if err := s.regateRuns(ctx, p.ID, e.Name, runs, was); err != nil {
-		return e, err
+	if _, err := s.RegateStale(ctx, p.ID, e.Name, regateNow); err != nil {
+		return e, fmt.Errorf("environment %s is saved, but gating its deployments again failed (the sweeper tries again): %w", e.Name, err)
 	}
 	list, err := s.Environments(ctx, u, project)
 	for _, got := range list {
@@ -188,8 +184,15 @@ func (s *Store) DeleteEnvironment(ctx context.Context, u User, project, name str
 	if err != nil {
 		return err
 	}
-	return s.adminDelete(ctx, u, p.ID, "delete environment", deleteEnvironmentSQL,
-		domain.Errorf(domain.ENotFound, "environment %s not found", n), n)
+	if err := s.adminDelete(ctx, u, p.ID, "delete environment", deleteEnvironmentSQL,
+		domain.Errorf(domain.ENotFound, "environment %s not found", n), n); err != nil {
+		return err
+	}
+	// Its deployments let through are gated again, without its rules.
+	if _, err := s.RegateStale(ctx, p.ID, n, regateNow); err != nil {
+		return fmt.Errorf("environment %s is deleted, but gating its deployments again failed (the sweeper tries again): %w", n, err)
+	}
+	return nil
 }
 
 // refAllowed reports whether ref may deploy under patterns (none: any).

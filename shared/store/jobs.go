@@ -55,7 +55,8 @@ FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`
 const requeueJobSQL = `
 UPDATE jobs SET state = 'QUEUED', queued_at = now(), reason = nullif($2, ''), exit_code = $3,
        log_size = (SELECT log_size FROM job_attempts WHERE job_id = $1 AND generation = jobs.generation)
-WHERE id = $1`
+WHERE id = $1
+RETURNING deploy_state IS NOT NULL`
 
 // finishJobSQL makes a job terminal with its last attempt's outcome.
 const finishJobSQL = `
@@ -208,8 +209,15 @@ func finishAttempt(ctx context.Context, tx pgx.Tx, jobID, runID string, generati
 		// names this job but the job is not RUNNING, and the next claim
 		// moves the generation on, so every call of the old lease is fenced.
 		noteQueued(tx)
-		if _, err := tx.Exec(ctx, requeueJobSQL, jobID, reason, exitCode); err != nil {
+		var deploys bool
+		if err := tx.QueryRow(ctx, requeueJobSQL, jobID, reason, exitCode).Scan(&deploys); err != nil {
 			return "", fmt.Errorf("requeue job: %w", err)
+		}
+		if deploys {
+			// Its environment's rules may have changed since it was let
+			// through: the claim then passes it over, and the sweeper
+			// gates it again (deployregate.go).
+			noteSweep(tx)
 		}
 		return domain.JobQueued, nil
 	}

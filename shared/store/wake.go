@@ -218,11 +218,13 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 
 // nextSweepSQL is when the sweeper must next look: the earliest lease
 // expiry and the earliest notification due (or whose delivery lease
-// ends).
+// ends), and now while a deployment waits to be gated again (one a pass
+// could not: deployregate.go).
 const nextSweepSQL = `
 SELECT least((SELECT min(lease_expires_at) FROM jobs WHERE state = 'RUNNING'),
              (SELECT min(greatest(next_attempt_at, coalesce(lease_expires_at, next_attempt_at)))
-              FROM notifications WHERE state = 'PENDING'))`
+              FROM notifications WHERE state = 'PENDING'),
+             (SELECT now() WHERE EXISTS (` + staleAnySQL + `)))`
 
 // NextSweep is when a lease can next expire or a notification is next
 // due, by the database's clock (zero: neither is pending).
