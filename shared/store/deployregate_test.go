@@ -202,3 +202,29 @@ func TestRegateLeavesWhatItDoesNotChange(t *testing.T) {
 		t.Fatalf("deploy %s, want FAILED", state)
 	}
 }
+
+// TestRegateKeepsTheGroupsOrder: rules that still let a deployment
+// through keep its place in its job group: the older run's deployment,
+// queued, holds the group, and the newer one still waits behind it (sent
+// back to the gate, the older one rejoined as the newest and superseded
+// the newer, so an older commit deployed last).
+func TestRegateKeepsTheGroupsOrder(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	grouped := "jobs:\n  deploy:\n    environment: {name: staging}\n    concurrency: {group: prod}\n    steps: [{run: x}]\n"
+	older := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &f.root}, grouped)
+	newer := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &f.root}, grouped)
+	state := func(run store.Run) string { return jobColumn(t, f.s, run.ID, "state")["deploy"] }
+	if state(older) != "QUEUED" || state(newer) != "PENDING" {
+		t.Fatalf("before: older %s, newer %s; want QUEUED, PENDING", state(older), state(newer))
+	}
+	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "staging", AllowedRefs: []string{"main"}}); err != nil {
+		t.Fatal(err)
+	}
+	if state(older) != "QUEUED" || state(newer) != "PENDING" {
+		t.Fatalf("after rules that let both through: older %s, newer %s; want QUEUED, PENDING", state(older), state(newer))
+	}
+	c := claimJob(t, f.s, f.r, older.ID, "deploy")
+	complete(t, f.s, f.r, c, domain.OutcomePassed)
+	claimJob(t, f.s, f.r, newer.ID, "deploy")
+}

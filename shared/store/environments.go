@@ -184,8 +184,21 @@ func (s *Store) DeleteEnvironment(ctx context.Context, u User, project, name str
 	if err != nil {
 		return err
 	}
-	if err := s.adminDelete(ctx, u, p.ID, "delete environment", deleteEnvironmentSQL,
-		domain.Errorf(domain.ENotFound, "environment %s not found", n), n); err != nil {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := authorize(ctx, tx, u, p.ID, RankAdmin, "project "+project); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, deleteEnvironmentSQL, p.ID, n)
+		if err != nil {
+			return fmt.Errorf("delete environment: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.ENotFound, "environment %s not found", n)
+		}
+		noteSweep(tx) // its deployments are gated again: the sweeper looks too
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	// Its deployments let through are gated again, without its rules.
