@@ -15,6 +15,13 @@ import (
 	"github.com/forgeci/forgeci/shared/wake"
 )
 
+// rulesHoldSQL is the claim's fence on a jobs row: not an approved
+// deployment, or one whose environment's rules are still those it was
+// let through under (deployregate.go). claimSQL and queuedForRunnerSQL
+// share it.
+const rulesHoldSQL = `(deploy_state IS DISTINCT FROM 'approved' OR deploy_rules_at IS NOT DISTINCT FROM
+           (SELECT e.updated_at FROM environments e WHERE e.project_id = jobs.project_id AND e.name = jobs.environment))`
+
 // claimSQL leases the oldest queued job whose labels the runner covers, in
 // one statement: SKIP LOCKED lets concurrent claimers pass each other, the
 // generation goes up by one, the lease ID is fresh and random, the expiry
@@ -43,8 +50,7 @@ WITH candidate AS (
     WHERE state = 'QUEUED' AND labels <@ $2::text[]
       AND (cardinality($6::text[]) = 0 OR project_id = ANY ($6::text[])) AND (trusted OR $7) AND NOT (trusted AND $9)
       AND (features = '{}'::text[] OR features <@ $8::text[])
-      AND (deploy_state IS DISTINCT FROM 'approved' OR deploy_rules_at IS NOT DISTINCT FROM
-           (SELECT e.updated_at FROM environments e WHERE e.project_id = jobs.project_id AND e.name = jobs.environment))
+      AND ` + rulesHoldSQL + `
       AND (queued_at, id) > ($4::timestamptz, $5::text)
       AND EXISTS (SELECT 1 FROM runners r WHERE r.id = $1 AND r.revoked_at IS NULL FOR SHARE)
     ORDER BY queued_at, id
@@ -195,8 +201,7 @@ SELECT EXISTS (SELECT 1 FROM jobs
     WHERE state = 'QUEUED' AND labels <@ $1::text[]
       AND (cardinality($2::text[]) = 0 OR project_id = ANY ($2::text[])) AND (trusted OR $3) AND NOT (trusted AND $5)
       AND (features = '{}'::text[] OR features <@ $4::text[])
-      AND (deploy_state IS DISTINCT FROM 'approved' OR deploy_rules_at IS NOT DISTINCT FROM
-           (SELECT e.updated_at FROM environments e WHERE e.project_id = jobs.project_id AND e.name = jobs.environment)))`
+      AND ` + rulesHoldSQL + `)`
 
 func (s *Store) claimOnce(ctx context.Context, runner Runner, labels []string, whole bool) (*Claim, error) {
 	key := hintKey(labels, runner.Scope, runner.Features)

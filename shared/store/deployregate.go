@@ -20,41 +20,35 @@ import (
 // passes for what that left (the change notes the sweeper), and when a
 // retry would put one back in the queue (finishAttempt).
 
-// staleDeploysSQL is the deployments of run $1 let through under rules no
-// longer their environment's, not started; locked, but for those another
-// transaction holds (a claim, a group's release: they lock a job before
-// its run, which is locked here first).
+// staleFromSQL is the FROM and WHERE of the deployments let through
+// under rules no longer their environment's, not started: written once,
+// joined to the statements below at compile time (as leaseMatchSQL).
+const staleFromSQL = `
+FROM jobs j LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
+WHERE j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED') AND j.deploy_rules_at IS DISTINCT FROM e.updated_at`
+
+// staleDeploysSQL is run $1's stale deployments, locked, but for those
+// another transaction holds (a claim, a group's release: they lock a job
+// before its run, which is locked here first).
 const staleDeploysSQL = `
 SELECT j.id, j.project_id, coalesce(j.concurrency_group, ''), j.environment,
        coalesce((SELECT r.git_ref FROM runs r WHERE r.id = j.run_id), ''),
-       coalesce((SELECT d.url FROM deployments d WHERE d.job_id = j.id ORDER BY d.id DESC LIMIT 1), '')
-FROM jobs j LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
-WHERE j.run_id = $1 AND j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED')
-  AND j.deploy_rules_at IS DISTINCT FROM e.updated_at
+       coalesce((SELECT d.url FROM deployments d WHERE d.job_id = j.id ORDER BY d.id DESC LIMIT 1), '')` +
+	staleFromSQL + ` AND j.run_id = $1
 ORDER BY j.id FOR NO KEY UPDATE OF j SKIP LOCKED`
 
-// staleAnySQL finds a deployment let through under rules no longer its
-// environment's, not started (for nextSweepSQL).
-const staleAnySQL = `
-SELECT 1 FROM jobs j LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
-WHERE j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED') AND j.deploy_rules_at IS DISTINCT FROM e.updated_at`
+// staleCountSQL counts run $1's stale deployments, held or not.
+const staleCountSQL = `SELECT count(*)` + staleFromSQL + ` AND j.run_id = $1`
 
-// staleRunsSQL is up to $3 runs with such deployments, oldest first (run
+// staleAnySQL finds a stale deployment (for nextSweepSQL).
+const staleAnySQL = `SELECT 1` + staleFromSQL
+
+// staleRunsSQL is up to $3 runs with stale deployments, oldest first (run
 // IDs are time-ordered): of environment $2 of project $1, or of any when
 // $1 is empty.
-const staleRunsSQL = `
-SELECT DISTINCT j.run_id FROM jobs j
-LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
-WHERE j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED')
+const staleRunsSQL = `SELECT DISTINCT j.run_id` + staleFromSQL + `
   AND ($1 = '' OR j.project_id = $1 AND j.environment = $2)
-  AND j.deploy_rules_at IS DISTINCT FROM e.updated_at
 ORDER BY j.run_id LIMIT $3`
-
-// staleCountSQL counts run $1's deployments staleDeploysSQL would lock.
-const staleCountSQL = `
-SELECT count(*) FROM jobs j LEFT JOIN environments e ON e.project_id = j.project_id AND e.name = j.environment
-WHERE j.run_id = $1 AND j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED')
-  AND j.deploy_rules_at IS DISTINCT FROM e.updated_at`
 
 // restampSQL lets job $1 through again, unchanged, under the rules of
 // time $2: where it stands in its group stays.
