@@ -114,7 +114,8 @@ func (s *Server) githubWebhook(w http.ResponseWriter, r *http.Request) error {
 // for it. The store's note (unless unnoted says why not) or the kick is
 // enough. With neither, nothing would look at the delivery until the next
 // event: it stays recorded, and the answer is 503 so that GitHub shows the
-// failure; redelivering it (the same GUID) notes and kicks again.
+// failure; redelivering it (the same GUID) notes it again, and kicks
+// while the note still fails.
 func (s *Server) wakeWorker(ctx context.Context, guid string, unnoted error) error {
 	kicked := errors.New("no worker to kick")
 	if s.OnDelivery != nil {
