@@ -31,10 +31,9 @@ UPDATE blobs SET touched_at = now() WHERE project_id = $1 AND trusted = $2 AND d
 RETURNING size, s3_key`
 
 // lockKeySQL takes the transaction's advisory lock on object key $1 (see
-// above); tryLockKeySQL tries to, for the collector.
+// above); the collector tries for the same lock (lockBlobsSQL,
+// lockUploadsSQL) and skips a key it cannot have.
 const lockKeySQL = `SELECT pg_advisory_xact_lock(7419, hashtext($1))`
-
-const tryLockKeySQL = `SELECT pg_try_advisory_xact_lock(7419, hashtext($1))`
 
 // registerBlobSQL records blob ($1, $2, $3) of $4 bytes at key $5, or
 // touches the row held already; it returns the stored size and whether

@@ -90,8 +90,14 @@ const staleUploadsSQL = `
 SELECT u.s3_key FROM uploads u WHERE u.created_at < now() - make_interval(secs => $2)
 ORDER BY u.created_at LIMIT $1 FOR UPDATE SKIP LOCKED`
 
-// keyHeldSQL asks whether a blob row references object key $1.
-const keyHeldSQL = `SELECT EXISTS (SELECT 1 FROM blobs WHERE s3_key = $1)`
+// lockUploadsSQL is, of upload keys $1, those whose lock it takes
+// (pg_try_advisory_xact_lock of lockKeySQL's lock), each with whether a blob
+// row holds it: one statement for a batch, not two round trips a key.
+const lockUploadsSQL = `
+WITH locked AS (
+    SELECT k FROM unnest($1::text[]) k WHERE pg_try_advisory_xact_lock(7419, hashtext(k))
+)
+SELECT k, EXISTS (SELECT 1 FROM blobs b WHERE b.s3_key = k) FROM locked`
 
 const forgetUploadsSQL = `DELETE FROM uploads WHERE s3_key = ANY ($1)`
 
@@ -117,7 +123,7 @@ SELECT coalesce(array_agg(b.s3_key), '{}') FROM (
     ORDER BY b.touched_at LIMIT $1) b`
 
 // lockBlobsSQL is the sweep: of the marked keys $1, those whose lock it
-// takes (pg_try_advisory_xact_lock, as tryLockKeySQL) and whose blobs are
+// takes (pg_try_advisory_xact_lock of lockKeySQL's lock) and whose blobs are
 // still unreferenced and untouched within $2 seconds, rows locked.
 const lockBlobsSQL = `
 WITH locked AS (
@@ -280,22 +286,21 @@ func collectBatch[T any](ctx context.Context, s *Store, query string, args []any
 func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int, error) {
 	return collectBatch(ctx, s, staleUploadsSQL, []any{n, ttl.Seconds()}, pgx.RowTo[string], func(tx pgx.Tx, keys []string) (int, error) {
 		var orphans, done []string
-		for _, key := range keys {
-			locked, err := tryLockKey(ctx, tx, key)
-			if err != nil {
-				return 0, err
-			}
-			if !locked {
-				continue
-			}
-			var held bool
-			if err := tx.QueryRow(ctx, keyHeldSQL, key).Scan(&held); err != nil {
-				return 0, err
-			}
+		rows, err := tx.Query(ctx, lockUploadsSQL, keys)
+		if err != nil {
+			return 0, err
+		}
+		var key string
+		var held bool
+		_, err = pgx.ForEachRow(rows, []any{&key, &held}, func() error {
 			if !held {
 				orphans = append(orphans, key)
 			}
 			done = append(done, key)
+			return nil
+		})
+		if err != nil {
+			return 0, err
 		}
 		if err := s.deleteObjects(ctx, orphans); err != nil {
 			return 0, err
@@ -303,12 +308,6 @@ func (s *Store) dropUploads(ctx context.Context, n int, ttl time.Duration) (int,
 		tag, err := tx.Exec(ctx, forgetUploadsSQL, done)
 		return int(tag.RowsAffected()), err
 	})
-}
-
-func tryLockKey(ctx context.Context, tx pgx.Tx, key string) (bool, error) {
-	var ok bool
-	err := tx.QueryRow(ctx, tryLockKeySQL, key).Scan(&ok)
-	return ok, err
 }
 
 func (s *Store) deleteObjects(ctx context.Context, keys []string) error {

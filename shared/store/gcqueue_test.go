@@ -154,3 +154,46 @@ func TestOldSharedKeysAreCollected(t *testing.T) {
 		t.Errorf("%d objects still queued, want none", n)
 	}
 }
+
+// TestCollectorSkipsAKeyInUse: an upload whose key a registration holds
+// (its advisory lock taken, the commit not yet made) is left, object and
+// row, while another stale upload in the same batch goes; once the
+// registration's transaction ends, the next collection takes it.
+func TestCollectorSkipsAKeyInUse(t *testing.T) {
+	ctx := context.Background()
+	e := newGCEnv(t)
+	busy, idle := e.put([]byte("a key a registration holds")), e.put([]byte("a key nobody holds"))
+	for _, ref := range []store.BlobRef{busy, idle} {
+		if _, err := e.s.PrepareBlobUpload(ctx, ref, 32); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.exec(`UPDATE uploads SET created_at = now() - interval '2 days'`)
+	tx, err := e.s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7419, hashtext($1))`, busy.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.CollectGarbage(ctx, store.GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !e.present(busy.Key()) || e.count(`SELECT count(*) FROM uploads WHERE s3_key = $1`, busy.Key()) != 1 {
+		t.Fatalf("the held key's upload: object present %v, rows %d; want both kept", e.present(busy.Key()),
+			e.count(`SELECT count(*) FROM uploads WHERE s3_key = $1`, busy.Key()))
+	}
+	if e.present(idle.Key()) || e.count(`SELECT count(*) FROM uploads WHERE s3_key = $1`, idle.Key()) != 0 {
+		t.Fatalf("the free key's upload: object present %v; want it and its row gone", e.present(idle.Key()))
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.CollectGarbage(ctx, store.GCOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.present(busy.Key()) || e.count(`SELECT count(*) FROM uploads`) != 0 {
+		t.Fatalf("after the registration ended: object present %v, %d uploads left", e.present(busy.Key()), e.count(`SELECT count(*) FROM uploads`))
+	}
+}
