@@ -6,9 +6,17 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
+
+// The process keyring lives in the credentials of the thread that made it
+// (Linux made it per-thread), so every keyctl call here must come from one
+// thread: the persistent keyring is linked into the process keyring and
+// then, to be possessed, found there by the next call. A call from another
+// of Go's threads did not possess it (EACCES, now and then).
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if len(os.Args) < 4 {
