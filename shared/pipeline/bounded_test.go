@@ -113,10 +113,10 @@ func TestRunSpecLimits(t *testing.T) {
 	for i := range pipeline.MaxJobs + 1 {
 		manyJobs += fmt.Sprintf("  j%d: {steps: [{run: x}]}\n", i)
 	}
-	long := strings.Repeat("y", 30000)
+	long := strings.Repeat("y", pipeline.MaxJobName-10) // a job's name holds it
 	cases := []struct{ name, src, want string }{
 		{"60 KB of env for 250 jobs", shared.String(), `f.yml:74:9: jobs.j69: job "j69": the run's job specs reach 4204060 bytes of JSON here, over the limit of 4194304 for a run`},
-		{"a matrix value named many times", "jobs:\n  a:\n    strategy: {matrix: {x: [" + long + "]}}\n    steps: [{run: '" + strings.Repeat("${{ matrix.x }}", 10) + "'}]\n",
+		{"a matrix value named many times", "jobs:\n  a:\n    strategy: {matrix: {x: [" + long + "]}}\n    steps: [{run: '" + strings.Repeat("${{ matrix.x }}", 1400) + "'}]\n",
 			`f.yml:3:5: jobs.a: job "a (` + long + `)": its spec is over 262144 bytes of JSON, the limit of one job`},
 		{"more jobs than MaxJobs", manyJobs, "f.yml:2:3: jobs: the pipeline has 501 jobs, over the limit of 500"},
 		{"a matrix over MaxJobs", "jobs:\n  a:\n    strategy: {matrix: {x: [" + values(256) + "]}}\n    steps: [{run: x}]\n" +

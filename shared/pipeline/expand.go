@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/expr"
@@ -21,7 +22,15 @@ func (p *parseState) expand(raws []*rawJob) []Job {
 	count := 0
 	for _, j := range raws {
 		for _, combo := range j.matrix {
-			names[j.name] = append(names[j.name], expandedName(j, combo))
+			name := expandedName(j, combo)
+			// A job's name is printed on every page and terminal that
+			// shows the run, and names the CLI's download directory.
+			if !domain.PlainText(name) || utf8.RuneCountInString(name) > MaxJobName {
+				p.errorf(j.node, j.path, "job %q: with its matrix values its name would be %q: a job's name is plain text "+
+					"(no control characters) of at most %d characters", j.name, domain.Truncate(name, 300), MaxJobName)
+				return nil
+			}
+			names[j.name] = append(names[j.name], name)
 		}
 		count += len(j.matrix)
 	}

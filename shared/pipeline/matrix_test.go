@@ -110,3 +110,28 @@ func TestMatrixHyphenatedAxis(t *testing.T) {
 		t.Fatalf("job %+v", p.Jobs[0])
 	}
 }
+
+// TestMatrixNamesArePlainText: a job's name with its matrix values is
+// printed wherever the run is shown (a terminal among them) and names the
+// CLI's download directory, so a value that would put a control character
+// (an escape sequence, a newline) or more than MaxJobName characters into
+// it is refused; a value with a slash is a plain name.
+func TestMatrixNamesArePlainText(t *testing.T) {
+	if got := jobNames(t, "jobs:\n  b:\n    strategy:\n      matrix:\n        target: [linux/amd64, \"../..\"]\n    steps: [{run: hi}]\n"); strings.Join(got, "|") != "b (../..)|b (linux/amd64)" {
+		t.Fatalf("names %q", got)
+	}
+	for name, value := range map[string]string{
+		"an escape sequence": `"\e]0;title\a"`, "a newline": `"a\nb"`, "a tab": `"a\tb"`, "C1 CSI": `"\u009b2J"`,
+		"too long": strings.Repeat("x", pipeline.MaxJobName-3),
+	} {
+		src := "jobs:\n  b:\n    strategy:\n      matrix:\n        v: [" + value + "]\n    steps: [{run: hi}]\n"
+		_, err := pipeline.Parse("f.yml", []byte(src))
+		if err == nil || !strings.Contains(err.Error(), "plain text") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Exactly at the bound: "b (" + value + ")".
+	if got := jobNames(t, "jobs:\n  b:\n    strategy:\n      matrix:\n        v: ["+strings.Repeat("x", pipeline.MaxJobName-4)+"]\n    steps: [{run: hi}]\n"); len(got) != 1 {
+		t.Fatalf("names %q", got)
+	}
+}

@@ -62,6 +62,9 @@ const (
 	MaxTimeoutMins = 24 * 60
 	DefaultTimeout = 60
 	MaxRetries     = 5
+	// MaxJobName bounds a job's name with its matrix values, in
+	// characters (the database's bound).
+	MaxJobName = 200
 	// MaxJobSpecBytes and MaxRunSpecBytes bound the job specs of a run,
 	// as JSON (what the store keeps and each claim sends): one job's, and
 	// all of a run's together.
