@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -43,11 +45,11 @@ func artifactsCmd(g *global) *cobra.Command {
 				})
 			}
 			for _, a := range list {
-				dest := filepath.Join(dir, a.Job, a.Name)
+				dest := filepath.Join(dir, localName(a.Job), localName(a.Name))
 				if err := downloadArtifact(ctx, cl, args[0], a, dest); err != nil {
 					return fmt.Errorf("artifact %s of %s: %w", a.Name, a.Job, err)
 				}
-				fmt.Printf("%s/%s: %d bytes, %s, into %s\n", a.Job, a.Name, a.Size, a.Digest, dest)
+				printf("%s/%s: %d bytes, %s, into %s\n", cell(a.Job), cell(a.Name), a.Size, a.Digest, cell(dest))
 			}
 			if len(list) == 0 {
 				return fmt.Errorf("run %s has no artifacts to download", args[0])
@@ -56,6 +58,28 @@ func artifactsCmd(g *global) *cobra.Command {
 		}))
 	c.Flags().StringVarP(&dir, "output", "o", "", "download and unpack into this directory")
 	return c
+}
+
+// localName is name as one element of a path in the download directory.
+// A job's name is the pipeline's text ("build (linux/amd64)"; a hostile
+// server's could be "../../.ssh"): a separator, a control character, or a
+// name that is "", "." or ".." becomes "_", and a name so changed gets the
+// start of its SHA-256, so that two names do not meet in one directory.
+func localName(name string) string {
+	safe := strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == utf8.RuneError {
+			return '_'
+		}
+		return r
+	}, name)
+	if safe == "" || safe == "." || safe == ".." {
+		safe = "_" + safe
+	}
+	if safe == name {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return safe + "-" + hex.EncodeToString(sum[:4])
 }
 
 // downloadArtifact fetches an artifact through a presigned URL the API

@@ -83,7 +83,7 @@ func loginCmd(g *global) *cobra.Command {
 		if err := writeFileAtomic(p, append(b, '\n')); err != nil {
 			return err
 		}
-		fmt.Printf("logged in to %s as %s (%s); saved in %s\n", cl.server, me.Name, me.Role, p)
+		printf("logged in to %s as %s (%s); saved in %s\n", cl.server, me.Name, me.Role, p)
 		return nil
 	})
 }
@@ -159,7 +159,7 @@ func showRun(ctx context.Context, cl *apiClient, id string, asJSON bool) error {
 	if asJSON {
 		return printJSON(v)
 	}
-	fmt.Printf("%s #%d %s  (%s)\nsource %s\nmanifest %s\n", v.Project, v.Number, v.State, v.Trigger, v.SourceDigest, v.ManifestDigest)
+	printf("%s #%d %s  (%s)\nsource %s\nmanifest %s\n", v.Project, v.Number, v.State, v.Trigger, v.SourceDigest, v.ManifestDigest)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tTESTS\tREASON\tID")
 	for _, j := range v.Jobs {
@@ -167,7 +167,7 @@ func showRun(ctx context.Context, cl *apiClient, id string, asJSON bool) error {
 		if t := j.Tests; t != nil {
 			tests = fmt.Sprintf("%d passed, %d failed", t.Passed, t.Failed+t.Errored)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", j.Name, j.State, j.Generation, tests, j.Reason, j.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", cell(j.Name), cell(j.State), j.Generation, tests, cell(j.Reason), cell(j.ID))
 	}
 	return tw.Flush()
 }
@@ -217,7 +217,7 @@ func logsCmd(g *global) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Printf("run %s\n", state)
+			printf("run %s\n", state)
 			if state != "PASSED" {
 				return exitError(1)
 			}
@@ -287,7 +287,7 @@ func printLog(ctx context.Context, cl *apiClient, runID, jobID string, gen int, 
 
 func cancelCmd(g *global) *cobra.Command {
 	return command("cancel RUN_ID [JOB]", "Cancel a run, or one of its jobs", cobra.RangeArgs(1, 2), postToRun(g, "cancel", func(out map[string]int) {
-		fmt.Printf("canceled %d queued job(s); asked %d running job(s) to stop\n", out["canceled"], out["cancel_requested"])
+		printf("canceled %d queued job(s); asked %d running job(s) to stop\n", out["canceled"], out["cancel_requested"])
 	}))
 }
 
@@ -313,7 +313,7 @@ func postToRun[T any](g *global, verb string, show func(T)) func(*cobra.Command,
 
 func retryCmd(g *global) *cobra.Command {
 	return command("retry RUN_ID [JOB]", "Start a new run of a finished run, or of one of its jobs, on the same source", cobra.RangeArgs(1, 2), postToRun(g, "retry", func(v runDetail) {
-		fmt.Printf("run %s #%d %s: %s\n", v.Project, v.Number, v.ID, v.State)
+		printf("run %s #%d %s: %s\n", v.Project, v.Number, v.ID, v.State)
 	}))
 }
 
@@ -346,7 +346,7 @@ func runnerCmd(g *global) *cobra.Command {
 		if err := cl.do(ctx, "POST", "/v1/runners/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, nil); err != nil {
 			return err
 		}
-		fmt.Printf("runner %s revoked; its running jobs end ABORTED when their leases expire\n", args[0])
+		printf("runner %s revoked; its running jobs end ABORTED when their leases expire\n", args[0])
 		return nil
 	}))
 	c.AddCommand(token, list, revoke)

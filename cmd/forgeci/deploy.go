@@ -29,7 +29,7 @@ func envCmd(g *global) *cobra.Command {
 			if g.json {
 				return printJSON(e)
 			}
-			fmt.Printf("environment %s of %s: %s\n", e.Name, args[0], describeEnv(e))
+			printf("environment %s of %s: %s\n", e.Name, args[0], describeEnv(e))
 			return nil
 		}),
 	}
@@ -118,7 +118,7 @@ func deployCmd(g *global) *cobra.Command {
 				if g.json {
 					return printJSON(j)
 				}
-				fmt.Printf("job %s: %s %s\n", j.Name, j.State, j.Reason)
+				printf("job %s: %s %s\n", cell(j.Name), cell(j.State), cell(j.Reason))
 				return nil
 			}),
 		}

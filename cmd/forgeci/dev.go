@@ -88,7 +88,7 @@ func devCommand(ctx context.Context, o devOptions) error {
 			return err
 		}
 	}
-	fmt.Printf(`ForgeCI is running at %s (dashboard: open it and log in with the admin API token)
+	printf(`ForgeCI is running at %s (dashboard: open it and log in with the admin API token)
   database:  %s
   S3 (CAS):  %s, bucket forgeci
   sweeper:   every %s, lease TTL %s
@@ -199,9 +199,9 @@ func migrateCommand(ctx context.Context, databaseURL string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("applied %d migration(s)\n", n)
+	printf("applied %d migration(s)\n", n)
 	if sealed > 0 {
-		fmt.Printf("sealed %d project secret(s) that were stored in plain text\n", sealed)
+		printf("sealed %d project secret(s) that were stored in plain text\n", sealed)
 	}
 	return nil
 }
@@ -278,6 +278,6 @@ func userCreate(ctx context.Context, databaseURL, name, role string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("user %s (%s) created; API token, shown only now:\n%s\n", u.Name, u.Role, token)
+	printf("user %s (%s) created; API token, shown only now:\n%s\n", u.Name, u.Role, token)
 	return nil
 }

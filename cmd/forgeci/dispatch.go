@@ -52,17 +52,17 @@ func dispatchCommand(ctx context.Context, cl *apiClient, g *global, project, ref
 			return json.NewEncoder(os.Stdout).Encode(run)
 		}
 		// A GitHub project: the worker resolves the ref and makes the run.
-		fmt.Printf("queued as delivery %s: %s\n", run.Delivery, run.Note)
+		printf("queued as delivery %s: %s\n", run.Delivery, run.Note)
 		return nil
 	}
 	if g.json && !follow {
 		return json.NewEncoder(os.Stdout).Encode(run)
 	}
-	fmt.Printf("run #%d %s: %s\n", run.Number, run.ID, run.State)
+	printf("run #%d %s: %s\n", run.Number, run.ID, run.State)
 	for _, j := range run.Jobs {
-		fmt.Printf("  %-40s %s\n", j.Name, j.State)
+		printf("  %-40s %s\n", cell(j.Name), cell(j.State))
 	}
-	fmt.Printf("%s/runs/%s\n", strings.TrimRight(cl.server, "/"), run.ID)
+	printf("%s/runs/%s\n", strings.TrimRight(cl.server, "/"), run.ID)
 	if !follow {
 		return nil
 	}
@@ -74,7 +74,7 @@ func dispatchCommand(ctx context.Context, cl *apiClient, g *global, project, ref
 	if err != nil {
 		return err
 	}
-	fmt.Printf("run #%d %s\n", run.Number, state)
+	printf("run #%d %s\n", run.Number, state)
 	if state != "PASSED" {
 		return exitError(1)
 	}

@@ -61,16 +61,16 @@ func repoAdd(ctx context.Context, o repoOptions) error {
 			if _, err := st.CreateProject(ctx, *project, "main"); err != nil {
 				return err
 			}
-			fmt.Printf("project %s created; add its members with forgeci project member add\n", *project)
+			printf("project %s created; add its members with forgeci project member add\n", *project)
 		}
 	}
 	if err := st.AddRepository(ctx, store.Repository{GitHubID: *id, FullName: *name, InstallationID: *inst,
 		WebhookSecret: secret, Project: *project}); err != nil {
 		return err
 	}
-	fmt.Printf("repository %s registered (project %s).\n", *name, *project)
+	printf("repository %s registered (project %s).\n", *name, *project)
 	if generated {
-		fmt.Printf("Set this as the webhook secret (Content type: application/json; events: push, pull_request), shown only now:\n%s\n", secret)
+		printf("Set this as the webhook secret (Content type: application/json; events: push, pull_request), shown only now:\n%s\n", secret)
 	}
 	return nil
 }
@@ -96,7 +96,7 @@ func deliveriesCommand(ctx context.Context, g *global, sub string, args []string
 		if err := cl.do(ctx, "POST", "/v1/deliveries/"+url.PathEscape(args[0])+"/retry", map[string]any{}, nil); err != nil {
 			return err
 		}
-		fmt.Printf("delivery %s is pending again\n", args[0])
+		printf("delivery %s is pending again\n", args[0])
 		return nil
 	case "list":
 		var out struct {

@@ -28,7 +28,7 @@ func hookCmds(g *global) []*cobra.Command {
 			if g.json {
 				return printJSON(out)
 			}
-			fmt.Printf("hook %s: %s (%s) on %v\nsigning secret (shown once): %s\n", out.Hook.ID, out.Hook.URL, out.Hook.Format, out.Hook.Events, out.Secret)
+			printf("hook %s: %s (%s) on %v\nsigning secret (shown once): %s\n", out.Hook.ID, out.Hook.URL, out.Hook.Format, out.Hook.Events, out.Secret)
 			return nil
 		}),
 	}

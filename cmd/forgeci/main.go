@@ -28,7 +28,8 @@ func main() {
 	case errors.As(err, &exit):
 		os.Exit(int(exit))
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "forgeci: %v\n", explain(err))
+		// A server's message may quote a stranger's text (a job's name).
+		fmt.Fprintf(os.Stderr, "forgeci: %s\n", plainText(explain(err).Error(), true))
 		os.Exit(1)
 	}
 }

@@ -57,7 +57,7 @@ func printTable[T any](g *global, items []T, header string, row func(T) []any) e
 			if i > 0 {
 				fmt.Fprint(tw, "\t")
 			}
-			fmt.Fprint(tw, v)
+			fmt.Fprint(tw, cell(v))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -96,7 +96,7 @@ func projectCmd(g *global) *cobra.Command {
 			if g.json {
 				return printJSON(p)
 			}
-			fmt.Printf("project %s created (default branch %s, id %s)\n", p.Name, p.DefaultBranch, p.ID)
+			printf("project %s created (default branch %s, id %s)\n", p.Name, p.DefaultBranch, p.ID)
 			return nil
 		}),
 	}
@@ -145,7 +145,7 @@ func memberCmd(g *global) *cobra.Command {
 			if err := cl.do(ctx, "POST", path+"/members", map[string]any{"user": args[1], "role": role, "secrets": secrets}, &m); err != nil {
 				return err
 			}
-			fmt.Printf("%s is %s of %s; runs they start %s secrets\n", m.UserName, m.Role, args[0],
+			printf("%s is %s of %s; runs they start %s secrets\n", m.UserName, m.Role, args[0],
 				map[bool]string{true: "get the project's", false: "do not get"}[m.Secrets])
 			return nil
 		}),
@@ -159,7 +159,7 @@ func memberCmd(g *global) *cobra.Command {
 			if err := cl.do(ctx, "POST", path+"/members/"+url.PathEscape(args[1])+"/remove", map[string]any{}, nil); err != nil {
 				return err
 			}
-			fmt.Printf("removed %s from %s\n", args[1], args[0])
+			printf("removed %s from %s\n", args[1], args[0])
 			return nil
 		}),
 	}
@@ -187,7 +187,7 @@ func secretCmd(g *global) *cobra.Command {
 		if env != "" {
 			scope = " let deploy to " + env
 		}
-		fmt.Printf("secret %s of %s set: jobs%s that name it get it (${{ secrets.%s }} or secrets: [%s]), in trusted runs only\n",
+		printf("secret %s of %s set: jobs%s that name it get it (${{ secrets.%s }} or secrets: [%s]), in trusted runs only\n",
 			name, project, scope, name, name)
 		return nil
 	}))
@@ -202,7 +202,7 @@ func secretCmd(g *global) *cobra.Command {
 				return printJSON(secrets)
 			}
 			for _, s := range secrets {
-				fmt.Printf("%s\t(set %s)\n", s.Name, s.UpdatedAt.Local().Format("2006-01-02 15:04"))
+				printf("%s\t(set %s)\n", s.Name, s.UpdatedAt.Local().Format("2006-01-02 15:04"))
 			}
 			return nil
 		}),
@@ -239,7 +239,7 @@ func decideCmd(g *global, verb, short string) *cobra.Command {
 			if g.json {
 				return printJSON(v)
 			}
-			fmt.Printf("run %s #%d %s by %s: %s\n", v.Project, v.Number, v.Approval, v.ApprovalBy, v.State)
+			printf("run %s #%d %s by %s: %s\n", v.Project, v.Number, v.Approval, v.ApprovalBy, v.State)
 			return nil
 		}),
 	}
@@ -331,7 +331,7 @@ func printStorage(g *global, st store.Storage) error {
 	if st.BadgesPublic {
 		badges = "public"
 	}
-	fmt.Printf("runs %d; logs %d bytes, artifacts %d, caches %d (quota %d), blobs held %d (quota %d); runs kept %d days; badges %s\n",
+	printf("runs %d; logs %d bytes, artifacts %d, caches %d (quota %d), blobs held %d (quota %d); runs kept %d days; badges %s\n",
 		st.Runs, st.LogBytes, st.ArtifactBytes, st.CacheBytes, st.CacheQuotaBytes, st.BlobBytes, st.StorageQuotaBytes, st.RetentionDays, badges)
 	return nil
 }
@@ -352,7 +352,7 @@ func gcCmd(g *global) *cobra.Command {
 			if g.json {
 				return printJSON(plan)
 			}
-			fmt.Printf("would reject %d runs left waiting for approval; would remove: %d runs past retention, %d deliveries, %d remembered push bodies, %d staged cache saves, %d idle caches, "+
+			printf("would reject %d runs left waiting for approval; would remove: %d runs past retention, %d deliveries, %d remembered push bodies, %d staged cache saves, %d idle caches, "+
 				"%d caches over quota, %d uploads never committed, %d unreferenced blobs (%d bytes, more once those go)\n",
 				plan.ApprovalsExpired, plan.Runs, plan.Deliveries, plan.PushBodies, plan.PendingCaches, plan.CachesIdle, plan.CachesOverQuota, plan.Uploads, plan.Blobs, plan.BlobBytes)
 			return nil

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -31,7 +30,7 @@ func tokenCreateCmd(g *global) *cobra.Command {
 		if g.json {
 			return printJSON(out)
 		}
-		fmt.Printf("%s\nvalid once, until %s:\n  forgeci-runner register --server %s --registration-token %s --name NAME --labels linux\n",
+		printf("%s\nvalid once, until %s:\n  forgeci-runner register --server %s --registration-token %s --name NAME --labels linux\n",
 			out.Token, out.Expires.Local().Format(time.RFC3339), cl.server, out.Token)
 		return nil
 	}))
@@ -82,7 +81,7 @@ func tokenRevokeCmd(g *global) *cobra.Command {
 		if g.json {
 			return printJSON(out)
 		}
-		fmt.Printf("registration token %s revoked: it registers no runner\n", out.ID)
+		printf("registration token %s revoked: it registers no runner\n", out.ID)
 		return nil
 	}))
 }

@@ -94,12 +94,12 @@ func submitCommand(ctx context.Context, c *apiClient, o submitOptions) error {
 	if *asJSON && !*follow {
 		return json.NewEncoder(os.Stdout).Encode(run)
 	}
-	fmt.Printf("run #%d %s: %s\n", run.Number, run.ID, run.State)
+	printf("run #%d %s: %s\n", run.Number, run.ID, run.State)
 	for _, j := range run.Jobs {
-		fmt.Printf("  %-40s %s\n", j.Name, j.State)
+		printf("  %-40s %s\n", cell(j.Name), cell(j.State))
 	}
 	url := fmt.Sprintf("%s/runs/%s", strings.TrimRight(*server, "/"), run.ID) // the dashboard
-	fmt.Println(url)
+	printf("%s\n", url)
 	if !*follow {
 		return nil
 	}
@@ -111,7 +111,7 @@ func submitCommand(ctx context.Context, c *apiClient, o submitOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("run #%d %s\n%s\n", run.Number, state, url)
+	printf("run #%d %s\n%s\n", run.Number, state, url)
 	if state != "PASSED" {
 		return exitError(1)
 	}

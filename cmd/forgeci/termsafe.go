@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -178,4 +179,39 @@ func safeLog(fn func(out io.Writer) error) error {
 		}
 	}
 	return err
+}
+
+// plainText is s with every control character shown: C0 and DEL in caret
+// notation (but newlines and tabs when keep says so), C1 and bytes that
+// are not UTF-8 as U+FFFD. For what the CLI prints that has no use for
+// controls: a server's strings (a job's name is the pipeline's text) in
+// its messages, and table cells, where a tab or a newline would also
+// forge a column or a row.
+func plainText(s string, keep bool) string {
+	clean := func(r rune) bool {
+		return r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f) && r != utf8.RuneError || keep && (r == '\n' || r == '\t')
+	}
+	if !strings.ContainsFunc(s, func(r rune) bool { return !clean(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case clean(r):
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			b.Write(caret(byte(r)))
+		default:
+			b.WriteString("\uFFFD")
+		}
+	}
+	return b.String()
+}
+
+// cell is v as a table cell: plain text on one line.
+func cell(v any) string { return plainText(fmt.Sprint(v), false) }
+
+// printf prints the CLI's messages on stdout as plain text (plainText).
+func printf(format string, args ...any) {
+	fmt.Fprint(os.Stdout, plainText(fmt.Sprintf(format, args...), true))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"strings"
 
@@ -49,7 +48,7 @@ func tokenCmd(g *global) *cobra.Command {
 		if g.json {
 			return printJSON(out)
 		}
-		fmt.Printf("%s\ntoken %s; shown once: keep it now\n", out.Token, out.ID)
+		printf("%s\ntoken %s; shown once: keep it now\n", out.Token, out.ID)
 		return nil
 	}))
 	create.Flags().StringVar(&description, "description", "", "what it is for (at most 200 characters)")
@@ -61,12 +60,12 @@ func tokenCmd(g *global) *cobra.Command {
 		if g.json {
 			return printJSON(out)
 		}
-		fmt.Printf("token %s (%q) revoked\n", out.ID, out.Description)
+		printf("token %s (%q) revoked\n", out.ID, out.Description)
 		if len(out.AlsoRevoked) > 0 {
-			fmt.Printf("and the %d tokens made with it: %s\n", len(out.AlsoRevoked), strings.Join(out.AlsoRevoked, ", "))
+			printf("and the %d tokens made with it: %s\n", len(out.AlsoRevoked), strings.Join(out.AlsoRevoked, ", "))
 		}
 		if len(out.RunnersToCheck) > 0 {
-			fmt.Printf("runners registered with registration tokens these made (still registered; if the token leaked, "+
+			printf("runners registered with registration tokens these made (still registered; if the token leaked, "+
 				"revoke them with forgeci runner revoke): %s\n", strings.Join(out.RunnersToCheck, ", "))
 		}
 		return nil
