@@ -85,6 +85,11 @@ SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spe
        END
 FROM claimed c JOIN runs r ON r.id = c.run_id`
 
+// undeliveredReason starts the reason of an attempt whose claim was never
+// delivered: it ran nothing, and a retry policy does not count it
+// (retryDueSQL). Only the server records ABORTED attempts.
+const undeliveredReason = "claim not delivered: "
+
 // abortUndeliveredSQL records the attempt of job $1 whose claim was never
 // delivered as ABORTED with reason $2 (see releaseUndelivered).
 const abortUndeliveredSQL = `
@@ -328,7 +333,7 @@ func (s *Store) releaseUndelivered(ctx context.Context, l domain.Lease, cause er
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, abortUndeliveredSQL, job.ID, "claim not delivered: "+domain.Truncate(cause.Error(), 150)); err != nil {
+		if _, err := tx.Exec(ctx, abortUndeliveredSQL, job.ID, undeliveredReason+domain.Truncate(cause.Error(), 150)); err != nil {
 			return err
 		}
 		noteQueued(tx)

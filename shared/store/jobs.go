@@ -40,13 +40,15 @@ FROM jobs j WHERE j.id = $1 AND j.generation = $2`
 
 // retryDueSQL asks whether job $1's retry policy allows another attempt
 // after one more loss of kind $2 (FAILED or ABORTED), the attempt just
-// recorded counting as the first try.
+// recorded counting as the first try. A claim never delivered (ABORTED,
+// undeliveredReason) ran nothing and does not count.
 const retryDueSQL = `
 SELECT CASE
          WHEN $2 = 'FAILED'  THEN j.retry_failed
          WHEN $2 = 'ABORTED' THEN j.retry_lease_lost
          ELSE 0
-       END > (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = $2) - 1
+       END > (SELECT count(*) FROM job_attempts a WHERE a.job_id = j.id AND a.outcome = $2
+              AND NOT (a.outcome = 'ABORTED' AND starts_with(coalesce(a.reason, ''), '` + undeliveredReason + `'))) - 1
    AND NOT j.cancel_requested AND NOT r.cancel_requested
 FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`
 
@@ -151,9 +153,14 @@ func (s *Store) CompleteWithReason(ctx context.Context, runnerID, jobID string, 
 	default:
 		return c, domain.Errorf(domain.EInvalid, `field outcome must be "passed", "failed" or "canceled"`)
 	}
-	if c.State == domain.JobFailed {
+	if c.State == domain.JobFailed && why != "" {
 		// Before the transaction: opening secrets may call KMS, and the
-		// job row must not stay locked meanwhile.
+		// job row must not stay locked meanwhile. The lease first, so the
+		// secrets are opened only for the runner that holds it (the
+		// transaction below checks it again).
+		if _, err := s.CheckLease(ctx, runnerID, jobID, l); err != nil {
+			return c, err
+		}
 		why = s.maskReason(ctx, jobID, why)
 	}
 	var requeued bool
