@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/snapshot"
@@ -72,5 +74,49 @@ func TestCheckLinksAcrossTrees(t *testing.T) {
 	os.Symlink("/etc/passwd", filepath.Join(ws, "abs"))
 	if err := snapshot.CheckLinks(ws); !errors.Is(err, snapshot.ErrRefused) {
 		t.Fatalf("an absolute link: %v", err)
+	}
+}
+
+// TestSnapshotReadsNoFileThroughALinkedDirectory: a path git tracks
+// (conf/settings.txt) whose directory in the work tree has since become a
+// link to elsewhere is refused, not read from outside the checkout.
+func TestSnapshotReadsNoFileThroughALinkedDirectory(t *testing.T) {
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "settings.txt"), []byte("OUTSIDE-SECRET\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	repo := t.TempDir()
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=a", "-c", "user.email=a@b"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v %s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	if err := os.MkdirAll(filepath.Join(repo, "conf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "conf", "settings.txt"), []byte("template\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", ".")
+	git("commit", "-q", "-m", "x")
+	if err := os.RemoveAll(filepath.Join(repo, "conf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(repo, "conf")); err != nil {
+		t.Fatal(err)
+	}
+	tree, err := snapshot.GitTree(repo, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blob bytes.Buffer
+	_, err = snapshot.Write(&blob, tree)
+	if err == nil || !strings.Contains(err.Error(), "conf/settings.txt is under conf, which is not a directory") {
+		t.Fatalf("a tracked file under a linked directory: %v", err)
+	}
+	if bytes.Contains(blob.Bytes(), []byte("OUTSIDE")) {
+		t.Fatal("the file outside the checkout was read")
 	}
 }

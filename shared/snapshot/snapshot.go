@@ -266,7 +266,7 @@ func Write(w io.Writer, t *Tree) (*Result, error) {
 // collect stats every path, normalises it and adds the parent directories
 // of every entry, sorted; with b, symlinks are read beneath the root.
 func collect(t *Tree, b *beneath) ([]Entry, error) {
-	byPath := map[string]Entry{}
+	byPath, real := map[string]Entry{}, map[string]bool{}
 	addDir := func(p string) {
 		for p != "." && p != "" {
 			if _, ok := byPath[p]; ok {
@@ -287,6 +287,11 @@ func collect(t *Tree, b *beneath) ([]Entry, error) {
 			return nil, err
 		}
 		full := filepath.Join(t.Root, filepath.FromSlash(p))
+		if b == nil {
+			if err := realParents(t.Root, p, real); err != nil {
+				return nil, err
+			}
+		}
 		fi, err := lstat(full, p, b)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
@@ -379,6 +384,25 @@ func copyFrom(w io.Writer, f io.ReadCloser, size int64, buf []byte) (string, err
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// realParents checks that every directory on rel's way down from root is
+// one, not a symbolic link: a path git tracks as conf/settings.txt, with
+// conf since swapped for a link, would otherwise read a file outside the
+// tree (beneath does this for itself). real holds the directories seen.
+func realParents(root, rel string, real map[string]bool) error {
+	for d := path.Dir(rel); d != "." && !real[d]; d = path.Dir(d) {
+		fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(d)))
+		if err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("snapshot: %s is under %s, which is not a directory (a %s): only files inside the tree are read",
+				rel, d, fi.Mode().Type())
+		}
+		real[d] = true
+	}
+	return nil
 }
 
 func lstat(full, rel string, b *beneath) (fs.FileInfo, error) {
