@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,29 +64,59 @@ func printJSON(v any) error {
 }
 
 func loginCmd(g *global) *cobra.Command {
-	return command("login", "Check --url and --token and save them in the config file", cobra.NoArgs, func(c *cobra.Command, _ []string) error {
-		if g.url == "" || g.token == "" {
-			return errors.New("usage: forgeci login --url URL --token TOKEN")
-		}
-		cl := newClient(g.url, g.token)
-		var me store.User
-		if err := cl.do(c.Context(), "GET", "/v1/me", nil, &me); err != nil {
-			return err
-		}
-		p, err := configPath(g.config)
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
-		}
-		b, _ := json.MarshalIndent(config{URL: cl.server, Token: g.token}, "", "  ")
-		if err := writeFileAtomic(p, append(b, '\n')); err != nil {
-			return err
-		}
-		printf("logged in to %s as %s (%s); saved in %s\n", cl.server, me.Name, me.Role, p)
-		return nil
-	})
+	// The token may come on stdin: one in a command line is in the
+	// process list.
+	return command("login", "Check the server's URL and an API token and save them in the config file "+
+		"(--url or $FORGECI_URL; --token, $FORGECI_TOKEN or one line on stdin)",
+		cobra.NoArgs, func(c *cobra.Command, _ []string) error {
+			server, token := firstSet(g.url, os.Getenv("FORGECI_URL")), firstSet(g.token, os.Getenv("FORGECI_TOKEN"))
+			if server == "" {
+				return errors.New("usage: forgeci login --url URL [--token TOKEN], or the token on stdin: forgeci login --url URL < token-file")
+			}
+			if token == "" {
+				var err error
+				if token, err = readToken(os.Stdin); err != nil {
+					return err
+				}
+			}
+			return login(c.Context(), g, server, token)
+		})
+}
+
+// readToken reads an API token, one line, from r (a terminal's user is
+// asked for it on stderr).
+func readToken(r *os.File) (string, error) {
+	if fi, err := r.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		fmt.Fprint(os.Stderr, "API token: ")
+	}
+	line, err := bufio.NewReader(io.LimitReader(r, 4096)).ReadString('\n')
+	token := strings.TrimSpace(line)
+	if token == "" {
+		return "", fmt.Errorf("no API token: give --token, set FORGECI_TOKEN or write it on stdin (%v)", err)
+	}
+	return token, nil
+}
+
+// login checks server and token against the server and saves them.
+func login(ctx context.Context, g *global, server, token string) error {
+	cl := newClient(server, token)
+	var me store.User
+	if err := cl.do(ctx, "GET", "/v1/me", nil, &me); err != nil {
+		return err
+	}
+	p, err := configPath(g.config)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(config{URL: cl.server, Token: token}, "", "  ")
+	if err := writeFileAtomic(p, append(b, '\n')); err != nil {
+		return err
+	}
+	printf("logged in to %s as %s (%s); saved in %s\n", cl.server, me.Name, me.Role, p)
+	return nil
 }
 
 func submitCmd(g *global) *cobra.Command {
