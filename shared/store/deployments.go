@@ -97,7 +97,7 @@ func (s *Store) Deployments(ctx context.Context, u User, project, env string, pg
 // advanceRun, Cancel and fail-fast (run, then its pending rows).
 const lockDeployJobSQL = `
 SELECT j.name, j.state, coalesce(j.environment, ''), coalesce(j.deploy_state, ''), r.project_id, r.actor, coalesce(r.source_by, ''), coalesce(r.git_ref, ''),
-       r.trusted, (SELECT p.name FROM projects p WHERE p.id = r.project_id)
+       r.trusted, (SELECT p.name FROM projects p WHERE p.id = r.project_id), coalesce(r.retried_by, '')
 FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1 AND j.run_id = $2 FOR UPDATE OF j`
 
 // environmentRulesSQL reads environment $2 of project $1 as it is now,
@@ -135,9 +135,10 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 		if _, err := tx.Exec(ctx, lockRunSQL, runID); err != nil {
 			return fmt.Errorf("lock run: %w", err)
 		}
-		var name, state, env, deploy, projectID, actor, sourceBy, ref, project string
+		var name, state, env, deploy, projectID, actor, sourceBy, ref, project, retriedBy string
 		var trusted bool
-		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &sourceBy, &ref, &trusted, &project)
+		err = tx.QueryRow(ctx, lockDeployJobSQL, jobID, runID).Scan(&name, &state, &env, &deploy, &projectID, &actor, &sourceBy, &ref, &trusted,
+			&project, &retriedBy)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Errorf(domain.ENotFound, "job %s of run %s not found", jobID, runID)
 		}
@@ -151,12 +152,13 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 			// One that waited from before untrusted runs stopped deploying.
 			return domain.Errorf(domain.EForbidden, "an untrusted run does not deploy: reject it")
 		}
-		rulesAt, err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy, ref: ref, approve: approve})
+		rulesAt, err := checkReviewer(ctx, tx, u, access, review{projectID: projectID, env: env, actor: actor, sourceBy: sourceBy,
+			retriedBy: retriedBy, ref: ref, approve: approve})
 		if err != nil {
 			return err
 		}
 		if approve {
-			if err := authorsStillMay(ctx, tx, Run{ProjectID: projectID, Project: project, Actor: actor, SourceBy: sourceBy}); err != nil {
+			if err := authorsStillMay(ctx, tx, Run{ProjectID: projectID, Project: project, Actor: actor, SourceBy: sourceBy, RetriedBy: retriedBy}); err != nil {
 				return err
 			}
 		}
@@ -182,6 +184,7 @@ func (s *Store) DecideDeployment(ctx context.Context, u User, runID, jobID strin
 func authorsStillMay(ctx context.Context, tx pgx.Tx, run Run) error {
 	for _, who := range []struct{ actor, what string }{
 		{run.Actor, "this deployment's run was started"}, {run.SourceBy, "this deployment's snapshot was submitted"},
+		{run.RetriedBy, "this deployment's run was retried"},
 	} {
 		if who.actor == "" {
 			continue
@@ -205,7 +208,9 @@ type review struct {
 	// sourceBy submitted the run's snapshot (Run.SourceBy): their code,
 	// whoever ran it, is theirs to not review.
 	sourceBy string
-	approve  bool
+	// retriedBy asked for the run as a retry of another's.
+	retriedBy string
+	approve   bool
 }
 
 // checkReviewer checks the decision against the environment's rules as
@@ -237,6 +242,8 @@ func checkReviewer(ctx context.Context, tx pgx.Tx, u User, access Access, rv rev
 		return nil, domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of your run", rv.env)
 	case rv.approve && noSelf && rv.sourceBy == "user:"+u.ID:
 		return nil, domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of the snapshot you submitted", rv.env)
+	case rv.approve && noSelf && rv.retriedBy == "user:"+u.ID:
+		return nil, domain.Errorf(domain.EForbidden, "environment %s prevents self-review: another member must approve a deployment of a run you retried", rv.env)
 	}
 	return at, nil
 }

@@ -208,3 +208,59 @@ func setMember(f deployFixture, project, user string, secrets bool) error {
 	_, err := f.s.SetMember(context.Background(), f.root, project, user, store.RoleWrite, secrets)
 	return err
 }
+
+// TestRetrierMayNotSelfApprove: a retry keeps its run's actor, but where
+// an environment prevents self-review the member who retried the run may
+// not approve its deployment (they chose to deploy that commit again):
+// another reviewer may, while the retrier may still start trusted runs.
+func TestRetrierMayNotSelfApprove(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	bob, _, err := f.s.CreateUser(ctx, "bob", "user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.s.GetProject(ctx, f.root, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.SetMember(ctx, f.root, p.ID, bob.ID, store.RoleWrite, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "production", ReviewerRole: store.RoleWrite,
+		AllowedRefs: []string{"main"}, PreventSelfReview: true}); err != nil {
+		t.Fatal(err)
+	}
+	old := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", Trigger: "submit", By: &f.root},
+		strings.ReplaceAll(deployPipeline, "ENV", "production"))
+	if _, _, err := f.s.Cancel(ctx, f.root, old.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	retry, err := f.s.Retry(ctx, bob, old.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.s.GetRun(ctx, retry.ID); err != nil || got.RetriedBy != "user:"+bob.ID || got.Actor != old.Actor {
+		t.Fatalf("the retry: actor %q, retried by %q (%v)", got.Actor, got.RetriedBy, err)
+	}
+	complete(t, f.s, f.r, claimJob(t, f.s, f.r, retry.ID, "build"), domain.OutcomePassed)
+	deploy := jobColumn(t, f.s, retry.ID, "id")["deploy"]
+	if _, err := f.s.DecideDeployment(ctx, bob, retry.ID, deploy, true, ""); domain.ErrorCode(err) != domain.EForbidden ||
+		!strings.Contains(err.Error(), "a run you retried") {
+		t.Fatalf("the retrier approved: %v", err)
+	}
+	// The retrier must still be allowed to start trusted runs.
+	if _, err := f.s.SetMember(ctx, f.root, p.ID, bob.ID, store.RoleWrite, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.DecideDeployment(ctx, f.writer, retry.ID, deploy, true, ""); domain.ErrorCode(err) != domain.EForbidden ||
+		!strings.Contains(err.Error(), "run was retried by a member who no longer has the secrets permission") {
+		t.Fatalf("approved the retry of a member without the secrets permission since: %v", err)
+	}
+	if _, err := f.s.SetMember(ctx, f.root, p.ID, bob.ID, store.RoleWrite, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.DecideDeployment(ctx, f.writer, retry.ID, deploy, true, ""); err != nil {
+		t.Fatalf("another reviewer: %v", err)
+	}
+}

@@ -74,6 +74,11 @@ type NewRun struct {
 	// transaction, or their code would run with the secrets after their
 	// permission was taken away, as another's.
 	SourceBy string
+	// RetriedBy is the member who asked for this run as a retry
+	// ("user:<id>"): it is another's run, repeated, but where an
+	// environment prevents self-review the one who retried it may not
+	// approve its deployment either.
+	RetriedBy string
 	// EventAt is when the event the run is for happened (a delivery's
 	// arrival); zero: the run is made for none earlier than now. In a
 	// concurrency group, a run of an older event than an open run's is
@@ -135,6 +140,8 @@ type Run struct {
 	Inputs map[string]any `json:"inputs,omitempty"`
 	// SourceBy is the member whose submission its snapshot is (NewRun).
 	SourceBy string `json:"source_by,omitempty"`
+	// RetriedBy is the member who retried its run (NewRun).
+	RetriedBy string `json:"retried_by,omitempty"`
 	// jobGroups: a job of the new run has a concurrency group; canceled
 	// are the runs its group's cancel-in-progress canceled. Their groups
 	// are settled once the new run commits (afterCreate).
@@ -213,7 +220,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
 		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest, SourceSize: nr.Source.Size,
 		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone,
-		Workflow: nr.Workflow, HeadRef: nr.HeadRef, Inputs: nr.Inputs, SourceBy: nr.SourceBy}
+		Workflow: nr.Workflow, HeadRef: nr.HeadRef, Inputs: nr.Inputs, SourceBy: nr.SourceBy, RetriedBy: nr.RetriedBy}
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
@@ -300,6 +307,7 @@ func (s *Store) Retry(ctx context.Context, u User, runID, jobID string) (Run, er
 		if !nr.Untrusted && !a.Secrets {
 			return Run{}, domain.Errorf(domain.EForbidden, "run %s is trusted (it gets the project's secrets): retrying it needs the secrets permission", runID)
 		}
+		nr.RetriedBy = "user:" + u.ID
 		return s.createRunTx(ctx, tx, nr)
 	})
 }
@@ -324,7 +332,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
-		run.concurrencySpec, run.eventAt, run.SourceBy)
+		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}

@@ -19,7 +19,8 @@ func scanRun(row pgx.Row) (Run, error) {
 	err := row.Scan(&r.ID, &r.ProjectID, &r.Project, &r.Number, &r.State, &r.Trigger, &r.GitSHA, &r.GitRef,
 		&r.GitDirty, &r.SourceDigest, &r.ManifestDigest, &r.SourceSize, &r.Trusted, &r.Scope, &r.BaseRef,
 		&r.Actor, &r.Approval, &r.ApprovalBy, &r.ApprovalAt, &r.CreatedAt, &r.StartedAt, &r.FinishedAt,
-		&r.Workflow, &r.HeadRef, &r.ConcurrencyGroup, &r.ConcurrencyWaiting, &r.ConcurrencyCancel, &r.Inputs, &r.SourceBy)
+		&r.Workflow, &r.HeadRef, &r.ConcurrencyGroup, &r.ConcurrencyWaiting, &r.ConcurrencyCancel, &r.Inputs, &r.SourceBy,
+		&r.RetriedBy)
 	return r, err
 }
 
