@@ -132,8 +132,12 @@ func seedQueuedRuns(ctx context.Context, pool *pgxpool.Pool, n, perRun int) erro
 	for _, q := range []string{
 		`TRUNCATE log_chunks, job_attempts, artifacts, pending_caches, jobs, runs, projects CASCADE`,
 		`INSERT INTO projects (id, name) VALUES ('p', 'bench')`,
-		`INSERT INTO runs (id, project_id, number)
-		 SELECT 'run-' || r, 'p', r FROM generate_series(0, (` + fmt.Sprint(n) + ` - 1) / ` + fmt.Sprint(perRun) + `) r`,
+		// Runs a member started from a snapshot they submitted, as from
+		// the CLI: the claim checks both may still start trusted runs.
+		`INSERT INTO users (id, name, role) VALUES ('bench', 'bench', 'user') ON CONFLICT DO NOTHING`,
+		`INSERT INTO project_members (project_id, user_id, role, secrets) VALUES ('p', 'bench', 'write', true)`,
+		`INSERT INTO runs (id, project_id, number, actor, source_by)
+		 SELECT 'run-' || r, 'p', r, 'user:bench', 'user:bench' FROM generate_series(0, (` + fmt.Sprint(n) + ` - 1) / ` + fmt.Sprint(perRun) + `) r`,
 		`INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at, project_id, trusted)
 		 SELECT 'job-' || i, 'run-' || (i / ` + fmt.Sprint(perRun) + `), 'j' || i, 'QUEUED', '{linux}',
 		        jsonb_build_object('id', 'job-' || i, 'run_id', 'run-' || (i / ` + fmt.Sprint(perRun) + `), 'name', 'j' || i, 'needs', '{}'::text[],

@@ -78,7 +78,12 @@ func TestDeployReviewRules(t *testing.T) {
 		t.Fatalf("self-approved: %v", err)
 	}
 	// The writer's run of the snapshot root submitted is still root's
-	// code, not for root to review.
+	// code, not for root to review (a trusted run: the writer has the
+	// secrets permission now).
+	p, err := f.s.GetProject(ctx, f.root, "p")
+	must(t, err)
+	_, err = f.s.SetMember(ctx, f.root, p.ID, f.writer.ID, store.RoleWrite, true)
+	must(t, err)
 	theirs := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", Trigger: "dispatch", Actor: "user:" + f.writer.ID,
 		SourceBy: "user:" + f.root.ID}, strings.ReplaceAll(deployPipeline, "ENV", "production"))
 	complete(t, f.s, f.r, claimJob(t, f.s, f.r, theirs.ID, "build"), domain.OutcomePassed)
