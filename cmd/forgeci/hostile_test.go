@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -12,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/forgeci/forgeci/shared/snapshot"
+	"github.com/forgeci/forgeci/shared/snapshot/snapshottest"
 )
 
 // hostileServer is an API whose run R has job J (named job) with artifact
@@ -23,15 +22,7 @@ func hostileServer(t *testing.T, job, art, name, reason string) *httptest.Server
 	if err := os.WriteFile(filepath.Join(src, "hello.txt"), []byte("artifact bytes\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tree, err := snapshot.DirTree(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var blob bytes.Buffer
-	res, err := snapshot.Write(&blob, tree)
-	if err != nil {
-		t.Fatal(err)
-	}
+	blob, res := snapshottest.Of(t, src)
 	var srv *httptest.Server
 	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -41,7 +32,7 @@ func hostileServer(t *testing.T, job, art, name, reason string) *httptest.Server
 		case "/v1/runs/R/jobs/J/artifacts/" + art:
 			_ = json.NewEncoder(w).Encode(map[string]any{"url": srv.URL + "/blob", "digest": res.BlobDigest, "size": res.Size})
 		case "/blob":
-			_, _ = w.Write(blob.Bytes())
+			_, _ = w.Write(blob)
 		case "/v1/runs/R":
 			_ = json.NewEncoder(w).Encode(map[string]any{"id": "R", "project": "p", "number": 1, "state": "FAILED",
 				"jobs": []map[string]any{{"id": "J2", "name": name, "state": "FAILED", "generation": 1, "reason": reason}}})
