@@ -120,14 +120,24 @@ func TestIdlePollsSkipTheDatabase(t *testing.T) {
 	    FOR t IN SELECT c.oid FROM pg_class c WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace LOOP
 	        EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', t);
 	    END LOOP; END $$`)
-	own := e.xactsOf(func() {})
-	idle := e.xactsOf(func() {
-		for range 5 {
-			if a := e.idlePoll(r.Token, hint); a.status != http.StatusNoContent || a.hint != hint {
-				t.Fatalf("idle poll: %+v", a)
+	// Autovacuum of the system catalogs (which the statement above just
+	// churned) cannot be turned off per database and counts too, now and
+	// then (a fresh-clone CI run saw four in one window): the idle window
+	// is measured up to three times, and one clean window is enough.
+	var own, idle int64
+	for range 3 {
+		own = e.xactsOf(func() {})
+		idle = e.xactsOf(func() {
+			for range 5 {
+				if a := e.idlePoll(r.Token, hint); a.status != http.StatusNoContent || a.hint != hint {
+					t.Fatalf("idle poll: %+v", a)
+				}
 			}
+		})
+		if idle == own {
+			break
 		}
-	})
+	}
 	old := e.xactsOf(func() {
 		for range 5 {
 			if status, body := e.post(protocol.PathClaim, r.Token, map[string]any{"wait_seconds": 0}); status != http.StatusNoContent {
