@@ -47,3 +47,36 @@ func TestRemovedMembersRunGetsNoSecrets(t *testing.T) {
 		t.Fatalf("the removed member's job b: %s (%s)", st, why)
 	}
 }
+
+// TestRemovedMembersJobGetsNoIDToken: a job of a trusted run gets an
+// identity token only while every member the run is for may still start
+// trusted runs: once the member is removed, the job that holds its lease
+// is refused one (403, saying why), at the grant and at the record.
+func TestRemovedMembersJobGetsNoIDToken(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	p, err := f.s.GetProject(ctx, f.root, "p")
+	must(t, err)
+	u, _, err := f.s.CreateUser(ctx, "mallory", "user")
+	must(t, err)
+	_, err = f.s.SetMember(ctx, f.root, p.ID, u.ID, store.RoleWrite, true)
+	must(t, err)
+	run, err := f.s.CreateRun(ctx, store.NewRun{Project: "p", GitRef: "refs/heads/x", By: &u,
+		Jobs: []store.NewJob{{Name: "cloud", Spec: domain.JobSpec{IDToken: true}}}})
+	must(t, err)
+	r := f.r
+	r.Features = append(r.Features, domain.FeatureIDToken)
+	c := claimJob(t, f.s, r, run.ID, "cloud")
+	g, err := f.s.GrantIDToken(ctx, r.ID, c.Lease.JobID, c.Lease)
+	if err != nil {
+		t.Fatalf("the member's job, before: %v", err)
+	}
+	must(t, f.s.RemoveMember(ctx, f.root, p.ID, u.ID))
+	if err := f.s.RecordIDToken(ctx, r.ID, c.Lease.JobID, c.Lease, g, "sts.amazonaws.com"); domain.ErrorCode(err) != domain.EForbidden ||
+		!strings.Contains(err.Error(), "may no longer start trusted runs") {
+		t.Fatalf("the token granted before the removal, recorded after: %v", err)
+	}
+	if _, err := f.s.GrantIDToken(ctx, r.ID, c.Lease.JobID, c.Lease); domain.ErrorCode(err) != domain.EForbidden {
+		t.Fatalf("a token after the removal: %v", err)
+	}
+}

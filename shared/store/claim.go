@@ -22,22 +22,24 @@ import (
 const rulesHoldSQL = `(deploy_state IS DISTINCT FROM 'approved' OR deploy_rules_at IS NOT DISTINCT FROM
            (SELECT e.updated_at FROM environments e WHERE e.project_id = jobs.project_id AND e.name = jobs.environment))`
 
-// authorsMaySQL says, of the claimed job c of run r, whether every member
-// the run is for (its actor, the submitter of its snapshot, who retried
-// it) may still give it the secrets it names: for a trusted run's job
-// that names any, each of them enabled and a global admin or a member
-// with the write role and the secrets permission (authorStillMay's rule).
-// A member removed, disabled or without the permission since the run was
-// made would otherwise have their code get the secrets, rotated ones too.
-// Only such jobs pay for the check (an unconditional one cost the claim
-// bench about a tenth of its rate).
-const authorsMaySQL = `CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN NOT EXISTS (
+// membersMaySQL says, of run r, whether every member it is for (its
+// actor, the submitter of its snapshot, who retried it) may still start
+// it trusted: enabled, and a global admin or a member with the write role
+// and the secrets permission (authorStillMay's rule). A member removed,
+// disabled or without the permission since the run was made would
+// otherwise have their code get the secrets, rotated ones too, or an
+// identity token (mayHaveIDToken).
+const membersMaySQL = `NOT EXISTS (
     SELECT 1 FROM unnest(ARRAY[r.actor, nullif(r.source_by, r.actor), nullif(r.retried_by, r.actor)]) AS a (who)
     WHERE who LIKE 'user:%' AND NOT EXISTS (
         SELECT 1 FROM users u WHERE u.id = substr(who, 6) AND u.disabled_at IS NULL
           AND (u.role = 'admin' OR EXISTS (SELECT 1 FROM project_members m WHERE m.project_id = r.project_id
-                                           AND m.user_id = u.id AND m.role IN ('admin', 'write') AND m.secrets))))
-       ELSE true END`
+                                           AND m.user_id = u.id AND m.role IN ('admin', 'write') AND m.secrets))))`
+
+// authorsMaySQL is membersMaySQL for the claimed job c of run r, asked
+// only when it is a trusted run's job that names secrets (asked of every
+// job, it cost the claim bench about a tenth of its rate).
+const authorsMaySQL = `CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN ` + membersMaySQL + ` ELSE true END`
 
 // claimSQL leases the oldest queued job whose labels the runner covers, in
 // one statement: SKIP LOCKED lets concurrent claimers pass each other, the

@@ -41,6 +41,10 @@ const recentIDTokensSQL = `
 SELECT count(*) FILTER (WHERE issued_at > now() - interval '1 minute'), count(*) FILTER (WHERE expires_at > now())
 FROM id_tokens WHERE job_id = $1 AND generation = $2`
 
+// membersMayTokenSQL asks whether every member run $1 is for may still
+// start it trusted (membersMaySQL).
+const membersMayTokenSQL = `SELECT ` + membersMaySQL + ` FROM runs r WHERE r.id = $1`
+
 // MaxIDTokensPerMinute bounds the tokens one attempt gets: each costs a
 // KMS signature and a row.
 const MaxIDTokensPerMinute = 30
@@ -90,7 +94,8 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 	return g, err
 }
 
-// mayHaveIDToken refuses a new token to a job being canceled, one that
+// mayHaveIDToken refuses a new token to a job being canceled, one whose
+// run's members may no longer start it (membersMaySQL), one that
 // had MaxIDTokensPerMinute in the last minute, or one that holds
 // protocol.MaxLiveIDTokens not yet expired (the runner masks no more in
 // its log: with a long lease, an older live token would print in clear). Both the grant and the
@@ -100,6 +105,13 @@ func (s *Store) GrantIDToken(ctx context.Context, runnerID, jobID string, l doma
 func mayHaveIDToken(ctx context.Context, tx pgx.Tx, job *LeasedJob) error {
 	if job.CancelRequested {
 		return domain.Errorf(domain.EConflict, "job %s is being canceled: it gets no new identity tokens", job.Name)
+	}
+	var membersMay bool
+	if err := tx.QueryRow(ctx, membersMayTokenSQL, job.RunID).Scan(&membersMay); err != nil {
+		return fmt.Errorf("check the run's members: %w", err)
+	}
+	if !membersMay {
+		return domain.Errorf(domain.EForbidden, "job %s gets no identity tokens: a member its run is for may no longer start trusted runs in its project", job.Name)
 	}
 	var recent, live int
 	if err := tx.QueryRow(ctx, recentIDTokensSQL, job.ID, job.Generation).Scan(&recent, &live); err != nil {
