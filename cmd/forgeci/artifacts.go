@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -67,7 +66,7 @@ func artifactsCmd(g *global) *cobra.Command {
 // start of its SHA-256, so that two names do not meet in one directory.
 func localName(name string) string {
 	safe := strings.Map(func(r rune) rune {
-		if r == '/' || r == '\\' || r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == utf8.RuneError {
+		if r == '/' || r == '\\' || !printable(r) {
 			return '_'
 		}
 		return r

@@ -44,6 +44,21 @@ func hostileServer(t *testing.T, job, art, name, reason string) *httptest.Server
 	return srv
 }
 
+// withStdin runs fn with input as os.Stdin.
+func withStdin(t *testing.T, input string, fn func() error) error {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.WriteString(input)
+	w.Close()
+	old := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = old }()
+	return fn()
+}
+
 // cliOutput runs the CLI with args and returns what it printed on stdout.
 func cliOutput(t *testing.T, args ...string) string {
 	t.Helper()

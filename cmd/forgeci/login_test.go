@@ -28,18 +28,11 @@ func TestLoginTakesTheTokenOnStdin(t *testing.T) {
 	t.Setenv("FORGECI_TOKEN", "")
 	t.Setenv("FORGECI_URL", "")
 	loginWith := func(cfg, stdin string) error {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = w.WriteString(stdin)
-		w.Close()
-		old := os.Stdin
-		os.Stdin = r
-		defer func() { os.Stdin = old }()
-		root := newRoot()
-		root.SetArgs([]string{"--config", cfg, "login", "--url", srv.URL})
-		return root.ExecuteContext(context.Background())
+		return withStdin(t, stdin, func() error {
+			root := newRoot()
+			root.SetArgs([]string{"--config", cfg, "login", "--url", srv.URL})
+			return root.ExecuteContext(context.Background())
+		})
 	}
 	cfg := filepath.Join(t.TempDir(), "c.json")
 	if err := loginWith(cfg, ""); err == nil || !strings.Contains(err.Error(), "FORGECI_TOKEN or write it on stdin") {

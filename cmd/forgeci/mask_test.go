@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,16 +38,12 @@ func TestCLIMaskedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	secretSet := func(value string) error {
-		r, w, _ := os.Pipe()
-		_, _ = w.WriteString(value)
-		w.Close()
-		stdin := os.Stdin
-		os.Stdin = r
-		defer func() { os.Stdin = stdin }()
-		root := newRoot()
-		root.SetArgs([]string{"--url", srv.URL, "--token", token, "secret", "set", "--project", "p", "--name", "DEPLOY_TOKEN"})
-		root.SetOut(io.Discard)
-		return root.ExecuteContext(ctx)
+		return withStdin(t, value, func() error {
+			root := newRoot()
+			root.SetArgs([]string{"--url", srv.URL, "--token", token, "secret", "set", "--project", "p", "--name", "DEPLOY_TOKEN"})
+			root.SetOut(io.Discard)
+			return root.ExecuteContext(ctx)
+		})
 	}
 	if err := secretSet("abc\n"); err == nil || !strings.Contains(err.Error(), "cannot be masked in logs") || !strings.Contains(err.Error(), "400") {
 		t.Fatalf("a 3-byte secret: %v", err)

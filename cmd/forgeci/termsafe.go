@@ -188,9 +188,7 @@ func safeLog(fn func(out io.Writer) error) error {
 // its messages, and table cells, where a tab or a newline would also
 // forge a column or a row.
 func plainText(s string, keep bool) string {
-	clean := func(r rune) bool {
-		return r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f) && r != utf8.RuneError || keep && (r == '\n' || r == '\t')
-	}
+	clean := func(r rune) bool { return printable(r) || keep && (r == '\n' || r == '\t') }
 	if !strings.ContainsFunc(s, func(r rune) bool { return !clean(r) }) {
 		return s
 	}
@@ -206,6 +204,12 @@ func plainText(s string, keep bool) string {
 		}
 	}
 	return b.String()
+}
+
+// printable says r is no control character (C0, DEL, C1) and no
+// undecodable byte (U+FFFD as range reads it).
+func printable(r rune) bool {
+	return r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f) && r != utf8.RuneError
 }
 
 // cell is v as a table cell: plain text on one line.

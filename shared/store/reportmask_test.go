@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/protocol"
 	"github.com/forgeci/forgeci/shared/secretbox/fakekms"
 	"github.com/forgeci/forgeci/shared/store"
@@ -46,20 +45,13 @@ func TestReportMaskedWhenStored(t *testing.T) {
 // for the job, whatever lease it sends, is refused without asking KMS.
 func TestSecretsOpenedOnlyForTheLease(t *testing.T) {
 	ctx := context.Background()
-	s, kms, keys := kmsStore(t)
-	p := pgtest.Project(t, s, "p")
-	must(t, s.SetSecret(ctx, pgtest.Admin(t, s, "root"), p.ID, "DEPLOY_TOKEN", "deploy-value"))
-	r := newRunner(t, s)
-	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "deploy", Spec: secretSpec()}}}); err != nil {
-		t.Fatal(err)
-	}
+	s, kms, keys, r := secretJobStore(t, store.NewJob{Name: "deploy", Spec: secretSpec()})
 	c, err := s.Claim(ctx, r, nil, 0)
 	if err != nil || c == nil {
 		t.Fatalf("claim: %v", err)
 	}
 	// Another container, whose data keys are not cached, serves the calls.
-	s = store.New(s.Pool(), store.Limits{})
-	s.SetKeyring(keys)
+	s = coldStore(s, keys)
 	stranger := newRunner(t, s)
 	before := kms.Calls(fakekms.OpDecrypt)
 	if _, err := s.CompleteWithReason(ctx, stranger.ID, c.Lease.JobID, c.Lease, domain.OutcomeFailed, 1, "boom"); err == nil {

@@ -6,6 +6,8 @@ import (
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/secretbox"
+	"github.com/forgeci/forgeci/shared/secretbox/fakekms"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -15,16 +17,9 @@ import (
 // whose one real lease is then lost is queued again.
 func TestUndeliveredClaimIsNoRetry(t *testing.T) {
 	ctx := context.Background()
-	s, kms, keys := kmsStore(t)
-	p := pgtest.Project(t, s, "p")
-	must(t, s.SetSecret(ctx, pgtest.Admin(t, s, "root"), p.ID, "DEPLOY_TOKEN", "deploy-value"))
-	r := newRunner(t, s)
-	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "j", Spec: secretSpec(), RetryLeaseLost: 1}}}); err != nil {
-		t.Fatal(err)
-	}
+	s, kms, keys, r := secretJobStore(t, store.NewJob{Name: "j", Spec: secretSpec(), RetryLeaseLost: 1})
 	// A container whose data keys are not cached claims while KMS is down.
-	cold := store.New(s.Pool(), store.Limits{})
-	cold.SetKeyring(keys)
+	cold := coldStore(s, keys)
 	kms.SetDown(true)
 	if c, err := cold.Claim(ctx, r, nil, 0); domain.ErrorCode(err) != domain.EUnavailable || c != nil {
 		t.Fatalf("claim with KMS down: %+v %v", c, err)
@@ -57,4 +52,27 @@ func TestUndeliveredClaimIsNoRetry(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, `SELECT state FROM jobs WHERE id = $1`, c.Lease.JobID).Scan(&state); err != nil || state != domain.JobAborted {
 		t.Fatalf("the second real lease lost left the job %s (%v), not ABORTED", state, err)
 	}
+}
+
+// secretJobStore is a store whose secrets go through KMS, with project p,
+// its secret DEPLOY_TOKEN, a runner, and a run of job (which names it).
+func secretJobStore(t *testing.T, job store.NewJob) (*store.Store, *fakekms.KMS, secretbox.Keyring, store.Runner) {
+	t.Helper()
+	ctx := context.Background()
+	s, kms, keys := kmsStore(t)
+	p := pgtest.Project(t, s, "p")
+	must(t, s.SetSecret(ctx, pgtest.Admin(t, s, "root"), p.ID, "DEPLOY_TOKEN", "deploy-value"))
+	r := newRunner(t, s)
+	if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", Jobs: []store.NewJob{job}}); err != nil {
+		t.Fatal(err)
+	}
+	return s, kms, keys, r
+}
+
+// coldStore is another container's store over s's database: its data
+// keys are not cached.
+func coldStore(s *store.Store, keys secretbox.Keyring) *store.Store {
+	cold := store.New(s.Pool(), store.Limits{})
+	cold.SetKeyring(keys)
+	return cold
 }
