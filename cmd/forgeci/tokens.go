@@ -68,6 +68,10 @@ func tokenCmd(g *global) *cobra.Command {
 			printf("runners registered with registration tokens these made (still registered; if the token leaked, "+
 				"revoke them with forgeci runner revoke): %s\n", strings.Join(out.RunnersToCheck, ", "))
 		}
+		if len(out.SchedulesRemoved) > 0 {
+			printf("schedules removed, set by runs made with these tokens (a trusted run of the default branch "+
+				"sets them again): %s\n", strings.Join(out.SchedulesRemoved, ", "))
+		}
 		return nil
 	}))
 	c.AddCommand(list, create, revoke)

@@ -86,6 +86,14 @@ type NewRun struct {
 	EventAt time.Time
 }
 
+// token is the API token of the request making the run ("": none).
+func (nr NewRun) token() string {
+	if nr.By == nil {
+		return ""
+	}
+	return nr.By.TokenID
+}
+
 // CheckTarget is where a run's check runs go.
 type CheckTarget struct {
 	RepositoryID int64
@@ -255,7 +263,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := s.registerSource(ctx, tx, run, nr.Source); err != nil {
 		return Run{}, err
 	}
-	if err := setSchedules(ctx, tx, &run, nr.Schedules); err != nil {
+	if err := setSchedules(ctx, tx, &run, nr.token(), nr.Schedules); err != nil {
 		return Run{}, err
 	}
 	if err := advanceRun(ctx, tx, run.ID); err != nil {

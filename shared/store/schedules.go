@@ -36,10 +36,11 @@ const scheduleGrace = 5 * time.Minute
 const maxCatchUp = 7 * 24 * time.Hour
 
 // setSchedulesSQL makes crons $4 (with missed $5) project $1's
-// schedules, fired from run $3, when run $3's ref $2 is the project's
-// default branch and the project is not on GitHub (whose worker sets
-// them: repoSchedulesSQL): a cron kept keeps its creation time (a slot
-// due meanwhile still fires), the others go. $6 are new IDs.
+// schedules, fired from run $3, made with API token $7 ("": none), when
+// run $3's ref $2 is the project's default branch and the project is not
+// on GitHub (whose worker sets them: repoSchedulesSQL): a cron kept keeps
+// its creation time (a slot due meanwhile still fires), the others go. $6
+// are new IDs.
 const setSchedulesSQL = `
 WITH d AS (
     SELECT 1 FROM projects p WHERE p.id = $1 AND 'refs/heads/' || p.default_branch = $2
@@ -47,11 +48,12 @@ WITH d AS (
 ), gone AS (
     DELETE FROM schedules WHERE project_id = $1 AND EXISTS (SELECT 1 FROM d) AND cron <> ALL ($4::text[])
 )
-INSERT INTO schedules (id, project_id, cron, missed, template_run_id)
-SELECT x.id, $1, x.cron, x.missed, $3
+INSERT INTO schedules (id, project_id, cron, missed, template_run_id, set_by_token)
+SELECT x.id, $1, x.cron, x.missed, $3, nullif($7, '')
 FROM unnest($6::text[], $4::text[], $5::text[]) AS x (id, cron, missed)
 WHERE EXISTS (SELECT 1 FROM d)
-ON CONFLICT (project_id, cron) DO UPDATE SET missed = excluded.missed, template_run_id = excluded.template_run_id`
+ON CONFLICT (project_id, cron) DO UPDATE
+SET missed = excluded.missed, template_run_id = excluded.template_run_id, set_by_token = excluded.set_by_token`
 
 // repoSchedulesSQL makes crons $3 (missed $4) the schedules of GitHub
 // project $1's repository $6, fired from ref $2 (its default branch) as
@@ -69,7 +71,8 @@ SELECT x.id, $1, x.cron, x.missed, NULL, $2, $6
 FROM unnest($5::text[], $3::text[], $4::text[]) AS x (id, cron, missed)
 WHERE EXISTS (SELECT 1 FROM r)
 ON CONFLICT (project_id, cron) DO UPDATE
-SET missed = excluded.missed, template_run_id = NULL, ref = excluded.ref, repository_id = excluded.repository_id`
+SET missed = excluded.missed, template_run_id = NULL, ref = excluded.ref, repository_id = excluded.repository_id,
+    set_by_token = NULL`
 
 // SetRepoSchedules makes the schedules of the pipeline on repository
 // repositoryID's default branch (ref, as a push to it or a firing found
@@ -109,14 +112,19 @@ func scheduleColumns(list []domain.Schedule) (ids, crons, missed []string) {
 }
 
 // setSchedules makes run's pipeline's schedules the project's, when run is
-// a trusted run of the default branch.
-func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, list []domain.Schedule) error {
+// a trusted run of the default branch, made with API token token ("":
+// none), which must still be live: its revocation removes what it set
+// (revokeTree), and this holds it until the commit.
+func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, token string, list []domain.Schedule) error {
 	if list == nil || !run.Trusted || run.GitRef == "" {
 		return nil
 	}
+	if err := holdLiveToken(ctx, tx, token); err != nil {
+		return err
+	}
 	ids, crons, missed := scheduleColumns(list)
 	noteSweep(tx) // the sweeper fires schedules: it learns the next slot
-	if _, err := tx.Exec(ctx, setSchedulesSQL, run.ProjectID, run.GitRef, run.ID, crons, missed, ids); err != nil {
+	if _, err := tx.Exec(ctx, setSchedulesSQL, run.ProjectID, run.GitRef, run.ID, crons, missed, ids, token); err != nil {
 		return fmt.Errorf("schedules: %w", err)
 	}
 	return nil
@@ -126,7 +134,7 @@ func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, list []domain.Schedu
 // newest slot fired (or skipped) for its cron.
 const schedulesDueSQL = `
 SELECT s.project_id, s.cron, s.missed, coalesce(s.template_run_id, ''), coalesce(s.ref, ''), coalesce(s.repository_id, 0),
-       s.created_at, now(),
+       coalesce(s.set_by_token, ''), s.created_at, now(),
        (SELECT max(f.slot) FROM schedule_firings f WHERE f.project_id = s.project_id AND f.cron = s.cron)
 FROM schedules s ORDER BY s.project_id, s.cron`
 
@@ -154,6 +162,7 @@ const scheduleBudget = 20 * time.Second
 type dueSchedule struct {
 	projectID, cron, missed, templateRun, ref string
 	repositoryID                              int64
+	token                                     string // set by a run made with it
 	created, now                              time.Time
 	last                                      *time.Time
 }
@@ -180,7 +189,7 @@ func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (dueSchedule, error) {
 		var d dueSchedule
-		return d, row.Scan(&d.projectID, &d.cron, &d.missed, &d.templateRun, &d.ref, &d.repositoryID, &d.created, &d.now, &d.last)
+		return d, row.Scan(&d.projectID, &d.cron, &d.missed, &d.templateRun, &d.ref, &d.repositoryID, &d.token, &d.created, &d.now, &d.last)
 	})
 	if err != nil {
 		return res, fmt.Errorf("schedules: %w", err)
@@ -240,6 +249,12 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 			}
 			fired = 1
 			return nil
+		}
+		if err := holdLiveToken(ctx, tx, d.token); domain.ErrorCode(err) == domain.EUnauthorized {
+			return domain.Errorf(domain.EForbidden, "the API token whose run set this schedule was revoked: "+
+				"a trusted run of the default branch sets it again")
+		} else if err != nil {
+			return fmt.Errorf("the schedule's token: %w", err)
 		}
 		old, err := scanRun(tx.QueryRow(ctx, getRunSQL, d.templateRun))
 		if err != nil {

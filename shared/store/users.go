@@ -236,34 +236,42 @@ func (s *Store) DisableUser(ctx context.Context, userID string) error {
 }
 
 // DisableUserAs disables a user on behalf of by, who must be a global
-// admin. It returns the live runners registered with registration tokens
-// the user's tokens made (TokenInfo.RunnersToCheck).
-func (s *Store) DisableUserAs(ctx context.Context, by User, userID string) ([]string, error) {
+// admin. It returns what revoking the user's tokens left to check and
+// removed.
+func (s *Store) DisableUserAs(ctx context.Context, by User, userID string) (Disabled, error) {
 	return s.disableUser(ctx, byAdmin(by), userID, by.ID)
+}
+
+// Disabled is what disabling a user's tokens left and removed: the live
+// runners registered with registration tokens they made, and the
+// schedules their runs set (TokenInfo's fields of the same names).
+type Disabled struct {
+	RunnersToCheck   []string `json:"runners_to_check,omitempty"`
+	SchedulesRemoved []string `json:"schedules_removed,omitempty"`
 }
 
 // disableUser disables userID after locking it and lock (the acting
 // admin) in one order.
-func (s *Store) disableUser(ctx context.Context, may check, userID string, lock ...string) ([]string, error) {
-	return inTxValue(ctx, s, func(tx pgx.Tx) ([]string, error) {
+func (s *Store) disableUser(ctx context.Context, may check, userID string, lock ...string) (Disabled, error) {
+	return inTxValue(ctx, s, func(tx pgx.Tx) (Disabled, error) {
 		if _, err := tx.Exec(ctx, lockUsersSQL, append(lock, userID)); err != nil {
-			return nil, fmt.Errorf("lock users: %w", err)
+			return Disabled{}, fmt.Errorf("lock users: %w", err)
 		}
 		if err := may.run(ctx, tx); err != nil {
-			return nil, err
+			return Disabled{}, err
 		}
 		tag, err := tx.Exec(ctx, disableUserSQL, userID)
 		if err != nil {
-			return nil, err
+			return Disabled{}, err
 		}
 		if tag.RowsAffected() == 0 {
-			return nil, domain.Errorf(domain.ENotFound, "user %s not found", userID)
+			return Disabled{}, domain.Errorf(domain.ENotFound, "user %s not found", userID)
 		}
 		ids, err := queryIDs(ctx, tx, userTokensSQL, userID)
 		if err != nil {
-			return nil, fmt.Errorf("tokens of user: %w", err)
+			return Disabled{}, fmt.Errorf("tokens of user: %w", err)
 		}
-		_, runners, err := revokeTree(ctx, tx, ids)
-		return runners, err
+		rev, err := revokeTree(ctx, tx, ids)
+		return Disabled{RunnersToCheck: rev.runners, SchedulesRemoved: rev.schedules}, err
 	})
 }

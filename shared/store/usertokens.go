@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,6 +70,13 @@ const expireRegistrationsSQL = `
 UPDATE registration_tokens SET expires_at = now()
 WHERE created_by_token = ANY ($1) AND used_at IS NULL AND expires_at > now()`
 
+// removeSchedulesSQL deletes the schedules that runs made with tokens $1
+// set, naming each "<project>: <cron>".
+const removeSchedulesSQL = `
+DELETE FROM schedules s USING projects p
+WHERE p.id = s.project_id AND s.set_by_token = ANY ($1)
+RETURNING p.name || ': ' || s.cron`
+
 // holdLiveTokenSQL holds token $1 while it is not revoked: the token a new
 // one is made with.
 const holdLiveTokenSQL = `SELECT 1 FROM user_tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE`
@@ -92,6 +100,19 @@ type TokenInfo struct {
 	// registered (a routine rotation must not stop the runners an admin set
 	// up), for the operator to revoke if the token leaked.
 	RunnersToCheck []string `json:"runners_to_check,omitempty"`
+	// SchedulesRemoved, in a revocation's answer, are the schedules
+	// ("<project>: <cron>") that runs made with these tokens had set: a
+	// schedule runs its snapshot again with the project's secrets, so a
+	// leaked token's must not outlive it. A trusted run of the default
+	// branch sets them again.
+	SchedulesRemoved []string `json:"schedules_removed,omitempty"`
+}
+
+// revocation is what revoking a tree of tokens did.
+type revocation struct {
+	tokens    []TokenInfo
+	runners   []string // TokenInfo.RunnersToCheck
+	schedules []string // TokenInfo.SchedulesRemoved
 }
 
 // tokensCheck is who may see and revoke user userID's tokens: the user,
@@ -133,61 +154,69 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 		if err != nil {
 			return TokenInfo{}, fmt.Errorf("revoke token: %w", err)
 		}
-		all, runners, err := revokeTree(ctx, tx, []string{tokenID})
+		rev, err := revokeTree(ctx, tx, []string{tokenID})
 		if err != nil {
 			return TokenInfo{}, err
 		}
 		var named TokenInfo
 		var also []string
-		for _, t := range all {
+		for _, t := range rev.tokens {
 			if t.ID == tokenID {
 				named = t
 			} else {
 				also = append(also, t.ID)
 			}
 		}
-		named.AlsoRevoked, named.RunnersToCheck = also, runners
+		named.AlsoRevoked, named.RunnersToCheck, named.SchedulesRemoved = also, rev.runners, rev.schedules
 		return named, nil
 	})
 }
 
 // revokeTree revokes tokens ids and every token made with them, however
-// deep, and expires the unused registration tokens any of them made. The
-// tree's update waits for a token being made with one of its tokens (its
-// making holds the parent FOR SHARE, holdLiveTokenSQL) but, its tree read
-// before, misses it; the next statement sees it, and it is revoked with
-// its own tree in another round. A token's making that comes after the
-// update finds its parent revoked. It returns the tokens revoked and the
-// live runners registered with registration tokens they made.
-func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) (all []TokenInfo, runners []string, err error) {
+// deep, expires the unused registration tokens any of them made and
+// removes the schedules their runs set. The tree's update waits for a
+// token being made with one of its tokens (its making holds the parent FOR
+// SHARE, holdLiveTokenSQL) but, its tree read before, misses it; the next
+// statement sees it, and it is revoked with its own tree in another round.
+// A token's making that comes after the update finds its parent revoked;
+// so does a schedule's setting or firing. It returns the tokens revoked,
+// the live runners registered with registration tokens they made and the
+// schedules removed.
+func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) (revocation, error) {
+	var rev revocation
 	var allIDs []string
 	if _, err := tx.Exec(ctx, treePlanSQL); err != nil {
-		return nil, nil, fmt.Errorf("revoke tokens: %w", err)
+		return rev, fmt.Errorf("revoke tokens: %w", err)
 	}
 	for len(ids) > 0 {
 		rows, err := tx.Query(ctx, revokeTreeSQL, ids)
 		if err != nil {
-			return nil, nil, fmt.Errorf("revoke tokens: %w", err)
+			return rev, fmt.Errorf("revoke tokens: %w", err)
 		}
 		revoked, err := pgx.CollectRows(rows, scanTokenInfo)
 		if err != nil {
-			return nil, nil, fmt.Errorf("revoke tokens: %w", err)
+			return rev, fmt.Errorf("revoke tokens: %w", err)
 		}
-		all = append(all, revoked...)
+		rev.tokens = append(rev.tokens, revoked...)
 		for _, t := range revoked {
 			allIDs = append(allIDs, t.ID)
 		}
 		if _, err := tx.Exec(ctx, expireRegistrationsSQL, allIDs); err != nil {
-			return nil, nil, fmt.Errorf("expire registration tokens: %w", err)
+			return rev, fmt.Errorf("expire registration tokens: %w", err)
 		}
 		if ids, err = queryIDs(ctx, tx, madeSinceSQL, allIDs); err != nil {
-			return nil, nil, fmt.Errorf("tokens made with tokens: %w", err)
+			return rev, fmt.Errorf("tokens made with tokens: %w", err)
 		}
 	}
-	if runners, err = queryIDs(ctx, tx, liveRunnersRegisteredSQL, allIDs); err != nil {
-		return nil, nil, fmt.Errorf("runners registered with tokens: %w", err)
+	var err error
+	if rev.runners, err = queryIDs(ctx, tx, liveRunnersRegisteredSQL, allIDs); err != nil {
+		return rev, fmt.Errorf("runners registered with tokens: %w", err)
 	}
-	return all, runners, nil
+	if rev.schedules, err = queryIDs(ctx, tx, removeSchedulesSQL, allIDs); err != nil {
+		return rev, fmt.Errorf("schedules set with tokens: %w", err)
+	}
+	slices.Sort(rev.schedules)
+	return rev, nil
 }
 
 // holdLiveToken refuses the making of a token with a token revoked since
