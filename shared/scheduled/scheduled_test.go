@@ -149,6 +149,18 @@ func TestSweeperWakesForTheExpiry(t *testing.T) {
 	}
 }
 
+// The functions' clock 30 s behind the database's: the sweeper still
+// wakes for the lease's expiry, noted on its own clock (the database's
+// expiry as a span from the database's now), not 30 s late.
+func TestSweeperWakesForTheExpiryOnItsOwnClock(t *testing.T) {
+	f := newFixture(t)
+	f.board.SetClock(func() time.Time { return time.Now().Add(-30 * time.Second) })
+	c := f.claimSwept(t)
+	if late := f.overdue(t, c.Lease.JobID); late > 2*period {
+		t.Fatalf("the lease ended %s after its expiry (sweep period %s)", late, period)
+	}
+}
+
 // A claim held past its note's cover (a lock) is given up by the client,
 // but the server might still commit it: the sweeper is noted for when
 // such a lease would expire, so that it is never left unswept.
@@ -352,10 +364,14 @@ func TestUploadEndWakesTheCollector(t *testing.T) {
 		t.Fatalf("%d uploads left after the collector's pass (%v)", left, err)
 	}
 	upload('b')
-	var ends time.Time
-	if err := f.st.Pool().QueryRow(ctx, `SELECT created_at + $1::interval FROM uploads`, store.UploadLife.String()).Scan(&ends); err != nil {
+	// When it ends, on the board's clock (3 hours on): the database's time
+	// as a span from its now.
+	var in float64
+	if err := f.st.Pool().QueryRow(ctx, `SELECT extract(epoch FROM created_at + $1::interval - now())::float8 FROM uploads`,
+		store.UploadLife.String()).Scan(&in); err != nil {
 		t.Fatal(err)
 	}
+	ends := now.Add(time.Duration(in * float64(time.Second)))
 	next, err := gc(ctx)
 	if want := ends.Add(f.board.Grain()); err != nil || next.Sub(want).Abs() > time.Second {
 		t.Fatalf("a pass with an upload pending runs next at %v (%v), want a slot after it ends, %v", next, err, want)

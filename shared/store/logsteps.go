@@ -32,7 +32,7 @@ ON CONFLICT (job_id, generation, idx) DO UPDATE SET
 
 // stepsSQL reads attempt ($1, $2)'s steps in order.
 const stepsSQL = `
-SELECT idx, name, log_offset, started_at, end_offset, finished_at, exit_code, coalesce(conclusion, '')
+SELECT idx, name, log_offset, started_at, end_offset, finished_at, exit_code, coalesce(conclusion, ''), now()
 FROM job_steps WHERE job_id = $1 AND generation = $2 ORDER BY idx`
 
 // attemptLogEndSQL is the end of attempt ($1, $2)'s stored log.
@@ -131,10 +131,10 @@ func (s *Store) LogIndexAs(ctx context.Context, u User, runID, jobID string, gen
 	if err != nil {
 		return idx, fmt.Errorf("steps: %w", err)
 	}
-	now := time.Now()
 	idx.Steps, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Step, error) {
 		var st Step
-		err := row.Scan(&st.Index, &st.Name, &st.LogOffset, &st.StartedAt, &st.EndOffset, &st.FinishedAt, &st.ExitCode, &st.Conclusion)
+		var now time.Time // the database's, as the step's times: a running step's time so far
+		err := row.Scan(&st.Index, &st.Name, &st.LogOffset, &st.StartedAt, &st.EndOffset, &st.FinishedAt, &st.ExitCode, &st.Conclusion, &now)
 		st.Name = m.String(st.Name)
 		end := now
 		switch {

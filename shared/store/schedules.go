@@ -151,7 +151,8 @@ const firedRunSQL = `UPDATE schedule_firings SET run_id = $4 WHERE project_id = 
 type ScheduleResult struct {
 	Fired, Skipped, Left int
 	// Next is the earliest slot after now of any schedule (zero: none), when
-	// FireSchedules must run again; now when some were left.
+	// FireSchedules must run again, on the caller's clock; now when some
+	// were left.
 	Next time.Time
 }
 
@@ -211,7 +212,10 @@ func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 	if res.Fired > 0 {
 		s.signalQueued()
 	}
-	res.Next = nextSlot(list, res.Left > 0)
+	if res.Next = nextSlot(list, res.Left > 0); !res.Next.IsZero() {
+		// On the caller's clock (see earliest): the slot is the database's.
+		res.Next = s.clockNow().Add(res.Next.Sub(list[0].now))
+	}
 	if _, err := s.pool.Exec(ctx, pruneFiringsSQL); err != nil {
 		errs = append(errs, fmt.Errorf("prune schedule firings: %w", err))
 	}

@@ -201,8 +201,15 @@ func TestScheduleMissedSlots(t *testing.T) {
 		t.Fatalf("the skipped slot is not recorded: %d", n)
 	}
 	setClock("+15060") // 4h11m: the next slot, a minute late: on time
-	if res, err := s.FireSchedules(ctx); err != nil || res.Fired != 2 {
+	res, err = s.FireSchedules(ctx)
+	if err != nil || res.Fired != 2 {
 		t.Fatalf("the next slot: %+v %v", res, err)
+	}
+	// The hourly slots' next is within the hour on this process's clock,
+	// not the database's (4h11m ahead): it is where the sweeper's wake note
+	// is written.
+	if wait := time.Until(res.Next); wait <= 0 || wait > time.Hour {
+		t.Fatalf("next slot %v, %s away on this clock: want within the hour", res.Next, wait)
 	}
 }
 

@@ -227,7 +227,7 @@ SELECT least((SELECT min(lease_expires_at) FROM jobs WHERE state = 'RUNNING'),
              (SELECT now() WHERE EXISTS (` + staleAnySQL + `)))`
 
 // NextSweep is when a lease can next expire or a notification is next
-// due, by the database's clock (zero: neither is pending).
+// due, on the caller's clock (zero: neither is pending).
 func (s *Store) NextSweep(ctx context.Context) (time.Time, error) {
 	return s.earliest(ctx, nextSweepSQL)
 }
@@ -243,8 +243,8 @@ SELECT least((SELECT min(greatest(next_attempt_at, coalesce(lease_expires_at, ne
              (SELECT min(greatest(next_attempt_at, coalesce(lease_expires_at, next_attempt_at)))
               FROM check_runs WHERE version > pushed_version))`
 
-// NextSCM is when a GitHub delivery or check notice is next due, by the
-// database's clock (zero: none is pending).
+// NextSCM is when a GitHub delivery or check notice is next due, on the
+// caller's clock (zero: none is pending).
 func (s *Store) NextSCM(ctx context.Context) (time.Time, error) {
 	return s.earliest(ctx, nextSCMSQL)
 }
@@ -279,19 +279,33 @@ const nextUploadEndSQL = `
 SELECT min(created_at) + make_interval(secs => $1) FROM uploads WHERE created_at > 'epoch'`
 
 // NextUploadEnd is when the collector must next look for uploads never
-// committed, by the database's clock (zero: none is pending).
+// committed, on the caller's clock (zero: none is pending).
 func (s *Store) NextUploadEnd(ctx context.Context) (time.Time, error) {
 	return s.earliest(ctx, nextUploadEndSQL, UploadLife.Seconds())
 }
 
-// earliest runs a query of one nullable time: zero when NULL.
+// earliest runs a query of one nullable time (the database's): zero when
+// NULL.
 func (s *Store) earliest(ctx context.Context, query string, args ...any) (time.Time, error) {
-	var t *time.Time
-	if err := s.pool.QueryRow(ctx, query, args...).Scan(&t); err != nil {
+	// The database's time is turned into the caller's clock, on which the
+	// wake notes are written and read, as a span from its now: the two
+	// clocks differ, and a lease's end noted as the database's time would
+	// wake the sweeper late by the difference (the lease RUNNING so long).
+	var in *float64 // seconds from the database's now
+	if err := s.pool.QueryRow(ctx, `SELECT extract(epoch FROM t - now())::float8 FROM (`+query+`) AS q (t)`, args...).Scan(&in); err != nil {
 		return time.Time{}, err
 	}
-	if t == nil {
+	if in == nil {
 		return time.Time{}, nil
 	}
-	return *t, nil
+	return s.clockNow().Add(time.Duration(*in * float64(time.Second))), nil
+}
+
+// clockNow is the caller's now: the wake board's (which tests set), else
+// this process's.
+func (s *Store) clockNow() time.Time {
+	if s.board != nil {
+		return s.board.Now()
+	}
+	return time.Now()
 }
