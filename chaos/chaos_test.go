@@ -76,7 +76,9 @@ func TestChaosShort(t *testing.T) {
 // run SIGSTOPs runners past the lease, stalls the sweeper so that expired
 // leases stay RUNNING in the table for a while (only the database clock's
 // expiry test then refuses a runner that comes back), and checks every
-// invariant.
+// invariant. A lease lost to a heartbeat sent or answered late, past the
+// runner's own end of it, with no fault to explain it, is the load of the
+// machine, once (maxLoadLosses).
 func TestClockSkew(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos")
@@ -111,6 +113,11 @@ func TestClockSkew(t *testing.T) {
 			case rep.LeaseLosses["unexplained"] > 0:
 				keep(t, dir)
 				t.Fatalf("%d leases were lost with no fault to explain it", rep.LeaseLosses["unexplained"])
+			case rep.LoadLosses() > maxLoadLosses:
+				// One such loss is the machine's load; more are the
+				// heartbeat path's own slowness.
+				keep(t, dir)
+				t.Fatalf("%d leases were lost to heartbeats sent or answered late, no fault to explain it", rep.LoadLosses())
 			case rep.JobStates["PASSED"] == 0 || rep.StopsPastLease == 0:
 				keep(t, dir)
 				t.Fatalf("the run proved too little: %d jobs passed, %d stops past the lease", rep.JobStates["PASSED"], rep.StopsPastLease)
@@ -118,6 +125,12 @@ func TestClockSkew(t *testing.T) {
 		})
 	}
 }
+
+// maxLoadLosses is how many leases TestClockSkew may lose to a heartbeat
+// sent or answered late with no fault to explain it: on two cores shared
+// with the other packages' tests a runner or the control plane can stall
+// past the 4 s lease's margin once.
+const maxLoadLosses = 1
 
 // keep copies the run's logs out of the test's temporary directory.
 func keep(t *testing.T, dir string) {

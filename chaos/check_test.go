@@ -153,7 +153,9 @@ func TestCheckFindsViolations(t *testing.T) {
 // TestCheckLeaseLossCauses: an abandoned lease is put down to the fault
 // that explains it. A runner killed while its claim long-polled explains a
 // lease granted after the kill: the server, like a Lambda never told that
-// its client left, went on and granted it to a process that was gone.
+// its client left, went on and granted it to a process that was gone. A
+// heartbeat sent or answered after the runner's own end of the lease is
+// load; a runner that stops sending them is not explained.
 func TestCheckLeaseLossCauses(t *testing.T) {
 	// abandoned: claimed at 1 s (asked at askedAt), never heard from
 	// again, aborted by the sweep at 5.2 s.
@@ -176,6 +178,11 @@ func TestCheckLeaseLossCauses(t *testing.T) {
 	killed := func(runner string, from, to int64) Op {
 		return Op{Kind: "fault", Fault: "sigkill", Target: runner, T: from, End: to}
 	}
+	beat := func(received, answered int64) Op {
+		lease := &domain.Lease{RunID: "run1", JobID: "J1", RunnerID: "R1", LeaseID: "L1", Generation: 1}
+		return Op{Kind: "request", T: received, Received: received, Answered: answered, Runner: "R1", Route: "heartbeat",
+			Job: "J1", Lease: lease, Status: 200}
+	}
 	for _, tc := range []struct {
 		name string
 		r    *Report
@@ -186,6 +193,11 @@ func TestCheckLeaseLossCauses(t *testing.T) {
 		{"killed while it held the lease", abandoned(sec, killed("R1", 2*sec, 2*sec+sec/5)), "runner sigkill"},
 		{"another runner killed while the claim was pending", abandoned(sec/5, killed("R2", sec/2, sec*7/10)), "unexplained"},
 		{"killed before it asked", abandoned(sec*8/10, killed("R1", sec/5, sec*3/10)), "unexplained"},
+		// The runner's own end of the lease: 3.5 s (4 s less its margin)
+		// after the grant at 1 s, then after each heartbeat that succeeded.
+		{"a heartbeat answered after the runner's end", abandoned(sec/2, beat(2*sec, 4*sec+sec*6/10)), heartbeatAnsweredLate},
+		{"a heartbeat sent after it", abandoned(sec/2, beat(4*sec+sec*6/10, 4*sec+sec*7/10)), heartbeatSentLate},
+		{"heartbeats on time, then none", abandoned(sec/2, beat(2*sec, 2*sec+sec/10), beat(3*sec, 3*sec+sec/10)), "unexplained"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.r.LeaseLosses[tc.want] != 1 || len(tc.r.LeaseLosses) != 1 {

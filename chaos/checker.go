@@ -32,6 +32,7 @@ type checker struct {
 	lostClaims  map[attemptKey]bool
 	claimAsked  map[attemptKey]int64 // when the granted claim's request arrived
 	completed   map[attemptKey]int
+	heartbeats  map[attemptKey][]heartbeatOp
 }
 
 type expiry struct{ at, until int64 }
@@ -50,7 +51,7 @@ func newChecker(d *Dump) *checker {
 		grants: map[attemptKey]grant{}, ends: map[attemptKey]int64{}, expiries: map[attemptKey][]expiry{},
 		terminalEntries: map[string]int{}, lastFromRunning: map[string]bool{},
 		leaseFaults: map[attemptKey]string{}, lostClaims: map[attemptKey]bool{}, claimAsked: map[attemptKey]int64{},
-		completed: map[attemptKey]int{}}
+		completed: map[attemptKey]int{}, heartbeats: map[attemptKey][]heartbeatOp{}}
 	ck.r.ClockOffset = time.Duration(d.ClockOffset)
 	for _, j := range d.Jobs {
 		ck.jobs[j.ID] = j
@@ -171,6 +172,9 @@ func (ck *checker) readOps(ops []Op) {
 			if op.Claimed != nil && (op.Fault == "drop_response" || !op.Delivered) {
 				ck.lostClaims[attemptKey{op.Claimed.JobID, op.Claimed.Generation}] = true
 			}
+			if op.Route == "heartbeat" && op.Lease != nil {
+				ck.addHeartbeat(op)
+			}
 			if op.Claimed != nil && op.Received != 0 {
 				ck.claimAsked[attemptKey{op.Claimed.JobID, op.Claimed.Generation}] = ck.db(op.Received)
 			}
@@ -273,6 +277,9 @@ func (ck *checker) explainLosses() {
 		}
 		if ck.leaseFaults[k] != "" {
 			explain("request "+ck.leaseFaults[k], 2)
+		}
+		if why := ck.lateHeartbeat(k, g.at); why != "" {
+			explain(why, 5)
 		}
 		if cause == "" {
 			cause = "unexplained"

@@ -54,6 +54,12 @@ type Report struct {
 // OK reports whether no invariant was violated.
 func (r *Report) OK() bool { return len(r.Violations) == 0 }
 
+// LoadLosses counts the leases lost to a heartbeat sent or answered late
+// with no fault to explain it (heartbeats.go).
+func (r *Report) LoadLosses() int {
+	return r.LeaseLosses[heartbeatSentLate] + r.LeaseLosses[heartbeatAnsweredLate]
+}
+
 func (r *Report) String() string {
 	var b strings.Builder
 	kv := func(m map[string]int) string {

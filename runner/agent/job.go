@@ -205,13 +205,13 @@ func (j *job) limitHit() string {
 // heartbeat extends the lease every third of its TTL. It stops the job on
 // cancel_requested; a 409 ends the lease (the client does that). The
 // lease holds until the send time of the last heartbeat that succeeded
-// plus the TTL, less leaseMargin (the server's clock counts from when it
+// plus the TTL, less LeaseMargin (the server's clock counts from when it
 // got the request, later): a timer gives it up as lost then, since the
 // control plane may already have given the job to someone else, and no
 // heartbeat call outlasts it.
 // Ending stop ends it, and the call in flight with it.
 func (j *job) heartbeat(stop context.Context, guard *leaseGuard) {
-	ttl, margin := guard.ttl, leaseMargin(guard.ttl)
+	ttl, margin := guard.ttl, LeaseMargin(guard.ttl)
 	deadline := guard.deadline
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
@@ -264,7 +264,7 @@ func (j *job) guardLease() *leaseGuard {
 	if ttl <= 0 {
 		ttl = 60 * time.Second
 	}
-	g := &leaseGuard{ttl: ttl, deadline: time.Now().Add(ttl - leaseMargin(ttl))}
+	g := &leaseGuard{ttl: ttl, deadline: time.Now().Add(ttl - LeaseMargin(ttl))}
 	g.timer = time.AfterFunc(time.Until(g.deadline), func() {
 		j.lease.Lose(fmt.Errorf("no heartbeat succeeded within the %s lease", ttl))
 	})
@@ -289,9 +289,9 @@ func (g *leaseGuard) stop() {
 	g.timer.Stop()
 }
 
-// leaseMargin is how long before the lease's end by the runner's clock
+// LeaseMargin is how long before the lease's end by the runner's clock
 // it is given up: a twentieth of the TTL, at least half a second.
-func leaseMargin(ttl time.Duration) time.Duration {
+func LeaseMargin(ttl time.Duration) time.Duration {
 	return max(ttl/20, 500*time.Millisecond)
 }
 

@@ -1,0 +1,56 @@
+package chaos
+
+import (
+	"sort"
+
+	"github.com/forgeci/forgeci/runner/agent"
+)
+
+// Load is a cause of a lost lease the faults did not make: on two cores
+// shared with other tests, a runner's heartbeat can be sent, or answered,
+// after the end the runner itself gives its lease (agent.LeaseMargin
+// before the TTL from its last heartbeat that succeeded). Such a loss is
+// told apart from one nothing explains (a runner that stopped sending
+// heartbeats at all) by the heartbeats the proxy saw.
+const (
+	heartbeatSentLate     = "heartbeat sent late (load)"
+	heartbeatAnsweredLate = "heartbeat answered late (load)"
+)
+
+// heartbeatOp is one heartbeat of a lease as the proxy saw it, on the
+// database's clock (answered 0: no answer came).
+type heartbeatOp struct {
+	received, answered int64
+	ok                 bool
+}
+
+func (ck *checker) addHeartbeat(op Op) {
+	k := attemptKey{op.Lease.JobID, op.Lease.Generation}
+	hb := heartbeatOp{received: ck.db(op.Received), ok: op.Status == 200}
+	if op.Answered != 0 {
+		hb.answered = ck.db(op.Answered)
+	}
+	ck.heartbeats[k] = append(ck.heartbeats[k], hb)
+}
+
+// lateHeartbeat says whether lease k, granted at grantedAt, had a
+// heartbeat sent or answered after the runner's own end of the lease
+// ("" if none was: the runner kept time, or sent none).
+func (ck *checker) lateHeartbeat(k attemptKey, grantedAt int64) string {
+	ttl := ck.d.LeaseTTL
+	hold := int64(ttl - agent.LeaseMargin(ttl))
+	hbs := ck.heartbeats[k]
+	sort.Slice(hbs, func(i, j int) bool { return hbs[i].received < hbs[j].received })
+	end := grantedAt + hold
+	for _, hb := range hbs {
+		switch {
+		case hb.received > end:
+			return heartbeatSentLate
+		case hb.answered == 0 || hb.answered > end:
+			return heartbeatAnsweredLate
+		case hb.ok:
+			end = hb.received + hold
+		}
+	}
+	return ""
+}
