@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -191,6 +193,11 @@ func showRun(ctx context.Context, cl *apiClient, id string, asJSON bool) error {
 		return printJSON(v)
 	}
 	printf("%s #%d %s  (%s)\nsource %s\nmanifest %s\n", v.Project, v.Number, v.State, v.Trigger, v.SourceDigest, v.ManifestDigest)
+	for _, name := range slices.Sorted(maps.Keys(v.Inputs)) {
+		// As JSON, so that a value's quotes and newlines are seen.
+		val, _ := json.Marshal(v.Inputs[name]) // decoded from JSON
+		printf("input %s = %s\n", name, val)
+	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tTESTS\tREASON\tID")
 	for _, j := range v.Jobs {

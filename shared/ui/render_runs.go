@@ -2,7 +2,11 @@ package ui
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -186,6 +190,11 @@ func runFacts(o *out, r store.Run) {
 		}
 		o.raw("</dd>")
 	}
+	if len(r.Inputs) > 0 {
+		o.raw(`<dt>Inputs</dt><dd id="run-inputs">`)
+		runInputs(o, r.Inputs)
+		o.raw("</dd>")
+	}
 	o.raw(`
 <dt>Created</dt><dd>`)
 	o.text(when(r.CreatedAt))
@@ -342,6 +351,13 @@ func jobDeployment(o *out, p jobPage) {
 	o.raw("</code>, started by ")
 	o.text(r.Trigger)
 	o.ifRaw(r.GitDirty, ", <strong>from a checkout with uncommitted changes</strong>")
+	if len(r.Inputs) > 0 {
+		// A manual run's inputs reach its steps' scripts: what is deployed
+		// is the commit and these.
+		o.raw(`, <strong>with the inputs</strong> <span id="deploy-inputs">`)
+		runInputs(o, r.Inputs)
+		o.raw("</span>")
+	}
 	o.raw(`.</p>
 <form method="post" class="review" id="deploy-review"><label>Comment <input name="comment" id="deploy-comment" maxlength="1000"></label>
 <button id="deploy-approve" formaction="`)
@@ -350,6 +366,27 @@ func jobDeployment(o *out, p jobPage) {
 <button id="deploy-reject" formaction="`)
 	jobHref(o, r.ID, j.ID)
 	o.raw(`/deployment/reject">Reject</button></form>`)
+}
+
+// runInputs shows a manual run's inputs by name, each value as JSON: a
+// string's quotes, newlines and escapes are seen as they are.
+func runInputs(o *out, in map[string]any) {
+	for i, name := range slices.Sorted(maps.Keys(in)) {
+		if i > 0 {
+			o.raw(", ")
+		}
+		var v strings.Builder
+		enc := json.NewEncoder(&v)
+		enc.SetEscapeHTML(false) // o.text escapes for HTML
+		if err := enc.Encode(in[name]); err != nil {
+			v.Reset()
+			fmt.Fprint(&v, in[name])
+		}
+		o.text(name)
+		o.raw(" <code>")
+		o.text(strings.TrimSuffix(v.String(), "\n"))
+		o.raw("</code>")
+	}
 }
 
 func jobAttempts(o *out, p jobPage) {

