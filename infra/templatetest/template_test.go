@@ -27,7 +27,7 @@ import (
 const root = "../../"
 
 // integerParams are the parameters the template uses as integers.
-var integerParams = map[string]bool{"ClaimConcurrency": true}
+var integerParams = map[string]bool{"ClaimConcurrency": true, "LogRetentionDays": true}
 
 // shapes are the deployment choices the template's parameters offer; each
 // must parse and pass every check.
@@ -162,7 +162,7 @@ func evalCondition(name string, template any) bool {
 // newerThanGoformation are properties CloudFormation (and cfn-lint, below)
 // know and goformation v7.14.9's typed structs do not: left out of the
 // typed parse, checked in the generic one.
-var newerThanGoformation = regexp.MustCompile(`(?m)^ +SecondsUntilAutoPause: .*\n`)
+var newerThanGoformation = regexp.MustCompile(`(?m)^ +(SecondsUntilAutoPause: .*|LoggingConfig: \{LogGroup: .*\})\n`)
 
 func parse(t *testing.T, overrides map[string]any) (*cloudformation.Template, map[string]any) {
 	t.Helper()
