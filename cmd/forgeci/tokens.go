@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +15,7 @@ import (
 // tokens, or (global admins) another user's with --user.
 func tokenCmd(g *global) *cobra.Command {
 	var user, description string
+	var days int
 	c := &cobra.Command{Use: "token", Short: "Your API tokens: list, create, revoke (--user: another's, for global admins)"}
 	c.PersistentFlags().StringVar(&user, "user", "me", "whose tokens: a user ID (global admins), or me")
 	base := func() string { return "/v1/users/" + url.PathEscape(user) + "/tokens" }
@@ -25,8 +27,13 @@ func tokenCmd(g *global) *cobra.Command {
 		}
 		return printTable(g, tokens, "ID\tDESCRIPTION\tCREATED\tLAST USED\tMADE WITH\tSTATUS", func(t store.TokenInfo) []any {
 			status, with, used := "active", t.CreatedBy, "never"
-			if t.RevokedAt != nil {
+			switch {
+			case t.RevokedAt != nil:
 				status = "revoked " + t.RevokedAt.Local().Format("2006-01-02 15:04:05")
+			case t.ExpiresAt != nil && !t.ExpiresAt.After(time.Now()):
+				status = "expired " + t.ExpiresAt.Local().Format("2006-01-02 15:04:05")
+			case t.ExpiresAt != nil:
+				status = "active, expires " + t.ExpiresAt.Local().Format("2006-01-02 15:04:05")
 			}
 			if with == "" {
 				with = "-"
@@ -38,20 +45,22 @@ func tokenCmd(g *global) *cobra.Command {
 		})
 	}))
 	create := command("create", "Make another token (printed once)", cobra.NoArgs, withClient(g, func(ctx context.Context, cl *apiClient, _ []string) error {
-		var out struct {
-			ID    string `json:"id"`
-			Token string `json:"token"`
-		}
-		if err := cl.do(ctx, "POST", base(), map[string]any{"description": description}, &out); err != nil {
+		var out store.CreatedToken
+		if err := cl.do(ctx, "POST", base(), store.NewToken{Description: description, ExpiresInDays: days}, &out); err != nil {
 			return err
 		}
 		if g.json {
 			return printJSON(out)
 		}
 		printf("%s\ntoken %s; shown once: keep it now\n", out.Token, out.ID)
+		if out.ExpiresAt != nil {
+			printf("it stops working at %s\n", out.ExpiresAt.Local().Format("2006-01-02 15:04:05 MST"))
+		}
 		return nil
 	}))
 	create.Flags().StringVar(&description, "description", "", "what it is for (at most 200 characters)")
+	create.Flags().IntVar(&days, "expires-in-days", 0, "how many days it works (1 to 3650; 0: until revoked); "+
+		"a token made with an expiring token expires no later than it")
 	revoke := command("revoke TOKEN_ID", "Revoke a token and the tokens made with it: they stop working at once, and so do dashboard sessions opened with them", cobra.ExactArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
 		var out store.TokenInfo
 		if err := cl.do(ctx, "POST", base()+"/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, &out); err != nil {

@@ -98,7 +98,7 @@ func TestAdminChangesStaleAdmin(t *testing.T) {
 			return err
 		},
 		"token for another": func(by store.User) error {
-			_, _, err := e.store.CreateUserTokenAs(ctx, by, target.ID, "")
+			_, err := e.store.CreateUserTokenAs(ctx, by, target.ID, store.NewToken{})
 			return err
 		},
 		"disable user": func(by store.User) error { _, err := e.store.DisableUserAs(ctx, by, target.ID); return err },

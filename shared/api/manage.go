@@ -205,10 +205,6 @@ func (s *Server) createUser(w http.ResponseWriter, r *http.Request, by store.Use
 	})
 }
 
-type createTokenRequest struct {
-	Description string `json:"description"`
-}
-
 // tokenOwner is the user a token route names: "me" is the caller. Only
 // global admins may name another (the store checks again as it acts).
 func tokenOwner(r *http.Request, u store.User) (string, error) {
@@ -228,15 +224,15 @@ func (s *Server) createUserToken(w http.ResponseWriter, r *http.Request, u store
 	if err != nil {
 		return err
 	}
-	var req createTokenRequest
+	var req store.NewToken
 	if err := decodeJSON(w, r, maxBody, &req); err != nil {
 		return err
 	}
-	tid, token, err := s.Store.CreateUserTokenAs(r.Context(), u, id, req.Description)
+	t, err := s.Store.CreateUserTokenAs(r.Context(), u, id, req)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": tid, "token": token})
+	writeJSON(w, http.StatusCreated, t)
 	return nil
 }
 

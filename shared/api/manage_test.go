@@ -130,8 +130,14 @@ func TestManageAPI(t *testing.T) {
 	devID := str(b, "id")
 	st, b = e.post("/v1/users/me/tokens", devToken, map[string]any{"description": "laptop"})
 	second := str(b, "token")
-	if st != 201 || second == "" {
+	if st != 201 || second == "" || str(b, "expires_at") != "" {
 		t.Fatalf("own token: %d %s", st, b)
+	}
+	if st, b := e.post("/v1/users/me/tokens", devToken, map[string]any{"expires_in_days": 7}); st != 201 || str(b, "expires_at") == "" {
+		t.Fatalf("a token for a week: %d %s, want its expiry", st, b)
+	}
+	if st, b := e.post("/v1/users/me/tokens", devToken, map[string]any{"expires_in_days": 4000}); st != http.StatusBadRequest {
+		t.Fatalf("a token for 4000 days: %d %s, want 400", st, b)
 	}
 	if st, _ := e.post("/v1/users/"+devID+"/disable", reader, map[string]any{}); st != http.StatusForbidden {
 		t.Fatalf("disable as reader: %d", st)

@@ -113,13 +113,13 @@ func scheduleColumns(list []domain.Schedule) (ids, crons, missed []string) {
 
 // setSchedules makes run's pipeline's schedules the project's, when run is
 // a trusted run of the default branch, made with API token token ("":
-// none), which must still be live: its revocation removes what it set
+// none), which must not be revoked: its revocation removes what it set
 // (revokeTree), and this holds it until the commit.
 func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, token string, list []domain.Schedule) error {
 	if list == nil || !run.Trusted || run.GitRef == "" {
 		return nil
 	}
-	if err := holdLiveToken(ctx, tx, token); err != nil {
+	if err := holdUnrevokedToken(ctx, tx, token, "schedules set by a run made"); err != nil {
 		return err
 	}
 	ids, crons, missed := scheduleColumns(list)
@@ -254,11 +254,9 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 			fired = 1
 			return nil
 		}
-		if err := holdLiveToken(ctx, tx, d.token); domain.ErrorCode(err) == domain.EUnauthorized {
-			return domain.Errorf(domain.EForbidden, "the API token whose run set this schedule was revoked: "+
-				"a trusted run of the default branch sets it again")
-		} else if err != nil {
-			return fmt.Errorf("the schedule's token: %w", err)
+		if err := holdUnrevokedToken(ctx, tx, d.token, "the schedule was set by a run made "+
+			"(a trusted run of the default branch sets it again)"); err != nil {
+			return err
 		}
 		old, err := scanRun(tx.QueryRow(ctx, getRunSQL, d.templateRun))
 		if err != nil {

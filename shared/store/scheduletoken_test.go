@@ -64,13 +64,13 @@ func TestRevokedTokensSchedulesStop(t *testing.T) {
 		t.Fatalf("fire: %+v %v, want q's fired and r's skipped", res, err)
 	}
 	if n := count(t, s, `SELECT count(*) FROM schedule_firings f JOIN projects p ON p.id = f.project_id
-		WHERE p.name = 'r' AND f.skipped AND f.run_id IS NULL AND f.note LIKE '%token whose run set this schedule was revoked%'`); n != 1 {
+		WHERE p.name = 'r' AND f.skipped AND f.run_id IS NULL AND f.note LIKE '%schedule was set by a run made%since revoked%'`); n != 1 {
 		t.Fatal("r's slot is not recorded skipped for its revoked token")
 	}
 	// A request authenticated before its token's revocation sets none.
 	err = schedule("p", leaked)
-	if domain.ErrorCode(err) != domain.EUnauthorized {
-		t.Fatalf("a run with a revoked token: %v, want unauthorized", err)
+	if domain.ErrorCode(err) != domain.EForbidden {
+		t.Fatalf("a run with a revoked token: %v, want forbidden", err)
 	}
 	if n := count(t, s, `SELECT count(*) FROM schedules s JOIN projects p ON p.id = s.project_id WHERE p.name = 'p'`); n != 0 {
 		t.Fatalf("a revoked token set %d schedules", n)

@@ -24,10 +24,11 @@ const sessionPrefix = "frs_"
 const openSessionSQL = `
 WITH found AS (
     SELECT t.id AS token_id, u.id AS user_id, u.name, u.role, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
-    WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL
+    WHERE t.token_hash = $1 AND ` + liveTokenSQL + ` AND u.disabled_at IS NULL
 ), opened AS (
     INSERT INTO ui_sessions (secret_hash, token_id, expires_at)
-    SELECT $2, token_id, now() + make_interval(secs => $3) FROM found
+    SELECT $2, f.token_id, least(now() + make_interval(secs => $3), t.expires_at)
+    FROM found f JOIN user_tokens t ON t.id = f.token_id
 ), ` + touchTokenSQL + `
 SELECT user_id, name, role, token_id, token_hash FROM found`
 
@@ -37,7 +38,7 @@ const authenticateSessionSQL = `
 WITH found AS (
     SELECT u.id AS user_id, u.name, u.role, t.id AS token_id, s.secret_hash
     FROM ui_sessions s JOIN user_tokens t ON t.id = s.token_id JOIN users u ON u.id = t.user_id
-    WHERE s.secret_hash = $1 AND s.expires_at > now() AND t.revoked_at IS NULL AND u.disabled_at IS NULL
+    WHERE s.secret_hash = $1 AND s.expires_at > now() AND ` + liveTokenSQL + ` AND u.disabled_at IS NULL
 ), ` + touchTokenSQL + `
 SELECT user_id, name, role, token_id, secret_hash FROM found`
 
@@ -52,7 +53,7 @@ func (s *Store) OpenSession(ctx context.Context, token string) (secret string, u
 		return "", User{}, fmt.Errorf("open session: %w", err)
 	}
 	if !found {
-		return "", User{}, domain.Errorf(domain.EUnauthorized, "API token is missing, unknown or revoked")
+		return "", User{}, domain.Errorf(domain.EUnauthorized, "API token is missing, unknown, revoked or expired")
 	}
 	if _, err := s.pool.Exec(ctx, `DELETE FROM ui_sessions WHERE expires_at < now()`); err != nil {
 		return "", User{}, fmt.Errorf("open session: %w", err)

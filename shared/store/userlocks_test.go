@@ -69,7 +69,7 @@ func TestOwnTokenRacesDisable(t *testing.T) {
 		t.Fatal(err)
 	}
 	made := make(chan error, 1)
-	go func() { _, _, err := s.CreateUserTokenAs(ctx, u, u.ID, "mine"); made <- err }()
+	go func() { _, err := s.CreateUserTokenAs(ctx, u, u.ID, store.NewToken{Description: "mine"}); made <- err }()
 	// It must wait for the disabling, not answer beside it.
 	for !lockWaiting(t, s) {
 		select {

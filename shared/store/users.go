@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -18,16 +19,29 @@ import (
 const insertUserSQL = `INSERT INTO users (id, name, role) VALUES ($1, $2, $3)`
 
 // insertFirstTokenSQL gives new user $2 its first token; $4 is the token
-// it is made with (empty: the operator's call).
+// it is made with (empty: the operator's call), whose expiry it keeps.
 const insertFirstTokenSQL = `
-INSERT INTO user_tokens (id, user_id, token_hash, description, created_by_token) VALUES ($1, $2, $3, 'first token', nullif($4, ''))`
+INSERT INTO user_tokens (id, user_id, token_hash, description, created_by_token, expires_at)
+VALUES ($1, $2, $3, 'first token', nullif($4, ''), ` + madeWithExpiry4SQL + `)`
+
+// liveTokenSQL is the condition of user_tokens t that it works: not
+// revoked, not expired.
+const liveTokenSQL = `t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > now())`
+
+// madeWithExpiry4SQL and madeWithExpiry5SQL are the expiry of token $4
+// or $5 a new token is made with (NULL: none, or it never expires): the
+// new one's is no later.
+const (
+	madeWithExpiry4SQL = `(SELECT p.expires_at FROM user_tokens p WHERE p.id = nullif($4, ''))`
+	madeWithExpiry5SQL = `(SELECT p.expires_at FROM user_tokens p WHERE p.id = nullif($5, ''))`
+)
 
 // authenticateUserSQL finds the active token with hash $1 of an active
 // user, and notes its use (touchTokenSQL).
 const authenticateUserSQL = `
 WITH found AS (
     SELECT u.id AS user_id, u.name, u.role, t.id AS token_id, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
-    WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.disabled_at IS NULL
+    WHERE t.token_hash = $1 AND ` + liveTokenSQL + ` AND u.disabled_at IS NULL
 ), ` + touchTokenSQL + `
 SELECT user_id, name, role, token_id, token_hash FROM found`
 
@@ -44,14 +58,18 @@ const touchTokenSQL = `touched AS (
 // how many active tokens each has.
 const listUsersSQL = `
 SELECT u.id, u.name, u.role, u.created_at, u.disabled_at,
-       (SELECT count(*) FROM user_tokens t WHERE t.user_id = u.id AND t.revoked_at IS NULL)
+       (SELECT count(*) FROM user_tokens t WHERE t.user_id = u.id AND ` + liveTokenSQL + `)
 FROM users u WHERE u.name > $1 ORDER BY u.name LIMIT $2`
 
 // insertTokenSQL gives user $2 token $1 only if the user is active; $5
-// is the token it is made with (”: none, the operator's call).
+// is the token it is made with (”: none, the operator's call), and it
+// expires in $6 days (NULL: never), no later than that one. least()
+// passes over NULLs.
 const insertTokenSQL = `
-INSERT INTO user_tokens (id, user_id, token_hash, description, created_by_token)
-SELECT $1, id, $3, $4, nullif($5, '') FROM users WHERE id = $2 AND disabled_at IS NULL`
+INSERT INTO user_tokens (id, user_id, token_hash, description, created_by_token, expires_at)
+SELECT $1, id, $3, $4, nullif($5, ''), least(now() + make_interval(days => $6::int), ` + madeWithExpiry5SQL + `)
+FROM users WHERE id = $2 AND disabled_at IS NULL
+RETURNING expires_at`
 
 const disableUserSQL = `UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1`
 
@@ -143,7 +161,7 @@ func (s *Store) AuthenticateUser(ctx context.Context, token string) (User, error
 		return User{}, fmt.Errorf("authenticate user: %w", err)
 	}
 	if !found {
-		return User{}, domain.Errorf(domain.EUnauthorized, "API token is missing, unknown or revoked")
+		return User{}, domain.Errorf(domain.EUnauthorized, "API token is missing, unknown, revoked or expired")
 	}
 	return u, nil
 }
@@ -179,45 +197,70 @@ func (s *Store) ListUsers(ctx context.Context, pg Page) ([]UserInfo, string, err
 }
 
 // CreateUserToken gives a user another API token, returned once: the
-// operator's call.
+// operator's call. It never expires.
 func (s *Store) CreateUserToken(ctx context.Context, userID, description string) (id, token string, err error) {
-	return s.createUserToken(ctx, nil, "", userID, description)
+	t, err := s.createUserToken(ctx, nil, "", userID, NewToken{Description: description})
+	return t.ID, t.Token, err
 }
+
+// NewToken is a token being made: what it is for, and how many days it
+// works (0: until revoked).
+type NewToken struct {
+	Description   string `json:"description"`
+	ExpiresInDays int    `json:"expires_in_days"`
+}
+
+// CreatedToken is a token just made: its secret, shown once.
+type CreatedToken struct {
+	ID        string     `json:"id"`
+	Token     string     `json:"token"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+}
+
+// MaxTokenDays bounds a token's life when one is given.
+const MaxTokenDays = 3650
 
 // CreateUserTokenAs gives a user another API token on behalf of by: a
 // global admin for anyone, anyone for themselves while active (the user
 // row is held, so a user disabled meanwhile gets none: the disabling
-// waits, or is seen).
-func (s *Store) CreateUserTokenAs(ctx context.Context, by User, userID, description string) (id, token string, err error) {
-	return s.createUserToken(ctx, tokensCheck(by, userID), by.TokenID, userID, description)
+// waits, or is seen). It expires no later than by's token.
+func (s *Store) CreateUserTokenAs(ctx context.Context, by User, userID string, nt NewToken) (CreatedToken, error) {
+	return s.createUserToken(ctx, tokensCheck(by, userID), by.TokenID, userID, nt)
 }
 
-func (s *Store) createUserToken(ctx context.Context, may check, madeWith, userID, description string) (id, token string, err error) {
-	description = strings.TrimSpace(description)
+func (s *Store) createUserToken(ctx context.Context, may check, madeWith, userID string, nt NewToken) (CreatedToken, error) {
+	description := strings.TrimSpace(nt.Description)
 	if len(description) > 200 {
-		return "", "", domain.Errorf(domain.EInvalid, "description is at most 200 characters")
+		return CreatedToken{}, domain.Errorf(domain.EInvalid, "description is at most 200 characters")
 	}
-	id, token = uuid.Must(uuid.NewV7()).String(), newSecret(userTokenPrefix)
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	if nt.ExpiresInDays < 0 || nt.ExpiresInDays > MaxTokenDays {
+		return CreatedToken{}, domain.Errorf(domain.EInvalid, "expires_in_days must be from 1 to %d (0 or none: until revoked)", MaxTokenDays)
+	}
+	var days *int
+	if nt.ExpiresInDays > 0 {
+		days = &nt.ExpiresInDays
+	}
+	t := CreatedToken{ID: uuid.Must(uuid.NewV7()).String(), Token: newSecret(userTokenPrefix)}
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if err := may.run(ctx, tx); err != nil {
 			return err
 		}
 		if err := holdLiveToken(ctx, tx, madeWith); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, insertTokenSQL, id, userID, hashSecret(token), description, madeWith)
+		err := tx.QueryRow(ctx, insertTokenSQL, t.ID, userID, hashSecret(t.Token), description, madeWith, days).Scan(&t.ExpiresAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Errorf(domain.ENotFound, "no active user %s", userID)
+		}
 		if err != nil {
 			return fmt.Errorf("create token: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			return domain.Errorf(domain.ENotFound, "no active user %s", userID)
 		}
 		return nil
 	})
 	if err != nil {
-		return "", "", err
+		return CreatedToken{}, err
 	}
-	return id, token, nil
+	return t, nil
 }
 
 // lockUsersSQL takes users $1 in one order, so that two admins disabling

@@ -45,7 +45,7 @@ UPDATE user_tokens SET revoked_at = coalesce(revoked_at, now()) FROM tree WHERE 
 RETURNING ` + tokenInfoColumns
 
 // tokenInfoColumns are a TokenInfo's (scanTokenInfo).
-const tokenInfoColumns = `id, description, created_at, revoked_at, coalesce(created_by_token, ''), last_used_at`
+const tokenInfoColumns = `id, description, created_at, revoked_at, coalesce(created_by_token, ''), last_used_at, expires_at`
 
 // treePlanSQL makes the transaction's queries follow the tree by its
 // index, a token at a time: a plan that hashes or scans the whole table
@@ -77,9 +77,9 @@ DELETE FROM schedules s USING projects p
 WHERE p.id = s.project_id AND s.set_by_token = ANY ($1)
 RETURNING p.name || ': ' || s.cron`
 
-// holdLiveTokenSQL holds token $1 while it is not revoked: the token a new
-// one is made with.
-const holdLiveTokenSQL = `SELECT 1 FROM user_tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE`
+// holdLiveTokenSQL holds token $1 while it works (not revoked, not
+// expired): the token a new one is made with, or a schedule's.
+const holdLiveTokenSQL = `SELECT 1 FROM user_tokens t WHERE t.id = $1 AND ` + liveTokenSQL + ` FOR SHARE`
 
 // TokenInfo is one API token of a user.
 type TokenInfo struct {
@@ -90,6 +90,8 @@ type TokenInfo struct {
 	// LastUsedAt is when a request, or a dashboard session opened with
 	// it, last used it, to the hour; nil: never.
 	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	// ExpiresAt is when it stops working (nil: when revoked).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// CreatedBy is the token it was made with ("": the operator's).
 	CreatedBy string `json:"created_by_token,omitempty"`
 	// AlsoRevoked, in a revocation's answer, are the tokens made with it
@@ -219,6 +221,28 @@ func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) (revocation, error
 	return rev, nil
 }
 
+// holdUnrevokedTokenSQL holds token $1 while it is not revoked: what a
+// token left running (a schedule its run set, a snapshot it submitted)
+// lasts until its revocation, not its expiry, which only ends its use.
+const holdUnrevokedTokenSQL = `SELECT 1 FROM user_tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE`
+
+// holdUnrevokedToken answers EForbidden, saying what of, when token
+// tokenID ("": none) was revoked, and holds it until the commit otherwise.
+func holdUnrevokedToken(ctx context.Context, tx pgx.Tx, tokenID, what string) error {
+	if tokenID == "" {
+		return nil
+	}
+	var one int
+	err := tx.QueryRow(ctx, holdUnrevokedTokenSQL, tokenID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Errorf(domain.EForbidden, "%s with an API token since revoked", what)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // holdLiveToken refuses the making of a token with a token revoked since
 // the request was authenticated, and holds it until the new one commits.
 func holdLiveToken(ctx context.Context, tx pgx.Tx, tokenID string) error {
@@ -228,7 +252,7 @@ func holdLiveToken(ctx context.Context, tx pgx.Tx, tokenID string) error {
 	var one int
 	err := tx.QueryRow(ctx, holdLiveTokenSQL, tokenID).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Errorf(domain.EUnauthorized, "the API token of this request was revoked")
+		return domain.Errorf(domain.EUnauthorized, "the API token of this request was revoked or has expired")
 	}
 	return err
 }
@@ -244,6 +268,6 @@ func userExists(ctx context.Context, tx pgx.Tx, userID string) error {
 
 func scanTokenInfo(row pgx.CollectableRow) (TokenInfo, error) {
 	var t TokenInfo
-	err := row.Scan(&t.ID, &t.Description, &t.CreatedAt, &t.RevokedAt, &t.CreatedBy, &t.LastUsedAt)
+	err := row.Scan(&t.ID, &t.Description, &t.CreatedAt, &t.RevokedAt, &t.CreatedBy, &t.LastUsedAt, &t.ExpiresAt)
 	return t, err
 }

@@ -79,10 +79,11 @@ func TestTokenLineage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, minted, err := s.CreateUserTokenAs(ctx, leaky, other.ID, "a backdoor")
+	made, err := s.CreateUserTokenAs(ctx, leaky, other.ID, store.NewToken{Description: "a backdoor"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	minted := made.Token
 	if err := s.DisableUser(ctx, leaky.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestTokenLineage(t *testing.T) {
 	if _, err := s.RevokeUserTokenAs(ctx, me, me.ID, me.TokenID); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.CreateUserTokenAs(ctx, me, me.ID, "after"); !domain.Is(err, domain.EUnauthorized) {
+	if _, err := s.CreateUserTokenAs(ctx, me, me.ID, store.NewToken{Description: "after"}); !domain.Is(err, domain.EUnauthorized) {
 		t.Errorf("a token made with a revoked token: %v, want unauthorized", err)
 	}
 }
