@@ -183,6 +183,7 @@ func TestCheckLeaseLossCauses(t *testing.T) {
 		return Op{Kind: "request", T: received, Received: received, Answered: answered, Runner: "R1", Route: "heartbeat",
 			Job: "J1", Lease: lease, Status: 200}
 	}
+	refused := func(op Op) Op { op.Status = 409; return op }
 	for _, tc := range []struct {
 		name string
 		r    *Report
@@ -198,6 +199,8 @@ func TestCheckLeaseLossCauses(t *testing.T) {
 		{"a heartbeat answered after the runner's end", abandoned(sec/2, beat(2*sec, 4*sec+sec*6/10)), heartbeatAnsweredLate},
 		{"a heartbeat sent after it", abandoned(sec/2, beat(4*sec+sec*6/10, 4*sec+sec*7/10)), heartbeatSentLate},
 		{"heartbeats on time, then none", abandoned(sec/2, beat(2*sec, 2*sec+sec/10), beat(3*sec, 3*sec+sec/10)), "unexplained"},
+		{"a heartbeat refused late but while the lease held", abandoned(sec/2, refused(beat(2*sec, 4*sec+sec*6/10))), "unexplained"},
+		{"a heartbeat never answered", abandoned(sec/2, beat(2*sec, 0)), "unexplained"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.r.LeaseLosses[tc.want] != 1 || len(tc.r.LeaseLosses) != 1 {

@@ -34,8 +34,10 @@ func (ck *checker) addHeartbeat(op Op) {
 }
 
 // lateHeartbeat says whether lease k, granted at grantedAt, had a
-// heartbeat sent or answered after the runner's own end of the lease
-// ("" if none was: the runner kept time, or sent none).
+// heartbeat sent, or answered, after the runner's own end of the lease
+// ("" if none was: the runner kept time, or sent none). A heartbeat not
+// answered, or refused before the lease's expiry, is not load: the loss
+// stays unexplained.
 func (ck *checker) lateHeartbeat(k attemptKey, grantedAt int64) string {
 	ttl := ck.d.LeaseTTL
 	hold := int64(ttl - agent.LeaseMargin(ttl))
@@ -46,7 +48,11 @@ func (ck *checker) lateHeartbeat(k attemptKey, grantedAt int64) string {
 		switch {
 		case hb.received > end:
 			return heartbeatSentLate
-		case hb.answered == 0 || hb.answered > end:
+		case hb.answered == 0:
+			return "" // no answer: nothing shows the server was only slow
+		case !hb.ok && hb.answered <= ck.expiresAt(k, hb.received):
+			return "" // refused while the lease held: a fault of the server's, not load
+		case hb.answered > end:
 			return heartbeatAnsweredLate
 		case hb.ok:
 			end = hb.received + hold
