@@ -195,6 +195,7 @@ func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("schedules: %w", err)
 	}
+	listed := s.clockNow() // when the database's now was read, on the caller's clock
 	var errs []error
 	start := time.Now()
 	for i, d := range list {
@@ -214,7 +215,7 @@ func (s *Store) FireSchedules(ctx context.Context) (ScheduleResult, error) {
 	}
 	if res.Next = nextSlot(list, res.Left > 0); !res.Next.IsZero() {
 		// On the caller's clock (see earliest): the slot is the database's.
-		res.Next = s.clockNow().Add(res.Next.Sub(list[0].now))
+		res.Next = listed.Add(res.Next.Sub(list[0].now))
 	}
 	if _, err := s.pool.Exec(ctx, pruneFiringsSQL); err != nil {
 		errs = append(errs, fmt.Errorf("prune schedule firings: %w", err))

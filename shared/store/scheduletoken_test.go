@@ -19,7 +19,8 @@ import (
 // set (named in the answer), not those another token's runs set; a firing
 // after a revocation it raced finds the token revoked and records the
 // slot skipped, saying why; a revoked token sets no schedule; disabling
-// the user removes those her other tokens' runs set.
+// the user removes those her other tokens' runs set. The answer names a
+// schedule only where its maker may read the project.
 func TestRevokedTokensSchedulesStop(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
@@ -74,6 +75,22 @@ func TestRevokedTokensSchedulesStop(t *testing.T) {
 	}
 	if n := count(t, s, `SELECT count(*) FROM schedules s JOIN projects p ON p.id = s.project_id WHERE p.name = 'p'`); n != 0 {
 		t.Fatalf("a revoked token set %d schedules", n)
+	}
+	// A revocation names only schedules of projects its maker may read.
+	gone := as("gone")
+	if err := schedule("p", gone); err != nil {
+		t.Fatal(err)
+	}
+	var pID string
+	if err := s.Pool().QueryRow(ctx, `SELECT id FROM projects WHERE name = 'p'`).Scan(&pID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveMember(ctx, root, pID, alice.ID); err != nil {
+		t.Fatal(err)
+	}
+	out, err = s.RevokeUserTokenAs(ctx, alice, alice.ID, gone.TokenID)
+	if want := []string{"1 in projects you cannot read"}; err != nil || !slices.Equal(out.SchedulesRemoved, want) {
+		t.Fatalf("revoked after leaving p: %v %v, want %v", out.SchedulesRemoved, err, want)
 	}
 	// Disabling the user revokes all her tokens: q's goes too, and r's
 	// (its token's revocation above did not remove it).

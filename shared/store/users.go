@@ -274,7 +274,7 @@ const lockUsersSQL = `SELECT id FROM users WHERE id = ANY ($1) ORDER BY id FOR N
 // DisableUser disables a user and revokes every token of theirs, and the
 // tokens made with them: the operator's call.
 func (s *Store) DisableUser(ctx context.Context, userID string) error {
-	_, err := s.disableUser(ctx, nil, userID)
+	_, err := s.disableUser(ctx, nil, "", userID)
 	return err
 }
 
@@ -282,7 +282,7 @@ func (s *Store) DisableUser(ctx context.Context, userID string) error {
 // admin. It returns what revoking the user's tokens left to check and
 // removed.
 func (s *Store) DisableUserAs(ctx context.Context, by User, userID string) (Disabled, error) {
-	return s.disableUser(ctx, byAdmin(by), userID, by.ID)
+	return s.disableUser(ctx, byAdmin(by), by.ID, userID)
 }
 
 // Disabled is what disabling a user's tokens left and removed: the live
@@ -293,11 +293,15 @@ type Disabled struct {
 	SchedulesRemoved []string `json:"schedules_removed,omitempty"`
 }
 
-// disableUser disables userID after locking it and lock (the acting
-// admin) in one order.
-func (s *Store) disableUser(ctx context.Context, may check, userID string, lock ...string) (Disabled, error) {
+// disableUser disables userID after locking it and by (the acting admin;
+// "": the operator) in one order.
+func (s *Store) disableUser(ctx context.Context, may check, by, userID string) (Disabled, error) {
 	return inTxValue(ctx, s, func(tx pgx.Tx) (Disabled, error) {
-		if _, err := tx.Exec(ctx, lockUsersSQL, append(lock, userID)); err != nil {
+		lock := []string{userID}
+		if by != "" {
+			lock = append(lock, by)
+		}
+		if _, err := tx.Exec(ctx, lockUsersSQL, lock); err != nil {
 			return Disabled{}, fmt.Errorf("lock users: %w", err)
 		}
 		if err := may.run(ctx, tx); err != nil {
@@ -314,7 +318,7 @@ func (s *Store) disableUser(ctx context.Context, may check, userID string, lock 
 		if err != nil {
 			return Disabled{}, fmt.Errorf("tokens of user: %w", err)
 		}
-		rev, err := revokeTree(ctx, tx, ids)
+		rev, err := revokeTree(ctx, tx, ids, by)
 		return Disabled{RunnersToCheck: rev.runners, SchedulesRemoved: rev.schedules}, err
 	})
 }

@@ -71,11 +71,13 @@ UPDATE registration_tokens SET expires_at = now()
 WHERE created_by_token = ANY ($1) AND used_at IS NULL AND expires_at > now()`
 
 // removeSchedulesSQL deletes the schedules that runs made with tokens $1
-// set, naming each "<project>: <cron>".
+// set, naming each "<project>: <cron>" where user $2 ("": the operator)
+// may read the project (NULL elsewhere: a token's tree can hold other
+// users' tokens, and a user may have left a project since).
 const removeSchedulesSQL = `
 DELETE FROM schedules s USING projects p
 WHERE p.id = s.project_id AND s.set_by_token = ANY ($1)
-RETURNING p.name || ': ' || s.cron`
+RETURNING CASE WHEN $2 = '' OR project_rank($2, p.id) >= 1 THEN p.name || ': ' || s.cron END`
 
 // holdLiveTokenSQL holds token $1 while it works (not revoked, not
 // expired): the token a new one is made with, or a schedule's.
@@ -156,7 +158,7 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 		if err != nil {
 			return TokenInfo{}, fmt.Errorf("revoke token: %w", err)
 		}
-		rev, err := revokeTree(ctx, tx, []string{tokenID})
+		rev, err := revokeTree(ctx, tx, []string{tokenID}, by.ID)
 		if err != nil {
 			return TokenInfo{}, err
 		}
@@ -183,8 +185,8 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 // A token's making that comes after the update finds its parent revoked;
 // so does a schedule's setting or firing. It returns the tokens revoked,
 // the live runners registered with registration tokens they made and the
-// schedules removed.
-func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) (revocation, error) {
+// schedules removed, named as user by ("": the operator) may see them.
+func revokeTree(ctx context.Context, tx pgx.Tx, ids []string, by string) (revocation, error) {
 	var rev revocation
 	var allIDs []string
 	if _, err := tx.Exec(ctx, treePlanSQL); err != nil {
@@ -214,11 +216,37 @@ func revokeTree(ctx context.Context, tx pgx.Tx, ids []string) (revocation, error
 	if rev.runners, err = queryIDs(ctx, tx, liveRunnersRegisteredSQL, allIDs); err != nil {
 		return rev, fmt.Errorf("runners registered with tokens: %w", err)
 	}
-	if rev.schedules, err = queryIDs(ctx, tx, removeSchedulesSQL, allIDs); err != nil {
-		return rev, fmt.Errorf("schedules set with tokens: %w", err)
+	if rev.schedules, err = removeSchedules(ctx, tx, allIDs, by); err != nil {
+		return rev, err
 	}
-	slices.Sort(rev.schedules)
 	return rev, nil
+}
+
+// removeSchedules deletes the schedules runs made with tokens ids set and
+// names them, sorted, as user by may see them (removeSchedulesSQL).
+func removeSchedules(ctx context.Context, tx pgx.Tx, ids []string, by string) ([]string, error) {
+	rows, err := tx.Query(ctx, removeSchedulesSQL, ids, by)
+	if err != nil {
+		return nil, fmt.Errorf("schedules set with tokens: %w", err)
+	}
+	named, err := pgx.CollectRows(rows, pgx.RowTo[*string])
+	if err != nil {
+		return nil, fmt.Errorf("schedules set with tokens: %w", err)
+	}
+	var out []string
+	hidden := 0
+	for _, n := range named {
+		if n == nil {
+			hidden++
+		} else {
+			out = append(out, *n)
+		}
+	}
+	slices.Sort(out)
+	if hidden > 0 {
+		out = append(out, fmt.Sprintf("%d in projects you cannot read", hidden))
+	}
+	return out, nil
 }
 
 // holdUnrevokedTokenSQL holds token $1 while it is not revoked: what a
