@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -194,9 +195,8 @@ func showRun(ctx context.Context, cl *apiClient, id string, asJSON bool) error {
 	}
 	printf("%s #%d %s  (%s)\nsource %s\nmanifest %s\n", v.Project, v.Number, v.State, v.Trigger, v.SourceDigest, v.ManifestDigest)
 	for _, name := range slices.Sorted(maps.Keys(v.Inputs)) {
-		// As JSON, so that a value's quotes and newlines are seen.
-		val, _ := json.Marshal(v.Inputs[name]) // decoded from JSON
-		printf("input %s = %s\n", name, val)
+		// Quoted, what is not printable escaped: what the steps get.
+		printf("input %s = %s\n", name, domain.ShowInput(v.Inputs[name]))
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tTESTS\tREASON\tID")

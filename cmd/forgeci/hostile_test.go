@@ -35,7 +35,7 @@ func hostileServer(t *testing.T, job, art, name, reason string) *httptest.Server
 			_, _ = w.Write(blob)
 		case "/v1/runs/R":
 			_ = json.NewEncoder(w).Encode(map[string]any{"id": "R", "project": "p", "number": 1, "state": "FAILED",
-				"inputs": map[string]any{"target": "prod\n\x1b[1Aok"}, "jobs": []map[string]any{{"id": "J2", "name": name, "state": "FAILED", "generation": 1, "reason": reason}}})
+				"inputs": map[string]any{"target": "prod\n\x1b[1Aok && curl x > y\u202e"}, "jobs": []map[string]any{{"id": "J2", "name": name, "state": "FAILED", "generation": 1, "reason": reason}}})
 		default:
 			http.NotFound(w, r)
 		}
@@ -128,8 +128,9 @@ func TestServerTextIsPrintedPlain(t *testing.T) {
 	if len(lines) != 6 || !strings.Contains(lines[5], "b (^[]0;PWNED^G^[[2K^[[1AFAKE^IPASSED^Jx \uFFFD2J)") {
 		t.Errorf("want the run's three lines, its input, the table's header and one row, the name in caret notation; got %q", lines)
 	}
-	// A manual run's input as JSON: its newline and escape are seen.
-	if want := `input target = "prod\n\u001b[1Aok"`; len(lines) < 4 || lines[3] != want {
+	// A manual run's input quoted: its newline, escape and bidi override
+	// are seen, its shell characters as they are.
+	if want := `input target = "prod\n\x1b[1Aok && curl x > y\u202e"`; len(lines) < 4 || lines[3] != want {
 		t.Errorf("want the input line %q; got %q", want, lines)
 	}
 	for _, args := range [][]string{{"artifacts", "R"}} {

