@@ -25,11 +25,13 @@ const rulesHoldSQL = `(deploy_state IS DISTINCT FROM 'approved' OR deploy_rules_
 // membersMaySQL says, of run r, whether every member it is for (its
 // actor, the submitter of its snapshot, who retried it) may still start
 // it trusted: enabled, and a global admin or a member with the write role
-// and the secrets permission (authorStillMay's rule). A member removed,
-// disabled or without the permission since the run was made would
-// otherwise have their code get the secrets, rotated ones too, or an
-// identity token (mayHaveIDToken).
-const membersMaySQL = `NOT EXISTS (
+// and the secrets permission (authorStillMay's rule); and whether the API
+// token its snapshot was submitted with is not revoked. A member removed,
+// disabled or without the permission since the run was made, or whoever
+// held a leaked token, would otherwise have their code get the secrets,
+// rotated ones too, or an identity token (mayHaveIDToken).
+const membersMaySQL = `NOT EXISTS (SELECT 1 FROM user_tokens st WHERE st.id = r.source_token AND st.revoked_at IS NOT NULL)
+AND NOT EXISTS (
     SELECT 1 FROM unnest(ARRAY[r.actor, nullif(r.source_by, r.actor), nullif(r.retried_by, r.actor)]) AS a (who)
     WHERE who LIKE 'user:%' AND NOT EXISTS (
         SELECT 1 FROM users u WHERE u.id = substr(who, 6) AND u.disabled_at IS NULL
@@ -39,7 +41,7 @@ const membersMaySQL = `NOT EXISTS (
 // authorsMaySQL is membersMaySQL for the claimed job c of run r, asked
 // only when it is a trusted run's job that names secrets (asked of every
 // job, it cost the claim bench about a tenth of its rate).
-const authorsMaySQL = `CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN ` + membersMaySQL + ` ELSE true END`
+const authorsMaySQL = `CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN (` + membersMaySQL + `) ELSE true END`
 
 // claimSQL leases the oldest queued job whose labels the runner covers, in
 // one statement: SKIP LOCKED lets concurrent claimers pass each other, the
@@ -384,7 +386,8 @@ func (s *Store) cancelUnauthored(ctx context.Context, l domain.Lease) error {
 		}
 		runID = job.RunID
 		_, err = finishAttempt(ctx, tx, job.ID, job.RunID, job.Generation, domain.JobCanceled,
-			"canceled: a member this trusted run is for may no longer start trusted runs in its project", nil)
+			"canceled: a member this trusted run is for may no longer start trusted runs in its project, "+
+				"or its snapshot was submitted with an API token since revoked", nil)
 		return err
 	})
 	if err != nil {

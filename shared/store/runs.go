@@ -79,6 +79,11 @@ type NewRun struct {
 	// environment prevents self-review the one who retried it may not
 	// approve its deployment either.
 	RetriedBy string
+	// SourceToken is the API token whose request submitted the snapshot
+	// (the creating request's, for a submission; the old run's, for a run
+	// made again from it): while it is revoked, the snapshot is not run
+	// again, checked in the run's transaction.
+	SourceToken string
 	// EventAt is when the event the run is for happened (a delivery's
 	// arrival); zero: the run is made for none earlier than now. In a
 	// concurrency group, a run of an older event than an open run's is
@@ -150,6 +155,9 @@ type Run struct {
 	SourceBy string `json:"source_by,omitempty"`
 	// RetriedBy is the member who retried its run (NewRun).
 	RetriedBy string `json:"retried_by,omitempty"`
+	// SourceToken is the API token whose request submitted its snapshot
+	// (NewRun; not shown: another member's token's ID is theirs).
+	SourceToken string `json:"-"`
 	// jobGroups: a job of the new run has a concurrency group; canceled
 	// are the runs its group's cancel-in-progress canceled. Their groups
 	// are settled once the new run commits (afterCreate).
@@ -218,6 +226,9 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 			return Run{}, err
 		}
 	}
+	if err := holdUnrevokedToken(ctx, tx, nr.SourceToken, "its snapshot was submitted", "submit it again"); err != nil {
+		return Run{}, err
+	}
 	if nr.Trigger == "" {
 		nr.Trigger = "manual"
 	}
@@ -228,7 +239,8 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		GitSHA: nr.GitSHA, GitRef: nr.GitRef, GitDirty: nr.GitDirty, JobIDs: map[string]string{},
 		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest, SourceSize: nr.Source.Size,
 		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone,
-		Workflow: nr.Workflow, HeadRef: nr.HeadRef, Inputs: nr.Inputs, SourceBy: nr.SourceBy, RetriedBy: nr.RetriedBy}
+		Workflow: nr.Workflow, HeadRef: nr.HeadRef, Inputs: nr.Inputs, SourceBy: nr.SourceBy, RetriedBy: nr.RetriedBy,
+		SourceToken: nr.SourceToken}
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
@@ -340,7 +352,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
-		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy)
+		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy, run.SourceToken)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}

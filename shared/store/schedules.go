@@ -119,7 +119,7 @@ func setSchedules(ctx context.Context, tx pgx.Tx, run *Run, token string, list [
 	if list == nil || !run.Trusted || run.GitRef == "" {
 		return nil
 	}
-	if err := holdUnrevokedToken(ctx, tx, token, "schedules set by a run made"); err != nil {
+	if err := holdUnrevokedToken(ctx, tx, token, "the run would set the pipeline's schedules, but it is made", "use a token that works"); err != nil {
 		return err
 	}
 	ids, crons, missed := scheduleColumns(list)
@@ -255,8 +255,8 @@ func (s *Store) fireSchedule(ctx context.Context, d dueSchedule) (fired, skipped
 			fired = 1
 			return nil
 		}
-		if err := holdUnrevokedToken(ctx, tx, d.token, "the schedule was set by a run made "+
-			"(a trusted run of the default branch sets it again)"); err != nil {
+		if err := holdUnrevokedToken(ctx, tx, d.token, "the schedule was set by a run made",
+			"a trusted run of the default branch sets it again"); err != nil {
 			return err
 		}
 		old, err := scanRun(tx.QueryRow(ctx, getRunSQL, d.templateRun))

@@ -71,12 +71,14 @@ UPDATE registration_tokens SET expires_at = now()
 WHERE created_by_token = ANY ($1) AND used_at IS NULL AND expires_at > now()`
 
 // removeSchedulesSQL deletes the schedules that runs made with tokens $1
-// set, naming each "<project>: <cron>" where user $2 ("": the operator)
+// set, or whose run's snapshot was submitted with one, naming each "<project>: <cron>" where user $2 ("": the operator)
 // may read the project (NULL elsewhere: a token's tree can hold other
 // users' tokens, and a user may have left a project since).
 const removeSchedulesSQL = `
 DELETE FROM schedules s USING projects p
-WHERE p.id = s.project_id AND s.set_by_token = ANY ($1)
+WHERE p.id = s.project_id
+  AND (s.set_by_token = ANY ($1)
+       OR EXISTS (SELECT 1 FROM runs r WHERE r.id = s.template_run_id AND r.source_token = ANY ($1)))
 RETURNING CASE WHEN $2 = '' OR project_rank($2, p.id) >= 1 THEN p.name || ': ' || s.cron END`
 
 // holdLiveTokenSQL holds token $1 while it works (not revoked, not
@@ -254,16 +256,17 @@ func removeSchedules(ctx context.Context, tx pgx.Tx, ids []string, by string) ([
 // lasts until its revocation, not its expiry, which only ends its use.
 const holdUnrevokedTokenSQL = `SELECT 1 FROM user_tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE`
 
-// holdUnrevokedToken answers EForbidden, saying what of, when token
-// tokenID ("": none) was revoked, and holds it until the commit otherwise.
-func holdUnrevokedToken(ctx context.Context, tx pgx.Tx, tokenID, what string) error {
+// holdUnrevokedToken answers EForbidden, saying what was done with it and
+// what to do, when token tokenID ("": none) was revoked, and holds it
+// until the commit otherwise.
+func holdUnrevokedToken(ctx context.Context, tx pgx.Tx, tokenID, what, todo string) error {
 	if tokenID == "" {
 		return nil
 	}
 	var one int
 	err := tx.QueryRow(ctx, holdUnrevokedTokenSQL, tokenID).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Errorf(domain.EForbidden, "%s with an API token since revoked", what)
+		return domain.Errorf(domain.EForbidden, "%s with an API token since revoked: %s", what, todo)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
