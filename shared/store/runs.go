@@ -91,14 +91,6 @@ type NewRun struct {
 	EventAt time.Time
 }
 
-// token is the API token of the request making the run ("": none).
-func (nr NewRun) token() string {
-	if nr.By == nil {
-		return ""
-	}
-	return nr.By.TokenID
-}
-
 // CheckTarget is where a run's check runs go.
 type CheckTarget struct {
 	RepositoryID int64
@@ -215,18 +207,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err != nil {
 		return Run{}, fmt.Errorf("project %q: %w", nr.Project, err)
 	}
-	if nr.By != nil {
-		if err := runBy(ctx, tx, &nr, projectID); err != nil {
-			return Run{}, err
-		}
-	}
-	if nr.SourceBy != "" && (nr.By == nil || nr.SourceBy != "user:"+nr.By.ID) {
-		of := Run{Actor: nr.SourceBy, ProjectID: projectID, Project: nr.Project, Trusted: !nr.Untrusted}
-		if err := authorStillMay(ctx, tx, of, "its snapshot was submitted"); err != nil {
-			return Run{}, err
-		}
-	}
-	if err := holdUnrevokedToken(ctx, tx, nr.SourceToken, "its snapshot was submitted", "submit it again"); err != nil {
+	if err := runMakers(ctx, tx, &nr, projectID); err != nil {
 		return Run{}, err
 	}
 	if nr.Trigger == "" {
@@ -284,28 +265,6 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	err = tx.QueryRow(ctx, runStateSQL, run.ID).Scan(&run.State, &run.CreatedAt)
 	run.jobGroups = slices.ContainsFunc(nr.Jobs, func(j NewJob) bool { return j.Concurrency != nil })
 	return run, err
-}
-
-// runBy checks that the user creating a run may write to the project and
-// sets what the server, not the client, says about the run.
-func runBy(ctx context.Context, tx pgx.Tx, nr *NewRun, projectID string) error {
-	a, err := authorize(ctx, tx, *nr.By, projectID, RankWrite, "project "+nr.Project)
-	if err != nil {
-		return err
-	}
-	if a.Secrets == nr.Untrusted {
-		return domain.Errorf(domain.EConflict, "your secrets permission in %s changed while the run was being created; submit again", nr.Project)
-	}
-	if nr.Trigger == "" {
-		nr.Trigger = "cli:" + nr.By.Name
-	}
-	if nr.Scope == "" {
-		nr.Scope = "cli/" + nr.By.Name
-	}
-	if nr.Actor == "" {
-		nr.Actor = "user:" + nr.By.ID
-	}
-	return nil
 }
 
 // Retry creates a new run from a finished run: all its jobs, or only jobID,
