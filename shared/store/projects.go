@@ -63,6 +63,19 @@ RETURNING created_at`
 
 const removeMemberSQL = `DELETE FROM project_members WHERE project_id = $1 AND user_id = $2`
 
+// lockMembersSQL makes changes to project $1's members take turns: an
+// advisory lock, taken first, as no other write takes it (the project's
+// row, which environment and hook changes take after authorizing, would
+// deadlock with a removal that waits for their hold on a membership).
+const lockMembersSQL = `SELECT pg_advisory_xact_lock(7421, hashtext($1))`
+
+// lastAdminSQL asks whether user $2 is project $1's only admin among its
+// enabled members.
+const lastAdminSQL = `
+SELECT EXISTS (SELECT 1 FROM project_members WHERE project_id = $1 AND user_id = $2 AND role = 'admin')
+   AND NOT EXISTS (SELECT 1 FROM project_members m JOIN users u ON u.id = m.user_id
+                   WHERE m.project_id = $1 AND m.user_id <> $2 AND m.role = 'admin' AND u.disabled_at IS NULL)`
+
 // lockProjectSQL makes changes to project $1's lists take turns.
 const lockProjectSQL = `SELECT 1 FROM projects WHERE id = $1 FOR NO KEY UPDATE`
 
@@ -232,6 +245,9 @@ func (s *Store) SetMember(ctx context.Context, u User, projectID, user, role str
 	}
 	m := Member{Role: role, Secrets: secrets}
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockMembersSQL, projectID); err != nil {
+			return fmt.Errorf("lock members: %w", err)
+		}
 		a, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID)
 		if err != nil {
 			return err
@@ -246,6 +262,11 @@ func (s *Store) SetMember(ctx context.Context, u User, projectID, user, role str
 		if err != nil {
 			return err
 		}
+		if role != RoleAdmin {
+			if err := keepAnAdmin(ctx, tx, u, projectID, m.UserID, "taking the admin role from"); err != nil {
+				return err
+			}
+		}
 		return tx.QueryRow(ctx, setMemberSQL, projectID, m.UserID, role, secrets).Scan(&m.CreatedAt)
 	})
 	return m, err
@@ -253,8 +274,45 @@ func (s *Store) SetMember(ctx context.Context, u User, projectID, user, role str
 
 // RemoveMember removes a user from a project; u must be an admin of it.
 func (s *Store) RemoveMember(ctx context.Context, u User, projectID, userID string) error {
-	return s.adminDelete(ctx, u, projectID, "remove member", removeMemberSQL,
-		domain.Errorf(domain.ENotFound, "user %s is not a member of this project", userID), userID)
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockMembersSQL, projectID); err != nil {
+			return fmt.Errorf("lock members: %w", err)
+		}
+		if _, err := authorize(ctx, tx, u, projectID, RankAdmin, "project "+projectID); err != nil {
+			return err
+		}
+		if err := keepAnAdmin(ctx, tx, u, projectID, userID, "removing"); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, removeMemberSQL, projectID, userID)
+		if err != nil {
+			return fmt.Errorf("remove member: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return domain.Errorf(domain.ENotFound, "user %s is not a member of this project", userID)
+		}
+		return nil
+	})
+}
+
+// keepAnAdmin refuses, unless u is a global admin, a change (doing, to
+// userID) that would leave the project without an admin among its
+// members: no one but a global admin could then manage its members,
+// secrets and environments. The transaction took lockMembersSQL first, so
+// two admins removing each other take turns and the second is refused.
+func keepAnAdmin(ctx context.Context, tx pgx.Tx, u User, projectID, userID, doing string) error {
+	var global, last bool
+	if err := tx.QueryRow(ctx, globalAdminSQL, u.ID).Scan(&global); err != nil {
+		return fmt.Errorf("authorize: %w", err)
+	}
+	if err := tx.QueryRow(ctx, lastAdminSQL, projectID, userID).Scan(&last); err != nil {
+		return fmt.Errorf("last admin: %w", err)
+	}
+	if last && !global {
+		return domain.Errorf(domain.EConflict, "%s the project's last admin would leave no one but a global admin to manage it: "+
+			"make another member admin first", doing)
+	}
+	return nil
 }
 
 // adminDelete deletes one of a project's rows, by its key, as u, who must
