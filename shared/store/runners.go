@@ -29,10 +29,12 @@ const projectByIDOrNameSQL = `SELECT id FROM projects WHERE id = $1 OR name = $1
 
 // insertRegistrationSQL stores a registration token's hash, valid for $4
 // seconds by the database clock, with the scope it hands on; $7 is the
-// user token it is made with (empty: the operator's call).
+// user token it is made with (empty: the operator's call), whose expiry
+// it does not outlive (least() passes over a NULL one).
 const insertRegistrationSQL = `
 INSERT INTO registration_tokens (id, token_hash, description, expires_at, projects, untrusted, created_by_token, untrusted_only)
-VALUES ($1, $2, $3, now() + make_interval(secs => $4), $5, $6, nullif($7, ''), $8)
+VALUES ($1, $2, $3, least(now() + make_interval(secs => $4), (SELECT t.expires_at FROM user_tokens t WHERE t.id = nullif($7, ''))),
+        $5, $6, nullif($7, ''), $8)
 RETURNING expires_at`
 
 // useRegistrationSQL locks the unused, unexpired registration token with

@@ -40,6 +40,12 @@ func TestTokensExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	forever := madeWithExpiring(t, s, short, root, day)
+	// A runner registration token made with it (short is a global admin's):
+	// no later either, or a runner registered after the day would outlive it.
+	_, regExpires, err := s.CreateRegistrationTokenAs(ctx, short, 30*24*time.Hour, "", store.Scope{})
+	if err != nil || !regExpires.Equal(*day.ExpiresAt) {
+		t.Fatalf("a registration token made with it for 30 days: expires %v (%v), want %v", regExpires, err, day.ExpiresAt)
+	}
 	// A session's life (12 hours) never outlasts its token's: one that
 	// ends in an hour.
 	if _, err := s.Pool().Exec(ctx, `UPDATE user_tokens SET expires_at = now() + interval '1 hour' WHERE id = $1`, day.ID); err != nil {
