@@ -133,11 +133,13 @@ func seedQueuedRuns(ctx context.Context, pool *pgxpool.Pool, n, perRun int) erro
 		`TRUNCATE log_chunks, job_attempts, artifacts, pending_caches, jobs, runs, projects CASCADE`,
 		`INSERT INTO projects (id, name) VALUES ('p', 'bench')`,
 		// Runs a member started from a snapshot they submitted, as from
-		// the CLI: the claim checks both may still start trusted runs.
+		// the CLI: the claim checks both may still start trusted runs, and
+		// that the token the snapshot was submitted with is not revoked.
 		`INSERT INTO users (id, name, role) VALUES ('bench', 'bench', 'user') ON CONFLICT DO NOTHING`,
 		`INSERT INTO project_members (project_id, user_id, role, secrets) VALUES ('p', 'bench', 'write', true)`,
-		`INSERT INTO runs (id, project_id, number, actor, source_by)
-		 SELECT 'run-' || r, 'p', r, 'user:bench', 'user:bench' FROM generate_series(0, (` + fmt.Sprint(n) + ` - 1) / ` + fmt.Sprint(perRun) + `) r`,
+		`INSERT INTO user_tokens (id, user_id, token_hash) VALUES ('bench', 'bench', sha256('bench'::bytea)) ON CONFLICT DO NOTHING`,
+		`INSERT INTO runs (id, project_id, number, actor, source_by, source_token)
+		 SELECT 'run-' || r, 'p', r, 'user:bench', 'user:bench', 'bench' FROM generate_series(0, (` + fmt.Sprint(n) + ` - 1) / ` + fmt.Sprint(perRun) + `) r`,
 		`INSERT INTO jobs (id, run_id, name, state, labels, spec, queued_at, project_id, trusted)
 		 SELECT 'job-' || i, 'run-' || (i / ` + fmt.Sprint(perRun) + `), 'j' || i, 'QUEUED', '{linux}',
 		        jsonb_build_object('id', 'job-' || i, 'run_id', 'run-' || (i / ` + fmt.Sprint(perRun) + `), 'name', 'j' || i, 'needs', '{}'::text[],

@@ -144,7 +144,7 @@ func (s *Server) Dispatch(ctx context.Context, u store.User, project, ref string
 			return Dispatched{}, err
 		}
 		guid, err := s.Store.RecordDispatch(ctx, repo, store.DispatchRequest{Ref: ref, Inputs: given,
-			UserID: u.ID, UserName: u.Name, Trusted: p.Secrets})
+			UserID: u.ID, UserName: u.Name, Trusted: p.Secrets, TokenID: u.TokenID})
 		if err == nil && s.OnDelivery != nil {
 			_ = s.OnDelivery(ctx) // sooner than the note, as for a webhook delivery
 		}

@@ -38,7 +38,7 @@ func (w *Worker) dispatch(ctx context.Context, gh *github.Client, d *store.Deliv
 	if err != nil {
 		return nil, "", "", err
 	}
-	u := store.User{ID: req.UserID, Name: req.UserName}
+	u := store.User{ID: req.UserID, Name: req.UserName, TokenID: req.TokenID}
 	nr := store.NewRun{Project: repo.Project, By: &u, Untrusted: !req.Trusted, Trigger: "dispatch:" + req.UserName,
 		GitSHA: sha, GitRef: req.Ref, Source: src.Source, Jobs: src.Pipeline.Jobs, Inputs: inputs,
 		Workflow: src.Pipeline.WorkflowName(), Concurrency: src.Pipeline.Concurrency, Schedules: src.Pipeline.Schedules(),

@@ -25,23 +25,27 @@ const rulesHoldSQL = `(deploy_state IS DISTINCT FROM 'approved' OR deploy_rules_
 // membersMaySQL says, of run r, whether every member it is for (its
 // actor, the submitter of its snapshot, who retried it) may still start
 // it trusted: enabled, and a global admin or a member with the write role
-// and the secrets permission (authorStillMay's rule); and whether the API
-// token its snapshot was submitted with is not revoked. A member removed,
-// disabled or without the permission since the run was made, or whoever
-// held a leaked token, would otherwise have their code get the secrets,
-// rotated ones too, or an identity token (mayHaveIDToken).
-const membersMaySQL = `NOT EXISTS (SELECT 1 FROM user_tokens st WHERE st.id = r.source_token AND st.revoked_at IS NOT NULL)
-AND NOT EXISTS (
+// and the secrets permission (authorStillMay's rule); and that the API
+// tokens its snapshot and inputs were given with were not revoked
+// (token_revoked, set by the revocation: markRevokedRunsSQL). A member
+// removed, disabled or without the permission since the run was made, or
+// whoever held a leaked token, would otherwise have their code get the
+// secrets, rotated ones too, or an identity token (mayHaveIDToken).
+const membersMaySQL = `NOT r.token_revoked AND NOT EXISTS (
     SELECT 1 FROM unnest(ARRAY[r.actor, nullif(r.source_by, r.actor), nullif(r.retried_by, r.actor)]) AS a (who)
     WHERE who LIKE 'user:%' AND NOT EXISTS (
         SELECT 1 FROM users u WHERE u.id = substr(who, 6) AND u.disabled_at IS NULL
           AND (u.role = 'admin' OR EXISTS (SELECT 1 FROM project_members m WHERE m.project_id = r.project_id
                                            AND m.user_id = u.id AND m.role IN ('admin', 'write') AND m.secrets))))`
 
-// authorsMaySQL is membersMaySQL for the claimed job c of run r, asked
-// only when it is a trusted run's job that names secrets (asked of every
-// job, it cost the claim bench about a tenth of its rate).
-const authorsMaySQL = `CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN (` + membersMaySQL + `) ELSE true END`
+// authorsMaySQL is, for the claimed job c of a trusted run r, whether its
+// tokens were not revoked (a job that names no secrets still runs
+// trusted: the runner's own credentials, the trusted caches), and
+// membersMaySQL when it names secrets (asked of every job, the members'
+// part cost the claim bench about a tenth of its rate).
+const authorsMaySQL = `CASE WHEN NOT r.trusted THEN true
+            WHEN cardinality(c.secret_names) > 0 THEN (` + membersMaySQL + `)
+            ELSE NOT r.token_revoked END`
 
 // claimSQL leases the oldest queued job whose labels the runner covers, in
 // one statement: SKIP LOCKED lets concurrent claimers pass each other, the
@@ -387,7 +391,7 @@ func (s *Store) cancelUnauthored(ctx context.Context, l domain.Lease) error {
 		runID = job.RunID
 		_, err = finishAttempt(ctx, tx, job.ID, job.RunID, job.Generation, domain.JobCanceled,
 			"canceled: a member this trusted run is for may no longer start trusted runs in its project, "+
-				"or its snapshot was submitted with an API token since revoked", nil)
+				"or an API token its snapshot or inputs were given with was revoked", nil)
 		return err
 	})
 	if err != nil {

@@ -40,7 +40,10 @@ type DispatchRequest struct {
 	Inputs   map[string]string `json:"inputs"`
 	UserID   string            `json:"user_id"`
 	UserName string            `json:"user_name"`
-	Trusted  bool              `json:"trusted"`
+	// TokenID is the API token of the request: the run's inputs are
+	// given with it (NewRun.InputsToken), and checked at the run's making.
+	TokenID string `json:"token_id,omitempty"`
+	Trusted bool   `json:"trusted"`
 }
 
 // ProjectRepository is the GitHub repository of a project (ok false for

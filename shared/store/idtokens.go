@@ -111,7 +111,8 @@ func mayHaveIDToken(ctx context.Context, tx pgx.Tx, job *LeasedJob) error {
 		return fmt.Errorf("check the run's members: %w", err)
 	}
 	if !membersMay {
-		return domain.Errorf(domain.EForbidden, "job %s gets no identity tokens: a member its run is for may no longer start trusted runs in its project", job.Name)
+		return domain.Errorf(domain.EForbidden, "job %s gets no identity tokens: a member its run is for may no longer start trusted runs "+
+			"in its project, or an API token its snapshot or inputs were given with was revoked", job.Name)
 	}
 	var recent, live int
 	if err := tx.QueryRow(ctx, recentIDTokensSQL, job.ID, job.Generation).Scan(&recent, &live); err != nil {

@@ -92,5 +92,5 @@ func copyRun(ctx context.Context, tx pgx.Tx, old Run, jobID string) (NewRun, err
 		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group, Inputs: old.Inputs,
 		Source:    domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize},
 		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor, Jobs: jobs,
-		SourceBy: old.SourceBy, SourceToken: old.SourceToken}, nil
+		SourceBy: old.SourceBy, SourceToken: old.SourceToken, InputsToken: old.InputsToken}, nil
 }

@@ -22,7 +22,7 @@ func (nr NewRun) token() string {
 
 // runMakers checks, in the run's transaction, who the run is made by and
 // from: the user creating it (runBy), the member whose snapshot it is,
-// and the API token that snapshot was submitted with.
+// and the API tokens that snapshot and the run's inputs were given with.
 func runMakers(ctx context.Context, tx pgx.Tx, nr *NewRun, projectID string) error {
 	if nr.By != nil {
 		if err := runBy(ctx, tx, nr, projectID); err != nil {
@@ -35,7 +35,13 @@ func runMakers(ctx context.Context, tx pgx.Tx, nr *NewRun, projectID string) err
 			return err
 		}
 	}
-	return holdUnrevokedToken(ctx, tx, nr.SourceToken, "its snapshot was submitted", "submit it again")
+	if len(nr.Inputs) > 0 && nr.InputsToken == "" {
+		nr.InputsToken = nr.token()
+	}
+	if err := holdUnrevokedToken(ctx, tx, nr.SourceToken, "its snapshot was submitted", "submit it again"); err != nil {
+		return err
+	}
+	return holdUnrevokedToken(ctx, tx, nr.InputsToken, "its inputs were given", "run it by hand again")
 }
 
 // runBy checks that the user creating a run may write to the project and

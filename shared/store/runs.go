@@ -84,6 +84,10 @@ type NewRun struct {
 	// made again from it): while it is revoked, the snapshot is not run
 	// again, checked in the run's transaction.
 	SourceToken string
+	// InputsToken is the API token whose request gave the inputs (set from
+	// By for a run made with inputs; the old run's, for a run made again
+	// with them): the source_token rule holds for it too.
+	InputsToken string
 	// EventAt is when the event the run is for happened (a delivery's
 	// arrival); zero: the run is made for none earlier than now. In a
 	// concurrency group, a run of an older event than an open run's is
@@ -150,6 +154,8 @@ type Run struct {
 	// SourceToken is the API token whose request submitted its snapshot
 	// (NewRun; not shown: another member's token's ID is theirs).
 	SourceToken string `json:"-"`
+	// InputsToken is the API token whose request gave its inputs (NewRun).
+	InputsToken string `json:"-"`
 	// jobGroups: a job of the new run has a concurrency group; canceled
 	// are the runs its group's cancel-in-progress canceled. Their groups
 	// are settled once the new run commits (afterCreate).
@@ -221,7 +227,7 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 		SourceDigest: nr.Source.BlobDigest, ManifestDigest: nr.Source.ManifestDigest, SourceSize: nr.Source.Size,
 		Trusted: !nr.Untrusted, Scope: nr.Scope, BaseRef: nr.BaseRef, Actor: nr.Actor, Approval: ApprovalNone,
 		Workflow: nr.Workflow, HeadRef: nr.HeadRef, Inputs: nr.Inputs, SourceBy: nr.SourceBy, RetriedBy: nr.RetriedBy,
-		SourceToken: nr.SourceToken}
+		SourceToken: nr.SourceToken, InputsToken: nr.InputsToken}
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
@@ -311,7 +317,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
-		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy, run.SourceToken)
+		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy, run.SourceToken, run.InputsToken)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}

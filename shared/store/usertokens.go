@@ -185,7 +185,9 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 // SHARE, holdLiveTokenSQL) but, its tree read before, misses it; the next
 // statement sees it, and it is revoked with its own tree in another round.
 // A token's making that comes after the update finds its parent revoked;
-// so does a schedule's setting or firing. It returns the tokens revoked,
+// so does a schedule's setting or firing, and a run's making from a
+// snapshot or inputs given with one; the unfinished runs that were are
+// marked, so that the claim hands out none of their trusted jobs. It returns the tokens revoked,
 // the live runners registered with registration tokens they made and the
 // schedules removed, named as user by ("": the operator) may see them.
 func revokeTree(ctx context.Context, tx pgx.Tx, ids []string, by string) (revocation, error) {
@@ -213,6 +215,9 @@ func revokeTree(ctx context.Context, tx pgx.Tx, ids []string, by string) (revoca
 		if ids, err = queryIDs(ctx, tx, madeSinceSQL, allIDs); err != nil {
 			return rev, fmt.Errorf("tokens made with tokens: %w", err)
 		}
+	}
+	if _, err := tx.Exec(ctx, markRevokedRunsSQL, allIDs); err != nil {
+		return rev, fmt.Errorf("runs given with tokens: %w", err)
 	}
 	var err error
 	if rev.runners, err = queryIDs(ctx, tx, liveRunnersRegisteredSQL, allIDs); err != nil {
@@ -250,6 +255,13 @@ func removeSchedules(ctx context.Context, tx pgx.Tx, ids []string, by string) ([
 	}
 	return out, nil
 }
+
+// markRevokedRunsSQL marks the unfinished runs whose snapshot or inputs
+// were given with tokens $1 (membersMaySQL reads the mark at the claim).
+// A run being made with one holds it (runMakers), so is marked once made.
+const markRevokedRunsSQL = `
+UPDATE runs SET token_revoked = true
+WHERE finished_at IS NULL AND NOT token_revoked AND (source_token = ANY ($1) OR inputs_token = ANY ($1))`
 
 // holdUnrevokedTokenSQL holds token $1 while it is not revoked: what a
 // token left running (a schedule its run set, a snapshot it submitted)
