@@ -60,8 +60,11 @@ func tokenCmd(g *global) *cobra.Command {
 	}))
 	create.Flags().StringVar(&description, "description", "", "what it is for (at most 200 characters)")
 	create.Flags().IntVar(&days, "expires-in-days", 0, "how many days it works (1 to 3650; 0: until revoked); "+
-		"a token made with an expiring token expires no later than it")
-	revoke := command("revoke TOKEN_ID", "Revoke a token and the tokens made with it: they stop working at once, and so do dashboard sessions opened with them", cobra.ExactArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
+		"a token made with an expiring token expires no later than it. What its requests left (schedules, snapshots) "+
+		"lasts until it is revoked, not until it expires")
+	revoke := command("revoke TOKEN_ID", "Revoke a token and the tokens made with it: they stop working at once, and so do dashboard "+
+		"sessions opened with them; snapshots and inputs given with them are not run again, and their runs' trusted jobs not handed out "+
+		"(submit again with a token that works)", cobra.ExactArgs(1), withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
 		var out store.TokenInfo
 		if err := cl.do(ctx, "POST", base()+"/"+url.PathEscape(args[0])+"/revoke", map[string]any{}, &out); err != nil {
 			return err
@@ -78,9 +81,11 @@ func tokenCmd(g *global) *cobra.Command {
 				"revoke them with forgeci runner revoke): %s\n", strings.Join(out.RunnersToCheck, ", "))
 		}
 		if len(out.SchedulesRemoved) > 0 {
-			printf("schedules removed, set by runs made with these tokens (a trusted run of the default branch "+
-				"sets them again): %s\n", strings.Join(out.SchedulesRemoved, ", "))
+			printf("schedules removed, set by runs made with these tokens or of snapshots submitted with them "+
+				"(a submit from the default branch with a token that works sets them again): %s\n", strings.Join(out.SchedulesRemoved, ", "))
 		}
+		printf("snapshots and manual runs' inputs given with these tokens are not run again (retries, manual runs, schedules), " +
+			"and their unfinished runs' trusted jobs are not handed out: submit again with a token that works\n")
 		return nil
 	}))
 	c.AddCommand(list, create, revoke)

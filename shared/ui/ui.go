@@ -205,7 +205,7 @@ func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		u.render(w, http.StatusUnauthorized, "login", page{Title: "Log in", Next: localPath(r.URL.Query().Get("next")),
-			Error: "That token is unknown, revoked or of a disabled user."})
+			Error: "That token is unknown, revoked, expired or of a disabled user."})
 		return
 	}
 	// The cookie holds the session's secret, never the token: a copied
