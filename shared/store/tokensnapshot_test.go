@@ -20,21 +20,7 @@ import (
 // revocation.
 func TestRevokedTokensSnapshotStops(t *testing.T) {
 	ctx := context.Background()
-	f := newDeployFixture(t)
-	p, err := f.s.GetProject(ctx, f.root, "p")
-	must(t, err)
-	u, _, err := f.s.CreateUser(ctx, "mallory", "user")
-	must(t, err)
-	_, err = f.s.SetMember(ctx, f.root, p.ID, u.ID, store.RoleWrite, true)
-	must(t, err)
-	as := func() store.User {
-		_, token, err := f.s.CreateUserToken(ctx, u.ID, "")
-		must(t, err)
-		by, err := f.s.AuthenticateUser(ctx, token)
-		must(t, err)
-		return by
-	}
-	leaked, live := as(), as()
+	f, u, leaked, live := twoTokensOfAWriter(t)
 	file := "on:\n  schedule: [{cron: '7 * * * *'}]\njobs:\n  a: {steps: [{run: make}]}\n  b: {needs: a, secrets: [DEPLOY_TOKEN], steps: [{run: deploy}]}\n"
 	pl, err := pipeline.Parse("f.yml", []byte(file))
 	must(t, err)
@@ -76,21 +62,7 @@ func TestRevokedTokensSnapshotStops(t *testing.T) {
 // and a retry does not give the inputs again.
 func TestRevokedTokensInputsStop(t *testing.T) {
 	ctx := context.Background()
-	f := newDeployFixture(t)
-	p, err := f.s.GetProject(ctx, f.root, "p")
-	must(t, err)
-	u, _, err := f.s.CreateUser(ctx, "mallory", "user")
-	must(t, err)
-	_, err = f.s.SetMember(ctx, f.root, p.ID, u.ID, store.RoleWrite, true)
-	must(t, err)
-	tokens := map[string]store.User{}
-	for _, name := range []string{"leaked", "live"} {
-		_, token, err := f.s.CreateUserToken(ctx, u.ID, name)
-		must(t, err)
-		tokens[name], err = f.s.AuthenticateUser(ctx, token)
-		must(t, err)
-	}
-	leaked, live := tokens["leaked"], tokens["live"]
+	f, u, leaked, live := twoTokensOfAWriter(t)
 	pl, err := pipeline.Parse("f.yml", []byte("jobs:\n  a: {steps: [{run: make}]}\n  b: {needs: a, steps: [{run: 'echo ${{ inputs.x }}'}]}\n"))
 	must(t, err)
 	run, err := f.s.CreateRun(ctx, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &leaked, SourceBy: "user:" + u.ID,
@@ -112,4 +84,26 @@ func TestRevokedTokensInputsStop(t *testing.T) {
 		!strings.Contains(err.Error(), "its inputs were given with an API token since revoked") {
 		t.Fatalf("a retry of the revoked token's inputs: %v, want forbidden", err)
 	}
+}
+
+// twoTokensOfAWriter is the deployment fixture with mallory, a writer with
+// the secrets permission in p, authenticated with two tokens of hers: one
+// to leak and revoke, one that stays.
+func twoTokensOfAWriter(t *testing.T) (f deployFixture, u, leaked, live store.User) {
+	ctx := context.Background()
+	f = newDeployFixture(t)
+	p, err := f.s.GetProject(ctx, f.root, "p")
+	must(t, err)
+	u, _, err = f.s.CreateUser(ctx, "mallory", "user")
+	must(t, err)
+	_, err = f.s.SetMember(ctx, f.root, p.ID, u.ID, store.RoleWrite, true)
+	must(t, err)
+	as := func() store.User {
+		_, token, err := f.s.CreateUserToken(ctx, u.ID, "")
+		must(t, err)
+		by, err := f.s.AuthenticateUser(ctx, token)
+		must(t, err)
+		return by
+	}
+	return f, u, as(), as()
 }
