@@ -1,13 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -106,7 +110,7 @@ func deployCmd(g *global) *cobra.Command {
 		sub := &cobra.Command{
 			Use: verb + " RUN_ID JOB", Short: verb + " the deployment job JOB (ID or name) of run RUN_ID waits for", Args: cobra.ExactArgs(2),
 			RunE: withClient(g, func(ctx context.Context, cl *apiClient, args []string) error {
-				jobID, err := jobOfRun(ctx, cl, args[0], args[1])
+				run, jobID, err := jobOfRun(ctx, cl, args[0], args[1])
 				if err != nil {
 					return err
 				}
@@ -119,6 +123,7 @@ func deployCmd(g *global) *cobra.Command {
 					return printJSON(j)
 				}
 				printf("job %s: %s %s\n", cell(j.Name), cell(j.State), cell(j.Reason))
+				printDeployed(run.Run)
 				return nil
 			}),
 		}
@@ -129,15 +134,29 @@ func deployCmd(g *global) *cobra.Command {
 }
 
 // jobOfRun finds a run's job by ID or name.
-func jobOfRun(ctx context.Context, cl *apiClient, runID, job string) (string, error) {
+func jobOfRun(ctx context.Context, cl *apiClient, runID, job string) (runDetail, string, error) {
 	var v runDetail
 	if err := cl.do(ctx, "GET", "/v1/runs/"+url.PathEscape(runID), nil, &v); err != nil {
-		return "", err
+		return v, "", err
 	}
 	for _, j := range v.Jobs {
 		if j.ID == job || j.Name == job {
-			return j.ID, nil
+			return v, j.ID, nil
 		}
 	}
-	return "", fmt.Errorf("run %s has no job %q", runID, job)
+	return v, "", fmt.Errorf("run %s has no job %q", runID, job)
+}
+
+// printDeployed says what the decision was on, as the dashboard's review
+// form shows it: the commit, the ref, what started the run, uncommitted
+// changes, a manual run's inputs.
+func printDeployed(r store.Run) {
+	printf("run %s #%d: commit %s of %s, started by %s\n", r.Project, r.Number, cmp.Or(r.GitSHA, "(none)"),
+		cmp.Or(r.GitRef, "no ref"), r.Trigger)
+	if r.GitDirty {
+		printf("from a checkout with uncommitted changes\n")
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Inputs)) {
+		printf("input %s = %s\n", name, domain.ShowInput(r.Inputs[name]))
+	}
 }

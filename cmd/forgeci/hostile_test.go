@@ -139,3 +139,29 @@ func TestServerTextIsPrintedPlain(t *testing.T) {
 		}
 	}
 }
+
+// TestDeployApprovePrintsWhatItApproved: `forgeci deploy approve` says
+// what the decision was on, as the dashboard's form shows it: the commit,
+// the ref, the trigger, a manual run's inputs quoted.
+func TestDeployApprovePrintsWhatItApproved(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/runs/R":
+			_ = json.NewEncoder(w).Encode(map[string]any{"id": "R", "project": "p", "number": 7, "state": "RUNNING",
+				"git_sha": "abc123", "git_ref": "refs/heads/main", "trigger": "dispatch:ann",
+				"inputs": map[string]any{"target": "prod\u202e"}, "jobs": []map[string]any{{"id": "J", "name": "deploy"}}})
+		case "/v1/runs/R/jobs/J/deployment/approve":
+			_ = json.NewEncoder(w).Encode(map[string]any{"id": "J", "name": "deploy", "state": "QUEUED"})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	out := cliOutput(t, "--url", srv.URL, "--token", "x", "deploy", "approve", "R", "deploy")
+	for _, want := range []string{"job deploy: QUEUED", "run p #7: commit abc123 of refs/heads/main, started by dispatch:ann",
+		`input target = "prod\u202e"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("approve's output lacks %q:\n%s", want, out)
+		}
+	}
+}
