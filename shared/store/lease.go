@@ -112,8 +112,10 @@ const logEndSQL = `coalesce((SELECT c.start_offset + length(c.data) FROM log_chu
 // cancelAskedSQL is whether job j (of run r) is asked to stop: the job
 // itself, or its run, unless the job's condition calls always() or
 // cancelled(), which run after their run's cancel (the jobs running at
-// the cancel were asked one by one).
-const cancelAskedSQL = `(j.cancel_requested OR (r.cancel_requested AND NOT j.survives_cancel))`
+// the cancel were asked one by one); and every job of a trusted run whose
+// snapshot or inputs were given with an API token since revoked
+// (markRevokedRunsSQL), which its runner hears on its next heartbeat.
+const cancelAskedSQL = `(j.cancel_requested OR (r.cancel_requested AND NOT j.survives_cancel) OR (r.token_revoked AND r.trusted))`
 
 // lockLeaseSQL locks job $1 and reads what lockLease classifies, with
 // runner $2's row (absent or revoked: the lease is refused).

@@ -13,7 +13,8 @@ import (
 
 // TestRevokedTokensSnapshotStops: whoever held a leaked token and
 // submitted a snapshot with it keeps nothing once it is revoked. The
-// run's later job that names secrets is ended at the claim, saying why;
+// run's running job is asked to stop on its next heartbeat; its later job
+// that names secrets is ended at the claim, saying why;
 // the snapshot is not run again (a retry, a manual run, a firing: each
 // makes its run in CreateRun), even by its member with a live token; and
 // a schedule set by another token's run of that snapshot goes with the
@@ -39,6 +40,10 @@ func TestRevokedTokensSnapshotStops(t *testing.T) {
 	must(t, err)
 	if want := []string{"p: 7 * * * *"}; !slices.Equal(out.SchedulesRemoved, want) {
 		t.Errorf("schedules removed %v, want %v: its run's snapshot was submitted with the revoked token", out.SchedulesRemoved, want)
+	}
+	// Its job running at the revocation is asked to stop.
+	if _, cancel, err := f.s.Heartbeat(ctx, f.r.ID, c.Lease.JobID, c.Lease); err != nil || !cancel {
+		t.Errorf("the running job's heartbeat after the revocation: cancel %v (%v), want asked to stop", cancel, err)
 	}
 	complete(t, f.s, f.r, c, domain.OutcomePassed)
 	for name, c := range claimAll(t, f.s, f.r) {
