@@ -29,10 +29,10 @@ FROM environments e JOIN runs r ON r.project_id = e.project_id WHERE r.id = $1`
 // environment's history would show it as a link beside the team's own.
 const insertDeploymentSQL = `
 INSERT INTO deployments (project_id, environment, run_id, job_id, run_number, job_name, trigger, dirty,
-                         ref, sha, url, decision, reason, decided_at)
+                         ref, sha, url, decision, reason, decided_at, inputs)
 SELECT r.project_id, $2, r.id, j.id, r.number, j.name, r.trigger, r.git_dirty,
        coalesce(r.git_ref, ''), coalesce(r.git_sha, ''), CASE WHEN r.trusted THEN nullif($3, '') END, $4, nullif($5, ''),
-       CASE WHEN $4 IN ('automatic', 'refused') THEN now() END
+       CASE WHEN $4 IN ('automatic', 'refused') THEN now() END, r.inputs
 FROM jobs j JOIN runs r ON r.id = j.run_id WHERE j.id = $1`
 
 // deployWaitSQL holds job $1 for a review of its deployment to $2.

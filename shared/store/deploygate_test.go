@@ -212,3 +212,18 @@ func TestDeployUnprotected(t *testing.T) {
 		t.Fatalf("approving an untrusted run's waiting deployment: %v, want forbidden", err)
 	}
 }
+
+// TestDeploymentKeepsItsInputs: a manual run's inputs reach its scripts,
+// so its deployment's history keeps them as it was gated with them.
+func TestDeploymentKeepsItsInputs(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	run := groupRun(t, f.s, "refs/heads/main", strings.ReplaceAll(deployPipeline, "ENV", "production"))
+	_, err := f.s.Pool().Exec(ctx, `UPDATE runs SET inputs = '{"target": "eu-1", "dry": false}' WHERE id = $1`, run.ID)
+	must(t, err)
+	complete(t, f.s, f.r, claimJob(t, f.s, f.r, run.ID, "build"), domain.OutcomePassed)
+	d := f.deployments(t, "production")
+	if len(d) != 1 || d[0].Inputs["target"] != "eu-1" || d[0].Inputs["dry"] != false {
+		t.Fatalf("history %+v, want the run's inputs", d)
+	}
+}

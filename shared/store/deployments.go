@@ -26,18 +26,21 @@ type Deployment struct {
 	// Trigger is what started the run (github:push ..., submit by ...),
 	// and Dirty whether its source had uncommitted changes: a ref named
 	// by a submitter is theirs to name.
-	Trigger    string     `json:"trigger"`
-	Dirty      bool       `json:"dirty"`
-	Ref        string     `json:"ref"`
-	SHA        string     `json:"sha"`
-	URL        string     `json:"url,omitempty"`
-	Decision   string     `json:"decision"`
-	Reason     string     `json:"reason,omitempty"`
-	DecidedBy  string     `json:"decided_by,omitempty"`
-	DecidedAt  *time.Time `json:"decided_at,omitempty"`
-	State      string     `json:"state"` // the job's now ("" once its run is gone)
-	CreatedAt  time.Time  `json:"created_at"`
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	Trigger string `json:"trigger"`
+	Dirty   bool   `json:"dirty"`
+	Ref     string `json:"ref"`
+	SHA     string `json:"sha"`
+	// Inputs are a manual run's inputs, as the deployment was gated with
+	// them: they reach its scripts.
+	Inputs     map[string]any `json:"inputs,omitempty"`
+	URL        string         `json:"url,omitempty"`
+	Decision   string         `json:"decision"`
+	Reason     string         `json:"reason,omitempty"`
+	DecidedBy  string         `json:"decided_by,omitempty"`
+	DecidedAt  *time.Time     `json:"decided_at,omitempty"`
+	State      string         `json:"state"` // the job's now ("" once its run is gone)
+	CreatedAt  time.Time      `json:"created_at"`
+	FinishedAt *time.Time     `json:"finished_at,omitempty"`
 }
 
 // deploymentsSQL is a page of project $1's deployments, newest first:
@@ -48,7 +51,8 @@ const deploymentsSQL = `
 SELECT d.id, d.environment, coalesce(d.run_id, ''), d.run_number, coalesce(d.job_id, ''), d.job_name, d.trigger, d.dirty,
        d.ref, d.sha, coalesce(d.url, ''),
        CASE WHEN d.decision = 'waiting' AND j.state IS DISTINCT FROM 'PENDING' THEN 'canceled' ELSE d.decision END,
-       coalesce(d.reason, ''), coalesce(d.decided_by, ''), d.decided_at, coalesce(j.state, ''), d.created_at, j.finished_at
+       coalesce(d.reason, ''), coalesce(d.decided_by, ''), d.decided_at, coalesce(j.state, ''), d.created_at, j.finished_at,
+       d.inputs
 FROM deployments d LEFT JOIN jobs j ON j.id = d.job_id
 WHERE d.project_id = $1 AND ($2 = '' OR d.environment = $2) AND ($3 = 0 OR d.id < $3)
 ORDER BY d.id DESC LIMIT $4`
@@ -82,7 +86,7 @@ func (s *Store) Deployments(ctx context.Context, u User, project, env string, pg
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Deployment, error) {
 		var d Deployment
 		err := row.Scan(&d.ID, &d.Environment, &d.RunID, &d.RunNumber, &d.JobID, &d.JobName, &d.Trigger, &d.Dirty, &d.Ref, &d.SHA, &d.URL,
-			&d.Decision, &d.Reason, &d.DecidedBy, &d.DecidedAt, &d.State, &d.CreatedAt, &d.FinishedAt)
+			&d.Decision, &d.Reason, &d.DecidedBy, &d.DecidedAt, &d.State, &d.CreatedAt, &d.FinishedAt, &d.Inputs)
 		return d, err
 	})
 	if err != nil {

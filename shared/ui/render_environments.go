@@ -95,6 +95,10 @@ func deploymentRow(o *out, d store.Deployment) {
 	o.raw("</code> ")
 	o.text(shortID(d.SHA))
 	o.ifRaw(d.Dirty, " (uncommitted changes)")
+	if len(d.Inputs) > 0 {
+		o.raw("<br>inputs ")
+		runInputs(o, d.Inputs)
+	}
 	o.raw("<br><small>")
 	o.text(d.Trigger)
 	o.raw(`</small></td>
