@@ -7,19 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -194,10 +191,7 @@ func showRun(ctx context.Context, cl *apiClient, id string, asJSON bool) error {
 		return printJSON(v)
 	}
 	printf("%s #%d %s  (%s)\nsource %s\nmanifest %s\n", v.Project, v.Number, v.State, v.Trigger, v.SourceDigest, v.ManifestDigest)
-	for _, name := range slices.Sorted(maps.Keys(v.Inputs)) {
-		// Quoted, what is not printable escaped: what the steps get.
-		printf("input %s = %s\n", name, domain.ShowInput(v.Inputs[name]))
-	}
+	printInputs(v.Inputs)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tTESTS\tREASON\tID")
 	for _, j := range v.Jobs {

@@ -156,7 +156,13 @@ func printDeployed(r store.Run) {
 	if r.GitDirty {
 		printf("from a checkout with uncommitted changes\n")
 	}
-	for _, name := range slices.Sorted(maps.Keys(r.Inputs)) {
-		printf("input %s = %s\n", name, domain.ShowInput(r.Inputs[name]))
+	printInputs(r.Inputs)
+}
+
+// printInputs prints a manual run's inputs by name, quoted, what is not
+// printable escaped (domain.ShowInput): what the steps get.
+func printInputs(in map[string]any) {
+	for _, name := range slices.Sorted(maps.Keys(in)) {
+		printf("input %s = %s\n", name, domain.ShowInput(in[name]))
 	}
 }

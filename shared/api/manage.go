@@ -263,18 +263,14 @@ func (s *Server) disableUser(w http.ResponseWriter, r *http.Request, u store.Use
 	if r.PathValue("user_id") == u.ID {
 		return domain.Errorf(domain.EInvalid, "you cannot disable yourself")
 	}
-	d, err := s.Store.DisableUserAs(r.Context(), u, r.PathValue("user_id"))
+	rev, err := s.Store.DisableUserAs(r.Context(), u, r.PathValue("user_id"))
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"disabled": r.PathValue("user_id")}
-	if len(d.RunnersToCheck) > 0 {
-		out["runners_to_check"] = d.RunnersToCheck
-	}
-	if len(d.SchedulesRemoved) > 0 {
-		out["schedules_removed"] = d.SchedulesRemoved
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, struct {
+		Disabled string `json:"disabled"`
+		store.Revoked
+	}{r.PathValue("user_id"), rev})
 	return nil
 }
 

@@ -281,44 +281,36 @@ func (s *Store) DisableUser(ctx context.Context, userID string) error {
 // DisableUserAs disables a user on behalf of by, who must be a global
 // admin. It returns what revoking the user's tokens left to check and
 // removed.
-func (s *Store) DisableUserAs(ctx context.Context, by User, userID string) (Disabled, error) {
+func (s *Store) DisableUserAs(ctx context.Context, by User, userID string) (Revoked, error) {
 	return s.disableUser(ctx, byAdmin(by), by.ID, userID)
-}
-
-// Disabled is what disabling a user's tokens left and removed: the live
-// runners registered with registration tokens they made, and the
-// schedules their runs set (TokenInfo's fields of the same names).
-type Disabled struct {
-	RunnersToCheck   []string `json:"runners_to_check,omitempty"`
-	SchedulesRemoved []string `json:"schedules_removed,omitempty"`
 }
 
 // disableUser disables userID after locking it and by (the acting admin;
 // "": the operator) in one order.
-func (s *Store) disableUser(ctx context.Context, may check, by, userID string) (Disabled, error) {
-	return inTxValue(ctx, s, func(tx pgx.Tx) (Disabled, error) {
+func (s *Store) disableUser(ctx context.Context, may check, by, userID string) (Revoked, error) {
+	return inTxValue(ctx, s, func(tx pgx.Tx) (Revoked, error) {
 		lock := []string{userID}
 		if by != "" {
 			lock = append(lock, by)
 		}
 		if _, err := tx.Exec(ctx, lockUsersSQL, lock); err != nil {
-			return Disabled{}, fmt.Errorf("lock users: %w", err)
+			return Revoked{}, fmt.Errorf("lock users: %w", err)
 		}
 		if err := may.run(ctx, tx); err != nil {
-			return Disabled{}, err
+			return Revoked{}, err
 		}
 		tag, err := tx.Exec(ctx, disableUserSQL, userID)
 		if err != nil {
-			return Disabled{}, err
+			return Revoked{}, err
 		}
 		if tag.RowsAffected() == 0 {
-			return Disabled{}, domain.Errorf(domain.ENotFound, "user %s not found", userID)
+			return Revoked{}, domain.Errorf(domain.ENotFound, "user %s not found", userID)
 		}
 		ids, err := queryIDs(ctx, tx, userTokensSQL, userID)
 		if err != nil {
-			return Disabled{}, fmt.Errorf("tokens of user: %w", err)
+			return Revoked{}, fmt.Errorf("tokens of user: %w", err)
 		}
 		rev, err := revokeTree(ctx, tx, ids, by)
-		return Disabled{RunnersToCheck: rev.runners, SchedulesRemoved: rev.schedules}, err
+		return rev.Revoked, err
 	})
 }

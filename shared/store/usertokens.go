@@ -71,9 +71,10 @@ UPDATE registration_tokens SET expires_at = now()
 WHERE created_by_token = ANY ($1) AND used_at IS NULL AND expires_at > now()`
 
 // removeSchedulesSQL deletes the schedules that runs made with tokens $1
-// set, or whose run's snapshot was submitted with one, naming each "<project>: <cron>" where user $2 ("": the operator)
-// may read the project (NULL elsewhere: a token's tree can hold other
-// users' tokens, and a user may have left a project since).
+// set, or whose run's snapshot was submitted with one, naming each
+// "<project>: <cron>" where user $2 ("": the operator) may read the
+// project (NULL elsewhere: a token's tree can hold other users' tokens,
+// and a user may have left a project since).
 const removeSchedulesSQL = `
 DELETE FROM schedules s USING projects p
 WHERE p.id = s.project_id
@@ -82,7 +83,7 @@ WHERE p.id = s.project_id
 RETURNING CASE WHEN $2 = '' OR project_rank($2, p.id) >= 1 THEN p.name || ': ' || s.cron END`
 
 // holdLiveTokenSQL holds token $1 while it works (not revoked, not
-// expired): the token a new one is made with, or a schedule's.
+// expired): the token a new one is made with.
 const holdLiveTokenSQL = `SELECT 1 FROM user_tokens t WHERE t.id = $1 AND ` + liveTokenSQL + ` FOR SHARE`
 
 // TokenInfo is one API token of a user.
@@ -101,24 +102,30 @@ type TokenInfo struct {
 	// AlsoRevoked, in a revocation's answer, are the tokens made with it
 	// that were revoked with it.
 	AlsoRevoked []string `json:"also_revoked,omitempty"`
-	// RunnersToCheck, in a revocation's answer, are the runners that
-	// registered with registration tokens these tokens made: they stay
-	// registered (a routine rotation must not stop the runners an admin set
-	// up), for the operator to revoke if the token leaked.
+	// Revoked, in a revocation's answer: what it left and removed.
+	Revoked
+}
+
+// Revoked is what revoking a tree of tokens (one, or a disabled user's)
+// left to check and removed.
+type Revoked struct {
+	// RunnersToCheck are the runners that registered with registration
+	// tokens these tokens made: they stay registered (a routine rotation
+	// must not stop the runners an admin set up), for the operator to
+	// revoke if the token leaked.
 	RunnersToCheck []string `json:"runners_to_check,omitempty"`
-	// SchedulesRemoved, in a revocation's answer, are the schedules
-	// ("<project>: <cron>") that runs made with these tokens had set: a
+	// SchedulesRemoved are the schedules ("<project>: <cron>") set by runs
+	// made with these tokens, or of snapshots submitted with them: a
 	// schedule runs its snapshot again with the project's secrets, so a
-	// leaked token's must not outlive it. A trusted run of the default
-	// branch sets them again.
+	// leaked token's must not outlive it. A submit from the default branch
+	// with a token that works sets them again.
 	SchedulesRemoved []string `json:"schedules_removed,omitempty"`
 }
 
 // revocation is what revoking a tree of tokens did.
 type revocation struct {
-	tokens    []TokenInfo
-	runners   []string // TokenInfo.RunnersToCheck
-	schedules []string // TokenInfo.SchedulesRemoved
+	tokens []TokenInfo
+	Revoked
 }
 
 // tokensCheck is who may see and revoke user userID's tokens: the user,
@@ -173,7 +180,7 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 				also = append(also, t.ID)
 			}
 		}
-		named.AlsoRevoked, named.RunnersToCheck, named.SchedulesRemoved = also, rev.runners, rev.schedules
+		named.AlsoRevoked, named.Revoked = also, rev.Revoked
 		return named, nil
 	})
 }
@@ -187,9 +194,10 @@ func (s *Store) RevokeUserTokenAs(ctx context.Context, by User, userID, tokenID 
 // A token's making that comes after the update finds its parent revoked;
 // so does a schedule's setting or firing, and a run's making from a
 // snapshot or inputs given with one; the unfinished runs that were are
-// marked, so that the claim hands out none of their trusted jobs. It returns the tokens revoked,
-// the live runners registered with registration tokens they made and the
-// schedules removed, named as user by ("": the operator) may see them.
+// marked, so that the claim hands out none of their trusted jobs. It
+// returns the tokens revoked, the live runners registered with
+// registration tokens they made and the schedules removed, named as user
+// by ("": the operator) may see them.
 func revokeTree(ctx context.Context, tx pgx.Tx, ids []string, by string) (revocation, error) {
 	var rev revocation
 	var allIDs []string
@@ -220,10 +228,10 @@ func revokeTree(ctx context.Context, tx pgx.Tx, ids []string, by string) (revoca
 		return rev, fmt.Errorf("runs given with tokens: %w", err)
 	}
 	var err error
-	if rev.runners, err = queryIDs(ctx, tx, liveRunnersRegisteredSQL, allIDs); err != nil {
+	if rev.RunnersToCheck, err = queryIDs(ctx, tx, liveRunnersRegisteredSQL, allIDs); err != nil {
 		return rev, fmt.Errorf("runners registered with tokens: %w", err)
 	}
-	if rev.schedules, err = removeSchedules(ctx, tx, allIDs, by); err != nil {
+	if rev.SchedulesRemoved, err = removeSchedules(ctx, tx, allIDs, by); err != nil {
 		return rev, err
 	}
 	return rev, nil
@@ -257,7 +265,8 @@ func removeSchedules(ctx context.Context, tx pgx.Tx, ids []string, by string) ([
 }
 
 // markRevokedRunsSQL marks the unfinished runs whose snapshot or inputs
-// were given with tokens $1 (membersMaySQL reads the mark at the claim).
+// were given with tokens $1: the claim (authorsMaySQL, membersMaySQL) and
+// the heartbeat (cancelAskedSQL) read the mark off the run's row.
 // A run being made with one holds it (runMakers), so is marked once made.
 const markRevokedRunsSQL = `
 UPDATE runs SET token_revoked = true
