@@ -359,6 +359,26 @@ func TestRootStagesIgnoreTheStepsEnv(t *testing.T) {
 	}
 }
 
+// TestSandboxIgnoresTheStepsEnv: bwrap builds the sandbox with a fixed
+// environment and the step's is loaded inside it. An LD_PRELOAD of a
+// library a step wrote would otherwise run in bwrap before the sandbox
+// exists; the loader's debug output shows which programs an environment
+// reached.
+func TestSandboxIgnoresTheStepsEnv(t *testing.T) {
+	i := newIsolator(t, Bwrap, 1, Limits{})
+	b := newBox(t, i, 0, workDir(t))
+	out, code := step(t, b, `/bin/true; echo "debug=$LD_DEBUG"`, "LD_DEBUG=files")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, "needed by /bin/true") || !strings.Contains(out, "debug=files") {
+		t.Fatalf("the step's environment did not reach the step:\n%s", out)
+	}
+	if strings.Contains(out, "bwrap") {
+		t.Fatalf("bwrap ran with the step's environment:\n%s", out)
+	}
+}
+
 func TestNewRefusesWhatItCannotGive(t *testing.T) {
 	users := needRoot(t, 1)
 	for _, tc := range []struct {

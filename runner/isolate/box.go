@@ -167,10 +167,17 @@ func (b *Box) StepCommand(st Step) (*exec.Cmd, error) {
 		}
 		cd := rel
 		if b.i.cfg.Mode == Bwrap {
-			argv = append(b.bwrapArgs(wd, st.Output), argv...)
 			cd = "." // bwrap enters wd inside its sandbox
 		}
-		argv = append([]string{"env", "-i", b.i.bash, "--noprofile", "--norc", "-c", loadEnv, "load-env", envFile, cd}, argv...)
+		argv = append([]string{b.i.bash, "--noprofile", "--norc", "-c", loadEnv, "load-env", envFile, cd}, argv...)
+		if b.i.cfg.Mode == Bwrap {
+			// The environment is loaded inside the sandbox: bwrap itself,
+			// which builds it, must not run with the step's (an
+			// LD_PRELOAD of a library the step wrote would run in bwrap,
+			// before the sandbox exists, and undo it).
+			argv = append(b.bwrapArgs(wd, st.Output), argv...)
+		}
+		argv = append([]string{"env", "-i"}, argv...)
 		// no_new_privs: setuid programs (crontab, at, su) would let a
 		// step act as another user or outside the job's cgroup; bwrap,
 		// run after it, is not setuid here and needs no privilege.
@@ -242,7 +249,8 @@ func (b *Box) ReadOutputFile(file string) ([]byte, error) {
 // rootPath is the PATH of the stages that run as root.
 const rootPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// loadEnv, run by bash as the slot's user with an empty environment,
+// loadEnv, run by bash as the slot's user with an empty environment (in
+// bwrap mode inside the sandbox),
 // exports the NUL-separated NAME=value pairs of the file $1, enters the
 // step's directory $2 (relative to the workspace, as that user), then runs
 // the rest of its arguments.
