@@ -132,14 +132,14 @@ func (j *job) resolveJob() error {
 // runs: env reads the job's env, the script the job's and the step's.
 func (j *job) resolveStep(st domain.Step, seq *sequence) (domain.Step, error) {
 	var err error
-	c := j.exprContext(seq, j.claim.Job.Env)
+	c := j.exprContext(seq, j.jobEnv())
 	if st.Name, err = j.expand(st.Name, c); err != nil {
 		return st, fmt.Errorf("name: %w", err)
 	}
 	if st.Env, err = j.expandEnv(st.Env, c); err != nil {
 		return st, err
 	}
-	c = j.exprContext(seq, mergeEnv(j.claim.Job.Env, st.Env))
+	c = j.exprContext(seq, mergeEnv(j.jobEnv(), st.Env))
 	if st.Run, err = j.expand(st.Run, c); err != nil {
 		return st, fmt.Errorf("run: %w", err)
 	}
@@ -148,7 +148,7 @@ func (j *job) resolveStep(st domain.Step, seq *sequence) (domain.Step, error) {
 
 // jobOutputs evaluates the job's outputs mapping when the steps end.
 func (j *job) jobOutputs(seq *sequence) (map[string]string, error) {
-	c := j.exprContext(seq, j.claim.Job.Env)
+	c := j.exprContext(seq, j.jobEnv())
 	out := make(map[string]string, len(j.claim.Job.Outputs))
 	for name, tpl := range j.claim.Job.Outputs {
 		v, err := j.expand(tpl, c)

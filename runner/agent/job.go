@@ -43,6 +43,10 @@ type job struct {
 	// idTokenEnv tells the steps of a job that may ask for identity
 	// tokens where to ask (empty for any other job).
 	idTokenEnv map[string]string
+	// stepEnv and stepPath are what the steps so far set with
+	// $FORGECI_ENV and added with $FORGECI_PATH (newest first).
+	stepEnv  map[string]string
+	stepPath []string
 }
 
 // stopped is why the job was stopped, or nil while it runs.

@@ -12,11 +12,18 @@ import (
 const MaxOutputs = 100
 
 // parseOutputs reads a step's $FORGECI_OUTPUT in GitHub's $GITHUB_OUTPUT
-// format: lines NAME=value, or NAME<<DELIMITER, the value's lines, and
-// DELIMITER alone on a line. A later value of a name replaces an earlier.
+// format (parseAssignments), names as outputs are named.
 func parseOutputs(data []byte) (map[string]string, error) {
+	return parseAssignments(data, domain.OutputNameRE().MatchString, MaxOutputs)
+}
+
+// parseAssignments reads lines NAME=value, or NAME<<DELIMITER, the
+// value's lines, and DELIMITER alone on a line, as GitHub's step files
+// hold them; each name must pass valid, and at most limit (-1: any number)
+// are set. A later value of a name replaces an earlier.
+func parseAssignments(data []byte, valid func(string) bool, limit int) (map[string]string, error) {
 	if i := bytes.IndexByte(data, 0); i >= 0 {
-		return nil, fmt.Errorf("byte %d is NUL: outputs are text", i)
+		return nil, fmt.Errorf("byte %d is NUL: the file is text", i)
 	}
 	out := map[string]string{}
 	lines := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
@@ -42,12 +49,12 @@ func parseOutputs(data []byte) (map[string]string, error) {
 		} else {
 			name, value, ok = strings.Cut(line, "=")
 		}
-		if !ok || !domain.OutputNameRE().MatchString(name) {
+		if !ok || !valid(name) {
 			return nil, fmt.Errorf("line %d is not NAME=value or NAME<<DELIMITER", i+1)
 		}
 		out[name] = value
-		if len(out) > MaxOutputs {
-			return nil, fmt.Errorf("more than %d outputs", MaxOutputs)
+		if limit >= 0 && len(out) > limit {
+			return nil, fmt.Errorf("more than %d names set", limit)
 		}
 	}
 	return out, nil

@@ -152,11 +152,11 @@ func (j *job) condition(st domain.Step, seq *sequence) (bool, error) {
 	if perr != nil {
 		return false, perr
 	}
-	env, err := j.expandEnv(st.Env, j.exprContext(seq, j.claim.Job.Env))
+	env, err := j.expandEnv(st.Env, j.exprContext(seq, j.jobEnv()))
 	if err != nil {
 		return false, err
 	}
-	v, err := e.Eval(j.exprContext(seq, mergeEnv(j.claim.Job.Env, env)))
+	v, err := e.Eval(j.exprContext(seq, mergeEnv(j.jobEnv(), env)))
 	if err != nil {
 		return false, err
 	}

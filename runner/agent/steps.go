@@ -17,33 +17,32 @@ import (
 
 // runStep runs one step (by default with bash -e, as GitHub's) in its own
 // process group and returns its exit code and the outputs it wrote to
-// $FORGECI_OUTPUT. When the job is stopped the whole group gets SIGTERM,
-// then SIGKILL after the grace period; when its lease is lost, SIGKILL.
+// $FORGECI_OUTPUT; what it wrote to $FORGECI_ENV and $FORGECI_PATH is kept
+// for the later steps (readStepFiles). When the job is stopped the whole
+// group gets SIGTERM, then SIGKILL after the grace period; when its lease
+// is lost, SIGKILL.
 func (j *job) runStep(st domain.Step) (int, map[string]string) {
-	output, err := j.box.NewOutputFile()
+	files, err := j.newStepFiles()
 	if err != nil {
 		fmt.Fprintf(j.logs, "==> could not prepare the step: %v\n", err)
 		return 127, nil
 	}
-	env := append(j.env(st), "FORGECI_OUTPUT="+output, "GITHUB_OUTPUT="+output)
-	cmd, err := j.box.StepCommand(isolate.Step{Script: st.Run, Shell: st.Shell, Dir: st.WorkingDirectory, Env: env, Output: output})
+	env := append(j.env(st), files.vars()...)
+	cmd, err := j.box.StepCommand(isolate.Step{Script: st.Run, Shell: st.Shell, Dir: st.WorkingDirectory, Env: env,
+		Files: []string{files.output, files.env, files.path}})
 	if err != nil {
 		fmt.Fprintf(j.logs, "==> could not prepare the step: %v\n", err)
 		return 127, nil
 	}
 	code := j.wait(cmd, st)
-	raw, err := j.box.ReadOutputFile(output)
-	if err == nil {
-		var outputs map[string]string
-		if outputs, err = parseOutputs(raw); err == nil {
-			return code, outputs
-		}
+	outputs, errs := j.readStepFiles(files)
+	for _, err := range errs {
+		fmt.Fprintf(j.logs, "==> %v\n", err)
 	}
-	fmt.Fprintf(j.logs, "==> the step's outputs are not read: %v\n", err)
-	if code == 0 {
+	if len(errs) > 0 && code == 0 {
 		code = 1
 	}
-	return code, nil
+	return code, outputs
 }
 
 // wait starts cmd and waits for it, stopping it at the step's timeout or
@@ -179,12 +178,16 @@ func (j *job) env(st domain.Step) []string {
 	if vars["PATH"] == "" {
 		vars["PATH"] = "/usr/local/bin:/usr/bin:/bin"
 	}
-	for k, v := range c.Job.Env {
+	// The pipeline's env, then what earlier steps set ($FORGECI_ENV), then
+	// the step's own, as GitHub's; the directories earlier steps added
+	// ($FORGECI_PATH) go before the PATH that makes.
+	for k, v := range j.jobEnv() {
 		vars[k] = v
 	}
 	for k, v := range st.Env {
 		vars[k] = v
 	}
+	vars["PATH"] = j.withPath(vars["PATH"])
 	// The runner's own: where this job asks for identity tokens.
 	for k, v := range j.idTokenEnv {
 		vars[k] = v

@@ -6,6 +6,7 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -165,6 +166,10 @@ func (s *stack) submitWith(dir string, follow bool, token string) (string, error
 	}
 	var run struct{ ID string }
 	if jerr := json.Unmarshal(out, &run); jerr != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "", fmt.Errorf("%w: %s", err, ee.Stderr)
+		}
 		return "", jerr
 	}
 	return run.ID, err
@@ -273,6 +278,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("steps: id, if, outputs, continue-on-error, shell, working-directory", testStepFeatures(s))
+	t.Run("steps: $GITHUB_ENV and $GITHUB_PATH carry into the later steps", testEnvFiles(s))
 	t.Run("flow: job if, outputs, needs, continue-on-error, fail-fast, runner expressions", testFlow(s))
 	t.Run("concurrency: cancel-in-progress cancels the running run", testConcurrency(s))
 	t.Run("deployments: reviews in the dashboard, branch rules, environment secrets", testDeployments(s))

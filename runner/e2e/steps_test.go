@@ -91,3 +91,57 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 		}
 	}
 }
+
+// envFilesPipeline: a step sets variables ($GITHUB_ENV, a multi-line one
+// on $FORGECI_ENV) and adds a directory to PATH ($GITHUB_PATH) for the
+// steps after it, as GitHub's do; a step's own env still wins, if: reads
+// the value, and a step that tries to set a step file's variable fails,
+// changing nothing.
+const envFilesPipeline = `env: {GREETING: from-pipeline, KEEP: pipeline}
+jobs:
+  envfiles:
+    runs-on: linux
+    steps:
+      - run: |
+          echo "GREETING=from-step" >> "$GITHUB_ENV"
+          { echo 'NOTES<<EOF'; echo 'line one'; echo 'line two'; echo EOF; } >> "$FORGECI_ENV"
+          mkdir -p tools && printf '#!/bin/sh\necho "mytool ran"\n' > tools/mytool && chmod +x tools/mytool
+          echo "$PWD/tools" >> "$GITHUB_PATH"
+          echo "same step: $GREETING"
+      - run: |
+          echo "next step: $GREETING / $KEEP"
+          printf 'notes: %s\n' "$NOTES" | tr '\n' '|'; echo
+          mytool
+      - env: {GREETING: from-step-env}
+        run: echo "step env wins, $GREETING"
+      - if: env.GREETING == 'from-step'
+        run: echo "if saw ${{ env.GREETING }}"
+      - run: echo "GITHUB_OUTPUT=/tmp/elsewhere" >> "$GITHUB_ENV"; echo "KEEP=changed" >> "$GITHUB_ENV"
+      - if: always()
+        run: echo "after the refused, $KEEP $GITHUB_OUTPUT"
+`
+
+func testEnvFiles(s *stack) func(t *testing.T) {
+	return func(t *testing.T) {
+		id, err := s.submit(writePipeline(t, envFilesPipeline), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := s.waitRun(id, func(v runView) bool { return v.State == "FAILED" || v.State == "PASSED" }, 60*time.Second)
+		j := v.Jobs[0]
+		log := s.log(id, j.ID)
+		if j.State != "FAILED" || j.Reason != "exit_code 1" {
+			t.Fatalf("job %+v: want FAILED by the refused variable; log:\n%s", j, log)
+		}
+		for _, want := range []string{"same step: from-pipeline", "next step: from-step / pipeline",
+			"notes: line one|line two|", "mytool ran", "step env wins, from-step-env", "if saw from-step",
+			"GITHUB_OUTPUT names a file of each step, set by the runner", "after the refused, pipeline /"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("log lacks %q:\n%s", want, log)
+			}
+		}
+		if _, after, _ := strings.Cut(log, "after the refused, "); !strings.Contains(after, "/steps/output-") {
+			t.Errorf("the refused variable reached a later step:\n%s", log)
+		}
+	}
+}

@@ -127,13 +127,14 @@ func (b *Box) Command(script string, env []string) (*exec.Cmd, error) {
 // {0} for the script's file (nil: bash -e {0}, GitHub's default when a
 // step names no shell: without pipefail, as a workflow expects);
 // the directory it starts in, relative to the workspace; its environment;
-// and the output file (NewOutputFile) it may write.
+// and the files (NewStepFile) it may write: its outputs, environment and
+// path files.
 type Step struct {
 	Script string
 	Shell  []string
 	Dir    string
 	Env    []string
-	Output string
+	Files  []string
 }
 
 // StepCommand is Command for a Step.
@@ -175,7 +176,7 @@ func (b *Box) StepCommand(st Step) (*exec.Cmd, error) {
 			// which builds it, must not run with the step's (an
 			// LD_PRELOAD of a library the step wrote would run in bwrap,
 			// before the sandbox exists, and undo it).
-			argv = append(b.bwrapArgs(wd, st.Output), argv...)
+			argv = append(b.bwrapArgs(wd, st.Files), argv...)
 		}
 		argv = append([]string{"env", "-i"}, argv...)
 		// no_new_privs: setuid programs (crontab, at, su) would let a
@@ -210,21 +211,21 @@ func (b *Box) Start(cmd *exec.Cmd) error {
 	return startWithKeyring(cmd)
 }
 
-// MaxOutputBytes bounds what a step may write to its output file.
-const MaxOutputBytes = 1 << 20
+// MaxStepFileBytes bounds what a step may write to each of its files.
+const MaxStepFileBytes = 1 << 20
 
-// NewOutputFile makes an empty file the slot's user may write (a step's
-// $FORGECI_OUTPUT), in the steps directory, where the user cannot put a
-// link in its place.
-func (b *Box) NewOutputFile() (string, error) {
-	file := filepath.Join(b.dir, "steps", "output-"+strconv.Itoa(int(b.steps.Add(1))))
+// NewStepFile makes an empty file the slot's user may write (a step's
+// $FORGECI_OUTPUT, $FORGECI_ENV or $FORGECI_PATH: kind names it), in the
+// steps directory, where the user cannot put a link in its place.
+func (b *Box) NewStepFile(kind string) (string, error) {
+	file := filepath.Join(b.dir, "steps", kind+"-"+strconv.Itoa(int(b.steps.Add(1))))
 	return file, writeOwned(file, nil, b.su)
 }
 
-// ReadOutputFile reads an output file without following links, only if
-// it is still a regular file of the slot's user and at most
-// MaxOutputBytes.
-func (b *Box) ReadOutputFile(file string) ([]byte, error) {
+// ReadStepFile reads a step's file (NewStepFile) without following
+// links, only if it is still a regular file of the slot's user and at
+// most MaxStepFileBytes; name is the variable that named it, for errors.
+func (b *Box) ReadStepFile(file, name string) ([]byte, error) {
 	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -237,13 +238,13 @@ func (b *Box) ReadOutputFile(file string) ([]byte, error) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	switch {
 	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("$FORGECI_OUTPUT is no longer a regular file")
+		return nil, fmt.Errorf("$%s is no longer a regular file", name)
 	case ok && b.su.uid != 0 && int(st.Uid) != b.su.uid:
-		return nil, fmt.Errorf("$FORGECI_OUTPUT is not the step's user's file")
-	case fi.Size() > MaxOutputBytes:
-		return nil, fmt.Errorf("$FORGECI_OUTPUT is %d bytes, over %d", fi.Size(), MaxOutputBytes)
+		return nil, fmt.Errorf("$%s is not the step's user's file", name)
+	case fi.Size() > MaxStepFileBytes:
+		return nil, fmt.Errorf("$%s is %d bytes, over %d", name, fi.Size(), MaxStepFileBytes)
 	}
-	return io.ReadAll(io.LimitReader(f, MaxOutputBytes+1))
+	return io.ReadAll(io.LimitReader(f, MaxStepFileBytes+1))
 }
 
 // rootPath is the PATH of the stages that run as root.
@@ -315,7 +316,7 @@ func nulJoin(env []string) []byte {
 // bwrapArgs: a sandbox where only the workspace and the job's tmp (also as
 // /tmp) are writable, the system is read-only, and the runner's files (its
 // token, its state, other jobs) are not there at all.
-func (b *Box) bwrapArgs(wd, output string) []string {
+func (b *Box) bwrapArgs(wd string, files []string) []string {
 	args := []string{b.i.bwrap, "--unshare-all", "--share-net", "--die-with-parent", "--new-session",
 		"--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue", "--tmpfs", "/run", "--tmpfs", "/var"}
 	for _, d := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt"} {
@@ -331,9 +332,9 @@ func (b *Box) bwrapArgs(wd, output string) []string {
 	args = append(args, "--bind", b.TmpDir(), "/tmp", "--bind", b.TmpDir(), b.TmpDir(),
 		"--bind", b.Workspace(), b.Workspace(),
 		"--ro-bind", filepath.Join(b.dir, "steps"), filepath.Join(b.dir, "steps"))
-	if output != "" {
-		// The step's output file, writable over the read-only steps.
-		args = append(args, "--bind", output, output)
+	for _, f := range files {
+		// The step's own files, writable over the read-only steps.
+		args = append(args, "--bind", f, f)
 	}
 	for _, p := range b.shared {
 		// Read-only binds still let the step connect to a socket.

@@ -49,3 +49,58 @@ func runIn(b *Box, dir, script string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// TestStepFilesAreTheStepsOnly: a step may write the files it is given
+// (its outputs, environment and path files), inside the sandbox too, and
+// make nothing new in the steps directory (in the sandbox it may write no
+// other file there; without it, the job's earlier steps' files are its
+// user's); what it wrote is read back, and a file replaced by a link is
+// refused.
+func TestStepFilesAreTheStepsOnly(t *testing.T) {
+	for _, mode := range []Mode{User, Bwrap} {
+		i := newIsolator(t, mode, 1, Limits{})
+		b := newBox(t, i, 0, workDir(t))
+		var files []string
+		for _, kind := range []string{"output", "env", "path"} {
+			f, err := b.NewStepFile(kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+		}
+		other, err := b.NewStepFile("output")
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := `for f in "$A" "$B" "$C"; do echo "wrote $f" >> "$f"; done
+echo x >> "$D" 2>/dev/null && echo "WROTE OTHER"
+touch "$(dirname "$A")/new" 2>/dev/null && echo "MADE NEW"
+exit 0`
+		cmd, err := b.StepCommand(Step{Script: script, Files: files, Env: []string{"PATH=/usr/bin:/bin",
+			"A=" + files[0], "B=" + files[1], "C=" + files[2], "D=" + other}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil || (mode == Bwrap && strings.Contains(string(out), "WROTE OTHER")) || strings.Contains(string(out), "MADE NEW") {
+			t.Fatalf("%v: %v\n%s", mode, err, out)
+		}
+		for _, f := range files {
+			if got, err := b.ReadStepFile(f, "X"); err != nil || string(got) != "wrote "+f+"\n" {
+				t.Fatalf("%v: %s: %q %v", mode, f, got, err)
+			}
+		}
+		if got, err := b.ReadStepFile(other, "X"); mode == Bwrap && (err != nil || len(got) != 0) {
+			t.Fatalf("%v: a file not given to the step: %q %v", mode, got, err)
+		}
+		if err := os.Remove(files[1]); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/etc/passwd", files[1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.ReadStepFile(files[1], "FORGECI_ENV"); err == nil {
+			t.Fatalf("%v: a link in place of a step's file was read", mode)
+		}
+	}
+}

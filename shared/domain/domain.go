@@ -135,6 +135,11 @@ const (
 	// FeatureIDToken: the runner serves the job's steps identity tokens
 	// (permissions: {id-token: write}) through a per-job socket.
 	FeatureIDToken = "id-token"
+	// FeatureEnvFiles: the runner gives each step $FORGECI_ENV and
+	// $FORGECI_PATH (also $GITHUB_ENV, $GITHUB_PATH) and carries what it
+	// writes to them into the later steps. A job needs it when a script
+	// names one of them.
+	FeatureEnvFiles = "env-files"
 )
 
 // Features are the runner features the job needs, sorted.
@@ -158,7 +163,27 @@ func (s JobSpec) Features() []string {
 			break
 		}
 	}
+	for _, st := range s.Steps {
+		if namesEnvFile(st.Run) {
+			out = append(out, FeatureEnvFiles)
+			break
+		}
+	}
+	slices.Sort(out)
 	return out
+}
+
+// namesEnvFile reports whether a script names $FORGECI_ENV or
+// $FORGECI_PATH (or GitHub's names): a script that writes them through
+// another file it runs is not seen, and on a runner without the feature
+// finds them unset.
+func namesEnvFile(script string) bool {
+	for _, v := range []string{"FORGECI_ENV", "FORGECI_PATH", "GITHUB_ENV", "GITHUB_PATH"} {
+		if strings.Contains(script, v) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasExpressions reports whether a ${{ }} other than ${{ secrets.NAME }}

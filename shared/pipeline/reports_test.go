@@ -31,3 +31,24 @@ func TestReports(t *testing.T) {
 		"artifacts: [{name: test-reports, paths: [x]}]": "is the test reports'",
 	})
 }
+
+// TestEnvFilesFeature: a job whose script names $GITHUB_ENV, $GITHUB_PATH
+// or ForgeCI's names for them needs a runner that carries them between
+// steps; a job that names none does not.
+func TestEnvFilesFeature(t *testing.T) {
+	for script, want := range map[string]bool{
+		`echo "A=1" >> "$GITHUB_ENV"`:      true,
+		`echo /opt/bin >> $GITHUB_PATH`:    true,
+		`echo "A=1" >> "${FORGECI_ENV}"`:   true,
+		`echo /opt/bin >> "$FORGECI_PATH"`: true,
+		`echo "$GITHUB_OUTPUT" && make`:    false,
+	} {
+		p, err := pipeline.Parse("f.yml", []byte("jobs:\n  a:\n    steps:\n      - run: make\n      - run: '"+script+"'\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(p.Jobs[0].Spec.Features(), domain.FeatureEnvFiles); got != want {
+			t.Errorf("%s: needs env-files %v, want %v (%v)", script, got, want, p.Jobs[0].Spec.Features())
+		}
+	}
+}
