@@ -11,6 +11,8 @@ import (
 // $FORGECI_ENV (also $GITHUB_ENV) sets variables for the steps after it,
 // and each line it writes to $FORGECI_PATH (also $GITHUB_PATH) puts a
 // directory at the front of their PATH. The values stay on the runner.
+// What it writes to $FORGECI_STEP_SUMMARY (also $GITHUB_STEP_SUMMARY) is
+// printed in the log after it.
 
 const (
 	// MaxEnvBytes bounds the variables the steps set, NAME=value
@@ -32,11 +34,12 @@ var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
 
 // stepFileVars are the variables the runner sets for each step, naming
 // its files: a step may not set them for the next.
-var stepFileVars = []string{"FORGECI_OUTPUT", "GITHUB_OUTPUT", "FORGECI_ENV", "GITHUB_ENV", "FORGECI_PATH", "GITHUB_PATH"}
+var stepFileVars = []string{"FORGECI_OUTPUT", "GITHUB_OUTPUT", "FORGECI_ENV", "GITHUB_ENV", "FORGECI_PATH", "GITHUB_PATH",
+	"FORGECI_STEP_SUMMARY", "GITHUB_STEP_SUMMARY"}
 
 // stepFiles are one step's files (isolate.Box.NewStepFile).
 type stepFiles struct {
-	output, env, path string
+	output, env, path, summary string
 }
 
 // newStepFiles makes a step's files.
@@ -49,14 +52,21 @@ func (j *job) newStepFiles() (stepFiles, error) {
 	if f.env, err = j.box.NewStepFile("env"); err != nil {
 		return f, err
 	}
-	f.path, err = j.box.NewStepFile("path")
+	if f.path, err = j.box.NewStepFile("path"); err != nil {
+		return f, err
+	}
+	f.summary, err = j.box.NewStepFile("summary")
 	return f, err
 }
+
+// list is the files, for the step to write.
+func (f stepFiles) list() []string { return []string{f.output, f.env, f.path, f.summary} }
 
 // vars are the variables that name the files to the step.
 func (f stepFiles) vars() []string {
 	return []string{"FORGECI_OUTPUT=" + f.output, "GITHUB_OUTPUT=" + f.output, "FORGECI_ENV=" + f.env,
-		"GITHUB_ENV=" + f.env, "FORGECI_PATH=" + f.path, "GITHUB_PATH=" + f.path}
+		"GITHUB_ENV=" + f.env, "FORGECI_PATH=" + f.path, "GITHUB_PATH=" + f.path,
+		"FORGECI_STEP_SUMMARY=" + f.summary, "GITHUB_STEP_SUMMARY=" + f.summary}
 }
 
 // readStepFiles reads what a step wrote to its files when it ended, as
@@ -87,7 +97,25 @@ func (j *job) readStepFiles(f stepFiles) (map[string]string, []error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("the directories the step added to PATH ($FORGECI_PATH) are not kept: %w", err))
 	}
+	j.printSummary(f.summary)
 	return outputs, errs
+}
+
+// printSummary prints what a step wrote to its summary file in the log,
+// masked as the log is. It is for people to read: a summary that cannot
+// be read is said, and does not fail the step, as GitHub's.
+func (j *job) printSummary(file string) {
+	raw, err := j.box.ReadStepFile(file, "FORGECI_STEP_SUMMARY")
+	switch {
+	case err != nil:
+		fmt.Fprintf(j.logs, "==> the step's summary is not shown: %v\n", err)
+	case len(raw) > 0:
+		fmt.Fprintf(j.logs, "==> step summary ($FORGECI_STEP_SUMMARY, %d bytes):\n", len(raw))
+		if raw[len(raw)-1] != '\n' {
+			raw = append(raw, '\n')
+		}
+		_, _ = j.logs.Write(raw)
+	}
 }
 
 // setEnv keeps the variables of a step's $FORGECI_ENV for the later steps.

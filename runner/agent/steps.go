@@ -29,7 +29,7 @@ func (j *job) runStep(st domain.Step) (int, map[string]string) {
 	}
 	env := append(j.env(st), files.vars()...)
 	cmd, err := j.box.StepCommand(isolate.Step{Script: st.Run, Shell: st.Shell, Dir: st.WorkingDirectory, Env: env,
-		Files: []string{files.output, files.env, files.path}})
+		Files: files.list()})
 	if err != nil {
 		fmt.Fprintf(j.logs, "==> could not prepare the step: %v\n", err)
 		return 127, nil

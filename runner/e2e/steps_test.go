@@ -96,7 +96,8 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 // on $FORGECI_ENV) and adds a directory to PATH ($GITHUB_PATH) for the
 // steps after it, as GitHub's do; a step's own env still wins, if: reads
 // the value, and a step that tries to set a step file's variable fails,
-// changing nothing.
+// changing nothing. A step's summary ($GITHUB_STEP_SUMMARY) is printed in
+// the log after it.
 const envFilesPipeline = `env: {GREETING: from-pipeline, KEEP: pipeline}
 jobs:
   envfiles:
@@ -108,6 +109,7 @@ jobs:
           mkdir -p tools && printf '#!/bin/sh\necho "mytool ran"\n' > tools/mytool && chmod +x tools/mytool
           echo "$PWD/tools" >> "$GITHUB_PATH"
           echo "same step: $GREETING"
+          { echo '## Summary'; echo; echo '| tests | passed |'; printf '| 3 | 3 |'; } >> "$GITHUB_STEP_SUMMARY"
       - run: |
           echo "next step: $GREETING / $KEEP"
           printf 'notes: %s\n' "$NOTES" | tr '\n' '|'; echo
@@ -135,7 +137,8 @@ func testEnvFiles(s *stack) func(t *testing.T) {
 		}
 		for _, want := range []string{"same step: from-pipeline", "next step: from-step / pipeline",
 			"notes: line one|line two|", "mytool ran", "step env wins, from-step-env", "if saw from-step",
-			"GITHUB_OUTPUT names a file of each step, set by the runner", "after the refused, pipeline /"} {
+			"GITHUB_OUTPUT names a file of each step, set by the runner", "after the refused, pipeline /",
+			"same step: from-pipeline\n==> step summary ($FORGECI_STEP_SUMMARY, 40 bytes):\n## Summary\n\n| tests | passed |\n| 3 | 3 |\n==> step 2/6"} {
 			if !strings.Contains(log, want) {
 				t.Errorf("log lacks %q:\n%s", want, log)
 			}

@@ -137,8 +137,9 @@ const (
 	FeatureIDToken = "id-token"
 	// FeatureEnvFiles: the runner gives each step $FORGECI_ENV and
 	// $FORGECI_PATH (also $GITHUB_ENV, $GITHUB_PATH) and carries what it
-	// writes to them into the later steps. A job needs it when a script
-	// names one of them.
+	// writes to them into the later steps, and $FORGECI_STEP_SUMMARY (also
+	// $GITHUB_STEP_SUMMARY), printed in the log. A job needs it when a
+	// script names one of them.
 	FeatureEnvFiles = "env-files"
 )
 
@@ -173,12 +174,12 @@ func (s JobSpec) Features() []string {
 	return out
 }
 
-// namesEnvFile reports whether a script names $FORGECI_ENV or
-// $FORGECI_PATH (or GitHub's names): a script that writes them through
+// namesEnvFile reports whether a script names $FORGECI_ENV,
+// $FORGECI_PATH or $FORGECI_STEP_SUMMARY (or GitHub's names): a script that writes them through
 // another file it runs is not seen, and on a runner without the feature
 // finds them unset.
 func namesEnvFile(script string) bool {
-	for _, v := range []string{"FORGECI_ENV", "FORGECI_PATH", "GITHUB_ENV", "GITHUB_PATH"} {
+	for _, v := range []string{"FORGECI_ENV", "FORGECI_PATH", "FORGECI_STEP_SUMMARY", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY"} {
 		if strings.Contains(script, v) {
 			return true
 		}

@@ -32,16 +32,17 @@ func TestReports(t *testing.T) {
 	})
 }
 
-// TestEnvFilesFeature: a job whose script names $GITHUB_ENV, $GITHUB_PATH
-// or ForgeCI's names for them needs a runner that carries them between
-// steps; a job that names none does not.
+// TestEnvFilesFeature: a job whose script names $GITHUB_ENV,
+// $GITHUB_PATH, $GITHUB_STEP_SUMMARY or ForgeCI's names for them needs a
+// runner with the env-files feature; a job that names none does not.
 func TestEnvFilesFeature(t *testing.T) {
 	for script, want := range map[string]bool{
-		`echo "A=1" >> "$GITHUB_ENV"`:      true,
-		`echo /opt/bin >> $GITHUB_PATH`:    true,
-		`echo "A=1" >> "${FORGECI_ENV}"`:   true,
-		`echo /opt/bin >> "$FORGECI_PATH"`: true,
-		`echo "$GITHUB_OUTPUT" && make`:    false,
+		`echo "A=1" >> "$GITHUB_ENV"`:           true,
+		`echo /opt/bin >> $GITHUB_PATH`:         true,
+		`echo "A=1" >> "${FORGECI_ENV}"`:        true,
+		`echo /opt/bin >> "$FORGECI_PATH"`:      true,
+		`echo "$GITHUB_OUTPUT" && make`:         false,
+		`echo "# done" >> $GITHUB_STEP_SUMMARY`: true,
 	} {
 		p, err := pipeline.Parse("f.yml", []byte("jobs:\n  a:\n    steps:\n      - run: make\n      - run: '"+script+"'\n"))
 		if err != nil {
