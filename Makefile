@@ -52,6 +52,7 @@ fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzTemplate -fuzztime $(or $(FUZZTIME),30s) ./shared/expr/
 	$(GO) test -run '^$$' -fuzz FuzzParseOutputs -fuzztime $(or $(FUZZTIME),30s) ./runner/agent/
 	$(GO) test -run '^$$' -fuzz FuzzStepEnvFiles -fuzztime $(or $(FUZZTIME),30s) ./runner/agent/
+	$(GO) test -run '^$$' -fuzz FuzzCommandFilter -fuzztime $(or $(FUZZTIME),30s) ./runner/agent/
 	$(GO) test -run '^$$' -fuzz FuzzFilterPattern -fuzztime $(or $(FUZZTIME),30s) ./shared/pipeline/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),30s) ./shared/junit/
 

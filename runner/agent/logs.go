@@ -26,12 +26,14 @@ import (
 // output shows it is not one, or Close. Batches are cut from masked bytes
 // and kept until acknowledged, so a resend repeats them exactly.
 type logAppender struct {
-	lease   *client.Lease
-	set     *mask.Set     // masks step names too
-	redact  []string      // the values set masks
-	tokens  []maskedToken // and the identity tokens' signatures
-	maskGen int           // counts the sets built
-	maskIn  int           // the generation of the set in place
+	lease      *client.Lease
+	set        *mask.Set     // masks step names too
+	redact     []string      // the values set masks
+	tokens     []maskedToken // and the identity tokens' signatures
+	added      []string      // and what the steps added (::add-mask::)
+	addedBytes int
+	maskGen    int // counts the sets built
+	maskIn     int // the generation of the set in place
 
 	mu      sync.Mutex
 	mask    *mask.Stream // writes into lines, which writes into pending
@@ -89,10 +91,8 @@ type maskedToken struct {
 
 // AddToken masks an identity token just handed to the job's steps, from
 // now on: its signature, without which the token is worth nothing (its
-// header and claims are no secret), until it expires. The masker is built
-// outside the lock, so writes go on meanwhile, and installed unless a set
-// built later is already in place: each set holds every token added
-// before it, so when AddToken returns its token is masked.
+// header and claims are no secret), until it expires. When AddToken
+// returns its token is masked (install).
 func (a *logAppender) AddToken(token string, expires time.Time) {
 	sig := token[strings.LastIndexByte(token, '.')+1:]
 	a.mu.Lock()
@@ -105,8 +105,41 @@ func (a *logAppender) AddToken(token string, expires time.Time) {
 	}
 	live = append(live, maskedToken{sig, expires})
 	a.tokens = slices.Clone(live[max(0, len(live)-maxMaskedTokens):])
+	a.install()
+}
+
+// Bounds of the values a job's steps may add to the masks
+// (::add-mask::): each rebuilds the masker, and the runner runs as root.
+const (
+	maxAddedMasks     = 1000
+	maxAddedMaskBytes = 256 << 10
+)
+
+// AddMask masks value from now on, as a secret (a step asked with
+// ::add-mask::); when it returns, the value is masked. It refuses a value
+// too short to mask, and one past the job's bounds.
+func (a *logAppender) AddMask(value string) error {
+	if len(value) < mask.MinLen {
+		return fmt.Errorf("a value under %d bytes cannot be masked", mask.MinLen)
+	}
+	a.mu.Lock()
+	if len(a.added) >= maxAddedMasks || a.addedBytes+len(value) > maxAddedMaskBytes {
+		a.mu.Unlock()
+		return fmt.Errorf("the job's steps have added %d values (%d bytes) to the masks, the most a job may (%d, %d bytes)",
+			len(a.added), a.addedBytes, maxAddedMasks, maxAddedMaskBytes)
+	}
+	a.added, a.addedBytes = append(a.added, value), a.addedBytes+len(value)
+	a.install()
+	return nil
+}
+
+// install builds the masker of every value now and puts it in place,
+// unless a set built later is already there: each set holds every value
+// added before it. Called with a.mu held, which it releases; the masker
+// is built outside the lock, so writes go on meanwhile.
+func (a *logAppender) install() {
 	a.maskGen++
-	gen, values := a.maskGen, slices.Clone(a.redact)
+	gen, values := a.maskGen, slices.Concat(a.redact, a.added)
 	for _, t := range a.tokens {
 		values = append(values, t.sig)
 	}

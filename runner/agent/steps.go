@@ -141,7 +141,9 @@ func (j *job) output(cmd *exec.Cmd) (*stepOutput, error) {
 		defer j.outputs.Done()
 		defer close(o.copied)
 		defer r.Close()
-		_, _ = io.Copy(j.logs, r)
+		f := newCommandFilter(j.logs, j.logs.AddMask)
+		_, _ = io.Copy(f, r)
+		f.Close()
 	}()
 	return o, nil
 }

@@ -97,7 +97,8 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 // steps after it, as GitHub's do; a step's own env still wins, if: reads
 // the value, and a step that tries to set a step file's variable fails,
 // changing nothing. A step's summary ($GITHUB_STEP_SUMMARY) is printed in
-// the log after it.
+// the log after it. A value the step asks to mask (::add-mask::) is
+// masked in every line after.
 const envFilesPipeline = `env: {GREETING: from-pipeline, KEEP: pipeline}
 jobs:
   envfiles:
@@ -109,11 +110,13 @@ jobs:
           mkdir -p tools && printf '#!/bin/sh\necho "mytool ran"\n' > tools/mytool && chmod +x tools/mytool
           echo "$PWD/tools" >> "$GITHUB_PATH"
           echo "same step: $GREETING"
+          TOKEN="generated-$FORGECI_RUN_ID-token"; echo "::add-mask::$TOKEN"; echo "TOKEN=$TOKEN" >> "$GITHUB_ENV"
           { echo '## Summary'; echo; echo '| tests | passed |'; printf '| 3 | 3 |'; } >> "$GITHUB_STEP_SUMMARY"
       - run: |
           echo "next step: $GREETING / $KEEP"
           printf 'notes: %s\n' "$NOTES" | tr '\n' '|'; echo
           mytool
+          echo "the token is $TOKEN"
       - env: {GREETING: from-step-env}
         run: echo "step env wins, $GREETING"
       - if: env.GREETING == 'from-step'
@@ -138,10 +141,13 @@ func testEnvFiles(s *stack) func(t *testing.T) {
 		for _, want := range []string{"same step: from-pipeline", "next step: from-step / pipeline",
 			"notes: line one|line two|", "mytool ran", "step env wins, from-step-env", "if saw from-step",
 			"GITHUB_OUTPUT names a file of each step, set by the runner", "after the refused, pipeline /",
-			"same step: from-pipeline\n==> step summary ($FORGECI_STEP_SUMMARY, 40 bytes):\n## Summary\n\n| tests | passed |\n| 3 | 3 |\n==> step 2/6"} {
+			"same step: from-pipeline\n::add-mask::***\n==> step summary ($FORGECI_STEP_SUMMARY, 40 bytes):\n## Summary\n\n| tests | passed |\n| 3 | 3 |\n==> step 2/6"} {
 			if !strings.Contains(log, want) {
 				t.Errorf("log lacks %q:\n%s", want, log)
 			}
+		}
+		if strings.Contains(log, "generated-"+id) || !strings.Contains(log, "::add-mask::***\n") || !strings.Contains(log, "the token is ***\n") {
+			t.Errorf("a value the step asked to mask (::add-mask::) is in the log:\n%s", log)
 		}
 		if _, after, _ := strings.Cut(log, "after the refused, "); !strings.Contains(after, "/steps/output-") {
 			t.Errorf("the refused variable reached a later step:\n%s", log)
