@@ -1,10 +1,15 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/forgeci/forgeci/shared/domain"
 )
 
 // A step's environment files, as GitHub's: what a step writes to
@@ -31,11 +36,6 @@ const (
 
 // envNameRE is a variable's name a step may set.
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,255}$`)
-
-// stepFileVars are the variables the runner sets for each step, naming
-// its files: a step may not set them for the next.
-var stepFileVars = []string{"FORGECI_OUTPUT", "GITHUB_OUTPUT", "FORGECI_ENV", "GITHUB_ENV", "FORGECI_PATH", "GITHUB_PATH",
-	"FORGECI_STEP_SUMMARY", "GITHUB_STEP_SUMMARY"}
 
 // stepFiles are one step's files (isolate.Box.NewStepFile).
 type stepFiles struct {
@@ -89,13 +89,13 @@ func (j *job) readStepFiles(f stepFiles) (map[string]string, []error) {
 		err = j.setEnv(raw)
 	}
 	if err != nil {
-		errs = append(errs, fmt.Errorf("the variables the step set ($FORGECI_ENV) are not kept: %w", err))
+		errs = append(errs, fmt.Errorf("the variables the step set ($FORGECI_ENV, $GITHUB_ENV) are not kept: %w", err))
 	}
 	if raw, err = j.box.ReadStepFile(f.path, "FORGECI_PATH"); err == nil {
 		err = j.addPath(raw)
 	}
 	if err != nil {
-		errs = append(errs, fmt.Errorf("the directories the step added to PATH ($FORGECI_PATH) are not kept: %w", err))
+		errs = append(errs, fmt.Errorf("the directories the step added to PATH ($FORGECI_PATH, $GITHUB_PATH) are not kept: %w", err))
 	}
 	j.printSummary(f.summary)
 	return outputs, errs
@@ -118,37 +118,45 @@ func (j *job) printSummary(file string) {
 	}
 }
 
-// setEnv keeps the variables of a step's $FORGECI_ENV for the later steps.
+// setEnv keeps the variables of a step's $FORGECI_ENV for the later
+// steps. A value under a name that looks secret is masked from now on, as
+// the pipeline's env's are.
 func (j *job) setEnv(raw []byte) error {
 	vars, err := parseAssignments(raw, envNameRE.MatchString, -1)
 	if err != nil {
 		return err
 	}
 	for name, v := range vars {
+		_, secret := j.claim.Secrets[name]
 		switch {
-		case strings.ContainsRune(name+v, 0):
-			return fmt.Errorf("%s holds a NUL byte", name)
 		case len(name)+1+len(v) > MaxEnvEntryBytes:
 			return fmt.Errorf("%s is %d bytes with its value, over %d", name, len(name)+1+len(v), MaxEnvEntryBytes)
-		case slices.Contains(stepFileVars, name):
-			return fmt.Errorf("%s names a file of each step, set by the runner", name)
-		case j.claim.Secrets[name] != "" || j.idTokenEnv[name] != "":
-			return fmt.Errorf("%s is set by the runner (a secret, or where to ask for identity tokens)", name)
+		case domain.ReservedVarReason(name) != "":
+			return errors.New(domain.ReservedVarReason(name))
+		case secret:
+			return fmt.Errorf("%s is one of the job's secrets, set by the runner", name)
 		}
 	}
 	next := mergeEnv(j.stepEnv, vars)
-	if n := envBytes(next); n > MaxEnvBytes {
-		return fmt.Errorf("the variables the steps set would be %d bytes, over %d", n, MaxEnvBytes)
+	if err := j.checkEnvSize(next, j.stepPath); err != nil {
+		return err
 	}
 	j.stepEnv = next
+	for name, v := range vars {
+		if looksSecret(name) && j.logs != nil {
+			_ = j.logs.AddMask(v) // a short value cannot be masked, as the pipeline's
+		}
+	}
 	return nil
 }
 
 // addPath puts the directories of a step's $FORGECI_PATH, one a line, at
-// the front of the later steps' PATH: the last line first.
+// the front of the later steps' PATH: the last line first. A directory
+// already there moves to the front, as GitHub's.
 func (j *job) addPath(raw []byte) error {
-	var dirs []string
+	last := map[string]int{} // each directory's last line
 	for i, line := range strings.Split(strings.ReplaceAll(string(raw), "\r\n", "\n"), "\n") {
+		_, seen := last[line]
 		switch {
 		case line == "":
 			continue
@@ -156,13 +164,47 @@ func (j *job) addPath(raw []byte) error {
 			return fmt.Errorf("line %d holds a NUL byte or a colon: one directory a line", i+1)
 		case len(line) > MaxPathDirBytes:
 			return fmt.Errorf("line %d is %d bytes, over %d", i+1, len(line), MaxPathDirBytes)
+		case !seen && len(last) == MaxPathDirs:
+			// Checked as it goes: the file may hold half a million lines.
+			return fmt.Errorf("more than %d directories", MaxPathDirs)
 		}
-		dirs = append([]string{line}, dirs...)
+		last[line] = i
 	}
-	if len(j.stepPath)+len(dirs) > MaxPathDirs {
-		return fmt.Errorf("the steps would add %d directories to PATH, over %d", len(j.stepPath)+len(dirs), MaxPathDirs)
+	next := slices.Collect(maps.Keys(last))
+	slices.SortFunc(next, func(a, b string) int { return last[b] - last[a] })
+	for _, d := range j.stepPath {
+		if _, ok := last[d]; !ok {
+			next = append(next, d)
+		}
 	}
-	j.stepPath = append(dirs, j.stepPath...)
+	if len(next) > MaxPathDirs {
+		return fmt.Errorf("the steps would add %d directories to PATH, over %d", len(next), MaxPathDirs)
+	}
+	if err := j.checkEnvSize(j.stepEnv, next); err != nil {
+		return err
+	}
+	j.stepPath = next
+	return nil
+}
+
+// checkEnvSize holds what the steps set to MaxEnvBytes together, and the
+// PATH they make to what the kernel takes of one variable: past either,
+// every later step would fail to start.
+func (j *job) checkEnvSize(env map[string]string, path []string) error {
+	added := len(strings.Join(path, ":"))
+	if n := envBytes(env) + added; n > MaxEnvBytes {
+		return fmt.Errorf("the variables and directories the steps set would be %d bytes, over %d", n, MaxEnvBytes)
+	}
+	base, ok := env["PATH"]
+	if !ok {
+		base, ok = j.claim.Job.Env["PATH"]
+	}
+	if !ok {
+		base = os.Getenv("PATH")
+	}
+	if n := len("PATH=") + added + 1 + len(base); added > 0 && n > MaxEnvEntryBytes {
+		return fmt.Errorf("PATH would be %d bytes, over %d", n, MaxEnvEntryBytes)
+	}
 	return nil
 }
 

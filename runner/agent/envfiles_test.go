@@ -59,14 +59,21 @@ func TestStepEnvOrder(t *testing.T) {
 // changes nothing.
 func TestStepEnvRefusals(t *testing.T) {
 	for in, want := range map[string]string{
-		"no equals\n":                     "not NAME=value",
-		"1BAD=x\n":                        "not NAME=value",
-		"OK=1\nGITHUB_ENV=/tmp/x\n":       "GITHUB_ENV names a file of each step",
-		"FORGECI_OUTPUT=/tmp/x\n":         "FORGECI_OUTPUT names a file",
-		"DEPLOY_KEY=mine\n":               "DEPLOY_KEY is set by the runner",
-		"FORGECI_ID_TOKEN_SOCKET=/evil\n": "is set by the runner",
-		"X<<EOF\nnever closed\n":          "not closed",
-		"NUL=a\x00b\n":                    "NUL",
+		"no equals\n":                                 "not NAME=value",
+		"1BAD=x\n":                                    `"1BAD" is not a valid name`,
+		"my-var=x\n":                                  `"my-var" is not a valid name`,
+		"OK=1\nGITHUB_ENV=/tmp/x\n":                   "GITHUB_ENV names a file of each step",
+		"FORGECI_OUTPUT=/tmp/x\n":                     "FORGECI_OUTPUT names a file",
+		"DEPLOY_KEY=mine\n":                           "DEPLOY_KEY is one of the job's secrets",
+		"FORGECI_ID_TOKEN_SOCKET=/evil\n":             "names starting with FORGECI_ are reserved",
+		"FORGECI_RUN_ID=spoofed\n":                    "names starting with FORGECI_ are reserved",
+		"GITHUB_SHA=0000\n":                           "GITHUB_SHA is set by the runner for each step",
+		"RUNNER_TEMP=/tmp\n":                          "RUNNER_TEMP is set by the runner",
+		"UID=0\n":                                     "UID is read-only in bash",
+		"GITHUB_STEP_SUMMARY=/x\n":                    "names a file of each step",
+		"X<<EOF\nnever closed\n":                      "not closed",
+		"NUL=a\x00b\n":                                "NUL",
+		"PATH=" + strings.Repeat("/p", 70<<10) + "\n": "over 131071",
 		"BIG=" + strings.Repeat("x", MaxEnvEntryBytes) + "\n": "over 131071",
 	} {
 		j := envJob()
@@ -94,7 +101,8 @@ func TestStepEnvRefusals(t *testing.T) {
 		"/a:/b\n":  "a colon",
 		"/a\x00\n": "NUL",
 		"/" + strings.Repeat("d", MaxPathDirBytes): "over 4096",
-		strings.Repeat("/d\n", MaxPathDirs+1):      "over 100",
+		manyDirs(MaxPathDirs+1, 1):                 "more than 100 directories",
+		manyDirs(MaxPathDirs, MaxPathDirBytes-8):   "over 262144",
 	} {
 		j := envJob()
 		if err := j.addPath([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
@@ -113,6 +121,8 @@ func FuzzStepEnvFiles(f *testing.F) {
 	f.Add([]byte("A=b\nC<<X\nd\nX\n"))
 	f.Add([]byte("/usr/local/go/bin\n\n/opt/x\r\n"))
 	f.Add([]byte("x<<EOF\n"))
+	f.Add([]byte(strings.Repeat("/\n", 30000)))
+	f.Add([]byte(manyDirs(2000, 20)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 64<<10 {
 			return
@@ -148,4 +158,98 @@ func FuzzStepEnvFiles(f *testing.F) {
 			}
 		}
 	})
+}
+
+func manyDirs(n, size int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "/%0*d\n", size, i)
+	}
+	return b.String()
+}
+
+// TestStepPathOrderAndBounds: a directory added again moves to the
+// front, once; a PATH longer than the kernel takes of one variable is
+// refused; and a step file of half a million lines is read in linear
+// time (it was quadratic, minutes of the runner's CPU outside the job's
+// cgroup).
+func TestStepPathOrderAndBounds(t *testing.T) {
+	j := envJob()
+	for _, file := range []string{"/a\n/b\n/a\n", "/c\n/b\n"} {
+		if err := j.addPath([]byte(file)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Join(j.stepPath, ":") != "/b:/c:/a" {
+		t.Fatalf("PATH added %v, want /b:/c:/a", j.stepPath)
+	}
+	j = envJob()
+	if err := j.setEnv([]byte("PATH=" + strings.Repeat("/p", 60<<10) + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.addPath([]byte(manyDirs(3, 4000))); err == nil || !strings.Contains(err.Error(), "PATH would be") {
+		t.Fatalf("a PATH over MAX_ARG_STRLEN: %v", err)
+	}
+	for _, line := range []string{"/\n", "/x:\n"} {
+		j = envJob()
+		big := []byte(strings.Repeat(line, (1<<20)/len(line)))
+		start := time.Now()
+		err := j.addPath(big)
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("%d lines of %q took %v", len(big)/len(line), line, d)
+		}
+		if (err == nil) != (line == "/\n") {
+			t.Fatalf("%q: %v", line, err)
+		}
+	}
+	j = envJob()
+	start := time.Now()
+	if err := j.addPath([]byte(manyDirs(1<<20/10, 8))); err == nil || time.Since(start) > time.Second {
+		t.Fatalf("a million bytes of directories: %v in %v", err, time.Since(start))
+	}
+}
+
+// TestStepEnvSecretNamesMasked: a value a step sets under a name that
+// looks secret is masked from then on, as the pipeline's env's are.
+func TestStepEnvSecretNamesMasked(t *testing.T) {
+	j := envJob()
+	j.logs = newLogAppender(nil, nil)
+	if err := j.setEnv([]byte("API_TOKEN=generated-value-1\nPLAIN=visible-value\n")); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = j.logs.Write([]byte("token generated-value-1 plain visible-value\n"))
+	j.logs.mu.Lock()
+	_ = j.logs.mask.Close()
+	out := j.logs.pending.String()
+	j.logs.mu.Unlock()
+	if !strings.Contains(out, "token *** plain visible-value") {
+		t.Fatalf("log: %q", out)
+	}
+}
+
+// TestRunVars: a step gets the run's facts as GitHub's default variables
+// and as FORGECI_<NAME>, over the pipeline's env.
+func TestRunVars(t *testing.T) {
+	j := envJob()
+	j.claim.Lease.RunID = "run-1"
+	j.claim.Job.Run = &domain.RunFacts{Ref: "refs/tags/v1.2", RefName: "v1.2", SHA: "abc123", EventName: "push",
+		Actor: "ann", Repository: "acme/app", RunNumber: 42, Workflow: "ci", HeadRef: "", BaseRef: ""}
+	env := map[string]string{}
+	for _, kv := range j.env(domain.Step{}) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	for k, want := range map[string]string{"GITHUB_SHA": "abc123", "FORGECI_SHA": "abc123", "GITHUB_REF": "refs/tags/v1.2",
+		"GITHUB_REF_NAME": "v1.2", "GITHUB_REF_TYPE": "tag", "GITHUB_EVENT_NAME": "push", "GITHUB_ACTOR": "ann",
+		"GITHUB_REPOSITORY": "acme/app", "GITHUB_RUN_ID": "run-1", "GITHUB_RUN_NUMBER": "42", "GITHUB_WORKFLOW": "ci",
+		"GITHUB_JOB": "j", "GITHUB_WORKSPACE": "/w", "RUNNER_OS": runnerOS(), "RUNNER_ARCH": runnerArch(), "A": "pipeline"} {
+		if got, ok := env[k]; !ok || got != want {
+			t.Errorf("%s = %q (set %v), want %q", k, got, ok, want)
+		}
+	}
+	for _, k := range domain.RunnerVars {
+		if _, ok := env[k]; !ok && k != "RUNNER_TEMP" { // the job's tmp comes with its box
+			t.Errorf("%s is not set", k)
+		}
+	}
 }

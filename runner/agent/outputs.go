@@ -32,9 +32,12 @@ func parseAssignments(data []byte, valid func(string) bool, limit int) (map[stri
 		if line == "" {
 			continue
 		}
-		name, value, ok := "", "", false
+		name, value, ok, at := "", "", false, i+1
 		if n, delim, heredoc := strings.Cut(line, "<<"); heredoc && !strings.Contains(n, "=") {
 			name = n
+			if delim == "" {
+				return nil, fmt.Errorf("line %d: %s<< has no delimiter", at, n)
+			}
 			end := -1
 			for k := i + 1; k < len(lines); k++ {
 				if lines[k] == delim {
@@ -42,15 +45,18 @@ func parseAssignments(data []byte, valid func(string) bool, limit int) (map[stri
 					break
 				}
 			}
-			if delim == "" || end < 0 {
-				return nil, fmt.Errorf("line %d: %s<<%s is not closed by a line %q", i+1, n, delim, delim)
+			if end < 0 {
+				return nil, fmt.Errorf("line %d: %s<<%s is not closed by a line %q", at, n, delim, delim)
 			}
 			value, i, ok = strings.Join(lines[i+1:end], "\n"), end, true
 		} else {
 			name, value, ok = strings.Cut(line, "=")
 		}
-		if !ok || !valid(name) {
-			return nil, fmt.Errorf("line %d is not NAME=value or NAME<<DELIMITER", i+1)
+		if !ok {
+			return nil, fmt.Errorf("line %d is not NAME=value or NAME<<DELIMITER", at)
+		}
+		if !valid(name) {
+			return nil, fmt.Errorf("line %d: %q is not a valid name", at, name)
 		}
 		out[name] = value
 		if limit >= 0 && len(out) > limit {

@@ -24,8 +24,9 @@ func TestParseOutputs(t *testing.T) {
 	for in, want := range map[string]string{
 		"no equals sign\n":       "line 1 is not NAME=value",
 		"x<<EOF\nnever closed\n": "not closed",
-		"1bad=x\n":               "line 1 is not NAME=value",
-		"x<<\n\n":                "not closed",
+		"1bad=x\n":               `line 1: "1bad" is not a valid name`,
+		"x<<\n\n":                "x<< has no delimiter",
+		"1bad<<EOF\na\nb\nEOF\n": `line 1: "1bad" is not a valid name`,
 	} {
 		if _, err := parseOutputs([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %q", in, err, want)

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -175,7 +178,7 @@ func (j *job) env(st domain.Step) []string {
 	}
 	if j.box != nil {
 		// The job's own, removed with it.
-		vars["TMPDIR"], vars["RUNNER_TEMP"] = j.box.TmpDir(), j.box.TmpDir()
+		vars["TMPDIR"] = j.box.TmpDir()
 	}
 	if vars["PATH"] == "" {
 		vars["PATH"] = "/usr/local/bin:/usr/bin:/bin"
@@ -190,6 +193,7 @@ func (j *job) env(st domain.Step) []string {
 		vars[k] = v
 	}
 	vars["PATH"] = j.withPath(vars["PATH"])
+	maps.Copy(vars, j.runVars())
 	// The runner's own: where this job asks for identity tokens.
 	for k, v := range j.idTokenEnv {
 		vars[k] = v
@@ -204,4 +208,33 @@ func (j *job) env(st domain.Step) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// runVars are the run's facts as GitHub's default variables
+// (domain.RunnerVars), so that a script moved from a workflow reads
+// $GITHUB_SHA or $RUNNER_OS as it did, and as FORGECI_<NAME> for the
+// GITHUB_ ones. They go over the pipeline's env, as GitHub's.
+func (j *job) runVars() map[string]string {
+	var f domain.RunFacts
+	if j.claim.Job.Run != nil {
+		f = *j.claim.Job.Run
+	}
+	refType := ""
+	switch {
+	case strings.HasPrefix(f.Ref, "refs/heads/"):
+		refType = "branch"
+	case strings.HasPrefix(f.Ref, "refs/tags/"):
+		refType = "tag"
+	}
+	vars := map[string]string{"RUNNER_OS": runnerOS(), "RUNNER_ARCH": runnerArch(), "RUNNER_NAME": hostname()}
+	if j.box != nil {
+		vars["RUNNER_TEMP"] = j.box.TmpDir()
+	}
+	for name, v := range map[string]string{"SHA": f.SHA, "REF": f.Ref, "REF_NAME": f.RefName, "REF_TYPE": refType,
+		"EVENT_NAME": f.EventName, "ACTOR": f.Actor, "REPOSITORY": f.Repository, "RUN_ID": j.claim.Lease.RunID,
+		"RUN_NUMBER": strconv.FormatInt(f.RunNumber, 10), "WORKFLOW": f.Workflow, "HEAD_REF": f.HeadRef,
+		"BASE_REF": f.BaseRef, "JOB": j.claim.Job.Name, "WORKSPACE": j.ws} {
+		vars["GITHUB_"+name], vars["FORGECI_"+name] = v, v
+	}
+	return vars
 }

@@ -98,7 +98,8 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 // the value, and a step that tries to set a step file's variable fails,
 // changing nothing. A step's summary ($GITHUB_STEP_SUMMARY) is printed in
 // the log after it. A value the step asks to mask (::add-mask::) is
-// masked in every line after.
+// masked in every line after. GitHub's default variables hold the run's
+// facts.
 const envFilesPipeline = `env: {GREETING: from-pipeline, KEEP: pipeline}
 jobs:
   envfiles:
@@ -117,6 +118,7 @@ jobs:
           printf 'notes: %s\n' "$NOTES" | tr '\n' '|'; echo
           mytool
           echo "the token is $TOKEN"
+          echo "facts: $GITHUB_EVENT_NAME $GITHUB_RUN_ID $RUNNER_OS ${#GITHUB_SHA} $GITHUB_REF_TYPE"
       - env: {GREETING: from-step-env}
         run: echo "step env wins, $GREETING"
       - if: env.GREETING == 'from-step'
@@ -145,6 +147,9 @@ func testEnvFiles(s *stack) func(t *testing.T) {
 			if !strings.Contains(log, want) {
 				t.Errorf("log lacks %q:\n%s", want, log)
 			}
+		}
+		if !strings.Contains(log, "facts: submit "+id+" Linux ") {
+			t.Errorf("the run's facts are not in GitHub's default variables:\n%s", log)
 		}
 		if strings.Contains(log, "generated-"+id) || !strings.Contains(log, "::add-mask::***\n") || !strings.Contains(log, "the token is ***\n") {
 			t.Errorf("a value the step asked to mask (::add-mask::) is in the log:\n%s", log)

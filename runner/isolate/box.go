@@ -244,7 +244,12 @@ func (b *Box) ReadStepFile(file, name string) ([]byte, error) {
 	case fi.Size() > MaxStepFileBytes:
 		return nil, fmt.Errorf("$%s is %d bytes, over %d", name, fi.Size(), MaxStepFileBytes)
 	}
-	return io.ReadAll(io.LimitReader(f, MaxStepFileBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, MaxStepFileBytes+1))
+	if err == nil && len(data) > MaxStepFileBytes {
+		// It grew after the check: something the step left still writes.
+		return nil, fmt.Errorf("$%s is over %d bytes", name, MaxStepFileBytes)
+	}
+	return data, err
 }
 
 // rootPath is the PATH of the stages that run as root.
@@ -253,9 +258,10 @@ const rootPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 // loadEnv, run by bash as the slot's user with an empty environment (in
 // bwrap mode inside the sandbox),
 // exports the NUL-separated NAME=value pairs of the file $1, enters the
-// step's directory $2 (relative to the workspace, as that user), then runs
+// step's directory $2 (relative to the workspace, as that user; ./ so that
+// a CDPATH the step set cannot take it elsewhere), then runs
 // the rest of its arguments.
-const loadEnv = `while IFS= read -r -d '' kv; do export "$kv" || exit 125; done < "$1"; cd -- "$2" || exit 125; shift 2; exec "$@"`
+const loadEnv = `while IFS= read -r -d '' kv; do export "$kv" || exit 125; done < "$1"; cd -- "./$2" || exit 125; shift 2; exec "$@"`
 
 // joinAndMount, run by sh as root, joins every cgroup of the job (the
 // arguments up to --) so that nothing the step starts is outside them,

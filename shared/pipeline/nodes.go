@@ -129,8 +129,8 @@ func (p *parseState) env(n ast.Node, path string) map[string]string {
 		k := keyOf(kv)
 		if !envKeyRE().MatchString(k) {
 			p.errorf(kv.Key, path+"."+k, "environment variable name %q must be an identifier", k)
-		} else if strings.HasPrefix(k, "FORGECI_") {
-			p.errorf(kv.Key, path+"."+k, "names starting with FORGECI_ are reserved")
+		} else if why := domain.ReservedVarReason(k); why != "" {
+			p.errorf(kv.Key, path+"."+k, "%s", why)
 		}
 		if v, ok := p.str(kv.Value, path+"."+k); ok {
 			if len(v) > maxEnvValueSize {

@@ -1,0 +1,39 @@
+package domain
+
+import (
+	"slices"
+	"strings"
+)
+
+// RunnerVars are the variables the runner sets for every step from the
+// run's facts, as GitHub's default variables (FORGECI_<NAME> too, for the
+// GITHUB_ ones): a pipeline's env or a step's $FORGECI_ENV may not set
+// them, as GitHub's may not.
+var RunnerVars = []string{"GITHUB_SHA", "GITHUB_REF", "GITHUB_REF_NAME", "GITHUB_REF_TYPE", "GITHUB_EVENT_NAME",
+	"GITHUB_ACTOR", "GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_WORKFLOW", "GITHUB_HEAD_REF",
+	"GITHUB_BASE_REF", "GITHUB_JOB", "GITHUB_WORKSPACE", "RUNNER_OS", "RUNNER_ARCH", "RUNNER_NAME", "RUNNER_TEMP"}
+
+// StepFileVars name a step's own files (its outputs, environment, PATH
+// and summary files): the runner sets them for each step.
+var StepFileVars = []string{"FORGECI_OUTPUT", "GITHUB_OUTPUT", "FORGECI_ENV", "GITHUB_ENV", "FORGECI_PATH", "GITHUB_PATH",
+	"FORGECI_STEP_SUMMARY", "GITHUB_STEP_SUMMARY"}
+
+// ShellReadonlyVars are read-only in bash: a step's environment that set
+// one could not be loaded, and the step would not start.
+var ShellReadonlyVars = []string{"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"}
+
+// ReservedVarReason says why a pipeline's env, or a step's $FORGECI_ENV,
+// may not set the variable name ("" if it may).
+func ReservedVarReason(name string) string {
+	switch {
+	case slices.Contains(StepFileVars, name):
+		return name + " names a file of each step, set by the runner"
+	case strings.HasPrefix(name, "FORGECI_"):
+		return "names starting with FORGECI_ are reserved"
+	case slices.Contains(RunnerVars, name):
+		return name + " is set by the runner for each step, from the run's facts, as GitHub's is"
+	case slices.Contains(ShellReadonlyVars, name):
+		return name + " is read-only in bash: no step could start with it set"
+	}
+	return ""
+}
