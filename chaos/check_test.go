@@ -206,6 +206,17 @@ func TestCheckLeaseLossCauses(t *testing.T) {
 			if tc.r.LeaseLosses[tc.want] != 1 || len(tc.r.LeaseLosses) != 1 {
 				t.Fatalf("lease losses %v, want one %q", tc.r.LeaseLosses, tc.want)
 			}
+			// A loss no fault explains comes with its timeline.
+			injected := !strings.Contains(tc.want, "(load)") && tc.want != "unexplained"
+			if got := len(tc.r.LossTimelines); got != map[bool]int{true: 0, false: 1}[injected] ||
+				!injected && !strings.HasPrefix(tc.r.LossTimelines[0], tc.want+": job J1 generation 1 on runner R1") {
+				t.Fatalf("timelines %q", tc.r.LossTimelines)
+			}
 		})
+	}
+	r := abandoned(sec/2, beat(2*sec, 2*sec+sec/10), beat(3*sec, 0))
+	if want := "heartbeats: +1.00s-+1.10s ok +2.00s (no answer); expiries:"; len(r.LossTimelines) != 1 ||
+		!strings.Contains(r.LossTimelines[0], want) || !strings.Contains(r.String(), r.LossTimelines[0]) {
+		t.Fatalf("timeline %q, want %q in it, and in the report", r.LossTimelines, want)
 	}
 }

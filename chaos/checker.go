@@ -285,6 +285,9 @@ func (ck *checker) explainLosses() {
 			cause = "unexplained"
 		}
 		ck.r.LeaseLosses[cause]++
+		if rank >= 5 {
+			ck.r.LossTimelines = append(ck.r.LossTimelines, ck.lossTimeline(k, a.RunnerID, cause))
+		}
 	}
 }
 

@@ -1,7 +1,10 @@
 package chaos
 
 import (
+	"fmt"
 	"sort"
+	"strings"
+	"time"
 
 	"github.com/forgeci/forgeci/runner/agent"
 )
@@ -59,4 +62,42 @@ func (ck *checker) lateHeartbeat(k attemptKey, grantedAt int64) string {
 		}
 	}
 	return ""
+}
+
+// lossTimeline describes a lease lost to load or to nothing the checker
+// knows, so that a failed run's report says what happened without its
+// logs: when the lease was granted, each heartbeat the proxy saw (sent
+// and answered, after the grant, and its status), each expiry the
+// database recorded, and the runner's own end of the lease.
+func (ck *checker) lossTimeline(k attemptKey, runner, cause string) string {
+	g := ck.grants[k].at
+	rel := func(t int64) string { return fmt.Sprintf("+%.2fs", time.Duration(t-g).Seconds()) }
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: job %s generation %d on runner %s, granted at %s (db clock); heartbeats:",
+		cause, k.job, k.gen, runner, clock(g))
+	hbs := ck.heartbeats[k]
+	sort.Slice(hbs, func(i, j int) bool { return hbs[i].received < hbs[j].received })
+	for _, hb := range hbs {
+		switch {
+		case hb.answered == 0:
+			fmt.Fprintf(&b, " %s (no answer)", rel(hb.received))
+		case hb.ok:
+			fmt.Fprintf(&b, " %s-%s ok", rel(hb.received), rel(hb.answered))
+		default:
+			fmt.Fprintf(&b, " %s-%s refused", rel(hb.received), rel(hb.answered))
+		}
+	}
+	if len(hbs) == 0 {
+		b.WriteString(" none")
+	}
+	b.WriteString("; expiries:")
+	for _, x := range ck.expiries[k] {
+		fmt.Fprintf(&b, " at %s until %s", rel(x.at), rel(x.until))
+	}
+	if e, ok := ck.ends[k]; ok {
+		fmt.Fprintf(&b, "; ended %s", rel(e))
+	}
+	fmt.Fprintf(&b, "; the runner's own end %s after its last heartbeat that succeeded",
+		ck.d.LeaseTTL-agent.LeaseMargin(ck.d.LeaseTTL))
+	return b.String()
 }

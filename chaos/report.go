@@ -41,8 +41,10 @@ type Report struct {
 	AckLogAppends, AckArtifacts, AckCaches, AckCompletions int
 	LogBytesChecked                                        int64
 
-	// LeaseLosses counts ABORTED attempts by the fault that explains them.
-	LeaseLosses map[string]int
+	// LeaseLosses counts ABORTED attempts by the fault that explains them;
+	// LossTimelines describe those no injected fault explains.
+	LeaseLosses   map[string]int
+	LossTimelines []string
 	// InfraFailures counts attempts that failed because the runner could
 	// not move a blob (source, artifact, cache): faults should cost retries,
 	// not failed jobs.
@@ -99,6 +101,9 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "  acknowledged and found intact: %d log appends (%d bytes), %d artifacts, %d cache saves, %d completions\n",
 		r.AckLogAppends, r.LogBytesChecked, r.AckArtifacts, r.AckCaches, r.AckCompletions)
 	fmt.Fprintf(&b, "  leases lost (ABORTED attempts) by cause: %s; attempts failed by a transfer: %d\n", kv(r.LeaseLosses), r.InfraFailures)
+	for _, l := range r.LossTimelines {
+		fmt.Fprintf(&b, "    - %s\n", l)
+	}
 	fmt.Fprintf(&b, "  violations: %d\n", len(r.Violations))
 	for i, v := range r.Violations {
 		if i == 50 {
