@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -251,5 +252,25 @@ func TestRunVars(t *testing.T) {
 		if _, ok := env[k]; !ok && k != "RUNNER_TEMP" { // the job's tmp comes with its box
 			t.Errorf("%s is not set", k)
 		}
+	}
+}
+
+// TestJobStatus: job.status is success until a step fails the job,
+// failure after, and cancelled once the job is stopped.
+func TestJobStatus(t *testing.T) {
+	j := envJob()
+	ctx, stop := context.WithCancelCause(context.Background())
+	j.ctx = ctx
+	seq := &sequence{steps: map[string]any{}}
+	if got := j.status(seq); got != "success" {
+		t.Fatalf("before: %s", got)
+	}
+	seq.fail(3)
+	if got := j.status(seq); got != "failure" {
+		t.Fatalf("after a failed step: %s", got)
+	}
+	stop(ErrCanceled)
+	if got := j.status(seq); got != "cancelled" {
+		t.Fatalf("stopped: %s", got)
 	}
 }

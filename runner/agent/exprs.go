@@ -55,7 +55,8 @@ func (j *job) exprContext(seq *sequence, env map[string]string) *expr.Context {
 	}
 	runner := map[string]any{"os": runnerOS(), "arch": runnerArch(), "name": hostname(), "temp": tmp}
 	c := &expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts, "matrix": expr.Matrix(spec.Matrix),
-		"env": envVar, "steps": steps, "needs": needs, "inputs": inputs, "runner": runner},
+		"env": envVar, "steps": steps, "needs": needs, "inputs": inputs, "runner": runner,
+		"job": map[string]any{"status": j.status(seq)}},
 		HashFiles: func(patterns []string) (string, error) { return hashFiles(j.ctx, j.ws, owner, patterns) }}
 	if seq != nil {
 		c.Status = seq.status
@@ -214,4 +215,17 @@ func runnerArch() string {
 		return "ARM"
 	}
 	return strings.ToUpper(runtime.GOARCH)
+}
+
+// status is job.status as the job stands: cancelled once it is stopped
+// (a cancel, its timeout, its lease), failure once a step failed it, and
+// success before, as GitHub's.
+func (j *job) status(seq *sequence) string {
+	switch {
+	case j.ctx != nil && j.stopped() != nil:
+		return "cancelled"
+	case seq != nil && seq.failed:
+		return "failure"
+	}
+	return "success"
 }

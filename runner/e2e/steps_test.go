@@ -99,7 +99,7 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 // changing nothing. A step's summary ($GITHUB_STEP_SUMMARY) is printed in
 // the log after it. A value the step asks to mask (::add-mask::) is
 // masked in every line after. GitHub's default variables hold the run's
-// facts.
+// facts; job.status says how the job stands.
 const envFilesPipeline = `env: {GREETING: from-pipeline, KEEP: pipeline}
 jobs:
   envfiles:
@@ -117,7 +117,7 @@ jobs:
           echo "next step: $GREETING / $KEEP"
           printf 'notes: %s\n' "$NOTES" | tr '\n' '|'; echo
           mytool
-          echo "the token is $TOKEN"
+          echo "the token is $TOKEN, job ${{ job.status }}"
           echo "facts: $GITHUB_EVENT_NAME $GITHUB_RUN_ID $RUNNER_OS ${#GITHUB_SHA} $GITHUB_REF_TYPE"
       - env: {GREETING: from-step-env}
         run: echo "step env wins, $GREETING"
@@ -125,7 +125,7 @@ jobs:
         run: echo "if saw ${{ env.GREETING }}"
       - run: echo "GITHUB_OUTPUT=/tmp/elsewhere" >> "$GITHUB_ENV"; echo "KEEP=changed" >> "$GITHUB_ENV"
       - if: always()
-        run: echo "after the refused, $KEEP $GITHUB_OUTPUT"
+        run: echo "after the refused, $KEEP $GITHUB_OUTPUT, job ${{ job.status }}"
 `
 
 func testEnvFiles(s *stack) func(t *testing.T) {
@@ -151,10 +151,10 @@ func testEnvFiles(s *stack) func(t *testing.T) {
 		if !strings.Contains(log, "facts: submit "+id+" Linux ") {
 			t.Errorf("the run's facts are not in GitHub's default variables:\n%s", log)
 		}
-		if strings.Contains(log, "generated-"+id) || !strings.Contains(log, "::add-mask::***\n") || !strings.Contains(log, "the token is ***\n") {
+		if strings.Contains(log, "generated-"+id) || !strings.Contains(log, "::add-mask::***\n") || !strings.Contains(log, "the token is ***, job success\n") {
 			t.Errorf("a value the step asked to mask (::add-mask::) is in the log:\n%s", log)
 		}
-		if _, after, _ := strings.Cut(log, "after the refused, "); !strings.Contains(after, "/steps/output-") {
+		if _, after, _ := strings.Cut(log, "after the refused, "); !strings.Contains(after, "/steps/output-") || !strings.Contains(after, ", job failure\n") {
 			t.Errorf("the refused variable reached a later step:\n%s", log)
 		}
 	}

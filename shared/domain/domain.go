@@ -141,6 +141,10 @@ const (
 	// $GITHUB_STEP_SUMMARY), printed in the log. A job needs it when a
 	// script names one of them.
 	FeatureEnvFiles = "env-files"
+	// FeatureJobStatus: the runner's expressions read job.status (success,
+	// failure or cancelled, as the job stands). A job needs it when a
+	// step's fields or the job's outputs name it.
+	FeatureJobStatus = "job-status"
 )
 
 // Features are the runner features the job needs, sorted.
@@ -169,6 +173,9 @@ func (s JobSpec) Features() []string {
 			out = append(out, FeatureEnvFiles)
 			break
 		}
+	}
+	if s.readsJobStatus() {
+		out = append(out, FeatureJobStatus)
 	}
 	slices.Sort(out)
 	return out

@@ -37,3 +37,25 @@ func ReservedVarReason(name string) string {
 	}
 	return ""
 }
+
+// readsJobStatus reports whether a step's fields or the job's outputs
+// name job.status, the runner's to fill in.
+func (s JobSpec) readsJobStatus() bool {
+	reads := func(v string) bool { return strings.Contains(v, "job.status") }
+	for _, st := range s.Steps {
+		if reads(st.Run) || reads(st.If) || reads(st.Name) {
+			return true
+		}
+		for _, v := range st.Env {
+			if reads(v) {
+				return true
+			}
+		}
+	}
+	for _, v := range s.Outputs {
+		if reads(v) {
+			return true
+		}
+	}
+	return false
+}

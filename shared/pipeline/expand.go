@@ -41,8 +41,9 @@ func (p *parseState) expand(raws []*rawJob) []Job {
 	var out []Job
 	total := 0
 	for _, j := range raws {
-		for _, combo := range j.matrix {
+		for index, combo := range j.matrix {
 			p.specLeft, p.matrixKeys = MaxJobSpecBytes, j.matrixKeys
+			p.strategyNow = strategyContext(j, index)
 			job := p.expandJob(j, combo, names)
 			// A JobSpec holds only strings, lists and maps of strings:
 			// Marshal cannot fail.
@@ -278,8 +279,13 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 		}
 		return "${{ secrets." + name + " }}"
 	}
-	if e.Allow("matrix") == nil && !e.Calls("hashFiles") {
-		v, err := e.Eval(&expr.Context{Vars: map[string]any{"matrix": expr.Matrix(combo)}})
+	for _, prop := range e.Properties("strategy") {
+		if !containsFold(strategyProperties, prop) {
+			return fail("strategy has no property %q (it has %s)", prop, strings.Join(strategyProperties, ", "))
+		}
+	}
+	if e.Allow("matrix", "strategy") == nil && !e.Calls("hashFiles") {
+		v, err := e.Eval(&expr.Context{Vars: map[string]any{"matrix": expr.Matrix(combo), "strategy": p.strategyNow}})
 		if err != nil {
 			return fail("%v", err)
 		}
@@ -292,6 +298,9 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 	}
 	if _, ok := e.Contexts()["secrets"]; ok && pl.secrets {
 		return fail("a secret is used alone, as ${{ secrets.NAME }}")
+	}
+	if _, ok := e.Contexts()["strategy"]; ok {
+		return fail("strategy is filled in when the job is made: an expression that reads it may read only matrix and strategy")
 	}
 	if len(pl.runner) == 0 {
 		return fail("only matrix can be read here")
@@ -319,4 +328,18 @@ func runnerSafe(v string, pl place) string {
 		return v
 	}
 	return domain.Literal(v)
+}
+
+// strategyProperties are the strategy context's, as GitHub's.
+var strategyProperties = []string{"fail-fast", "job-index", "job-total", "max-parallel"}
+
+// strategyContext is the strategy context of a job's combination index:
+// max-parallel is the number of combinations when the pipeline sets none.
+func strategyContext(j *rawJob, index int) map[string]any {
+	maxParallel := j.maxParallel
+	if maxParallel == 0 {
+		maxParallel = len(j.matrix)
+	}
+	return map[string]any{"fail-fast": j.failFast, "job-index": float64(index), "job-total": float64(len(j.matrix)),
+		"max-parallel": float64(maxParallel)}
 }

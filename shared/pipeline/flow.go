@@ -22,7 +22,7 @@ var (
 	jobEnvContexts   = []string{"forgeci", "github", "matrix", "needs", "inputs"}
 	cacheContexts    = []string{"forgeci", "github", "matrix", "needs", "inputs", "env", "runner"}
 	// stepContexts are what a step's fields and if: read on the runner.
-	stepContexts = []string{"forgeci", "github", "matrix", "env", "steps", "needs", "inputs", "runner"}
+	stepContexts = []string{"forgeci", "github", "matrix", "env", "steps", "needs", "inputs", "runner", "job"}
 )
 
 // place says what a string's ${{ }} may read where it stands.
@@ -150,6 +150,12 @@ func (p *parseState) checkRefs(n ast.Node, path, s string, off int, e *expr.Expr
 	for _, id := range e.Properties("steps") {
 		if !containsFold(pl.steps, id) {
 			p.errorAtOffset(n, path, s, off, "steps.%s: no step before this one has id %q", id, id)
+			return false, false
+		}
+	}
+	for _, prop := range e.Properties("job") {
+		if !strings.EqualFold(prop, "status") {
+			p.errorAtOffset(n, path, s, off, "job.%s: the job context has status only (the job's name is forgeci.job)", prop)
 			return false, false
 		}
 	}

@@ -179,8 +179,11 @@ type parseState struct {
 	lineStarts []int
 	errs       Errors
 	specLeft   int // bytes the job being expanded may still add (substitute)
-	// matrixKeys are the keys of the matrix of the job being expanded.
-	matrixKeys []string
+	// matrixKeys are the keys of the matrix of the job being expanded;
+	// strategyNow is its strategy context (fail-fast, job-index, job-total,
+	// max-parallel), known when the job is made.
+	matrixKeys  []string
+	strategyNow map[string]any
 	// nodes are the scalars holding ${{ }}, by path, to locate what
 	// expand finds wrong in them.
 	nodes map[string]ast.Node

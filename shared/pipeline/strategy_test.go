@@ -1,0 +1,63 @@
+package pipeline_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pipeline"
+)
+
+// TestStrategyContext: strategy.job-index, job-total, fail-fast and
+// max-parallel are filled in when each combination's job is made, as
+// GitHub's (a job without a matrix is index 0 of 1); an expression that
+// reads strategy with a context the runner fills in is refused, located.
+func TestStrategyContext(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte(`jobs:
+  test:
+    strategy: {matrix: {shard: [a, b, c]}, max-parallel: 2}
+    env: {SHARD: '${{ strategy.job-index }}/${{ strategy.job-total }}'}
+    steps: [{run: 'echo ${{ strategy.fail-fast }} ${{ strategy.max-parallel }} ${{ matrix.shard }}-${{ strategy.job-index }}'}]
+  one:
+    strategy: {fail-fast: false}
+    steps: [{run: 'echo ${{ strategy.job-index }}/${{ strategy.job-total }} ${{ strategy.fail-fast }} ${{ strategy.max-parallel }}'}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, j := range p.Jobs {
+		got = append(got, j.Name+" "+j.Spec.Env["SHARD"]+" "+j.Spec.Steps[0].Run)
+	}
+	want := []string{"test (a) 0/3 echo true 2 a-0", "test (b) 1/3 echo true 2 b-1", "test (c) 2/3 echo true 2 c-2", "one  echo 0/1 false 1"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("jobs\n%q\nwant\n%q", got, want)
+	}
+	if _, err := pipeline.Parse("f.yml", []byte("jobs:\n  a:\n    steps: [{run: 'echo ${{ strategy.job-index }}-${{ github.sha }}'}]\n")); err != nil {
+		t.Fatalf("strategy beside a runner's context, each in its own ${{ }}: %v", err)
+	}
+	refuses(t, "jobs:\n  a:\n    strategy: {matrix: {x: [1]}}\n    steps: [{run: '%s'}]\n", map[string]string{
+		"echo ${{ strategy.job-index == 0 && github.sha }}": "strategy is filled in when the job is made",
+		"echo ${{ strategy.job-count }}":                    `strategy has no property "job-count"`,
+	})
+}
+
+// TestJobStatusContext: a step reads job.status (the runner fills it in,
+// so the job needs the job-status feature); the job context has nothing
+// else.
+func TestJobStatusContext(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte("jobs:\n  a:\n    steps:\n      - run: make\n      - if: always() && job.status == 'failure'\n        run: 'echo ${{ job.status }}'\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := p.Jobs[0].Spec.Features(); !slices.Contains(f, domain.FeatureJobStatus) {
+		t.Fatalf("features %v", f)
+	}
+	refuses(t, "jobs:\n  a:\n    steps: [{run: '%s'}]\n", map[string]string{
+		"echo ${{ job.container }}": "job.container: the job context has status only",
+	})
+	refuses(t, "jobs:\n  a:\n    if: %s\n    steps: [{run: make}]\n", map[string]string{
+		"job.status == 'success'": `context "job" is not available here`,
+	})
+}
