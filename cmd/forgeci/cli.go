@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -160,12 +162,12 @@ func runsCmd(g *global) *cobra.Command {
 		if err := cl.do(ctx, "GET", "/v1/runs?"+q.Encode(), nil, &out); err != nil {
 			return err
 		}
-		return printTable(g, out.Runs, "RUN\tSTATE\tTRIGGER\tCOMMIT\tCREATED\tID", func(r store.Run) []any {
+		return printTable(g, out.Runs, "RUN\tNAME\tSTATE\tTRIGGER\tCOMMIT\tCREATED\tID", func(r store.Run) []any {
 			sha := r.GitSHA
 			if len(sha) > 10 {
 				sha = sha[:10]
 			}
-			return []any{fmt.Sprintf("%s #%d", r.Project, r.Number), r.State, r.Trigger, sha,
+			return []any{fmt.Sprintf("%s #%d", r.Project, r.Number), cmp.Or(domain.Truncate(r.RunName, 60), "-"), r.State, r.Trigger, sha,
 				r.CreatedAt.Local().Format("2006-01-02 15:04"), r.ID}
 		})
 	}))
@@ -190,7 +192,11 @@ func showRun(ctx context.Context, cl *apiClient, id string, asJSON bool) error {
 	if asJSON {
 		return printJSON(v)
 	}
-	printf("%s #%d %s  (%s)\nsource %s\nmanifest %s\n", v.Project, v.Number, v.State, v.Trigger, v.SourceDigest, v.ManifestDigest)
+	printf("%s #%d %s  (%s)\n", v.Project, v.Number, v.State, v.Trigger)
+	if v.RunName != "" {
+		printf("name %s\n", v.RunName)
+	}
+	printf("source %s\nmanifest %s\n", v.SourceDigest, v.ManifestDigest)
 	printInputs(v.Inputs)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATE\tATTEMPT\tTESTS\tREASON\tID")

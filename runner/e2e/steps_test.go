@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -100,7 +101,8 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 // the log after it. A value the step asks to mask (::add-mask::) is
 // masked in every line after. GitHub's default variables hold the run's
 // facts; job.status says how the job stands.
-const envFilesPipeline = `env: {GREETING: from-pipeline, KEEP: pipeline}
+const envFilesPipeline = `run-name: 'Env files #${{ github.run_number }} by ${{ github.event_name }}'
+env: {GREETING: from-pipeline, KEEP: pipeline}
 jobs:
   envfiles:
     runs-on: linux
@@ -147,6 +149,9 @@ func testEnvFiles(s *stack) func(t *testing.T) {
 			if !strings.Contains(log, want) {
 				t.Errorf("log lacks %q:\n%s", want, log)
 			}
+		}
+		if out, err := s.cli("runs", id); err != nil || !regexp.MustCompile(`(?m)^name Env files #\d+ by submit$`).MatchString(out) {
+			t.Errorf("the run's name (run-name): %v\n%s", err, out)
 		}
 		if !strings.Contains(log, "facts: submit "+id+" Linux ") {
 			t.Errorf("the run's facts are not in GitHub's default variables:\n%s", log)

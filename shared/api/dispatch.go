@@ -160,7 +160,7 @@ func (s *Server) Dispatch(ctx context.Context, u store.User, project, ref string
 	}
 	run, err := s.Store.CreateRun(ctx, store.NewRun{Project: m.project.Name, By: &u, Untrusted: !m.project.Secrets,
 		Trigger: "dispatch:" + u.Name, GitSHA: m.old.GitSHA, GitDirty: m.old.GitDirty, GitRef: m.ref, Source: m.source,
-		Jobs: m.pl.Jobs, Workflow: m.pl.WorkflowName(), Concurrency: m.pl.Concurrency, Inputs: inputs, Schedules: m.pl.Schedules(),
+		Jobs: m.pl.Jobs, Workflow: m.pl.WorkflowName(), Concurrency: m.pl.Concurrency, RunName: m.pl.RunName, Inputs: inputs, Schedules: m.pl.Schedules(),
 		SourceBy: m.old.SourceBy, SourceToken: m.old.SourceToken})
 	return Dispatched{Run: run}, err
 }

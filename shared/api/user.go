@@ -172,7 +172,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, u store.User)
 	}
 	run, err := s.Store.CreateRun(r.Context(), store.NewRun{Project: p.Name, By: &u, Untrusted: !p.Secrets,
 		GitSHA: req.GitSHA, GitRef: ref, GitDirty: req.GitDirty, Source: req.Source, Jobs: pl.Jobs,
-		Workflow: pl.WorkflowName(), Concurrency: pl.Concurrency, Schedules: pl.Schedules(), SourceBy: "user:" + u.ID,
+		Workflow: pl.WorkflowName(), Concurrency: pl.Concurrency, RunName: pl.RunName, Schedules: pl.Schedules(), SourceBy: "user:" + u.ID,
 		SourceToken: u.TokenID})
 	if err != nil {
 		return err

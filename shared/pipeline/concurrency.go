@@ -99,3 +99,28 @@ func (p *parseState) readsOnly(v ast.Node, kp, s string, tpl *expr.Template, con
 	}
 	return s
 }
+
+// MaxRunName bounds a run's name, as its pipeline's run-name makes it.
+const MaxRunName = 200
+
+// runName reads run-name: text, or a template over the contexts a
+// concurrency group reads (forgeci/github, inputs), which the control
+// plane evaluates when it makes the run.
+func (p *parseState) runName(v ast.Node, kp string) string {
+	s, ok := p.str(v, kp)
+	if !ok {
+		return ""
+	}
+	if len(s) > 4*MaxRunName {
+		p.errorf(v, kp, "is %d bytes, over the limit of %d", len(s), 4*MaxRunName)
+		return ""
+	}
+	if !strings.Contains(s, "${{") {
+		return s
+	}
+	tpl, errs := expr.ParseTemplate(s)
+	if len(errs) > 0 {
+		return "" // checkExprs has said where
+	}
+	return p.readsOnly(v, kp, s, tpl, groupContexts)
+}

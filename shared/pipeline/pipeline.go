@@ -91,6 +91,9 @@ type Pipeline struct {
 	Triggers *Triggers
 	// Concurrency is the file's concurrency (nil: none).
 	Concurrency *domain.Concurrency
+	// RunName is the file's run-name: a template over forgeci (github)
+	// and inputs the control plane evaluates when it makes the run.
+	RunName string
 }
 
 // Schedules are the pipeline's on.schedule entries (none without them).
@@ -257,12 +260,14 @@ func Parse(file string, src []byte) (*Pipeline, error) {
 			pl.Triggers = p.triggers(kv.Value, key)
 		case "concurrency":
 			pl.Concurrency = p.concurrency(kv.Value, key, groupContexts)
+		case "run-name":
+			pl.RunName = p.runName(kv.Value, key)
 		case "defaults":
 			p.runDefaults = p.defaults(kv.Value, key)
 		case "permissions":
 			p.idToken = p.permissions(kv.Value, key)
 		default:
-			p.errorf(kv.Key, key, "unknown key %q (expected name, on, concurrency, env, defaults, permissions or jobs)", key)
+			p.errorf(kv.Key, key, "unknown key %q (expected name, run-name, on, concurrency, env, defaults, permissions or jobs)", key)
 		}
 	}
 	if jobsNode == nil {

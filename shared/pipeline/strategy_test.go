@@ -61,3 +61,20 @@ func TestJobStatusContext(t *testing.T) {
 		"job.status == 'success'": `context "job" is not available here`,
 	})
 }
+
+// TestRunNameParse: run-name is text or a template over forgeci, github
+// and inputs, evaluated when the run is made; other contexts are refused,
+// located.
+func TestRunNameParse(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte("run-name: Deploy ${{ inputs.env }} by ${{ github.actor }}\njobs:\n  a: {steps: [{run: x}]}\n"))
+	if err != nil || p.RunName != "Deploy ${{ inputs.env }} by ${{ github.actor }}" {
+		t.Fatalf("run-name %q: %v", p.RunName, err)
+	}
+	refuses(t, "run-name: %s\njobs:\n  a: {steps: [{run: x}]}\n", map[string]string{
+		"${{ matrix.x }}":          `f.yml:1:11: run-name: ${{ matrix.x }}: context "matrix" is not available here`,
+		"${{ secrets.TOKEN }}":     `context "secrets" is not available here`,
+		"${{ github.event.name }}": "github.event is not available",
+		"[a, b]":                   "run-name",
+		strings.Repeat("x", 801):   "over the limit of 800",
+	})
+}

@@ -41,7 +41,7 @@ func (w *Worker) dispatch(ctx context.Context, gh *github.Client, d *store.Deliv
 	u := store.User{ID: req.UserID, Name: req.UserName, TokenID: req.TokenID}
 	nr := store.NewRun{Project: repo.Project, By: &u, Untrusted: !req.Trusted, Trigger: "dispatch:" + req.UserName,
 		GitSHA: sha, GitRef: req.Ref, Source: src.Source, Jobs: src.Pipeline.Jobs, Inputs: inputs,
-		Workflow: src.Pipeline.WorkflowName(), Concurrency: src.Pipeline.Concurrency, Schedules: src.Pipeline.Schedules(),
+		Workflow: src.Pipeline.WorkflowName(), Concurrency: src.Pipeline.Concurrency, RunName: src.Pipeline.RunName, Schedules: src.Pipeline.Schedules(),
 		Checks: &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha}}
 	if req.Trusted {
 		nr.Scope = req.Ref // the branch's caches, as its pushes'
@@ -116,7 +116,7 @@ func (w *Worker) scheduled(ctx context.Context, gh *github.Client, d *store.Deli
 	req.Ref = ref
 	nr := store.NewRun{Project: repo.Project, Trigger: "schedule: " + req.Cron, Actor: "github:schedule",
 		GitSHA: sha, GitRef: req.Ref, Scope: req.Ref, Source: src.Source, Jobs: src.Pipeline.Jobs,
-		Workflow: src.Pipeline.WorkflowName(), Concurrency: src.Pipeline.Concurrency,
+		Workflow: src.Pipeline.WorkflowName(), Concurrency: src.Pipeline.Concurrency, RunName: src.Pipeline.RunName,
 		Checks: &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha}}
 	created, err := w.Store.CompleteDeliveryWithRun(ctx, d, nr)
 	if err != nil {

@@ -366,6 +366,7 @@ func (w *Worker) deliver(ctx context.Context, d *store.Delivery) (run *store.Run
 	}
 	nr.Source, nr.Jobs = src.Source, src.Pipeline.Jobs
 	nr.Workflow, nr.Concurrency, nr.Schedules = src.Pipeline.WorkflowName(), src.Pipeline.Concurrency, src.Pipeline.Schedules()
+	nr.RunName = src.Pipeline.RunName
 	nr.Checks = &store.CheckTarget{RepositoryID: repo.GitHubID, HeadSHA: sha}
 	created, err := w.Store.CompleteDeliveryWithRun(ctx, d, nr)
 	if err != nil {

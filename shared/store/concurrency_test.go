@@ -26,7 +26,7 @@ func pipelineRun(t *testing.T, s *store.Store, nr store.NewRun, file string) sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	nr.Jobs, nr.Workflow, nr.Concurrency = pl.Jobs, pl.WorkflowName(), pl.Concurrency
+	nr.Jobs, nr.Workflow, nr.Concurrency, nr.RunName = pl.Jobs, pl.WorkflowName(), pl.Concurrency, pl.RunName
 	run, err := s.CreateRun(context.Background(), nr)
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,11 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 	if nr.Checks, err = runCheckTarget(ctx, tx, runID); err != nil {
 		return NewRun{}, err
 	}
+	// A retry is named as its run was (a firing evaluates run-name again).
+	nr.RunName = ""
+	if old.RunName != "" {
+		nr.RunName = domain.Literal(old.RunName)
+	}
 	nr.Trigger = fmt.Sprintf("retry of #%d by %s", old.Number, who)
 	if jobID != "" {
 		j := nr.Jobs[0]
@@ -44,8 +49,8 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 }
 
 // copyRun is a NewRun of old's jobs (or only jobID) on its source, in its
-// tier and cache scope, with its facts and concurrency group; the caller
-// says its trigger.
+// tier and cache scope, with its facts, concurrency group and run-name;
+// the caller says its trigger.
 func copyRun(ctx context.Context, tx pgx.Tx, old Run, jobID string) (NewRun, error) {
 	rows, err := tx.Query(ctx, retryJobsSQL, old.ID, jobID)
 	if err != nil {
@@ -89,7 +94,7 @@ func copyRun(ctx context.Context, tx pgx.Tx, old Run, jobID string) (NewRun, err
 		group = &domain.Concurrency{Group: domain.Literal(g), CancelInProgress: old.ConcurrencyCancel}
 	}
 	return NewRun{Project: old.Project, GitSHA: old.GitSHA, GitRef: old.GitRef, GitDirty: old.GitDirty,
-		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group, Inputs: old.Inputs,
+		Workflow: old.Workflow, HeadRef: old.HeadRef, Concurrency: group, Inputs: old.Inputs, RunName: old.runNameSpec,
 		Source:    domain.Source{BlobDigest: old.SourceDigest, ManifestDigest: old.ManifestDigest, Size: old.SourceSize},
 		Untrusted: !old.Trusted, Scope: old.Scope, BaseRef: old.BaseRef, Actor: old.Actor, Jobs: jobs,
 		SourceBy: old.SourceBy, SourceToken: old.SourceToken, InputsToken: old.InputsToken}, nil

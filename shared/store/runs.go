@@ -61,6 +61,9 @@ type NewRun struct {
 	Workflow, HeadRef string
 	// Concurrency is the pipeline's concurrency group (nil: none).
 	Concurrency *domain.Concurrency
+	// RunName is the pipeline's run-name, a template of the run's facts
+	// and inputs ("": the run has no name of its own).
+	RunName string
 	// Inputs are a manual run's typed inputs.
 	Inputs map[string]any
 	// Schedules are the pipeline's on.schedule (nil: not known, as for a
@@ -140,6 +143,10 @@ type Run struct {
 	JobIDs   map[string]string `json:"job_ids,omitempty"`
 	Workflow string            `json:"workflow,omitempty"`
 	HeadRef  string            `json:"head_ref,omitempty"`
+	// RunName is the name its pipeline's run-name gave it; runNameSpec
+	// is run-name, for a schedule's firing to evaluate again.
+	RunName     string `json:"run_name,omitempty"`
+	runNameSpec string
 	// ConcurrencyGroup is the run's group (lower case); Waiting while the
 	// group's run in progress has not ended.
 	ConcurrencyGroup   string `json:"concurrency_group,omitempty"`
@@ -243,6 +250,10 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := groupOf(&run, nr.Concurrency); err != nil {
 		return Run{}, err
 	}
+	if err := runNameOf(&run, nr.RunName); err != nil {
+		return Run{}, err
+	}
+	run.runNameSpec = nr.RunName
 	run.concurrencySpec = nr.Concurrency
 	if !nr.EventAt.IsZero() {
 		run.eventAt = &nr.EventAt
@@ -317,7 +328,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
-		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy, run.SourceToken, run.InputsToken)
+		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy, run.SourceToken, run.InputsToken, run.RunName, run.runNameSpec)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}

@@ -39,6 +39,11 @@ func runsHTML(o *out, p runsPage) {
 	for _, r := range p.Runs {
 		o.raw("<tr><td>")
 		runLink(o, r.ID, r.Project, r.Number)
+		if r.RunName != "" {
+			o.raw(`<br><span class="run-name">`)
+			o.text(r.RunName)
+			o.raw("</span>")
+		}
 		o.raw("</td><td>")
 		o.state(r.State)
 		o.raw("</td>\n<td>")
@@ -118,6 +123,11 @@ func runHTML(o *out, p runPage) {
 	o.raw(`">`)
 	o.text(r.State)
 	o.raw("</span></h1>\n")
+	if r.RunName != "" {
+		o.raw(`<p class="run-name" id="run-name">`)
+		o.text(r.RunName)
+		o.raw("</p>\n")
+	}
 	runFacts(o, r)
 	if p.CanDecide {
 		o.raw(`<p class="approval">This run is for a first-time contributor: nothing runs until a writer approves it.</p>

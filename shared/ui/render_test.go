@@ -135,3 +135,27 @@ func TestDeploymentReviewShowsInputs(t *testing.T) {
 		t.Fatalf("the run page does not show the inputs:\n%s", got)
 	}
 }
+
+// TestRunNameShown: a run's name (its pipeline's run-name) is on its page
+// and in the runs list; a run without one shows no empty line.
+func TestRunNameShown(t *testing.T) {
+	for _, tc := range []struct {
+		page string
+		data any
+	}{
+		{"run", runPage{Run: store.Run{RunName: "Deploy #7 by ann"}}},
+		{"runs", runsPage{Runs: []store.Run{{RunName: "Deploy #7 by ann"}}}},
+	} {
+		var o out
+		if err := writePage(&o, tc.page, tc.data); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(o.String(), `class="run-name"`) || !strings.Contains(o.String(), "Deploy #7 by ann</") {
+			t.Errorf("%s page: no run name", tc.page)
+		}
+	}
+	var o out
+	if err := writePage(&o, "run", runPage{}); err != nil || strings.Contains(o.String(), `class="run-name"`) {
+		t.Errorf("a run without a name: %v", err)
+	}
+}
