@@ -8,7 +8,15 @@ package mask
 type automaton struct {
 	nodes []node
 	root  [256]int32
+	// tables are the full child tables of the nodes with many children:
+	// patterns that share a prefix and differ in the next byte (values a
+	// step asks to mask can be made so) would make each step walk a
+	// sibling list of up to 256.
+	tables [][256]int32
 }
+
+// wideNode is the number of children from which a node gets a full table.
+const wideNode = 8
 
 type node struct {
 	child   int32  // first child, 0 when none (0 is the root, never a child)
@@ -17,6 +25,7 @@ type node struct {
 	out     uint16 // length of the longest pattern ending here (via fail too)
 	depth   uint16 // length of the string this node spells
 	keep    uint16 // depth of the deepest node on the fail chain with a child
+	table   int32  // index+1 of its full child table in tables, 0 when none
 	b       byte
 }
 
@@ -26,8 +35,28 @@ func newAutomaton(patterns [][]byte) *automaton {
 	for _, p := range patterns {
 		a.insert(p)
 	}
+	a.tabulate()
 	a.link()
 	return a
+}
+
+// tabulate gives each node with wideNode children or more a full table.
+func (a *automaton) tabulate() {
+	for n := 1; n < len(a.nodes); n++ {
+		count := 0
+		for c := a.nodes[n].child; c != 0 && count < wideNode; c = a.nodes[c].sibling {
+			count++
+		}
+		if count < wideNode {
+			continue
+		}
+		var t [256]int32
+		for c := a.nodes[n].child; c != 0; c = a.nodes[c].sibling {
+			t[a.nodes[c].b] = c
+		}
+		a.tables = append(a.tables, t)
+		a.nodes[n].table = int32(len(a.tables))
+	}
 }
 
 func totalLen(ps [][]byte) int {
@@ -59,6 +88,9 @@ func (a *automaton) insert(p []byte) {
 func (a *automaton) child(n int32, b byte) int32 {
 	if n == 0 {
 		return a.root[b]
+	}
+	if t := a.nodes[n].table; t != 0 {
+		return a.tables[t-1][b]
 	}
 	for c := a.nodes[n].child; c != 0; c = a.nodes[c].sibling {
 		if a.nodes[c].b == b {
