@@ -5,64 +5,90 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 )
 
-// addMaskCommand starts a line of a step's output that asks the runner to
-// mask a value from then on, as GitHub's workflow command does: the rest
-// of the line, with %25, %0D and %0A for %, CR and LF. Leading spaces and
-// tabs are allowed, as GitHub's.
-const addMaskCommand = "::add-mask::"
+// The workflow commands the runner acts on, as GitHub's, each a line of a
+// step's output (leading spaces and tabs allowed; a line ends at LF, CR
+// or CRLF, as GitHub reads them):
+//
+//   - ::add-mask::VALUE masks VALUE from then on (%25, %0D and %0A for %,
+//     CR and LF);
+//   - ::stop-commands::TOKEN stops acting on commands until a line
+//     ::TOKEN::, so that a step can print text it does not control (a
+//     commit message, a fetched page) without it registering masks.
+//
+// Other commands (::group::, ::error::...) are printed as they are.
+const (
+	addMaskCommand      = "::add-mask::"
+	stopCommandsCommand = "::stop-commands::"
+)
 
-var addMaskBytes = []byte(addMaskCommand)
-
-// maxCommandLine bounds an ::add-mask:: line held until its end; a longer
-// one is dropped, whole.
+// maxCommandLine bounds a command's line held until its end; a longer one
+// is dropped, whole. A line that starts with more blanks is plain output.
 const maxCommandLine = 64 << 10
 
 // commandFilter passes a step's output on to the log, acting on the
-// ::add-mask:: lines: the value is masked before anything after the line
-// is written, and the line is replaced by one that says so, so the value
-// never reaches the log through it. Only the start of a line is held,
-// while it may still be the command's, so output without line ends (a
-// progress bar) still flows.
+// commands above: an ::add-mask:: value is masked before anything after
+// its line is written, and the line is replaced by one that says so, so
+// the value never reaches the log through it. Only the start of a line is
+// held, while it may still be a command's, so output without line ends (a
+// progress bar) still flows, in writes as large as the step's.
 type commandFilter struct {
+	mu      sync.Mutex
 	dst     io.Writer
 	addMask func(string) error
+	// refused is called when a value could not be masked.
+	refused func()
 	held    []byte // the start of the line, while it may be a command
 	blanks  int    // the spaces and tabs held at its start
-	command bool   // held is a command's line, up to its end
+	command string // the command whose line held is, up to its end
 	passing bool   // the rest of the line is plain output
 	dropped bool   // the command's line passed maxCommandLine
+	skipLF  bool   // the command's line ended at CR: an LF next is its end too
+	resume  string // "::TOKEN::" while commands are stopped, else ""
 }
 
-func newCommandFilter(dst io.Writer, addMask func(string) error) *commandFilter {
-	return &commandFilter{dst: dst, addMask: addMask}
+func newCommandFilter(dst io.Writer, addMask func(string) error, refused func()) *commandFilter {
+	return &commandFilter{dst: dst, addMask: addMask, refused: refused}
+}
+
+// commands are the command prefixes a line may start with now.
+func (f *commandFilter) commands() []string {
+	if f.resume != "" {
+		return []string{f.resume}
+	}
+	return []string{addMaskCommand, stopCommandsCommand}
+}
+
+// mayStart reports whether b may begin one of the commands now.
+func (f *commandFilter) mayStart(b []byte) bool {
+	for _, c := range f.commands() {
+		if len(b) <= len(c) && c[:len(b)] == string(b) || len(b) > len(c) && strings.HasPrefix(string(b), c) {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *commandFilter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	n := len(p)
+	if f.skipLF && len(p) > 0 {
+		if p[0] == '\n' {
+			p = p[1:]
+		}
+		f.skipLF = false
+	}
 	for len(p) > 0 {
 		switch {
 		case f.passing:
 			end := f.plainSpan(p)
 			_, _ = f.dst.Write(p[:end])
 			p = p[end:]
-		case f.command:
-			i := bytes.IndexByte(p, '\n')
-			end := len(p)
-			if i >= 0 {
-				end = i
-			}
-			if len(f.held)+end > maxCommandLine {
-				f.dropped = true
-			} else {
-				f.held = append(f.held, p[:end]...)
-			}
-			if i < 0 {
-				return n, nil
-			}
-			p = p[i+1:]
-			f.runCommand()
+		case f.command != "":
+			p = f.commandLine(p)
 		default:
 			p = f.lineStart(p)
 		}
@@ -72,12 +98,11 @@ func (f *commandFilter) Write(p []byte) (int, error) {
 
 // plainSpan is how much of p, which continues a line of plain output, is
 // plain output too: up to the start of a line that may be a command (or
-// whose start p does not hold whole), where passing ends. Output goes on
-// in writes as large as the step's.
+// whose start p does not hold whole), where passing ends.
 func (f *commandFilter) plainSpan(p []byte) int {
 	i := 0
 	for {
-		nl := bytes.IndexByte(p[i:], '\n')
+		nl := bytes.IndexAny(p[i:], "\r\n")
 		if nl < 0 {
 			return len(p)
 		}
@@ -86,7 +111,7 @@ func (f *commandFilter) plainSpan(p []byte) int {
 		for k < len(p) && (p[k] == ' ' || p[k] == '\t') {
 			k++
 		}
-		if rest := p[k:min(len(p), k+len(addMaskCommand))]; k-i >= maxCommandLine || k < len(p) && !bytes.HasPrefix(addMaskBytes, rest) {
+		if k-i >= maxCommandLine || k < len(p) && !f.mayStart(p[k:min(len(p), k+len(addMaskCommand))]) {
 			continue
 		}
 		f.passing = false
@@ -98,15 +123,18 @@ func (f *commandFilter) plainSpan(p []byte) int {
 // command, and returns the rest.
 func (f *commandFilter) lineStart(p []byte) []byte {
 	for len(p) > 0 {
-		c, body := p[0], len(f.held)-f.blanks
+		c := p[0]
+		body := f.held[f.blanks:]
 		switch {
-		case body == 0 && (c == ' ' || c == '\t') && f.blanks < maxCommandLine:
+		case len(body) == 0 && (c == ' ' || c == '\t') && f.blanks+1 < maxCommandLine:
 			f.held, f.blanks = append(f.held, c), f.blanks+1
-		case body < len(addMaskCommand) && c == addMaskCommand[body]:
+		case c != '\r' && c != '\n' && f.mayStart(append(body, c)):
 			f.held = append(f.held, c)
-			if body+1 == len(addMaskCommand) {
-				f.command = true
-				return p[1:]
+			for _, cmd := range f.commands() {
+				if string(f.held[f.blanks:]) == cmd {
+					f.command = cmd
+					return p[1:]
+				}
 			}
 		default:
 			_, _ = f.dst.Write(f.held)
@@ -118,35 +146,77 @@ func (f *commandFilter) lineStart(p []byte) []byte {
 	return p
 }
 
-// runCommand masks the value of the ::add-mask:: line held, and writes
-// the line that stands for it.
+// commandLine takes the rest of a command's line from p, runs the command
+// at its end, and returns what follows.
+func (f *commandFilter) commandLine(p []byte) []byte {
+	i := bytes.IndexAny(p, "\r\n")
+	end := len(p)
+	if i >= 0 {
+		end = i
+	}
+	if len(f.held)+end > maxCommandLine {
+		f.dropped = true
+	} else {
+		f.held = append(f.held, p[:end]...)
+	}
+	if i < 0 {
+		return nil
+	}
+	if p[i] == '\r' {
+		if i+1 < len(p) && p[i+1] == '\n' {
+			i++
+		} else if i+1 == len(p) {
+			f.skipLF = true
+		}
+	}
+	f.runCommand()
+	return p[i+1:]
+}
+
+// runCommand acts on the command whose line is held.
 func (f *commandFilter) runCommand() {
-	line := strings.TrimSuffix(string(f.held), "\r")
-	value := unescapeCommandData(line[strings.Index(line, addMaskCommand)+len(addMaskCommand):])
-	dropped := f.dropped
-	f.held, f.blanks, f.command, f.dropped = f.held[:0], 0, false, false
+	cmd, data, dropped := f.command, string(f.held[f.blanks+len(f.command):]), f.dropped
+	f.held, f.blanks, f.command, f.dropped = f.held[:0], 0, "", false
 	switch {
+	case cmd == f.resume:
+		f.resume = ""
+		fmt.Fprintf(f.dst, "%s\n", cmd)
+	case cmd == stopCommandsCommand && !dropped && data != "":
+		f.resume = "::" + data + "::"
+		fmt.Fprintf(f.dst, "%s%s\n", cmd, data)
+	case cmd == stopCommandsCommand:
+		fmt.Fprintf(f.dst, "%s (not stopped: no token, or a line over %d bytes)\n", cmd, maxCommandLine)
 	case dropped:
-		fmt.Fprintf(f.dst, "%s*** (not masked: the line is over %d bytes; it is left out)\n", addMaskCommand, maxCommandLine)
-	case value == "":
-		fmt.Fprintf(f.dst, "%s (nothing to mask)\n", addMaskCommand)
+		f.refused()
+		fmt.Fprintf(f.dst, "%s*** (not masked: the line is over %d bytes; it is left out)\n", cmd, maxCommandLine)
+	case data == "":
+		fmt.Fprintf(f.dst, "%s (nothing to mask)\n", cmd)
 	default:
-		if err := f.addMask(value); err != nil {
-			fmt.Fprintf(f.dst, "%s*** (not masked: %v; the line is left out)\n", addMaskCommand, err)
+		if err := f.addMask(unescapeCommandData(data)); err != nil {
+			f.refused()
+			fmt.Fprintf(f.dst, "%s*** (not masked: %v; the line is left out)\n", cmd, err)
 			return
 		}
-		fmt.Fprintf(f.dst, "%s***\n", addMaskCommand)
+		fmt.Fprintf(f.dst, "%s***\n", cmd)
 	}
 }
 
-// Close ends the output: a line begun is written, or run if a command's.
-func (f *commandFilter) Close() {
-	if f.command {
+// Flush ends what is held when the step has ended but something it left
+// running still holds its output open: a command's line is run as far as
+// it was written (as GitHub does at the end of a step's output), the
+// start of a plain one written. What comes after on that line is plain.
+func (f *commandFilter) Flush() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.command != "" {
 		f.runCommand()
+		f.passing = true
 		return
 	}
-	_, _ = f.dst.Write(f.held)
-	f.held, f.blanks = f.held[:0], 0
+	if len(f.held) > 0 {
+		_, _ = f.dst.Write(f.held)
+		f.held, f.blanks, f.passing = f.held[:0], 0, true
+	}
 }
 
 // unescapeCommandData undoes GitHub's escaping of a command's data.

@@ -119,8 +119,8 @@ func (j *job) printSummary(file string) {
 }
 
 // setEnv keeps the variables of a step's $FORGECI_ENV for the later
-// steps. A value under a name that looks secret is masked from now on, as
-// the pipeline's env's are.
+// steps. As GitHub's, their values are not masked (a step masks a value
+// with ::add-mask::).
 func (j *job) setEnv(raw []byte) error {
 	vars, err := parseAssignments(raw, envNameRE.MatchString, -1)
 	if err != nil {
@@ -142,11 +142,6 @@ func (j *job) setEnv(raw []byte) error {
 		return err
 	}
 	j.stepEnv = next
-	for name, v := range vars {
-		if looksSecret(name) && j.logs != nil {
-			_ = j.logs.AddMask(v) // a short value cannot be masked, as the pipeline's
-		}
-	}
 	return nil
 }
 

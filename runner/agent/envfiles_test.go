@@ -68,8 +68,6 @@ func TestStepEnvRefusals(t *testing.T) {
 		"DEPLOY_KEY=mine\n":                           "DEPLOY_KEY is one of the job's secrets",
 		"FORGECI_ID_TOKEN_SOCKET=/evil\n":             "names starting with FORGECI_ are reserved",
 		"FORGECI_RUN_ID=spoofed\n":                    "names starting with FORGECI_ are reserved",
-		"GITHUB_SHA=0000\n":                           "GITHUB_SHA is set by the runner for each step",
-		"RUNNER_TEMP=/tmp\n":                          "RUNNER_TEMP is set by the runner",
 		"UID=0\n":                                     "UID is read-only in bash",
 		"GITHUB_STEP_SUMMARY=/x\n":                    "names a file of each step",
 		"X<<EOF\nnever closed\n":                      "not closed",
@@ -210,29 +208,35 @@ func TestStepPathOrderAndBounds(t *testing.T) {
 	}
 }
 
-// TestStepEnvSecretNamesMasked: a value a step sets under a name that
-// looks secret is masked from then on, as the pipeline's env's are.
-func TestStepEnvSecretNamesMasked(t *testing.T) {
+// TestStepEnvNotMasked: as GitHub's, a value set with $GITHUB_ENV is not
+// masked for its name (CACHE_KEY=linux-node-20 would mask every
+// linux-node-20, and a job output holding it would be dropped).
+func TestStepEnvNotMasked(t *testing.T) {
 	j := envJob()
 	j.logs = newLogAppender(nil, nil)
-	if err := j.setEnv([]byte("API_TOKEN=generated-value-1\nPLAIN=visible-value\n")); err != nil {
+	if err := j.setEnv([]byte("CACHE_KEY=linux-node-20\nAPI_TOKEN=visible-value\n")); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = j.logs.Write([]byte("token generated-value-1 plain visible-value\n"))
+	_, _ = j.logs.Write([]byte("key linux-node-20 token visible-value\n"))
 	j.logs.mu.Lock()
 	_ = j.logs.mask.Close()
 	out := j.logs.pending.String()
 	j.logs.mu.Unlock()
-	if !strings.Contains(out, "token *** plain visible-value") {
+	if out != "key linux-node-20 token visible-value\n" {
 		t.Fatalf("log: %q", out)
 	}
 }
 
 // TestRunVars: a step gets the run's facts as GitHub's default variables
-// and as FORGECI_<NAME>, over the pipeline's env.
+// (those whose values mean GitHub's) and as FORGECI_<NAME>, over the
+// pipeline's env, as GitHub's.
 func TestRunVars(t *testing.T) {
 	j := envJob()
 	j.claim.Lease.RunID = "run-1"
+	j.logs = newLogAppender(nil, nil)
+	// The pipeline's own value of a runner's variable is not used (and the
+	// log says so); one the runner does not set is the pipeline's.
+	j.claim.Job.Env = map[string]string{"A": "pipeline", "GITHUB_SHA": "spoofed", "GITHUB_REPOSITORY": "acme/mine"}
 	j.claim.Job.Run = &domain.RunFacts{Ref: "refs/tags/v1.2", RefName: "v1.2", SHA: "abc123", EventName: "push",
 		Actor: "ann", Repository: "acme/app", RunNumber: 42, Workflow: "ci", HeadRef: "", BaseRef: ""}
 	env := map[string]string{}
@@ -241,9 +245,10 @@ func TestRunVars(t *testing.T) {
 		env[k] = v
 	}
 	for k, want := range map[string]string{"GITHUB_SHA": "abc123", "FORGECI_SHA": "abc123", "GITHUB_REF": "refs/tags/v1.2",
-		"GITHUB_REF_NAME": "v1.2", "GITHUB_REF_TYPE": "tag", "GITHUB_EVENT_NAME": "push", "GITHUB_ACTOR": "ann",
-		"GITHUB_REPOSITORY": "acme/app", "GITHUB_RUN_ID": "run-1", "GITHUB_RUN_NUMBER": "42", "GITHUB_WORKFLOW": "ci",
-		"GITHUB_JOB": "j", "GITHUB_WORKSPACE": "/w", "RUNNER_OS": runnerOS(), "RUNNER_ARCH": runnerArch(), "A": "pipeline"} {
+		"GITHUB_REF_NAME": "v1.2", "GITHUB_REF_TYPE": "tag", "GITHUB_EVENT_NAME": "push", "FORGECI_ACTOR": "ann",
+		"FORGECI_REPOSITORY": "acme/app", "GITHUB_RUN_ID": "run-1", "GITHUB_RUN_NUMBER": "42", "GITHUB_WORKFLOW": "ci",
+		"FORGECI_JOB": "j", "GITHUB_WORKSPACE": "/w", "RUNNER_OS": runnerOS(), "RUNNER_ARCH": runnerArch(), "A": "pipeline",
+		"GITHUB_REPOSITORY": "acme/mine"} {
 		if got, ok := env[k]; !ok || got != want {
 			t.Errorf("%s = %q (set %v), want %q", k, got, ok, want)
 		}
@@ -252,6 +257,18 @@ func TestRunVars(t *testing.T) {
 		if _, ok := env[k]; !ok && k != "RUNNER_TEMP" { // the job's tmp comes with its box
 			t.Errorf("%s is not set", k)
 		}
+	}
+	for _, k := range []string{"GITHUB_ACTOR", "GITHUB_JOB"} {
+		if v, ok := env[k]; ok {
+			t.Errorf("%s = %q: ForgeCI's value would not mean GitHub's", k, v)
+		}
+	}
+	j.logs.mu.Lock()
+	_ = j.logs.mask.Close()
+	out := j.logs.pending.String()
+	j.logs.mu.Unlock()
+	if !strings.Contains(out, "==> GITHUB_SHA is the runner's") || strings.Contains(out, "GITHUB_REPOSITORY") {
+		t.Fatalf("log: %q", out)
 	}
 }
 

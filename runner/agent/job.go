@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/forgeci/forgeci/runner/client"
@@ -47,6 +48,11 @@ type job struct {
 	// $FORGECI_ENV and added with $FORGECI_PATH (newest first).
 	stepEnv  map[string]string
 	stepPath []string
+	// maskRefused: a step's ::add-mask:: was refused (commandFilter).
+	maskRefused atomic.Bool
+	// overridden are the runner's variables whose value from the
+	// pipeline or a step the log has said is not used.
+	overridden map[string]bool
 }
 
 // stopped is why the job was stopped, or nil while it runs.

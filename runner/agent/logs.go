@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,9 +32,10 @@ type logAppender struct {
 	redact     []string      // the values set masks
 	tokens     []maskedToken // and the identity tokens' signatures
 	added      []string      // and what the steps added (::add-mask::)
-	addedBytes int
-	maskGen    int // counts the sets built
-	maskIn     int // the generation of the set in place
+	addedForms int           // bytes of their masked forms
+	building   sync.Mutex    // one masker built at a time (install)
+	maskGen    int           // counts the sets built
+	maskIn     int           // the generation of the set in place
 
 	mu      sync.Mutex
 	mask    *mask.Stream // writes into lines, which writes into pending
@@ -109,36 +111,61 @@ func (a *logAppender) AddToken(token string, expires time.Time) {
 }
 
 // Bounds of the values a job's steps may add to the masks
-// (::add-mask::): each rebuilds the masker, and the runner runs as root.
+// (::add-mask::): each add rebuilds the masker from every value's forms
+// (base64, URL and JSON escapes, hex: about 60 bytes of patterns a byte
+// of value), and the runner runs as root, outside the job's cgroup. So
+// the forms are counted, not the values: at most maxAddedMaskForms
+// bytes of them for the job, a rebuild of well under a second.
 const (
-	maxAddedMasks     = 1000
-	maxAddedMaskBytes = 256 << 10
+	maxAddedMasks     = 100
+	maxAddedMaskForms = 512 << 10
 )
 
 // AddMask masks value from now on, as a secret (a step asked with
 // ::add-mask::); when it returns, the value is masked. It refuses a value
-// too short to mask, and one past the job's bounds.
+// too short to mask, one past the job's bounds, and any once the log is
+// closed.
 func (a *logAppender) AddMask(value string) error {
 	if len(value) < mask.MinLen {
 		return fmt.Errorf("a value under %d bytes cannot be masked", mask.MinLen)
 	}
-	a.mu.Lock()
-	if len(a.added) >= maxAddedMasks || a.addedBytes+len(value) > maxAddedMaskBytes {
-		a.mu.Unlock()
-		return fmt.Errorf("the job's steps have added %d values (%d bytes) to the masks, the most a job may (%d, %d bytes)",
-			len(a.added), a.addedBytes, maxAddedMasks, maxAddedMaskBytes)
+	forms := 0
+	for _, f := range mask.Forms(value) {
+		forms += len(f)
 	}
-	a.added, a.addedBytes = append(a.added, value), a.addedBytes+len(value)
+	a.mu.Lock()
+	switch {
+	case a.closed || a.stopped:
+		a.mu.Unlock()
+		return errors.New("the job's log is closed")
+	case len(a.added) >= maxAddedMasks || a.addedForms+forms > maxAddedMaskForms:
+		a.mu.Unlock()
+		return fmt.Errorf("the job's steps have added %d values to the masks (%d bytes of masked forms), the most a job may (%d, %d bytes)",
+			len(a.added), a.addedForms, maxAddedMasks, maxAddedMaskForms)
+	}
+	a.added, a.addedForms = append(a.added, value), a.addedForms+forms
 	a.install()
 	return nil
 }
 
 // install builds the masker of every value now and puts it in place,
 // unless a set built later is already there: each set holds every value
-// added before it. Called with a.mu held, which it releases; the masker
-// is built outside the lock, so writes go on meanwhile.
+// added before it. Called with a.mu held, which it releases. The masker
+// is built outside a.mu, so writes go on meanwhile, and one build at a
+// time (a.building): concurrent adds wait rather than each hold a set of
+// their own in memory, and one that finds a later build installed has
+// nothing to do.
 func (a *logAppender) install() {
 	a.maskGen++
+	gen := a.maskGen
+	a.mu.Unlock()
+	a.building.Lock()
+	defer a.building.Unlock()
+	a.mu.Lock()
+	if a.maskIn >= gen {
+		a.mu.Unlock()
+		return
+	}
 	gen, values := a.maskGen, slices.Concat(a.redact, a.added)
 	for _, t := range a.tokens {
 		values = append(values, t.sig)
@@ -147,11 +174,9 @@ func (a *logAppender) install() {
 	set := mask.New(values)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if gen > a.maskIn {
-		a.maskIn = gen
-		a.set = set
-		a.mask.Switch(set)
-	}
+	a.maskIn = gen
+	a.set = set
+	a.mask.Switch(set)
 }
 
 // maskSet is the set the log masks with now (read under the lock: a token

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"sort"
@@ -39,6 +38,11 @@ func (j *job) runStep(st domain.Step) (int, map[string]string) {
 	}
 	code := j.wait(cmd, st)
 	outputs, errs := j.readStepFiles(files)
+	if j.maskRefused.Swap(false) {
+		// The value may be printed in clear after: the step must not pass
+		// as if it were masked.
+		errs = append(errs, errors.New("a value the step asked to mask (::add-mask::) could not be masked (said above)"))
+	}
 	for _, err := range errs {
 		fmt.Fprintf(j.logs, "==> %v\n", err)
 	}
@@ -123,6 +127,7 @@ func (j *job) killNow(pgid int) {
 // keep the step from ending, and its output keeps going to the log.
 type stepOutput struct {
 	copied chan struct{}
+	filter *commandFilter
 }
 
 // output starts cmd with stdout and stderr on a new pipe copied to the log.
@@ -138,15 +143,15 @@ func (j *job) output(cmd *exec.Cmd) (*stepOutput, error) {
 		r.Close()
 		return nil, err
 	}
-	o := &stepOutput{copied: make(chan struct{})}
+	o := &stepOutput{copied: make(chan struct{}),
+		filter: newCommandFilter(j.logs, j.logs.AddMask, func() { j.maskRefused.Store(true) })}
 	j.outputs.Add(1)
 	go func() {
 		defer j.outputs.Done()
 		defer close(o.copied)
 		defer r.Close()
-		f := newCommandFilter(j.logs, j.logs.AddMask)
-		_, _ = io.Copy(f, r)
-		f.Close()
+		_, _ = io.Copy(o.filter, r)
+		o.filter.Flush()
 	}()
 	return o, nil
 }
@@ -163,6 +168,8 @@ func (o *stepOutput) drain() {
 	select {
 	case <-o.copied:
 	case <-time.After(stepDrainWait):
+		// A command the step printed last, unended, is acted on now.
+		o.filter.Flush()
 	}
 }
 
@@ -193,7 +200,16 @@ func (j *job) env(st domain.Step) []string {
 		vars[k] = v
 	}
 	vars["PATH"] = j.withPath(vars["PATH"])
-	maps.Copy(vars, j.runVars())
+	for k, v := range j.runVars() {
+		if old, set := vars[k]; set && old != v && !j.overridden[k] && j.logs != nil {
+			if j.overridden == nil {
+				j.overridden = map[string]bool{}
+			}
+			j.overridden[k] = true
+			fmt.Fprintf(j.logs, "==> %s is the runner's (the run's facts), as GitHub's: the value the pipeline or a step set is not used\n", k)
+		}
+		vars[k] = v
+	}
 	// The runner's own: where this job asks for identity tokens.
 	for k, v := range j.idTokenEnv {
 		vars[k] = v
@@ -231,10 +247,12 @@ func (j *job) runVars() map[string]string {
 		vars["RUNNER_TEMP"] = j.box.TmpDir()
 	}
 	for name, v := range map[string]string{"SHA": f.SHA, "REF": f.Ref, "REF_NAME": f.RefName, "REF_TYPE": refType,
-		"EVENT_NAME": f.EventName, "ACTOR": f.Actor, "REPOSITORY": f.Repository, "RUN_ID": j.claim.Lease.RunID,
-		"RUN_NUMBER": strconv.FormatInt(f.RunNumber, 10), "WORKFLOW": f.Workflow, "HEAD_REF": f.HeadRef,
-		"BASE_REF": f.BaseRef, "JOB": j.claim.Job.Name, "WORKSPACE": j.ws} {
+		"EVENT_NAME": f.EventName, "RUN_ID": j.claim.Lease.RunID, "RUN_NUMBER": strconv.FormatInt(f.RunNumber, 10),
+		"WORKFLOW": f.Workflow, "HEAD_REF": f.HeadRef, "BASE_REF": f.BaseRef, "WORKSPACE": j.ws} {
 		vars["GITHUB_"+name], vars["FORGECI_"+name] = v, v
 	}
+	// ForgeCI's own, not GitHub's: a project, an actor (user:<id> or
+	// github:<id>), the job's name with its matrix values.
+	vars["FORGECI_REPOSITORY"], vars["FORGECI_ACTOR"], vars["FORGECI_JOB"] = f.Repository, f.Actor, j.claim.Job.Name
 	return vars
 }

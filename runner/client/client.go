@@ -124,7 +124,7 @@ func (c *Client) Register(ctx context.Context, registrationToken, name string, l
 }
 
 // Features are what this runner declares it can do in every claim.
-var Features = []string{domain.FeatureEnvFiles, domain.FeatureExpressions, domain.FeatureIDToken, domain.FeatureJobStatus,
+var Features = []string{domain.FeatureAddMask, domain.FeatureEnvFiles, domain.FeatureExpressions, domain.FeatureIDToken, domain.FeatureJobStatus,
 	domain.FeatureOutputs, domain.FeatureSteps, domain.FeatureReports}
 
 // Claim long-polls for a job; nil when none came within wait.

@@ -145,6 +145,11 @@ const (
 	// failure or cancelled, as the job stands). A job needs it when a
 	// step's fields or the job's outputs name it.
 	FeatureJobStatus = "job-status"
+	// FeatureAddMask: the runner acts on the ::add-mask:: and
+	// ::stop-commands:: lines of a step's output. A job needs it when a
+	// script names add-mask: on a runner without it the value would be
+	// printed in clear.
+	FeatureAddMask = "add-mask"
 )
 
 // Features are the runner features the job needs, sorted.
@@ -173,6 +178,9 @@ func (s JobSpec) Features() []string {
 			out = append(out, FeatureEnvFiles)
 			break
 		}
+	}
+	if slices.ContainsFunc(s.Steps, func(st Step) bool { return namesAddMask(st.Run) }) {
+		out = append(out, FeatureAddMask)
 	}
 	if s.readsJobStatus() {
 		out = append(out, FeatureJobStatus)

@@ -7,11 +7,14 @@ import (
 
 // RunnerVars are the variables the runner sets for every step from the
 // run's facts, as GitHub's default variables (FORGECI_<NAME> too, for the
-// GITHUB_ ones): a pipeline's env or a step's $FORGECI_ENV may not set
-// them, as GitHub's may not.
+// GITHUB_ ones): only those whose values mean what GitHub's do (not
+// GITHUB_REPOSITORY, GITHUB_ACTOR or GITHUB_JOB: a project is not a
+// repository, an actor not a login, a matrix job's name not its id). As
+// GitHub's, they override a value the pipeline's env or a step's
+// $FORGECI_ENV gives them (the log says so).
 var RunnerVars = []string{"GITHUB_SHA", "GITHUB_REF", "GITHUB_REF_NAME", "GITHUB_REF_TYPE", "GITHUB_EVENT_NAME",
-	"GITHUB_ACTOR", "GITHUB_REPOSITORY", "GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_WORKFLOW", "GITHUB_HEAD_REF",
-	"GITHUB_BASE_REF", "GITHUB_JOB", "GITHUB_WORKSPACE", "RUNNER_OS", "RUNNER_ARCH", "RUNNER_NAME", "RUNNER_TEMP"}
+	"GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_WORKFLOW", "GITHUB_HEAD_REF", "GITHUB_BASE_REF", "GITHUB_WORKSPACE",
+	"RUNNER_OS", "RUNNER_ARCH", "RUNNER_NAME", "RUNNER_TEMP"}
 
 // StepFileVars name a step's own files (its outputs, environment, PATH
 // and summary files): the runner sets them for each step.
@@ -23,15 +26,14 @@ var StepFileVars = []string{"FORGECI_OUTPUT", "GITHUB_OUTPUT", "FORGECI_ENV", "G
 var ShellReadonlyVars = []string{"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"}
 
 // ReservedVarReason says why a pipeline's env, or a step's $FORGECI_ENV,
-// may not set the variable name ("" if it may).
+// may not set the variable name ("" if it may; RunnerVars it may, and the
+// runner's value wins).
 func ReservedVarReason(name string) string {
 	switch {
 	case slices.Contains(StepFileVars, name):
 		return name + " names a file of each step, set by the runner"
 	case strings.HasPrefix(name, "FORGECI_"):
 		return "names starting with FORGECI_ are reserved"
-	case slices.Contains(RunnerVars, name):
-		return name + " is set by the runner for each step, from the run's facts, as GitHub's is"
 	case slices.Contains(ShellReadonlyVars, name):
 		return name + " is read-only in bash: no step could start with it set"
 	}
@@ -59,3 +61,6 @@ func (s JobSpec) readsJobStatus() bool {
 	}
 	return false
 }
+
+// namesAddMask reports whether a script names the ::add-mask:: command.
+func namesAddMask(script string) bool { return strings.Contains(script, "add-mask") }

@@ -54,23 +54,22 @@ func TestEnvFilesFeature(t *testing.T) {
 	}
 }
 
-// TestEnvReservedNames: a pipeline's env may not set what the runner
-// sets for each step (its files' variables, the run's facts as GitHub's
-// default variables, FORGECI_*), nor a variable bash holds read-only, at
-// any level.
+// TestEnvReservedNames: a pipeline's env may not set its steps' files'
+// variables or FORGECI_*, nor a variable bash holds read-only, at any
+// level.
 func TestEnvReservedNames(t *testing.T) {
 	for _, level := range []string{"env: {%s: x}\njobs:\n  a:\n    steps: [{run: make}]\n",
 		"jobs:\n  a:\n    env: {%s: x}\n    steps: [{run: make}]\n",
 		"jobs:\n  a:\n    steps: [{run: make, env: {%s: x}}]\n"} {
 		refuses(t, level, map[string]string{
 			"GITHUB_ENV":     "GITHUB_ENV names a file of each step",
-			"GITHUB_SHA":     "GITHUB_SHA is set by the runner for each step",
-			"RUNNER_OS":      "RUNNER_OS is set by the runner",
 			"FORGECI_RUN_ID": "names starting with FORGECI_ are reserved",
 			"SHELLOPTS":      "SHELLOPTS is read-only in bash",
 		})
 	}
-	if _, err := pipeline.Parse("f.yml", []byte("env: {GITHUB_TOKEN: x, HOME: /h}\njobs:\n  a:\n    steps: [{run: make}]\n")); err != nil {
+	// GitHub's default variables may be set, as GitHub's: the runner's
+	// value wins (and its log says so).
+	if _, err := pipeline.Parse("f.yml", []byte("env: {GITHUB_TOKEN: x, HOME: /h, GITHUB_SHA: x, RUNNER_TEMP: /t, GITHUB_REPOSITORY: a/b}\njobs:\n  a:\n    steps: [{run: make}]\n")); err != nil {
 		t.Fatalf("names the runner does not set: %v", err)
 	}
 }

@@ -78,3 +78,17 @@ func TestRunNameParse(t *testing.T) {
 		strings.Repeat("x", 801):   "over the limit of 800",
 	})
 }
+
+// TestAddMaskFeature: a job whose script names add-mask needs a runner
+// that acts on it: on one that does not, the value would be printed.
+func TestAddMaskFeature(t *testing.T) {
+	for script, want := range map[string]bool{`echo "::add-mask::$TOKEN"`: true, `echo hello`: false} {
+		p, err := pipeline.Parse("f.yml", []byte("jobs:\n  a:\n    steps: [{run: '"+script+"'}]\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(p.Jobs[0].Spec.Features(), domain.FeatureAddMask); got != want {
+			t.Errorf("%s: needs add-mask %v", script, got)
+		}
+	}
+}
