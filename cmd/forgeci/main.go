@@ -98,7 +98,7 @@ func newRoot() *cobra.Command {
 	for _, c := range []*cobra.Command{loginCmd(g), submitCmd(g), runCmd(g), runsCmd(g), artifactsCmd(g), logsCmd(g), testsCmd(g), cancelCmd(g), retryCmd(g),
 		decideCmd(g, "approve", "Approve a run from a first-time contributor: its jobs start (project writers)"),
 		decideCmd(g, "reject", "Reject a run from a first-time contributor: its jobs end CANCELED (project writers)"),
-		projectCmd(g), secretCmd(g), envCmd(g), deploymentsCmd(g), deployCmd(g), runnerCmd(g), tokenCmd(g)} {
+		projectCmd(g), secretCmd(g), varCmd(g), envCmd(g), deploymentsCmd(g), deployCmd(g), runnerCmd(g), tokenCmd(g)} {
 		c.GroupID = "use"
 		root.AddCommand(c)
 	}

@@ -33,6 +33,10 @@ func (j *job) exprContext(seq *sequence, env map[string]string) *expr.Context {
 	if inputs == nil {
 		inputs = map[string]any{}
 	}
+	vars, _ := facts["vars"].(map[string]any)
+	if vars == nil {
+		vars = map[string]any{}
+	}
 	envVar := map[string]any{}
 	for k, v := range env {
 		envVar[k] = v
@@ -55,7 +59,7 @@ func (j *job) exprContext(seq *sequence, env map[string]string) *expr.Context {
 	}
 	runner := map[string]any{"os": runnerOS(), "arch": runnerArch(), "name": hostname(), "temp": tmp}
 	c := &expr.Context{Vars: map[string]any{"forgeci": facts, "github": facts, "matrix": expr.Matrix(spec.Matrix),
-		"env": envVar, "steps": steps, "needs": needs, "inputs": inputs, "runner": runner,
+		"env": envVar, "steps": steps, "needs": needs, "inputs": inputs, "vars": vars, "runner": runner,
 		"job": map[string]any{"status": j.status(seq)}},
 		HashFiles: func(patterns []string) (string, error) { return hashFiles(j.ctx, j.ws, owner, patterns) }}
 	if seq != nil {

@@ -125,7 +125,7 @@ func (c *Client) Register(ctx context.Context, registrationToken, name string, l
 
 // Features are what this runner declares it can do in every claim.
 var Features = []string{domain.FeatureAddMask, domain.FeatureEnvFiles, domain.FeatureExpressions, domain.FeatureIDToken, domain.FeatureJobStatus,
-	domain.FeatureOutputs, domain.FeatureSteps, domain.FeatureReports}
+	domain.FeatureOutputs, domain.FeatureSteps, domain.FeatureReports, domain.FeatureVars}
 
 // Claim long-polls for a job; nil when none came within wait.
 func (c *Client) Claim(ctx context.Context, labels []string, wait time.Duration) (*protocol.Claim, error) {

@@ -100,7 +100,8 @@ func testStepFeatures(s *stack) func(t *testing.T) {
 // changing nothing. A step's summary ($GITHUB_STEP_SUMMARY) is printed in
 // the log after it. A value the step asks to mask (::add-mask::) is
 // masked in every line after. GitHub's default variables hold the run's
-// facts; job.status says how the job stands.
+// facts; job.status says how the job stands; vars holds the project's
+// variables.
 const envFilesPipeline = `run-name: 'Env files #${{ github.run_number }} by ${{ github.event_name }}'
 env: {GREETING: from-pipeline, KEEP: pipeline}
 jobs:
@@ -119,7 +120,7 @@ jobs:
           echo "next step: $GREETING / $KEEP"
           printf 'notes: %s\n' "$NOTES" | tr '\n' '|'; echo
           mytool
-          echo "the token is $TOKEN, job ${{ job.status }}"
+          echo "the token is $TOKEN, job ${{ job.status }}, region ${{ vars.E2E_REGION }}"
           echo "facts: $GITHUB_EVENT_NAME $GITHUB_RUN_ID $RUNNER_OS ${#GITHUB_SHA} $GITHUB_REF_TYPE"
       - env: {GREETING: from-step-env}
         run: echo "step env wins, $GREETING"
@@ -132,6 +133,9 @@ jobs:
 
 func testEnvFiles(s *stack) func(t *testing.T) {
 	return func(t *testing.T) {
+		if out, err := s.cli("var", "set", "E2E_REGION", "eu-north-1", "-p", "e2e"); err != nil {
+			t.Fatalf("forgeci var set: %v\n%s", err, out)
+		}
 		id, err := s.submit(writePipeline(t, envFilesPipeline), false)
 		if err != nil {
 			t.Fatal(err)
@@ -156,7 +160,7 @@ func testEnvFiles(s *stack) func(t *testing.T) {
 		if !strings.Contains(log, "facts: submit "+id+" Linux ") {
 			t.Errorf("the run's facts are not in GitHub's default variables:\n%s", log)
 		}
-		if strings.Contains(log, "generated-"+id) || !strings.Contains(log, "::add-mask::***\n") || !strings.Contains(log, "the token is ***, job success\n") {
+		if strings.Contains(log, "generated-"+id) || !strings.Contains(log, "::add-mask::***\n") || !strings.Contains(log, "the token is ***, job success, region eu-north-1\n") {
 			t.Errorf("a value the step asked to mask (::add-mask::) is in the log:\n%s", log)
 		}
 		if _, after, _ := strings.Cut(log, "after the refused, "); !strings.Contains(after, "/steps/output-") || !strings.Contains(after, ", job failure\n") {

@@ -132,6 +132,31 @@ func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request, u store.Us
 	})
 }
 
+func (s *Server) listVariables(w http.ResponseWriter, r *http.Request, u store.User) error {
+	return listInProject(s, w, r, u, "variables", s.Store.ListVariables)
+}
+
+// setVariable sets a project variable (the vars context).
+func (s *Server) setVariable(w http.ResponseWriter, r *http.Request, u store.User) error {
+	var req struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	}
+	if err := decodeJSON(w, r, 64<<10, &req); err != nil {
+		return err
+	}
+	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
+		return map[string]any{"name": req.Name}, s.Store.SetVariable(ctx, u, p.ID, req.Name, req.Value)
+	})
+}
+
+func (s *Server) deleteVariable(w http.ResponseWriter, r *http.Request, u store.User) error {
+	name := r.PathValue("name")
+	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {
+		return map[string]any{"deleted": name}, s.Store.DeleteVariable(ctx, u, p.ID, name)
+	})
+}
+
 // getStorage is what a project keeps: runs, log, artifact, cache and blob
 // bytes, its retention and quotas.
 func (s *Server) getStorage(w http.ResponseWriter, r *http.Request, u store.User) error {

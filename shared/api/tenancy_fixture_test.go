@@ -117,6 +117,9 @@ func newTenancy(t *testing.T) *tenancy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := e.store.SetVariable(ctx, global, e.project.ID, "REGION", "eu-west-1"); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.store.SetSecret(ctx, global, e.project.ID, "DEPLOY_TOKEN", "a secret value"); err != nil {
 		t.Fatal(err)
 	}

@@ -40,26 +40,33 @@ func ReservedVarReason(name string) string {
 	return ""
 }
 
-// readsJobStatus reports whether a step's fields or the job's outputs
-// name job.status, the runner's to fill in.
-func (s JobSpec) readsJobStatus() bool {
-	reads := func(v string) bool { return strings.Contains(v, "job.status") }
+// mentions reports whether a string the runner evaluates (a step's
+// fields, the job's env, outputs, cache keys or name) holds needle: the
+// job then needs a runner that knows what it names.
+func (s JobSpec) mentions(needle string) bool {
+	found := false
+	look := func(v string) { found = found || strings.Contains(v, needle) }
 	for _, st := range s.Steps {
-		if reads(st.Run) || reads(st.If) || reads(st.Name) {
-			return true
-		}
+		look(st.Run)
+		look(st.If)
+		look(st.Name)
 		for _, v := range st.Env {
-			if reads(v) {
-				return true
-			}
+			look(v)
 		}
 	}
-	for _, v := range s.Outputs {
-		if reads(v) {
-			return true
+	for _, m := range []map[string]string{s.Env, s.Outputs} {
+		for _, v := range m {
+			look(v)
 		}
 	}
-	return false
+	if s.Cache != nil {
+		look(s.Cache.Key)
+		for _, k := range s.Cache.RestoreKeys {
+			look(k)
+		}
+	}
+	look(s.DisplayName)
+	return found
 }
 
 // namesAddMask reports whether a script names the ::add-mask:: command.

@@ -11,7 +11,7 @@ import (
 
 // groupContexts are what a concurrency group reads: it is evaluated by the
 // control plane when it makes the run.
-var groupContexts = []string{"forgeci", "github", "inputs"}
+var groupContexts = []string{"forgeci", "github", "inputs", "vars"}
 
 // concurrency reads concurrency: a group, or {group, cancel-in-progress};
 // its group may read contexts.

@@ -14,15 +14,15 @@ import (
 // if: when its needs end; the runner everything else, just before it is
 // used (docs/pipeline.md, "Expressions").
 var (
-	jobIfContexts = []string{"forgeci", "github", "needs", "inputs"}
+	jobIfContexts = []string{"forgeci", "github", "needs", "inputs", "vars"}
 	// jobGroupContexts are what a job's concurrency group reads: the
 	// parser fills in the matrix, the control plane the rest when the
 	// job's needs have ended.
-	jobGroupContexts = []string{"forgeci", "github", "needs", "inputs", "matrix"}
-	jobEnvContexts   = []string{"forgeci", "github", "matrix", "needs", "inputs"}
-	cacheContexts    = []string{"forgeci", "github", "matrix", "needs", "inputs", "env", "runner"}
+	jobGroupContexts = []string{"forgeci", "github", "needs", "inputs", "vars", "matrix"}
+	jobEnvContexts   = []string{"forgeci", "github", "matrix", "needs", "inputs", "vars"}
+	cacheContexts    = []string{"forgeci", "github", "matrix", "needs", "inputs", "vars", "env", "runner"}
 	// stepContexts are what a step's fields and if: read on the runner.
-	stepContexts = []string{"forgeci", "github", "matrix", "env", "steps", "needs", "inputs", "runner", "job"}
+	stepContexts = []string{"forgeci", "github", "matrix", "env", "steps", "needs", "inputs", "vars", "runner", "job"}
 )
 
 // place says what a string's ${{ }} may read where it stands.

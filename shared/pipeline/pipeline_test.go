@@ -92,8 +92,8 @@ func TestErrors(t *testing.T) {
 		}
 	}
 	// Errors in later stages (expressions) are reported once the structure is sound.
-	_, err = pipeline.Parse("p.yml", []byte("jobs:\n  c:\n    steps:\n      - run: echo ${{ vars.X }}\n"))
-	if err == nil || !strings.Contains(err.Error(), `p.yml:4:19: jobs.c.steps[0].run: ${{ vars.X }}: context "vars" is not available here`) {
+	_, err = pipeline.Parse("p.yml", []byte("jobs:\n  c:\n    steps:\n      - run: echo ${{ nope.X }}\n"))
+	if err == nil || !strings.Contains(err.Error(), `p.yml:4:19: jobs.c.steps[0].run: ${{ nope.X }}: context "nope" is not available here`) {
 		t.Fatalf("expression error: %v", err)
 	}
 }

@@ -49,7 +49,7 @@ func TestStepKeys(t *testing.T) {
 		"{run: a, working-directory: ../out}": "must be a relative path inside the workspace",
 		"{run: a, working-directory: /etc}":   "must be a relative path inside the workspace",
 		"{run: a, if: needs.b.result == 'x'}": `needs.b: job "b" is not in this job's needs`,
-		"{run: a, if: vars.X}":                `context "vars" is not available here`,
+		"{run: a, if: nope.X}":                `context "nope" is not available here`,
 		"{run: a, if: github.token}":          `github.token is not available`,
 		"{run: a, if: 'x ${{ true }}'}":       "an if: is one expression",
 		"{run: a, if: nope()}":                "unknown function nope()",

@@ -92,3 +92,32 @@ func TestAddMaskFeature(t *testing.T) {
 		}
 	}
 }
+
+// TestVarsContext: vars (the project's variables, as the run was made)
+// may be read wherever the run's facts may; the runner's strings that read
+// it need the vars feature; runs-on cannot (it is decided before).
+func TestVarsContext(t *testing.T) {
+	p, err := pipeline.Parse("f.yml", []byte(`run-name: 'to ${{ vars.REGION }}'
+concurrency: deploy-${{ vars.REGION }}
+jobs:
+  a:
+    if: vars.DEPLOY == 'yes'
+    env: {R: '${{ vars.REGION }}'}
+    steps:
+      - if: vars.REGION != ''
+        run: 'echo ${{ vars.REGION }}'
+  b:
+    steps: [{run: make}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range p.Jobs {
+		if got := slices.Contains(j.Spec.Features(), domain.FeatureVars); got != (j.Name == "a") {
+			t.Errorf("job %s needs vars %v", j.Name, got)
+		}
+	}
+	refuses(t, "jobs:\n  a:\n    runs-on: %s\n    steps: [{run: x}]\n", map[string]string{
+		"'${{ vars.LABEL }}'": "only matrix can be read here",
+	})
+}

@@ -83,7 +83,7 @@ func groupOf(run *Run, c *domain.Concurrency) error {
 		return nil
 	}
 	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
-	vars := map[string]any{"forgeci": facts, "github": facts, "inputs": inputsOf(facts)}
+	vars := factContexts(facts)
 	g, err := groupName(c.Group, vars, run.Trusted, nil)
 	if err != nil {
 		return domain.Errorf(domain.EInvalid, "concurrency.group: %v", err)
@@ -264,4 +264,15 @@ func inputsOf(facts map[string]any) map[string]any {
 		return in
 	}
 	return map[string]any{}
+}
+
+// factContexts are the contexts a run's facts give the control plane's
+// expressions: forgeci (github), inputs and vars (the project's
+// variables the run was made with).
+func factContexts(facts map[string]any) map[string]any {
+	vars, ok := facts["vars"].(map[string]any)
+	if !ok {
+		vars = map[string]any{}
+	}
+	return map[string]any{"forgeci": facts, "github": facts, "inputs": inputsOf(facts), "vars": vars}
 }

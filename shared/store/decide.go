@@ -373,7 +373,9 @@ func decisionVars(u undecided, needs map[string]domain.NeedResult) map[string]an
 		}
 		needsVar[k] = map[string]any{"result": v.Result, "outputs": outs}
 	}
-	return map[string]any{"forgeci": facts, "github": facts, "needs": needsVar, "inputs": inputsOf(facts)}
+	vars := factContexts(facts)
+	vars["needs"] = needsVar
+	return vars
 }
 
 // upstreamFailed reports whether a job needs names, or one they need in

@@ -30,7 +30,13 @@ func retryOf(ctx context.Context, tx pgx.Tx, runID, jobID, who string) (NewRun, 
 	if nr.Checks, err = runCheckTarget(ctx, tx, runID); err != nil {
 		return NewRun{}, err
 	}
-	// A retry is named as its run was (a firing evaluates run-name again).
+	// A retry reads the variables its run read (a firing, the project's
+	// now), and is named as its run was (a firing evaluates run-name
+	// again).
+	nr.Vars = old.Vars
+	if nr.Vars == nil {
+		nr.Vars = map[string]string{}
+	}
 	nr.RunName = ""
 	if old.RunName != "" {
 		nr.RunName = domain.Literal(old.RunName)

@@ -21,7 +21,7 @@ func runNameOf(run *Run, template string) error {
 		return nil
 	}
 	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
-	vars := map[string]any{"forgeci": facts, "github": facts, "inputs": inputsOf(facts)}
+	vars := factContexts(facts)
 	name, err := evalTemplate(template, vars, nil)
 	if err != nil {
 		return domain.Errorf(domain.EInvalid, "run-name: %v", err)

@@ -64,6 +64,9 @@ type NewRun struct {
 	// RunName is the pipeline's run-name, a template of the run's facts
 	// and inputs ("": the run has no name of its own).
 	RunName string
+	// Vars are the project variables the run gets (nil: the project's
+	// now; a retry keeps its run's).
+	Vars map[string]string
 	// Inputs are a manual run's typed inputs.
 	Inputs map[string]any
 	// Schedules are the pipeline's on.schedule (nil: not known, as for a
@@ -147,6 +150,8 @@ type Run struct {
 	// is run-name, for a schedule's firing to evaluate again.
 	RunName     string `json:"run_name,omitempty"`
 	runNameSpec string
+	// Vars are the project variables it was made with.
+	Vars map[string]string `json:"vars,omitempty"`
 	// ConcurrencyGroup is the run's group (lower case); Waiting while the
 	// group's run in progress has not ended.
 	ConcurrencyGroup   string `json:"concurrency_group,omitempty"`
@@ -238,6 +243,11 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
+	if run.Vars = nr.Vars; run.Vars == nil {
+		if run.Vars, err = runVariables(ctx, tx, projectID); err != nil {
+			return Run{}, err
+		}
+	}
 	if nr.Untrusted {
 		var approved bool
 		if err := tx.QueryRow(ctx, actorApprovedSQL, projectID, nr.Actor).Scan(&approved); err != nil {
@@ -328,7 +338,7 @@ func insertRun(ctx context.Context, tx pgx.Tx, run *Run) error {
 	_, err := tx.Exec(ctx, insertRunSQL, run.ID, run.ProjectID, run.Number, run.Trigger, run.GitSHA, run.GitRef, run.GitDirty,
 		run.SourceDigest, run.ManifestDigest, nullIfZero(run.SourceSize, run.SourceDigest),
 		run.Trusted, run.Scope, run.BaseRef, run.Actor, run.Approval, run.Workflow, run.HeadRef, run.ConcurrencyGroup, run.ConcurrencyCancel, run.Inputs,
-		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy, run.SourceToken, run.InputsToken, run.RunName, run.runNameSpec)
+		run.concurrencySpec, run.eventAt, run.SourceBy, run.RetriedBy, run.SourceToken, run.InputsToken, run.RunName, run.runNameSpec, run.Vars)
 	if err != nil {
 		return fmt.Errorf("insert run: %w", err)
 	}
@@ -417,7 +427,7 @@ func runFacts(run *Run) domain.RunFacts {
 	name := strings.TrimPrefix(strings.TrimPrefix(run.GitRef, "refs/heads/"), "refs/tags/")
 	return domain.RunFacts{Ref: run.GitRef, RefName: name, SHA: run.GitSHA, EventName: event, Actor: run.Actor,
 		Repository: run.Project, RunID: run.ID, RunNumber: run.Number, Workflow: run.Workflow,
-		HeadRef: run.HeadRef, BaseRef: strings.TrimPrefix(run.BaseRef, "refs/heads/"), Inputs: run.Inputs}
+		HeadRef: run.HeadRef, BaseRef: strings.TrimPrefix(run.BaseRef, "refs/heads/"), Inputs: run.Inputs, Vars: run.Vars}
 }
 
 func nonNil(s []string) []string {

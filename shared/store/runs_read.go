@@ -20,7 +20,7 @@ func scanRun(row pgx.Row) (Run, error) {
 		&r.GitDirty, &r.SourceDigest, &r.ManifestDigest, &r.SourceSize, &r.Trusted, &r.Scope, &r.BaseRef,
 		&r.Actor, &r.Approval, &r.ApprovalBy, &r.ApprovalAt, &r.CreatedAt, &r.StartedAt, &r.FinishedAt,
 		&r.Workflow, &r.HeadRef, &r.ConcurrencyGroup, &r.ConcurrencyWaiting, &r.ConcurrencyCancel, &r.Inputs, &r.SourceBy,
-		&r.RetriedBy, &r.SourceToken, &r.InputsToken, &r.RunName, &r.runNameSpec)
+		&r.RetriedBy, &r.SourceToken, &r.InputsToken, &r.RunName, &r.runNameSpec, &r.Vars)
 	return r, err
 }
 

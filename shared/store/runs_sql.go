@@ -13,10 +13,10 @@ const insertRunSQL = `
 INSERT INTO runs (id, project_id, number, trigger, git_sha, git_ref, git_dirty,
                   source_digest, manifest_digest, source_size, trusted, scope, base_ref, actor, approval,
                   workflow, head_ref, concurrency_group, concurrency_cancel, inputs, concurrency_spec, event_at, source_by, retried_by,
-                  source_token, inputs_token, run_name, run_name_spec)
+                  source_token, inputs_token, run_name, run_name_spec, vars)
 VALUES ($1, $2, $3, $4, nullif($5, ''), nullif($6, ''), $7, nullif($8, ''), nullif($9, ''), $10, $11,
         $12, nullif($13, ''), $14, $15, nullif($16, ''), nullif($17, ''), nullif($18, ''), $19, $20, $21, $22, nullif($23, ''),
-        nullif($24, ''), nullif($25, ''), nullif($26, ''), nullif($27, ''), nullif($28, ''))`
+        nullif($24, ''), nullif($25, ''), nullif($26, ''), nullif($27, ''), nullif($28, ''), $29)`
 
 // concurrencySpecSQL reads run $1's concurrency as its pipeline says it.
 const concurrencySpecSQL = `SELECT concurrency_spec FROM runs WHERE id = $1`
@@ -47,7 +47,7 @@ const runColumns = `r.id, r.project_id, p.name, r.number, r.state, r.trigger, co
 	coalesce(r.approval_by, ''), r.approval_at, r.created_at, r.started_at, r.finished_at,
 	coalesce(r.workflow, ''), coalesce(r.head_ref, ''), coalesce(r.concurrency_group, ''), r.concurrency_waiting,
 	r.concurrency_cancel, r.inputs, coalesce(r.source_by, ''), coalesce(r.retried_by, ''), coalesce(r.source_token, ''),
-	coalesce(r.inputs_token, ''), coalesce(r.run_name, ''), coalesce(r.run_name_spec, '')`
+	coalesce(r.inputs_token, ''), coalesce(r.run_name, ''), coalesce(r.run_name_spec, ''), r.vars`
 
 const getRunSQL = `SELECT ` + runColumns + `
 FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`

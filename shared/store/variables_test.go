@@ -1,0 +1,96 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/forgeci/forgeci/shared/domain"
+	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/store"
+)
+
+// TestProjectVariables: admins set and delete a project's variables,
+// members read them (values included, they are not secret), others
+// nothing; names, values and their count are bounded; a run keeps the
+// values it was made with (its retry too), and its control-plane
+// expressions (run-name, a job's if:) read them.
+func TestProjectVariables(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	p := pgtest.Project(t, s, "p")
+	root := pgtest.Admin(t, s, "root")
+	member := func(name, role string) store.User {
+		u, _, err := s.CreateUser(ctx, name, "user")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if role != "" {
+			if _, err := s.SetMember(ctx, root, p.ID, u.ID, role, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return u
+	}
+	reader, writer, stranger := member("rita", store.RoleRead), member("will", store.RoleWrite), member("sam", "")
+	if err := s.SetVariable(ctx, root, p.ID, "REGION", "eu-west-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetVariable(ctx, writer, p.ID, "REGION", "us-east-1"); !domain.Is(err, domain.EForbidden, domain.ENotFound) {
+		t.Fatalf("a writer set a variable: %v", err)
+	}
+	if vars, _, err := s.ListVariables(ctx, reader, p.ID, store.Page{}); err != nil || len(vars) != 1 || vars[0].Value != "eu-west-1" {
+		t.Fatalf("a reader lists %+v: %v", vars, err)
+	}
+	if _, _, err := s.ListVariables(ctx, stranger, p.ID, store.Page{}); err == nil {
+		t.Fatal("a stranger listed the project's variables")
+	}
+	for name, value := range map[string]string{"region": "x", "GITHUB_X": "x", "FORGECI_X": "x", "9X": "x",
+		"BIG": strings.Repeat("v", store.MaxVariableBytes+1), "NUL": "a\x00b"} {
+		if err := s.SetVariable(ctx, root, p.ID, name, value); !domain.Is(err, domain.EInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for i := 1; i < store.MaxVariables; i++ {
+		if err := s.SetVariable(ctx, root, p.ID, fmt.Sprintf("V%03d", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetVariable(ctx, root, p.ID, "ONE_TOO_MANY", "x"); err == nil || !strings.Contains(err.Error(), "at most 100 variables") {
+		t.Fatalf("the 101st variable: %v", err)
+	}
+	if err := s.SetVariable(ctx, root, p.ID, "REGION", "eu-central-1"); err != nil {
+		t.Fatalf("changing one of 100: %v", err)
+	}
+
+	r := newRunner(t, s)
+	r.Features = []string{domain.FeatureExpressions, domain.FeatureVars}
+	file := "run-name: 'to ${{ vars.REGION }}'\njobs:\n  a: {if: \"vars.REGION == 'eu-central-1'\", steps: [{run: 'echo ${{ vars.REGION }}'}]}\n  b: {if: \"vars.REGION == 'elsewhere'\", steps: [{run: x}]}\n"
+	run := pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/heads/main"}, file)
+	if got := runState(t, s, run.ID); got.Vars["REGION"] != "eu-central-1" || got.RunName != "to eu-central-1" {
+		t.Fatalf("the run's vars %v, name %q", got.Vars, got.RunName)
+	}
+	claims := claimAll(t, s, r)
+	var job domain.ClaimedJob
+	if claims["a"] == nil || claims["b"] != nil || json.Unmarshal(claims["a"].Job, &job) != nil ||
+		job.Run == nil || job.Run.Vars["REGION"] != "eu-central-1" {
+		t.Fatalf("claims %v, job a's facts %+v", claims, job.Run)
+	}
+	complete(t, s, r, claims["a"], domain.OutcomePassed)
+	if err := s.DeleteVariable(ctx, root, p.ID, "REGION"); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.Retry(ctx, root, run.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runState(t, s, again.ID); got.Vars["REGION"] != "eu-central-1" {
+		t.Fatalf("the retry read %v, not its run's", got.Vars)
+	}
+	fresh := pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/heads/main"}, "run-name: 'to ${{ vars.REGION }}'\njobs:\n  a: {steps: [{run: x}]}\n")
+	if got := runState(t, s, fresh.ID); got.RunName != "to" || got.Vars["REGION"] != "" {
+		t.Fatalf("a run after the delete: region %q, name %q", got.Vars["REGION"], got.RunName)
+	}
+}
