@@ -60,6 +60,7 @@ type projectPage struct {
 	// PassRate is each busy branch's pass rate, run after run (SVG).
 	PassRate     svg
 	Environments []store.Environment
+	Variables    []store.Variable
 }
 
 // Project shows a project; its admins see and manage its members and see
@@ -86,6 +87,9 @@ func Project(u *UI, w http.ResponseWriter, r *http.Request, user store.User) err
 	}
 	pp.PassRate = passRateChart(trends)
 	if pp.Environments, err = u.Store.Environments(r.Context(), user, p.ID); err != nil {
+		return err
+	}
+	if pp.Variables, _, err = u.Store.ListVariables(r.Context(), user, p.ID, store.Page{Limit: store.MaxVariables}); err != nil {
 		return err
 	}
 	if pp.IsAdmin {

@@ -79,6 +79,7 @@ func projectHTML(o *out, p projectPage) {
 		o.raw(string(p.PassRate)) // SVG built by passRateChart, its text escaped
 	}
 	projectEnvironments(o, p)
+	projectVariables(o, p)
 	projectStorage(o, p.Storage)
 	projectNotifications(o, p)
 	projectBadge(o, p)
@@ -169,6 +170,27 @@ func projectEnvironments(o *out, p projectPage) {
 		o.raw("</td></tr>")
 	}
 	o.raw("</tbody></table>\n<p>Set them with <code>forgeci env set</code>; each links to its deployment history.</p>")
+}
+
+// projectVariables lists the project's variables with their values: not
+// secret, every member sees them.
+func projectVariables(o *out, p projectPage) {
+	o.raw(`<h2>Variables</h2><p>Read in pipelines as <code>${{ vars.NAME }}</code>; not secret: every member and every run sees them. Set with <code>forgeci var set NAME VALUE -p `)
+	o.text(p.Project.Name)
+	o.raw(`</code>.</p><table class="variables" id="variables"><thead><tr><th>Name</th><th>Value</th><th>Set</th></tr></thead><tbody>`)
+	for _, v := range p.Variables {
+		o.raw("<tr><td><code>")
+		o.text(v.Name)
+		o.raw(`</code></td><td><code class="input">`)
+		o.text(v.Value)
+		o.raw("</code></td><td>")
+		o.text(when(v.UpdatedAt))
+		o.raw("</td></tr>")
+	}
+	if len(p.Variables) == 0 {
+		o.raw(`<tr><td colspan="3">none</td></tr>`)
+	}
+	o.raw("</tbody></table>\n")
 }
 
 func projectStorage(o *out, s store.Storage) {

@@ -159,3 +159,16 @@ func TestRunNameShown(t *testing.T) {
 		t.Errorf("a run without a name: %v", err)
 	}
 }
+
+// TestVariablesShown: the project page lists its variables with their
+// values, for every member (they are not secret).
+func TestVariablesShown(t *testing.T) {
+	var o out
+	p := projectPage{Variables: []store.Variable{{Name: "REGION", Value: "eu-west-1 <b>"}}}
+	if err := writePage(&o, "project", p); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(o.String(), `<code>REGION</code></td><td><code class="input">eu-west-1 &lt;b&gt;</code>`) {
+		t.Fatalf("page:\n%s", o.String())
+	}
+}
