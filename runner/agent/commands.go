@@ -14,9 +14,10 @@ import (
 //
 //   - ::add-mask::VALUE masks VALUE from then on (%25, %0D and %0A for %,
 //     CR and LF);
-//   - ::stop-commands::TOKEN stops acting on commands until a line
-//     ::TOKEN::, so that a step can print text it does not control (a
-//     commit message, a fetched page) without it registering masks.
+//   - ::stop-commands::TOKEN stops acting on other commands until a line
+//     ::TOKEN::. ::add-mask:: is acted on even then (GitHub's is not): text
+//     a step does not control that stops commands must not make a later
+//     honest ::add-mask:: print its value, and a mask too many only hides.
 //
 // Other commands (::group::, ::error::...) are printed as they are.
 const (
@@ -56,7 +57,7 @@ func newCommandFilter(dst io.Writer, addMask func(string) error, refused func())
 // commands are the command prefixes a line may start with now.
 func (f *commandFilter) commands() []string {
 	if f.resume != "" {
-		return []string{f.resume}
+		return []string{f.resume, addMaskCommand}
 	}
 	return []string{addMaskCommand, stopCommandsCommand}
 }

@@ -253,7 +253,7 @@ func TestRunVars(t *testing.T) {
 			t.Errorf("%s = %q (set %v), want %q", k, got, ok, want)
 		}
 	}
-	for _, k := range domain.RunnerVars {
+	for _, k := range runnerVars {
 		if _, ok := env[k]; !ok && k != "RUNNER_TEMP" { // the job's tmp comes with its box
 			t.Errorf("%s is not set", k)
 		}

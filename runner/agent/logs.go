@@ -129,16 +129,23 @@ func (a *logAppender) AddMask(value string) error {
 	if len(value) < mask.MinLen {
 		return fmt.Errorf("a value under %d bytes cannot be masked", mask.MinLen)
 	}
+	a.mu.Lock()
+	// A value's forms are at least 4 times its bytes (its base64 twice,
+	// its hex): what cannot fit is refused before they are made.
+	full := a.closed || a.stopped || len(a.added) >= maxAddedMasks || a.addedForms+4*len(value) > maxAddedMaskForms
+	a.mu.Unlock()
 	forms := 0
-	for _, f := range mask.Forms(value) {
-		forms += len(f)
+	if !full {
+		for _, f := range mask.Forms(value) {
+			forms += len(f)
+		}
 	}
 	a.mu.Lock()
 	switch {
 	case a.closed || a.stopped:
 		a.mu.Unlock()
 		return errors.New("the job's log is closed")
-	case len(a.added) >= maxAddedMasks || a.addedForms+forms > maxAddedMaskForms:
+	case full || len(a.added) >= maxAddedMasks || a.addedForms+forms > maxAddedMaskForms:
 		a.mu.Unlock()
 		return fmt.Errorf("the job's steps have added %d values to the masks (%d bytes of masked forms), the most a job may (%d, %d bytes)",
 			len(a.added), a.addedForms, maxAddedMasks, maxAddedMaskForms)

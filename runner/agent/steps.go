@@ -226,8 +226,18 @@ func (j *job) env(st domain.Step) []string {
 	return out
 }
 
-// runVars are the run's facts as GitHub's default variables
-// (domain.RunnerVars), so that a script moved from a workflow reads
+// runnerVars are the variables the runner sets for every step from the
+// run's facts, as GitHub's default variables (FORGECI_<NAME> too, for the
+// GITHUB_ ones): only those whose values mean what GitHub's do (not
+// GITHUB_REPOSITORY, GITHUB_ACTOR or GITHUB_JOB: a project is not a
+// repository, an actor not a login, a matrix job's name not its id). As
+// GitHub's, they override a value the pipeline's env or a step's
+// $FORGECI_ENV gives them (the log says so).
+var runnerVars = []string{"GITHUB_SHA", "GITHUB_REF", "GITHUB_REF_NAME", "GITHUB_REF_TYPE", "GITHUB_EVENT_NAME",
+	"GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_WORKFLOW", "GITHUB_HEAD_REF", "GITHUB_BASE_REF", "GITHUB_WORKSPACE",
+	"RUNNER_OS", "RUNNER_ARCH", "RUNNER_NAME", "RUNNER_TEMP"}
+
+// runVars are the run's facts as GitHub's default variables (runnerVars), so that a script moved from a workflow reads
 // $GITHUB_SHA or $RUNNER_OS as it did, and as FORGECI_<NAME> for the
 // GITHUB_ ones. They go over the pipeline's env, as GitHub's.
 func (j *job) runVars() map[string]string {

@@ -142,7 +142,8 @@ func (s *Server) setVariable(w http.ResponseWriter, r *http.Request, u store.Use
 		Name  string `json:"name"`
 		Value string `json:"value"`
 	}
-	if err := decodeJSON(w, r, 64<<10, &req); err != nil {
+	// JSON may escape each byte of a 48 KiB value as \u00XX.
+	if err := decodeJSON(w, r, 6*store.MaxVariableBytes+4<<10, &req); err != nil {
 		return err
 	}
 	return s.inProject(w, r, u, func(ctx context.Context, p store.Project) (any, error) {

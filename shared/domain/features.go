@@ -77,10 +77,10 @@ func (s JobSpec) Features() []string {
 	if slices.ContainsFunc(s.Steps, func(st Step) bool { return namesAddMask(st.Run) }) {
 		out = append(out, FeatureAddMask)
 	}
-	if s.mentions("job.status") {
+	if s.mentions(jobContextRE()) {
 		out = append(out, FeatureJobStatus)
 	}
-	if s.mentions("vars.") {
+	if s.mentions(varsContextRE()) {
 		out = append(out, FeatureVars)
 	}
 	slices.Sort(out)

@@ -1,20 +1,10 @@
 package domain
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 )
-
-// RunnerVars are the variables the runner sets for every step from the
-// run's facts, as GitHub's default variables (FORGECI_<NAME> too, for the
-// GITHUB_ ones): only those whose values mean what GitHub's do (not
-// GITHUB_REPOSITORY, GITHUB_ACTOR or GITHUB_JOB: a project is not a
-// repository, an actor not a login, a matrix job's name not its id). As
-// GitHub's, they override a value the pipeline's env or a step's
-// $FORGECI_ENV gives them (the log says so).
-var RunnerVars = []string{"GITHUB_SHA", "GITHUB_REF", "GITHUB_REF_NAME", "GITHUB_REF_TYPE", "GITHUB_EVENT_NAME",
-	"GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_WORKFLOW", "GITHUB_HEAD_REF", "GITHUB_BASE_REF", "GITHUB_WORKSPACE",
-	"RUNNER_OS", "RUNNER_ARCH", "RUNNER_NAME", "RUNNER_TEMP"}
 
 // StepFileVars name a step's own files (its outputs, environment, PATH
 // and summary files): the runner sets them for each step.
@@ -26,8 +16,8 @@ var StepFileVars = []string{"FORGECI_OUTPUT", "GITHUB_OUTPUT", "FORGECI_ENV", "G
 var ShellReadonlyVars = []string{"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID"}
 
 // ReservedVarReason says why a pipeline's env, or a step's $FORGECI_ENV,
-// may not set the variable name ("" if it may; RunnerVars it may, and the
-// runner's value wins).
+// may not set the variable name ("" if it may; GitHub's default variables
+// it may, and the runner's value wins).
 func ReservedVarReason(name string) string {
 	switch {
 	case slices.Contains(StepFileVars, name):
@@ -40,16 +30,39 @@ func ReservedVarReason(name string) string {
 	return ""
 }
 
-// mentions reports whether a string the runner evaluates (a step's
-// fields, the job's env, outputs, cache keys or name) holds needle: the
-// job then needs a runner that knows what it names.
-func (s JobSpec) mentions(needle string) bool {
+// Contexts named in an expression, as the parser reads them: any case,
+// not as a property (forgeci.job is a fact, not the job context).
+var (
+	varsContextRE = LazyRegexp(`(?i)(^|[^.\w])vars\b`)
+	jobContextRE  = LazyRegexp(`(?i)(^|[^.\w])job\b`)
+)
+
+// mentions reports whether an expression the runner evaluates (inside a
+// ${{ }} of a step's fields, the job's env, outputs, cache keys or name,
+// or a step's if:) names the context re matches: the job then needs a
+// runner that has it. Text outside ${{ }} (a script's group_vars.yml) is
+// not an expression.
+func (s JobSpec) mentions(re *regexp.Regexp) bool {
 	found := false
-	look := func(v string) { found = found || strings.Contains(v, needle) }
+	look := func(v string) {
+		for rest := v; !found; {
+			i := strings.Index(rest, "${{")
+			if i < 0 {
+				return
+			}
+			rest = rest[i+3:]
+			j := strings.Index(rest, "}}")
+			if j < 0 {
+				j = len(rest)
+			}
+			found = re.MatchString(rest[:j])
+			rest = rest[j:]
+		}
+	}
 	for _, st := range s.Steps {
 		look(st.Run)
-		look(st.If)
 		look(st.Name)
+		found = found || re.MatchString(st.If)
 		for _, v := range st.Env {
 			look(v)
 		}

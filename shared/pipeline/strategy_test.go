@@ -121,3 +121,29 @@ jobs:
 		"'${{ vars.LABEL }}'": "only matrix can be read here",
 	})
 }
+
+// TestContextFeaturesReadExpressions: whether a job needs the vars or
+// job-status feature is read from its expressions, whatever their case
+// or form, not from a script's own text.
+func TestContextFeaturesReadExpressions(t *testing.T) {
+	for run, want := range map[string][]string{
+		"echo ${{ VARS.REGION }}":                      {domain.FeatureVars},
+		"echo ${{ vars['REGION'] }}":                   {domain.FeatureVars},
+		"echo ${{ toJSON(vars) }}":                     {domain.FeatureVars},
+		"ansible-playbook -e @group_vars.yml site.yml": nil,
+		"echo ${{ Job.Status }}":                       {domain.FeatureJobStatus},
+		"curl $API/job.status":                         nil,
+		"echo ${{ github.job }}":                       nil,
+	} {
+		p, err := pipeline.Parse("f.yml", []byte("jobs:\n  a:\n    steps: [{run: \""+run+"\"}]\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", run, err)
+		}
+		f := p.Jobs[0].Spec.Features()
+		for _, feat := range []string{domain.FeatureVars, domain.FeatureJobStatus} {
+			if slices.Contains(f, feat) != slices.Contains(want, feat) {
+				t.Errorf("%s: features %v", run, f)
+			}
+		}
+	}
+}

@@ -96,7 +96,9 @@ WITH candidate AS (
     UPDATE runs SET state = 'RUNNING', started_at = now()
     WHERE id = (SELECT run_id FROM claimed) AND state = 'PENDING'
 )
-SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at, c.spec,
+SELECT c.id, c.run_id, c.generation, c.lease_id::text, c.lease_expires_at,
+       CASE WHEN r.vars IS NULL OR r.vars = '{}' OR NOT c.spec ? 'run' THEN c.spec
+            ELSE jsonb_set(c.spec, '{run,vars}', r.vars) END,
        coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''), coalesce(r.source_size, 0),
        c.queued_at, r.project_id, r.trusted, c.secret_names,
        CASE WHEN r.trusted AND cardinality(c.secret_names) > 0 THEN

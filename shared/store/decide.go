@@ -56,7 +56,8 @@ func conditionOf(j NewJob) jobCondition {
 // needs context, a concurrency group or an environment whose needs have all
 // ended (and not while the run or its deployment waits for approval).
 const decidableSQL = `
-SELECT d.id, coalesce(d.condition, ''), d.condition_status, d.reads_needs, d.needs, d.spec->'run', r.cancel_requested,
+SELECT d.id, coalesce(d.condition, ''), d.condition_status, d.reads_needs, d.needs,
+       CASE WHEN r.vars IS NULL THEN d.spec->'run' ELSE jsonb_set(d.spec->'run', '{vars}', r.vars) END, r.cancel_requested,
        coalesce(d.concurrency_template, ''), d.concurrency_cancel, coalesce(d.concurrency_cancel_expr, ''), d.trusted,
        coalesce(d.environment_template, ''), coalesce(d.spec->'environment'->>'url', ''), coalesce(d.deploy_state, '')
 FROM jobs d JOIN runs r ON r.id = d.run_id

@@ -14,7 +14,8 @@ const MaxRunName = 800
 
 // runNameOf evaluates the pipeline's run-name with the run's facts (its
 // number included), as GitHub's: the name is one line of text (a control
-// character shows as U+FFFD), at most MaxRunName bytes. An expression that
+// or format character, such as a bidi override, shows as U+FFFD), at most
+// MaxRunName bytes. An expression that
 // cannot be evaluated is the run's error, as a concurrency group's.
 func runNameOf(run *Run, template string) error {
 	if template == "" {
@@ -27,8 +28,8 @@ func runNameOf(run *Run, template string) error {
 		return domain.Errorf(domain.EInvalid, "run-name: %v", err)
 	}
 	name = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return '\uFFFD'
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return '\uFFFD' // a bidi override would reorder what is shown
 		}
 		return r
 	}, strings.ToValidUTF8(name, "\uFFFD"))

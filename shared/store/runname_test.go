@@ -20,10 +20,10 @@ func TestRunName(t *testing.T) {
 	s := pgtest.NewStore(t, store.Limits{})
 	pgtest.Project(t, s, "p")
 	r := newRunner(t, s)
-	file := "run-name: \"Deploy #${{ github.run_number }} of ${{ github.ref_name }} by ${{ github.actor }}: ${{ inputs.why }}\\a\"\njobs:\n  a: {steps: [{run: x}]}\n"
+	file := "run-name: \"Deploy #${{ github.run_number }} of ${{ github.ref_name }} by ${{ github.actor }}: ${{ inputs.why }}\\a\u202e\"\njobs:\n  a: {steps: [{run: x}]}\n"
 	run := pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/heads/main", Actor: "ann",
 		Inputs: map[string]any{"why": "hotfix\nline two"}}, file)
-	want := "Deploy #1 of main by ann: hotfix\uFFFDline two\uFFFD"
+	want := "Deploy #1 of main by ann: hotfix\uFFFDline two\uFFFD\uFFFD"
 	if got := runState(t, s, run.ID); got.RunName != want || run.RunName != want {
 		t.Fatalf("run name %q (as made %q), want %q", got.RunName, run.RunName, want)
 	}

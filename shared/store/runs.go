@@ -243,10 +243,15 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
-	if run.Vars = nr.Vars; run.Vars == nil {
+	if run.Vars = nr.Vars; run.Vars == nil && !nr.Untrusted {
 		if run.Vars, err = runVariables(ctx, tx, projectID); err != nil {
 			return Run{}, err
 		}
+	}
+	if nr.Untrusted {
+		// As GitHub gives a fork's pull request none: the project's
+		// configuration is for its members, not for whoever opens one.
+		run.Vars = map[string]string{}
 	}
 	if nr.Untrusted {
 		var approved bool
@@ -371,7 +376,11 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		r := ReasonWaitingApproval
 		reason = &r
 	}
+	// The run's variables are not copied into each job: the claim and the
+	// conditions read them off the run (a 200-job matrix would hold them
+	// 200 times).
 	facts := runFacts(run)
+	facts.Vars = nil
 	for i, j := range nr.Jobs {
 		id := uuid.Must(uuid.NewV7()).String()
 		run.JobIDs[j.Name] = id

@@ -40,14 +40,20 @@ const insertJobCheckSQL = `INSERT INTO check_runs (job_id, repository_id, head_s
 const runStateSQL = `SELECT state, created_at FROM runs WHERE id = $1`
 
 // runColumns are the columns scanRun reads, from runs r joined to projects
-// p (a fragment of the statements below, joined at compile time).
-const runColumns = `r.id, r.project_id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''),
+// p (a fragment of the statements below, joined at compile time);
+// runListColumns the same without the run's variables (NULL): a page of
+// runs does not carry each one's 256 KiB of them.
+const (
+	runColumns     = runColumnsBase + `, r.vars`
+	runListColumns = runColumnsBase + `, NULL::jsonb`
+	runColumnsBase = `r.id, r.project_id, p.name, r.number, r.state, r.trigger, coalesce(r.git_sha, ''),
 	coalesce(r.git_ref, ''), r.git_dirty, coalesce(r.source_digest, ''), coalesce(r.manifest_digest, ''),
 	coalesce(r.source_size, 0), r.trusted, r.scope, coalesce(r.base_ref, ''), r.actor, r.approval,
 	coalesce(r.approval_by, ''), r.approval_at, r.created_at, r.started_at, r.finished_at,
 	coalesce(r.workflow, ''), coalesce(r.head_ref, ''), coalesce(r.concurrency_group, ''), r.concurrency_waiting,
 	r.concurrency_cancel, r.inputs, coalesce(r.source_by, ''), coalesce(r.retried_by, ''), coalesce(r.source_token, ''),
-	coalesce(r.inputs_token, ''), coalesce(r.run_name, ''), coalesce(r.run_name_spec, ''), r.vars`
+	coalesce(r.inputs_token, ''), coalesce(r.run_name, ''), coalesce(r.run_name_spec, '')`
+)
 
 const getRunSQL = `SELECT ` + runColumns + `
 FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1`
@@ -61,7 +67,7 @@ FROM runs r JOIN projects p ON p.id = r.project_id WHERE r.id = $1 AND project_r
 // cursor; empty for the first page), at most $3; of branch or ref $5,
 // state $6 and a trigger that starts with $7 (each empty for any).
 const listRunsSQL = `
-SELECT ` + runColumns + `
+SELECT ` + runListColumns + `
 FROM runs r JOIN projects p ON p.id = r.project_id
 WHERE ($1 = '' OR p.name = $1 OR p.id = $1)
   AND ($2 = '' OR (r.created_at, r.id) < (SELECT b.created_at, b.id FROM runs b

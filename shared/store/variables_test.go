@@ -15,8 +15,9 @@ import (
 // TestProjectVariables: admins set and delete a project's variables,
 // members read them (values included, they are not secret), others
 // nothing; names, values and their count are bounded; a run keeps the
-// values it was made with (its retry too), and its control-plane
-// expressions (run-name, a job's if:) read them.
+// values it was made with (its retry too), once, not in each job; its
+// control-plane expressions (run-name, a job's if:) and its claims read
+// them; an untrusted run gets none.
 func TestProjectVariables(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.NewStore(t, store.Limits{})
@@ -88,6 +89,20 @@ func TestProjectVariables(t *testing.T) {
 	}
 	if got := runState(t, s, again.ID); got.Vars["REGION"] != "eu-central-1" {
 		t.Fatalf("the retry read %v, not its run's", got.Vars)
+	}
+	// The variables are the run's, not copied into each job's spec, nor
+	// into a page of runs.
+	var inSpecs int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM jobs WHERE run_id = $1 AND spec->'run' ? 'vars'`, run.ID).Scan(&inSpecs); err != nil || inSpecs != 0 {
+		t.Fatalf("%d job specs hold the variables (%v)", inSpecs, err)
+	}
+	if runs, _, err := s.ListRuns(ctx, root, store.RunFilter{Project: "p"}); err != nil || len(runs) == 0 || runs[0].Vars != nil {
+		t.Fatalf("a page of runs: %v", err)
+	}
+	// As GitHub's, an untrusted run (a fork's pull request) gets none.
+	fork := pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/pull/1/head", Untrusted: true}, file)
+	if got := runState(t, s, fork.ID); len(got.Vars) != 0 || got.RunName != "to" {
+		t.Fatalf("an untrusted run's vars %v, name %q", got.Vars, got.RunName)
 	}
 	fresh := pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/heads/main"}, "run-name: 'to ${{ vars.REGION }}'\njobs:\n  a: {steps: [{run: x}]}\n")
 	if got := runState(t, s, fresh.ID); got.RunName != "to" || got.Vars["REGION"] != "" {
