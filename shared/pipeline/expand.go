@@ -64,7 +64,6 @@ func (p *parseState) expand(raws []*rawJob) []Job {
 
 func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[string][]string) Job {
 	p.readsNeeds = false
-	now := place{}
 	job := Job{Name: expandedName(j, combo), TimeoutSeconds: j.timeout * 60,
 		RetryLeaseLost: j.retryLost, RetryFailed: j.retryFail, Group: j.name, If: j.ifExpr,
 		FailFast: j.failFast, MaxParallel: j.maxParallel}
@@ -72,7 +71,7 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 		job.Needs = append(job.Needs, names[n]...)
 	}
 	for _, l := range j.labels {
-		job.Labels = append(job.Labels, p.substitute(j, j.path+".runs-on", l, combo, now))
+		job.Labels = append(job.Labels, p.substitute(j, j.path+".runs-on", l, combo, place{made: madeContexts}))
 	}
 	job.Spec.Limits = j.limits
 	job.Spec.Env = map[string]string{}
@@ -302,6 +301,15 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 	if _, ok := e.Contexts()["strategy"]; ok {
 		return fail("strategy is filled in when the job is made: an expression that reads it may read only matrix and strategy")
 	}
+	if len(pl.made) > 0 {
+		if err := e.Allow(pl.made...); err != nil || e.Calls("hashFiles") {
+			return fail("only %s can be read here", strings.Join(pl.made, ", "))
+		}
+		if err := checkFacts(e); err != nil {
+			return fail("%s", err.Message)
+		}
+		return "${{ " + e.Source + " }}"
+	}
 	if len(pl.runner) == 0 {
 		return fail("only matrix can be read here")
 	}
@@ -324,7 +332,7 @@ func (p *parseState) expression(j *rawJob, path, s string, piece expr.Piece, com
 // literal, so that the runner puts it back as it is rather than evaluate
 // it a second time.
 func runnerSafe(v string, pl place) string {
-	if len(pl.runner) == 0 || !strings.Contains(v, "${{") {
+	if len(pl.runner) == 0 && len(pl.made) == 0 || !strings.Contains(v, "${{") {
 		return v
 	}
 	return domain.Literal(v)

@@ -36,7 +36,15 @@ type place struct {
 	steps []string
 	// maskSecrets: ${{ secrets.NAME }} shows as *** (a step's name).
 	maskSecrets bool
+	// made are the contexts the control plane fills in when it makes
+	// the run (runs-on: the run's facts, inputs, vars); an expression
+	// reading only them and matrix is kept for it.
+	made []string
 }
+
+// madeContexts are what runs-on may read: the control plane evaluates it
+// when it makes the run, with the run's facts.
+var madeContexts = []string{"forgeci", "github", "inputs", "vars", "matrix"}
 
 // facts are the properties of forgeci (and github) a job has: the run's
 // (domain.RunFacts), and the job's own, which its runner adds.

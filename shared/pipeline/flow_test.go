@@ -68,7 +68,7 @@ func TestFlow(t *testing.T) {
 		"outputs: {x: '${{ steps.t.outputs.x }}'}":      `steps.t: no step before this one has id "t"`,
 		"outputs: {1x: y}":                              `output name "1x" must start with a letter`,
 		"continue-on-error: maybe":                      "must be true or false",
-		"runs-on: ['${{ github.ref }}']":                "only matrix can be read here",
+		"runs-on: ['${{ steps.x.outputs.y }}']":         "can be read here",
 		"env: {X: '${{ format(''{0}'', secrets.A) }}'}": "a secret is used alone",
 	})
 	refuses(t, "jobs:\n  a:\n    steps:\n      - run: echo ${{ steps.later.outputs.x }}\n      - {id: later, run: x}\n%s", map[string]string{

@@ -117,8 +117,21 @@ jobs:
 			t.Errorf("job %s needs vars %v", j.Name, got)
 		}
 	}
+	// runs-on is evaluated when the run is made: vars and the run's facts
+	// are kept for it, a matrix value is filled in now (as a literal if it
+	// holds ${{), a runner's context is refused.
+	p, err = pipeline.Parse("f.yml", []byte("jobs:\n  a:\n    strategy: {matrix: {x: ['${{ evil }}']}}\n    runs-on: ['${{ vars.RUNNER || ''linux'' }}', '${{ matrix.x }}']\n    steps: [{run: x}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Jobs[0].Labels; len(got) != 2 || got[0] != "${{ vars.RUNNER || 'linux' }}" || got[1] != "${{ '${{ evil }}' }}" {
+		t.Fatalf("labels %q", got)
+	}
 	refuses(t, "jobs:\n  a:\n    runs-on: %s\n    steps: [{run: x}]\n", map[string]string{
-		"'${{ vars.LABEL }}'": "only matrix can be read here",
+		"'${{ env.LABEL }}'":        "only forgeci, github, inputs, vars, matrix can be read here",
+		"'${{ secrets.LABEL }}'":    "secrets may be used only in env values and run scripts",
+		"'${{ github.event.x }}'":   "github.event is not available",
+		"'${{ hashFiles(''x'') }}'": "only forgeci, github, inputs, vars, matrix can be read here",
 	})
 }
 

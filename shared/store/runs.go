@@ -389,6 +389,10 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 		if timeout <= 0 {
 			timeout = 3600
 		}
+		labels, err := jobLabels(run, j)
+		if err != nil {
+			return err
+		}
 		// The spec column holds the claim response's job object whole.
 		features := j.Spec.Features()
 		spec, err := json.Marshal(domain.ClaimedJob{ID: id, RunID: run.ID, Name: j.Name,
@@ -397,7 +401,7 @@ func insertJobs(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
 			return fmt.Errorf("encode spec of job %s: %w", j.Name, err)
 		}
 		c := conditionOf(j)
-		if _, err := tx.Exec(ctx, insertJobSQL, id, run.ID, j.Name, nonNil(j.Needs), nonNil(j.Labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
+		if _, err := tx.Exec(ctx, insertJobSQL, id, run.ID, j.Name, nonNil(j.Needs), nonNil(labels), spec, timeout, j.RetryLeaseLost, j.RetryFailed,
 			nonNil(j.Spec.SecretNames()), reason, run.ProjectID, run.Trusted, nonNil(features),
 			c.group, c.condition, c.status, c.survivesCancel, j.ContinueOnError, j.FailFast, j.MaxParallel, j.ReadsNeeds,
 			c.concurrency, c.cancelInProgress, c.cancelExpr, envTemplate(j.Spec)); err != nil {
@@ -471,8 +475,8 @@ func validateJobs(jobs []NewJob) error {
 		if _, dup := byName[j.Name]; dup {
 			return domain.Errorf(domain.EInvalid, "job name %q is used twice", j.Name)
 		}
-		if err := ValidateLabels(j.Labels); err != nil {
-			return err
+		if err := ValidateLabels(slices.DeleteFunc(slices.Clone(j.Labels), isTemplate)); err != nil {
+			return err // the templates are checked once evaluated (jobLabels)
 		}
 		byName[j.Name] = j
 		names = append(names, j.Name)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
+	"github.com/forgeci/forgeci/shared/pipeline"
 	"github.com/forgeci/forgeci/shared/store"
 )
 
@@ -107,5 +108,46 @@ func TestProjectVariables(t *testing.T) {
 	fresh := pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/heads/main"}, "run-name: 'to ${{ vars.REGION }}'\njobs:\n  a: {steps: [{run: x}]}\n")
 	if got := runState(t, s, fresh.ID); got.RunName != "to" || got.Vars["REGION"] != "" {
 		t.Fatalf("a run after the delete: region %q, name %q", got.Vars["REGION"], got.RunName)
+	}
+}
+
+// TestRunsOnReadsVars: runs-on may name the project's variables and the
+// run's facts, evaluated when the run is made (a job then waits for a
+// runner of that label); an empty label is dropped; a label made invalid,
+// or none at all, refuses the run.
+func TestRunsOnReadsVars(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	p := pgtest.Project(t, s, "p")
+	root := pgtest.Admin(t, s, "root")
+	if err := s.SetVariable(ctx, root, p.ID, "RUNNER", "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	run := pipelineRun(t, s, store.NewRun{Project: "p", GitRef: "refs/heads/main"},
+		"jobs:\n  a: {runs-on: ['${{ vars.RUNNER }}', '${{ vars.NONE }}', 'linux'], steps: [{run: x}]}\n")
+	var labels []string
+	if err := s.Pool().QueryRow(ctx, `SELECT labels FROM jobs WHERE run_id = $1`, run.ID).Scan(&labels); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(labels) != "[gpu linux]" {
+		t.Fatalf("labels %v", labels)
+	}
+	if c := claimAll(t, s, newRunner(t, s, "linux")); len(c) != 0 {
+		t.Fatalf("a runner without the label took %v", c)
+	}
+	if c := claimAll(t, s, newRunner(t, s, "linux", "gpu")); c["a"] == nil {
+		t.Fatal("the runner of both labels took nothing")
+	}
+	for file, want := range map[string]string{
+		"jobs:\n  a: {runs-on: '${{ vars.NONE }}', steps: [{run: x}]}\n":         "runs-on made no label",
+		"jobs:\n  a: {runs-on: '${{ github.workflow }} x', steps: [{run: x}]}\n": "is not valid",
+	} {
+		pl, err := pipeline.Parse("f.yml", []byte(file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CreateRun(ctx, store.NewRun{Project: "p", Workflow: pl.WorkflowName(), Jobs: pl.Jobs}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", file, err, want)
+		}
 	}
 }
