@@ -60,9 +60,9 @@ func TestChaosShort(t *testing.T) {
 		keep(t, dir)
 		t.Fatalf("%d violations", len(rep.Violations))
 	}
-	if rep.JobStates["PASSED"] == 0 || rep.StaleAttempted == 0 {
+	if rep.JobStates["PASSED"] == 0 || rep.StaleAttempted == 0 || rep.Replayed == 0 {
 		keep(t, dir)
-		t.Fatalf("the run proved too little: %d jobs passed, %d stale requests", rep.JobStates["PASSED"], rep.StaleAttempted)
+		t.Fatalf("the run proved too little: %d jobs passed, %d stale requests (%d replayed)", rep.JobStates["PASSED"], rep.StaleAttempted, rep.Replayed)
 	}
 }
 

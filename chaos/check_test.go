@@ -184,6 +184,7 @@ func TestCheckLeaseLossCauses(t *testing.T) {
 			Job: "J1", Lease: lease, Status: 200}
 	}
 	refused := func(op Op) Op { op.Status = 409; return op }
+	replayed := func(op Op) Op { op.Replay = true; return op }
 	for _, tc := range []struct {
 		name string
 		r    *Report
@@ -201,6 +202,9 @@ func TestCheckLeaseLossCauses(t *testing.T) {
 		{"heartbeats on time, then none", abandoned(sec/2, beat(2*sec, 2*sec+sec/10), beat(3*sec, 3*sec+sec/10)), "unexplained"},
 		{"a heartbeat refused late but while the lease held", abandoned(sec/2, refused(beat(2*sec, 4*sec+sec*6/10))), "unexplained"},
 		{"a heartbeat never answered", abandoned(sec/2, beat(2*sec, 0)), "unexplained"},
+		// The harness's replay of a heartbeat after the lease ended is
+		// judged (refused: stale) but explains nothing.
+		{"a replayed heartbeat after the end", abandoned(sec/2, replayed(refused(beat(6*sec, 6*sec+sec/10)))), "unexplained"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.r.LeaseLosses[tc.want] != 1 || len(tc.r.LeaseLosses) != 1 {

@@ -160,6 +160,10 @@ func (ck *checker) readOps(ops []Op) {
 			}
 		case "request":
 			ck.checkRequest(op)
+			if op.Replay {
+				ck.r.Replayed++ // judged as any request; explains nothing
+				break
+			}
 			if op.Fault != "" {
 				if ck.r.ProxyFaults[op.Fault] == nil {
 					ck.r.ProxyFaults[op.Fault] = map[string]int{}

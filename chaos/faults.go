@@ -241,7 +241,7 @@ func (h *Harness) logRequest(ex faultproxy.Exchange) {
 	token := strings.TrimSpace(strings.TrimPrefix(ex.Request.Header.Get("Authorization"), "Bearer "))
 	op := Op{Kind: "request", Runner: h.tokens[token], Route: route, Job: jobID, Status: ex.Status,
 		Fault: string(ex.Fault), DelayMS: ex.Delayed.Milliseconds(), Delivered: ex.Delivered,
-		Received: arrived(ex).UnixNano()}
+		Received: arrived(ex).UnixNano(), Replay: ex.Request.Header.Get(replayHeader) != ""}
 	if !ex.Answered.IsZero() {
 		op.Answered = ex.Answered.UnixNano()
 	}
@@ -290,6 +290,9 @@ func (h *Harness) logRequest(ex faultproxy.Exchange) {
 		}
 	}
 	h.ops.add(op)
+	if route == "heartbeat" && ex.Status == http.StatusOK && op.Lease != nil && !op.Replay {
+		h.keepReplay(jobID, ex)
+	}
 }
 
 // logS3 records one runner download or upload through the S3 proxy.

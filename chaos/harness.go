@@ -118,6 +118,11 @@ type Harness struct {
 	runsMu sync.Mutex
 	runs   []string
 
+	// replays are heartbeats the control plane accepted, one a job, sent
+	// again once every job has ended (replayStale).
+	replayMu sync.Mutex
+	replays  map[string]replay
+
 	// stallUntil (Unix nanoseconds): the sweeper skips its ticks until
 	// then, the "sweeper_stall" fault.
 	stallUntil atomic.Int64

@@ -70,6 +70,7 @@ func (h *Harness) chaos(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+	h.replayStale(ctx)
 	for _, r := range h.runners {
 		r.stop()
 	}

@@ -21,25 +21,28 @@ type Op struct {
 
 	// request: one HTTP exchange between a runner and the control plane
 	// (Route is the route name) or S3 (Route "s3 GET" or "s3 PUT").
-	Runner    string        `json:"runner,omitempty"`
-	Route     string        `json:"route,omitempty"`
-	Job       string        `json:"job,omitempty"`
-	Lease     *domain.Lease `json:"lease,omitempty"`
-	Offset    *int64        `json:"offset,omitempty"`
-	Len       int           `json:"len,omitempty"`
-	SHA       string        `json:"sha,omitempty"` // of the log bytes
-	Name      string        `json:"name,omitempty"`
-	Digest    string        `json:"digest,omitempty"`
-	Key       string        `json:"key,omitempty"`
-	Outcome   string        `json:"outcome,omitempty"`
-	Status    int           `json:"status,omitempty"`
-	Code      string        `json:"code,omitempty"`
-	Fault     string        `json:"fault,omitempty"`
-	DelayMS   int64         `json:"delay_ms,omitempty"`
-	Delivered bool          `json:"delivered,omitempty"`
-	Received  int64         `json:"received,omitempty"`
-	Answered  int64         `json:"answered,omitempty"`
-	Err       string        `json:"err,omitempty"`
+	Runner  string        `json:"runner,omitempty"`
+	Route   string        `json:"route,omitempty"`
+	Job     string        `json:"job,omitempty"`
+	Lease   *domain.Lease `json:"lease,omitempty"`
+	Offset  *int64        `json:"offset,omitempty"`
+	Len     int           `json:"len,omitempty"`
+	SHA     string        `json:"sha,omitempty"` // of the log bytes
+	Name    string        `json:"name,omitempty"`
+	Digest  string        `json:"digest,omitempty"`
+	Key     string        `json:"key,omitempty"`
+	Outcome string        `json:"outcome,omitempty"`
+	Status  int           `json:"status,omitempty"`
+	Code    string        `json:"code,omitempty"`
+	Fault   string        `json:"fault,omitempty"`
+	// Replay: the harness sent this request again after every job ended
+	// (replayStale), not the runner.
+	Replay    bool   `json:"replay,omitempty"`
+	DelayMS   int64  `json:"delay_ms,omitempty"`
+	Delivered bool   `json:"delivered,omitempty"`
+	Received  int64  `json:"received,omitempty"`
+	Answered  int64  `json:"answered,omitempty"`
+	Err       string `json:"err,omitempty"`
 	// Claimed is the lease a claim answer granted.
 	Claimed *domain.Lease `json:"claimed,omitempty"`
 

@@ -36,6 +36,9 @@ type Report struct {
 	StaleByRoute                  map[string]int
 	StaleAttempted, StaleRejected int
 	StaleFailed                   int
+	// Replayed counts the heartbeats the harness sent again once every
+	// job had ended (each a stale request).
+	Replayed int
 
 	// Acknowledged writes checked against the final state.
 	AckLogAppends, AckArtifacts, AckCaches, AckCompletions int
@@ -95,8 +98,8 @@ func (r *Report) String() string {
 		fmt.Fprintf(&b, "  proxy %s: %s\n", k, kv(r.ProxyFaults[k]))
 	}
 	fmt.Fprintf(&b, "  5xx answers: %s\n", kv(r.ServerErrors))
-	fmt.Fprintf(&b, "  runner requests %d; stale requests attempted %d, rejected %d (409/401), failed otherwise %d, accepted %d [%s]\n",
-		r.Requests, r.StaleAttempted, r.StaleRejected, r.StaleFailed,
+	fmt.Fprintf(&b, "  runner requests %d; stale requests attempted %d (%d of them replayed), rejected %d (409/401), failed otherwise %d, accepted %d [%s]\n",
+		r.Requests, r.StaleAttempted, r.Replayed, r.StaleRejected, r.StaleFailed,
 		r.StaleAttempted-r.StaleRejected-r.StaleFailed, kv(r.StaleByRoute))
 	fmt.Fprintf(&b, "  acknowledged and found intact: %d log appends (%d bytes), %d artifacts, %d cache saves, %d completions\n",
 		r.AckLogAppends, r.LogBytesChecked, r.AckArtifacts, r.AckCaches, r.AckCompletions)
