@@ -1,8 +1,11 @@
 package store
 
 import (
+	"context"
 	"strings"
 	"unicode"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/expr"
@@ -35,4 +38,26 @@ func runNameOf(run *Run, template string) error {
 	}, strings.ToValidUTF8(name, "\uFFFD"))
 	run.RunName = domain.Truncate(strings.TrimSpace(name), MaxRunName)
 	return nil
+}
+
+// madeFrom settles what a new run's facts decide: its variables (the
+// project's now, unless nr keeps a run's), its concurrency group and its
+// name.
+func madeFrom(ctx context.Context, tx pgx.Tx, run *Run, nr NewRun) error {
+	var err error
+	if run.Vars = nr.Vars; run.Vars == nil && !nr.Untrusted {
+		if run.Vars, err = runVariables(ctx, tx, run.ProjectID); err != nil {
+			return err
+		}
+	}
+	if nr.Untrusted {
+		// As GitHub gives a fork's pull request none: the project's
+		// configuration is for its members, not for whoever opens one.
+		run.Vars = map[string]string{}
+	}
+	if err := groupOf(run, nr.Concurrency); err != nil {
+		return err
+	}
+	run.runNameSpec = nr.RunName
+	return runNameOf(run, nr.RunName)
 }

@@ -243,16 +243,6 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 	if err := tx.QueryRow(ctx, numberRunSQL, projectID).Scan(&run.Number); err != nil {
 		return Run{}, fmt.Errorf("number run: %w", err)
 	}
-	if run.Vars = nr.Vars; run.Vars == nil && !nr.Untrusted {
-		if run.Vars, err = runVariables(ctx, tx, projectID); err != nil {
-			return Run{}, err
-		}
-	}
-	if nr.Untrusted {
-		// As GitHub gives a fork's pull request none: the project's
-		// configuration is for its members, not for whoever opens one.
-		run.Vars = map[string]string{}
-	}
 	if nr.Untrusted {
 		var approved bool
 		if err := tx.QueryRow(ctx, actorApprovedSQL, projectID, nr.Actor).Scan(&approved); err != nil {
@@ -262,13 +252,9 @@ func (s *Store) createRunTx(ctx context.Context, tx pgx.Tx, nr NewRun) (Run, err
 			run.Approval = ApprovalPending
 		}
 	}
-	if err := groupOf(&run, nr.Concurrency); err != nil {
+	if err := madeFrom(ctx, tx, &run, nr); err != nil {
 		return Run{}, err
 	}
-	if err := runNameOf(&run, nr.RunName); err != nil {
-		return Run{}, err
-	}
-	run.runNameSpec = nr.RunName
 	run.concurrencySpec = nr.Concurrency
 	if !nr.EventAt.IsZero() {
 		run.eventAt = &nr.EventAt
