@@ -36,6 +36,10 @@ BEGIN
         -- An extension: only of a lease that had not expired, only later.
         ok := OLD.lease_expires_at > now() AND NEW.lease_expires_at >= OLD.lease_expires_at;
         why := 'extend';
+        IF NOT ok THEN
+            -- Which condition failed, for the report.
+            why := format('extend: expiry was %s, now() %s, made %s', OLD.lease_expires_at, now(), NEW.lease_expires_at);
+        END IF;
     ELSIF OLD.state IN ('PASSED', 'FAILED', 'CANCELED', 'ABORTED', 'SKIPPED') THEN
         ok := false;
         why := 'left a terminal state';

@@ -17,17 +17,22 @@ import (
 
 // heartbeatSQL is the heartbeat's fast path: the whole lease check and the
 // extension in one statement (the UPDATE holds the row until commit). It
-// also refreshes the displayed log size from the log itself.
+// also refreshes the displayed log size from the log itself. A lease only
+// ever moves later: a heartbeat whose now() is earlier than another's that
+// committed first (it waited for the row) must not take back what that one
+// gave, which its runner already counts on.
 const heartbeatSQL = `
-UPDATE jobs j SET lease_expires_at = now() + make_interval(secs => $6),
+UPDATE jobs j SET lease_expires_at = greatest(j.lease_expires_at, now() + make_interval(secs => $6)),
        log_size = ` + logEndSQL + `
 FROM runs r
 WHERE ` + leaseMatchSQL + ` AND r.id = j.run_id
 RETURNING j.lease_expires_at, ` + cancelAskedSQL
 
-// extendLeaseSQL is the heartbeat's slow path, under withLease's row lock.
+// extendLeaseSQL is the heartbeat's slow path, under withLease's row lock:
+// its now() is its transaction's start, so it too only moves the lease
+// later.
 const extendLeaseSQL = `
-UPDATE jobs SET lease_expires_at = now() + make_interval(secs => $2)
+UPDATE jobs SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2))
 WHERE id = $1 RETURNING lease_expires_at`
 
 // recordAttemptSQL writes the attempt row of job $1's generation $2 as its
