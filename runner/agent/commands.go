@@ -64,8 +64,9 @@ func (f *commandFilter) commands() []string {
 
 // mayStart reports whether b may begin one of the commands now.
 func (f *commandFilter) mayStart(b []byte) bool {
+	s := string(b)
 	for _, c := range f.commands() {
-		if len(b) <= len(c) && c[:len(b)] == string(b) || len(b) > len(c) && strings.HasPrefix(string(b), c) {
+		if strings.HasPrefix(c, s) || strings.HasPrefix(s, c) {
 			return true
 		}
 	}

@@ -129,29 +129,38 @@ func (a *logAppender) AddMask(value string) error {
 	if len(value) < mask.MinLen {
 		return fmt.Errorf("a value under %d bytes cannot be masked", mask.MinLen)
 	}
-	a.mu.Lock()
 	// A value's forms are at least 4 times its bytes (its base64 twice,
 	// its hex): what cannot fit is refused before they are made.
-	full := a.closed || a.stopped || len(a.added) >= maxAddedMasks || a.addedForms+4*len(value) > maxAddedMaskForms
+	a.mu.Lock()
+	err := a.maskRoom(4 * len(value))
 	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	forms := 0
-	if !full {
-		for _, f := range mask.Forms(value) {
-			forms += len(f)
-		}
+	for _, f := range mask.Forms(value) {
+		forms += len(f)
 	}
 	a.mu.Lock()
-	switch {
-	case a.closed || a.stopped:
+	if err := a.maskRoom(forms); err != nil {
 		a.mu.Unlock()
-		return errors.New("the job's log is closed")
-	case full || len(a.added) >= maxAddedMasks || a.addedForms+forms > maxAddedMaskForms:
-		a.mu.Unlock()
-		return fmt.Errorf("the job's steps have added %d values to the masks (%d bytes of masked forms), the most a job may (%d, %d bytes)",
-			len(a.added), a.addedForms, maxAddedMasks, maxAddedMaskForms)
+		return err
 	}
 	a.added, a.addedForms = append(a.added, value), a.addedForms+forms
 	a.install()
+	return nil
+}
+
+// maskRoom says why a value of forms bytes of masked forms cannot be
+// added now (nil: it can). Called with a.mu held.
+func (a *logAppender) maskRoom(forms int) error {
+	switch {
+	case a.closed || a.stopped:
+		return errors.New("the job's log is closed")
+	case len(a.added) >= maxAddedMasks || a.addedForms+forms > maxAddedMaskForms:
+		return fmt.Errorf("the job's steps have added %d values to the masks (%d bytes of masked forms), the most a job may (%d, %d bytes)",
+			len(a.added), a.addedForms, maxAddedMasks, maxAddedMaskForms)
+	}
 	return nil
 }
 

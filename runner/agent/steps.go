@@ -237,9 +237,9 @@ var runnerVars = []string{"GITHUB_SHA", "GITHUB_REF", "GITHUB_REF_NAME", "GITHUB
 	"GITHUB_RUN_ID", "GITHUB_RUN_NUMBER", "GITHUB_WORKFLOW", "GITHUB_HEAD_REF", "GITHUB_BASE_REF", "GITHUB_WORKSPACE",
 	"RUNNER_OS", "RUNNER_ARCH", "RUNNER_NAME", "RUNNER_TEMP"}
 
-// runVars are the run's facts as GitHub's default variables (runnerVars), so that a script moved from a workflow reads
-// $GITHUB_SHA or $RUNNER_OS as it did, and as FORGECI_<NAME> for the
-// GITHUB_ ones. They go over the pipeline's env, as GitHub's.
+// runVars are the run's facts as GitHub's default variables (runnerVars),
+// so that a script moved from a workflow reads $GITHUB_SHA or $RUNNER_OS
+// as it did, and as FORGECI_<NAME> for the GITHUB_ ones.
 func (j *job) runVars() map[string]string {
 	var f domain.RunFacts
 	if j.claim.Job.Run != nil {

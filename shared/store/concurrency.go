@@ -82,8 +82,7 @@ func groupOf(run *Run, c *domain.Concurrency) error {
 	if c == nil || c.Group == "" {
 		return nil
 	}
-	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
-	vars := factContexts(facts)
+	vars := runContexts(run)
 	g, err := groupName(c.Group, vars, run.Trusted, nil)
 	if err != nil {
 		return domain.Errorf(domain.EInvalid, "concurrency.group: %v", err)
@@ -264,6 +263,13 @@ func inputsOf(facts map[string]any) map[string]any {
 		return in
 	}
 	return map[string]any{}
+}
+
+// runContexts are the contexts a new run's facts give the control plane's
+// expressions (factContexts).
+func runContexts(run *Run) map[string]any {
+	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
+	return factContexts(facts)
 }
 
 // factContexts are the contexts a run's facts give the control plane's

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/expr"
 )
 
 func isTemplate(s string) bool { return strings.Contains(s, "${{") }
@@ -18,8 +17,7 @@ func jobLabels(run *Run, j NewJob) ([]string, error) {
 	if !slices.ContainsFunc(j.Labels, isTemplate) {
 		return j.Labels, nil
 	}
-	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
-	vars := factContexts(facts)
+	vars := runContexts(run)
 	out := make([]string, 0, len(j.Labels))
 	for _, l := range j.Labels {
 		if isTemplate(l) {

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/shared/domain"
-	"github.com/forgeci/forgeci/shared/expr"
 )
 
 // MaxRunName bounds a run's name in bytes, as the pipeline's run-name makes
@@ -24,8 +23,7 @@ func runNameOf(run *Run, template string) error {
 	if template == "" {
 		return nil
 	}
-	facts, _ := expr.FromGo(runFacts(run)).(map[string]any)
-	vars := factContexts(facts)
+	vars := runContexts(run)
 	name, err := evalTemplate(template, vars, nil)
 	if err != nil {
 		return domain.Errorf(domain.EInvalid, "run-name: %v", err)
