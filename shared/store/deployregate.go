@@ -31,7 +31,7 @@ WHERE j.deploy_state = 'approved' AND j.state IN ('PENDING', 'QUEUED') AND j.dep
 // another transaction holds (a claim, a group's release: they lock a job
 // before its run, which is locked here first).
 const staleDeploysSQL = `
-SELECT j.id, j.project_id, coalesce(j.concurrency_group, ''), j.environment,
+SELECT j.id, j.state, j.project_id, coalesce(j.concurrency_group, ''), j.environment,
        coalesce((SELECT r.git_ref FROM runs r WHERE r.id = j.run_id), ''),
        coalesce((SELECT d.url FROM deployments d WHERE d.job_id = j.id ORDER BY d.id DESC LIMIT 1), '')` +
 	staleFromSQL + ` AND j.run_id = $1
@@ -151,10 +151,10 @@ func regateRun(ctx context.Context, tx pgx.Tx, runID string) ([]jobGroup, error)
 	if err != nil {
 		return nil, fmt.Errorf("lock deployments: %w", err)
 	}
-	type stale struct{ id, project, group, env, ref, url string }
+	type stale struct{ id, state, project, group, env, ref, url string }
 	jobs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (stale, error) {
 		var j stale
-		return j, row.Scan(&j.id, &j.project, &j.group, &j.env, &j.ref, &j.url)
+		return j, row.Scan(&j.id, &j.state, &j.project, &j.group, &j.env, &j.ref, &j.url)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("lock deployments: %w", err)
@@ -178,6 +178,11 @@ func regateRun(ctx context.Context, tx pgx.Tx, runID string) ([]jobGroup, error)
 		if rules.ReviewerRole == "" && refAllowed(rules.AllowedRefs, j.ref) {
 			if _, err := tx.Exec(ctx, restampSQL, j.id, at); err != nil {
 				return nil, fmt.Errorf("let a deployment through again: %w", err)
+			}
+			if j.state == "QUEUED" {
+				// Claimable again with no change of state: idle runners
+				// rest on a hint read while it was fenced.
+				noteQueued(tx)
 			}
 			if _, err := tx.Exec(ctx, insertDeploymentSQL, j.id, j.env, j.url, "automatic", ""); err != nil {
 				return nil, fmt.Errorf("record a deployment: %w", err)

@@ -3,11 +3,14 @@ package store_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/forgeci/forgeci/shared/cas/castest"
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
+	"github.com/forgeci/forgeci/shared/wake"
 )
 
 // TestDeployGatedAgainWhenRulesChange: deployments an environment let
@@ -91,6 +94,39 @@ func TestClaimFence(t *testing.T) {
 	}
 	if n, err := f.s.RegateStale(ctx, "", "", 10); err != nil || n != 1 {
 		t.Fatalf("gated again %d runs: %v", n, err)
+	}
+	claimJob(t, f.s, f.r, run.ID, "deploy")
+}
+
+// TestRegateWakesIdleRunners: a queued deployment fenced by a change of
+// rules, then let through unchanged by the gate, becomes claimable with
+// no change of state: idle runners, resting on the queue hint they read
+// while it was fenced, must see the hint change.
+func TestRegateWakesIdleRunners(t *testing.T) {
+	ctx := context.Background()
+	f := newDeployFixture(t)
+	b := wake.New(castest.New(t), time.Second)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	b.SetClock(func() time.Time { return time.Unix(0, clock.Load()) })
+	f.s.SetBoard(b)
+	_, err := f.s.SetEnvironment(ctx, f.root, "p", store.Environment{Name: "staging", AllowedRefs: []string{"main"}})
+	must(t, err)
+	run := pipelineRun(t, f.s, store.NewRun{Project: "p", GitRef: "refs/heads/main", By: &f.root}, deployOnly)
+	if _, err := f.s.Pool().Exec(ctx, `UPDATE jobs SET deploy_rules_at = 'epoch' WHERE run_id = $1`, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(int64(wake.QueueSettle + 2*wake.Skew))
+	rest := b.Queue(ctx, "")
+	if c, settled, err := f.s.ClaimScan(ctx, f.r, nil); err != nil || c != nil || !settled || rest.Token == "" {
+		t.Fatalf("the runner's scan while the deployment is fenced: %v %v %v, hint %+v", c, settled, err, rest)
+	}
+	if n, err := f.s.RegateStale(ctx, "", "", 10); err != nil || n != 1 {
+		t.Fatalf("gated again %d runs: %v", n, err)
+	}
+	clock.Add(int64(wake.QueueSettle + 2*wake.Skew))
+	if q := b.Queue(ctx, rest.Token); q.Idle {
+		t.Fatal("the deployment let through again left the queue hint as it was: idle runners never look")
 	}
 	claimJob(t, f.s, f.r, run.ID, "deploy")
 }
