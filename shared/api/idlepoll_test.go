@@ -18,7 +18,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/forgeci/forgeci/infra/costs"
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/protocol"
+	"github.com/forgeci/forgeci/shared/store"
 	"github.com/forgeci/forgeci/shared/wake"
 )
 
@@ -307,5 +309,82 @@ func TestRevocationBeforeTheVerdict(t *testing.T) {
 				t.Fatalf("verdicts left: %v %v", keys, err)
 			}
 		})
+	}
+}
+
+// TestLateCommitWakesIdleRunners: a write that queues a job and whose
+// commit the server makes after its client gave up (the store bounds a
+// commit by its note's cover) changes the queue hint again: a runner
+// that scanned while the commit was in flight, and rests on the hint it
+// got then, is not told forever that nothing was queued.
+func TestLateCommitWakesIdleRunners(t *testing.T) {
+	e := setupIdle(t)
+	ctx := context.Background()
+	b := e.store.Board()
+	// The client gives up 0.8 s after the run's note (4/5 of the commit
+	// delay), well inside the server's two seconds even under load.
+	b.SetTiming(3*time.Second, time.Second, 500*time.Millisecond)
+	var ahead atomic.Int64 // the board's clock runs ahead of the real one by this
+	b.SetClock(func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) })
+	settle := func() { ahead.Add(int64(3*time.Second + wake.Skew)) }
+	r := e.registerRunner("idle")
+	e.idlePoll(r.Token, "") // the first hint
+	settle()
+	h0 := e.idlePoll(r.Token, "").hint
+	if h0 == "" {
+		t.Fatal("no settled hint")
+	}
+	// The server takes two seconds to commit the run's jobs, and commits
+	// after its client gave up and asked it to cancel (as a commit whose
+	// record is being written, or waits for a replica, does).
+	e.exec(`CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		DECLARE t0 timestamptz := clock_timestamp();
+		BEGIN
+			LOOP
+				BEGIN PERFORM pg_sleep(0.05); EXCEPTION WHEN query_canceled THEN NULL; END;
+				EXIT WHEN clock_timestamp() > t0 + interval '2 seconds';
+			END LOOP;
+			RETURN NULL;
+		END $$`)
+	e.exec(`CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()`)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.store.CreateRun(ctx, store.NewRun{Project: "acme/app", Jobs: []store.NewJob{{Name: "build",
+			Spec: domain.JobSpec{Steps: []domain.Step{{Name: "s", Run: "true"}}}}}})
+		done <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var committing bool
+		if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND query ILIKE 'commit%' AND wait_event = 'PgSleep')`).Scan(&committing); err != nil {
+			t.Fatal(err)
+		}
+		if committing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run never began to commit")
+		}
+	}
+	settle() // the run's hint settles while its commit is still in flight
+	during := e.idlePoll(r.Token, h0)
+	if during.status != http.StatusNoContent || during.hint == "" {
+		t.Fatalf("the poll during the commit: %d %q (the commit landed too soon to test)", during.status, during.hint)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("a commit past its note's cover was reported as made in time")
+	}
+	var jobs int
+	for deadline := time.Now().Add(5 * time.Second); jobs == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never committed the run")
+		}
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'QUEUED'`).Scan(&jobs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle()
+	if a := e.idlePoll(r.Token, during.hint); a.status != http.StatusOK {
+		t.Fatalf("the job committed late was not offered to the runner resting on the hint of its commit: %d", a.status)
 	}
 }

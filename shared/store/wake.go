@@ -83,7 +83,9 @@ type execer interface {
 // mark notes, before a commit, the scheduled work of kinds a write left
 // (but a pass's own kind) and, when queued, that jobs were queued. In a
 // pass, notes it cannot make are owed, in q, the write's own transaction
-// or connection, before it commits (see PayOwedNotes).
+// or connection, before it commits (see PayOwedNotes). It returns when it
+// began, which bounds the commit (coveredBy); zero when the notes were
+// owed: the write itself carries them, so its commit is not bounded.
 func (s *Store) mark(ctx context.Context, q execer, queued bool, kinds ...string) (time.Time, error) {
 	if s.board == nil {
 		return time.Time{}, nil
@@ -112,7 +114,7 @@ func (s *Store) mark(ctx context.Context, q execer, queued bool, kinds ...string
 		if _, oerr := q.Exec(ctx, oweNotesSQL, owed); oerr != nil {
 			return started, fmt.Errorf("the pass can neither note its work nor owe it: %w", errors.Join(err, oerr))
 		}
-		return started, nil
+		return time.Time{}, nil
 	}
 	if err != nil {
 		return started, domain.Errorf(domain.EUnavailable, "the control plane cannot note its work (nothing was changed, try again): %v", err)
@@ -202,7 +204,20 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if started.IsZero() || !tx.queued && len(kinds) == 0 && !s.scm {
+		err = tx.Commit(ctx)
+	} else {
+		cctx, cancel := s.coveredBy(ctx, started)
+		err = tx.Commit(cctx)
+		late := cctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		s.afterLateCommit(ctx, err, started, tx.queued, kinds)
+		if err != nil && late {
+			err = domain.Errorf(domain.EUnavailable, "the database did not confirm the commit in time: the change may "+
+				"have been made; look before trying again (%v)", err)
+		}
+	}
+	if err != nil {
 		return err
 	}
 	if tx.upload && s.board != nil {
@@ -211,9 +226,27 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 		// room longer: the upload counts until it is collected, and the
 		// collector also runs daily after any activity. One note an hour:
 		// the collector need not run more often for uploads.
-		_ = s.board.DueAfter(ctx, wake.GC, started.Add(UploadLife), time.Hour)
+		_ = s.board.DueAfter(ctx, wake.GC, s.board.Now().Add(UploadLife), time.Hour)
 	}
 	return nil
+}
+
+// afterLateCommit follows the commit of a write whose work was noted
+// (started): one that ended past the note's cover, or whose end the
+// client did not see (it gave up at coveredBy's bound; the server may
+// commit all the same, later), notes that work again from now, so that a
+// runner or a pass that looked while the commit was in flight looks
+// again: toward an extra look, never none. A commit the server makes
+// more than MaxCommitDelay after its client gave up is not covered.
+func (s *Store) afterLateCommit(ctx context.Context, err error, started time.Time, queued bool, kinds []string) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return // the server's error: it rolled the transaction back
+	}
+	if err == nil && s.board.Now().Sub(started) <= s.board.CommitDelay()*4/5 {
+		return
+	}
+	_, _ = s.mark(context.WithoutCancel(ctx), s.pool, queued, kinds...)
 }
 
 // nextSweepSQL is when the sweeper must next look: the earliest lease
