@@ -122,14 +122,17 @@ func (f fixture) overdue(t *testing.T, jobID string) time.Duration {
 }
 
 // Every hint write is lost from the moment the runner vanishes, after a
-// heartbeat moved its lease past the expiry the sweeper had noted: the
-// lease still ends within two sweep periods of its expiry.
+// heartbeat moved its lease past the expiry the sweeper had noted, and
+// past the life of that note (its slot + grain + commit delay + skew,
+// 1.75 s here): the lease still ends within two sweep periods of its
+// expiry, since a pass that cannot note the next expiry keeps its own
+// note and runs again.
 func TestLostHintWritesStillEndLeases(t *testing.T) {
-	f := newFixture(t)
+	f := newFixtureTTL(t, 4*time.Second)
 	ctx := context.Background()
 	c := f.claimSwept(t)
-	time.Sleep(time.Second) // a pass noted the lease's first expiry
-	if _, _, err := f.st.Heartbeat(ctx, f.runner.ID, c.Lease.JobID, c.Lease); err != nil {
+	time.Sleep(3 * time.Second)                                                            // a pass noted the lease's first expiry, 4 s
+	if _, _, err := f.st.Heartbeat(ctx, f.runner.ID, c.Lease.JobID, c.Lease); err != nil { // now 7 s
 		t.Fatal(err)
 	}
 	f.board.Drop = func(string) bool { return true }
