@@ -12,6 +12,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
@@ -53,7 +55,16 @@ type Agent struct {
 	running map[string]*client.Lease
 	// workLock is the work directory's lock, held shared while it runs.
 	workLock *os.File
+	// stop ends every slot's claiming, with its cause (Run).
+	stop context.CancelCauseFunc
 }
+
+// ErrTokenRefused is Run's end when the control plane refuses the
+// runner's token (401): revoked, or of another installation. Polling on
+// would only have the database look it up again and again (no verdict
+// answers an unknown token): the runner stops instead.
+var ErrTokenRefused = errors.New("the control plane refuses this runner's token (revoked, or of another " +
+	"installation): register the runner again")
 
 // New returns an agent.
 func New(cfg Config) *Agent {
@@ -83,19 +94,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.cfg.Isolation.Close()
+	ctx, a.stop = context.WithCancelCause(ctx)
+	defer a.stop(nil)
 	if a.cfg.Ephemeral {
 		a.worker(ctx, 0)
-		return nil
+	} else {
+		var wg sync.WaitGroup
+		for i := range a.cfg.Concurrency {
+			wg.Add(1)
+			go func(slot int) {
+				defer wg.Done()
+				a.worker(ctx, slot)
+			}(i)
+		}
+		wg.Wait()
 	}
-	var wg sync.WaitGroup
-	for i := range a.cfg.Concurrency {
-		wg.Add(1)
-		go func(slot int) {
-			defer wg.Done()
-			a.worker(ctx, slot)
-		}(i)
+	if cause := context.Cause(ctx); errors.Is(cause, ErrTokenRefused) {
+		return cause
 	}
-	wg.Wait()
 	return nil
 }
 
@@ -192,6 +208,10 @@ func (a *Agent) worker(ctx context.Context, slot int) {
 		poll = next
 		if err != nil {
 			if ctx.Err() != nil {
+				return
+			}
+			if client.Unauthorized(err) {
+				a.stop(fmt.Errorf("%w (%v)", ErrTokenRefused, err))
 				return
 			}
 			a.cfg.Log.Warn("claim failed", "err", err, "retry_in", b.Next())

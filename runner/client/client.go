@@ -52,6 +52,13 @@ func LostLease(err error) bool {
 		domain.EJobFinished, domain.EUnauthorized)
 }
 
+// Unauthorized reports whether err is the control plane refusing the
+// runner's token (401).
+func Unauthorized(err error) bool {
+	var e *domain.Error
+	return errors.As(err, &e) && e.Status == http.StatusUnauthorized
+}
+
 // Retryable reports whether another try may succeed: the request did not
 // reach the server or its answer did not come back (any error that is not
 // an answer, a client timeout included), or the server could not answer it

@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCLI drives the forgeci CLI against the real stack and a real runner:
@@ -153,6 +156,18 @@ func cliRunners(t *testing.T, s *stack, cli func(wantOK bool, args ...string) st
 	cli(true, "runner", "revoke", secondID)
 	if out := cli(true, "runner", "list"); !strings.Contains(out, "revoked") {
 		t.Fatalf("runner list after revoke: %s", out)
+	}
+	// Started, the revoked runner is refused at its first poll: it stops
+	// and says why, with the status its units do not restart (polling on,
+	// each poll would be a lookup in the database).
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(s.bin, "forgeci-runner"), "run", "--server", s.vals["FORGECI_URL"],
+		"--token-file", tokenFile, "--work-dir", filepath.Join(s.workDir(), "revoked"), "--concurrency", "2",
+		"--kill-grace", "1s").CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 || !strings.Contains(string(out), "register the runner again") {
+		t.Fatalf("the revoked runner, run: %v\n%s", err, out)
 	}
 	// Registration tokens: listed with the runner each registered; an
 	// unused one revoked registers nothing.

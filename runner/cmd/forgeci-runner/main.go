@@ -49,9 +49,17 @@ func main() {
 	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "forgeci-runner:", err)
+		if errors.Is(err, agent.ErrTokenRefused) {
+			os.Exit(exitTokenRefused)
+		}
 		os.Exit(1)
 	}
 }
+
+// exitTokenRefused is the exit status of a runner whose token the
+// control plane refuses: the shipped units do not restart it
+// (RestartPreventExitStatus), as it would only be refused again.
+const exitTokenRefused = 3
 
 func splitLabels(s string) []string {
 	var out []string
