@@ -44,10 +44,11 @@ const secondsPerMonth = hoursPerMonth * 3600
 // benchmark of this repository (named beside it); those tests fail when
 // the code no longer does what the count says.
 var Measured = struct {
-	// IdleDBTransactions: database transactions of an idle stack
+	// IdleDBSessions: database sessions an idle stack opens or holds
 	// (forgeci-bench -only idle: 150 s with four idle slots;
-	// runner/e2e TestIdleStack).
-	IdleDBTransactions int
+	// runner/e2e TestIdleStack, which fails on more). Any at all keep
+	// Aurora from pausing, and Idle prices it awake all month.
+	IdleDBSessions int
 	// IdlePollReads, IdlePollWrites: S3 requests of one idle poll at most
 	// (shared/api TestIdlePollS3Requests).
 	IdlePollReads  float64
@@ -60,7 +61,7 @@ var Measured = struct {
 	// of each per grain per container (shared/scheduled
 	// TestHintWritesPerJob).
 	NotesPerJob int
-}{IdleDBTransactions: 0, IdlePollReads: 1.33, IdlePollWrites: 0, IdlePassLists: 1, IdlePassReads: 0, NotesPerJob: 3}
+}{IdleDBSessions: 0, IdlePollReads: 1.33, IdlePollWrites: 0, IdlePassLists: 1, IdlePassReads: 0, NotesPerJob: 3}
 
 // Assumed are what no test here can measure (AWS's own latencies), stated.
 var Assumed = struct {
@@ -68,13 +69,15 @@ var Assumed = struct {
 	MemoryGB                   float64 // the functions' memory (template.yaml Globals: 256 MB)
 	ClaimMemoryGB              float64 // the claim function's (128 MB)
 	ResumeSeconds              float64 // Aurora Serverless v2 resuming from a pause (AWS: about 15 s, 30 s after a day)
+	MinACU, PauseMinutes       float64 // Aurora's capacity while awake at the least, and its auto-pause delay (template.yaml)
 	IdlePollSeconds            float64 // FORGECI_IDLE_POLL_SECONDS default
 	StorageGB                  float64 // Aurora storage of a small installation
 	SweepsPerMonth, GCPerMonth float64 // EventBridge rates: every minute, every ten
 	IdleLogBytesPerInvocation  float64
 	// Per job, as in the table before (runner and user calls, I/O, logs).
 	CallsPerJob, CallMillis, IOPerJob, S3WritesPerJob, S3ReadsPerJob, LogMBPerJob float64
-}{IdlePollMillis: 20, PassMillis: 30, MemoryGB: 0.25, ClaimMemoryGB: 0.125, ResumeSeconds: 15, IdlePollSeconds: 20, StorageGB: 1,
+}{IdlePollMillis: 20, PassMillis: 30, MemoryGB: 0.25, ClaimMemoryGB: 0.125, ResumeSeconds: 15, MinACU: 0.5, PauseMinutes: 5,
+	IdlePollSeconds: 20, StorageGB: 1,
 	SweepsPerMonth: secondsPerMonth / 60, GCPerMonth: secondsPerMonth / 600, IdleLogBytesPerInvocation: 300,
 	CallsPerJob: 100, CallMillis: 10, IOPerJob: 1000, S3WritesPerJob: 3, S3ReadsPerJob: 6, LogMBPerJob: 0.01}
 
@@ -90,11 +93,15 @@ func Idle() []line {
 	invocations := a.SweepsPerMonth + a.GCPerMonth // scm is off without a GitHub App
 	passes := invocations * (lambdaRequest.usd + a.PassMillis/1000*a.MemoryGB*lambdaGBSecond.usd)
 	lists := invocations * (float64(m.IdlePassLists)*s3Write.usd + float64(m.IdlePassReads)*s3Read.usd)
-	db := float64(m.IdleDBTransactions) * 0 // no transaction: the writer stays paused
+	awake, state := 0.0, "paused"
+	if m.IdleDBSessions > 0 { // a session every few minutes keeps the writer from pausing
+		awake, state = hoursPerMonth, "never paused"
+	}
 	return []line{
-		{"KMS key sealing project secrets (1 key; requests only at cold starts that open secrets)", kmsKey.usd},
+		{"KMS key sealing project secrets (1 key, not rotated by default; requests only at cold starts that open secrets)", kmsKey.usd},
 		{"Secrets Manager: the database master password (1 secret; the GitHub App's two only with an App)", secret.usd},
-		{fmt.Sprintf("Aurora compute: paused, %d transactions while idle (measured)", m.IdleDBTransactions), db * auroraACUHour.usd},
+		{fmt.Sprintf("Aurora compute: %s, %d database sessions while idle (measured)", state, m.IdleDBSessions),
+			awake * a.MinACU * auroraACUHour.usd},
 		{fmt.Sprintf("Aurora storage (%.0f GB)", a.StorageGB), a.StorageGB * auroraGBMonth.usd},
 		{fmt.Sprintf("sweeper every minute and gc every ten, %.0f invocations with nothing due", invocations), passes},
 		{fmt.Sprintf("their S3 LISTs of due notes (%d each, measured)", m.IdlePassLists), lists},
@@ -157,8 +164,14 @@ func Table() string {
 	section("Idle control plane, default shape (no job, no runner)", "idle control plane", Idle())
 	section("Each idle runner slot", "per idle slot", IdleSlot())
 	section("Per 1,000 jobs (control plane requests; the database's awake time is below)", "per 1,000 jobs", PerThousandJobs())
+	a := Assumed
 	fmt.Fprintf(&b, "A job queued after a long quiet is picked up within one idle poll (%.0f s) plus Aurora's resume "+
-		"(about %.0f s, AWS's figure; about 30 s after a day paused), since the first scan wakes the database.\n\n", Assumed.IdlePollSeconds, Assumed.ResumeSeconds)
+		"(about %.0f s, AWS's figure, not measured here; about 30 s after a day paused), since the first scan wakes the database.\n\n",
+		a.IdlePollSeconds, a.ResumeSeconds)
+	fmt.Fprintf(&b, "Each time the database wakes it bills at least %.1f ACU until %.0f minutes after its last session: $%.3f "+
+		"for a wake of a moment, $%.2f for an hour awake. With `RotateSecretsKey=true` the key costs $%.0f more a month "+
+		"from its first rotation (a year on) and $%.0f more from its second (each of the first two rotations is billed as a key).\n\n",
+		a.MinACU, a.PauseMinutes, a.MinACU*a.PauseMinutes/60*auroraACUHour.usd, a.MinACU*auroraACUHour.usd, kmsKey.usd, 2*kmsKey.usd)
 	fmt.Fprintf(&b, "Prices (us-east-1, checked %s): ", Checked)
 	seen := map[string]bool{}
 	var srcs []string

@@ -50,3 +50,16 @@ func TestGoals(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleSessionsKeepTheDatabaseAwake: the compute line follows the
+// measured count; one session while idle bills the writer all month.
+func TestIdleSessionsKeepTheDatabaseAwake(t *testing.T) {
+	saved := Measured
+	defer func() { Measured = saved }()
+	paused := Total(Idle())
+	Measured.IdleDBSessions = 1
+	awake := Total(Idle())
+	if want := hoursPerMonth * Assumed.MinACU * auroraACUHour.usd; awake-paused < want-0.001 {
+		t.Fatalf("idle with a session: $%.2f against $%.2f paused, want $%.2f more", awake, paused, want)
+	}
+}

@@ -38,7 +38,7 @@ var shapes = map[string]map[string]any{
 		"DatabaseEngine": "rds-instance", "NetworkShape": "private-vpc", "VpcId": "vpc-0123",
 		"SubnetIds": "subnet-a,subnet-b", "RouteTableIds": "rtb-a",
 	},
-	"GitHub App and identity tokens": {"GitHubAppId": "123", "PublicUrl": "https://ci.example.com"},
+	"GitHub App and identity tokens": {"GitHubAppId": "123", "PublicUrl": "https://ci.example.com", "RotateSecretsKey": "true"},
 }
 
 // inVpc says whether a shape puts the functions in a VPC.
@@ -794,6 +794,14 @@ func checkIdle(t *testing.T, generic map[string]any, overrides map[string]any) {
 		if fmt.Sprint(dig(res, "AuroraInstance", "Properties", "PubliclyAccessible")) != "true" {
 			t.Error("the default shape's database is not reachable by the functions outside the VPC")
 		}
+		// Each of a key's first two rotations is billed as another key:
+		// infra/costs prices one key (RotateSecretsKey prices the rest).
+		if got := fmt.Sprint(dig(res, "SecretsKey", "Properties", "EnableKeyRotation")); got != "false" {
+			t.Errorf("the default shape's secrets key rotates (%s): the idle table prices one key version", got)
+		}
+	}
+	if overrides["RotateSecretsKey"] == "true" && fmt.Sprint(dig(res, "SecretsKey", "Properties", "EnableKeyRotation")) != "true" {
+		t.Error("RotateSecretsKey=true does not rotate the secrets key")
 	}
 	for _, id := range []string{"AuroraCluster", "DatabaseInstance"} {
 		if fmt.Sprint(dig(res, id, "Properties", "EnableIAMDatabaseAuthentication")) != "true" {
