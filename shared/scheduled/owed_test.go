@@ -136,3 +136,23 @@ func TestSlowHintsInAPassAreOwed(t *testing.T) {
 		t.Fatal("the queue hint was not written")
 	}
 }
+
+// A pass whose commit is slow (past its notes' cover) still re-queues
+// the job: a lease must end whatever the database's pace, and the
+// commit is not cut short (which would roll it back); its work is noted
+// again after it.
+func TestSlowCommitInAPassEndsTheLease(t *testing.T) {
+	f := newFixture(t)
+	run := f.expiredRetry(t)
+	if _, err := f.st.Pool().Exec(context.Background(), `
+		CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.6); RETURN NULL; END $$;
+		CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()`); err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := sweepPass(f.container(f.obj, false)); !ran || err != nil {
+		t.Fatalf("the pass with a slow commit: ran %v, err %v", ran, err)
+	}
+	if state := f.jobState(t, run.ID); state != "QUEUED" {
+		t.Fatalf("the retried job is %s after a pass with a slow commit", state)
+	}
+}

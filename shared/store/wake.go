@@ -204,18 +204,13 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 	if err != nil {
 		return err
 	}
-	if started.IsZero() || !tx.queued && len(kinds) == 0 && !s.scm {
-		err = tx.Commit(ctx)
-	} else {
-		cctx, cancel := s.coveredBy(ctx, started)
-		err = tx.Commit(cctx)
-		late := cctx.Err() != nil && ctx.Err() == nil
-		cancel()
+	// The commit is not bounded: cutting it short would fail writes that
+	// must land (a pass ending leases), and pgx's cancel would roll back
+	// one still running its deferred checks. One that ends late is noted
+	// again after it instead.
+	err = tx.Commit(ctx)
+	if !started.IsZero() {
 		s.afterLateCommit(ctx, err, started, tx.queued, kinds)
-		if err != nil && late {
-			err = domain.Errorf(domain.EUnavailable, "the database did not confirm the commit in time: the change may "+
-				"have been made; look before trying again (%v)", err)
-		}
 	}
 	if err != nil {
 		return err
@@ -232,12 +227,13 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 }
 
 // afterLateCommit follows the commit of a write whose work was noted
-// (started): one that ended past the note's cover, or whose end the
-// client did not see (it gave up at coveredBy's bound; the server may
-// commit all the same, later), notes that work again from now, so that a
-// runner or a pass that looked while the commit was in flight looks
-// again: toward an extra look, never none. A commit the server makes
-// more than MaxCommitDelay after its client gave up is not covered.
+// (started): one that ended past the note's cover (a slow commit: the
+// queue hint may have settled, and a runner scanned, before it landed),
+// or whose end the client did not see (the connection broke; the server
+// may have committed), notes that work again from now, so that a runner
+// or a pass that looked while the commit was in flight looks again:
+// toward an extra look, never none. A commit the server makes more than
+// MaxCommitDelay after its client saw it fail is not covered.
 func (s *Store) afterLateCommit(ctx context.Context, err error, started time.Time, queued bool, kinds []string) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

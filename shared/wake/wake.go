@@ -56,7 +56,8 @@ const (
 // docs/runner-protocol.md "Idle polls").
 const (
 	// MaxCommitDelay is the longest a transaction may take from its mark
-	// to its commit; the store rolls back one that takes longer.
+	// to its commit: the store fails a write whose notes took most of it,
+	// and notes again the work of one whose commit ended later.
 	MaxCommitDelay = 5 * time.Second
 	// QueueSettle is how long after the queue hint is written every
 	// transaction it covers has committed (or rolled back): a scan that
