@@ -53,11 +53,18 @@ func LostLease(err error) bool {
 }
 
 // Unauthorized reports whether err is the control plane refusing the
-// runner's token (401).
+// runner's token: a 401 with the control plane's own error body (code
+// unauthorized), not one from a proxy in front of it.
 func Unauthorized(err error) bool {
-	var e *domain.Error
-	return errors.As(err, &e) && e.Status == http.StatusUnauthorized
+	var e tokenRefused
+	return errors.As(err, &e)
 }
+
+// tokenRefused is a 401 the control plane wrote.
+type tokenRefused struct{ err *domain.Error }
+
+func (e tokenRefused) Error() string { return e.err.Error() }
+func (e tokenRefused) Unwrap() error { return e.err }
 
 // Retryable reports whether another try may succeed: the request did not
 // reach the server or its answer did not come back (any error that is not
@@ -110,7 +117,12 @@ func (c *Client) once(ctx context.Context, path string, body []byte, out any) (i
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode >= 300 {
-		return resp.StatusCode, protocol.DecodeError(resp.StatusCode, raw)
+		e := protocol.DecodeError(resp.StatusCode, raw)
+		var b protocol.ErrorBody
+		if resp.StatusCode == http.StatusUnauthorized && json.Unmarshal(raw, &b) == nil && b.Error.Code == domain.EUnauthorized {
+			return resp.StatusCode, tokenRefused{e}
+		}
+		return resp.StatusCode, e
 	}
 	if h, ok := out.(interface{ setHeader(http.Header) }); ok {
 		h.setHeader(resp.Header)
