@@ -242,6 +242,11 @@ func (s *Store) afterLateCommit(ctx context.Context, err error, started time.Tim
 	if err == nil && s.board.Now().Sub(started) <= s.board.CommitDelay()*4/5 {
 		return
 	}
+	if err != nil && !slices.Contains(kinds, wake.Sweep) {
+		// What the caller does after a commit (a run's job groups) it
+		// skips after an error; the sweeper's pass settles that.
+		kinds = append(slices.Clone(kinds), wake.Sweep)
+	}
 	_, _ = s.mark(context.WithoutCancel(ctx), s.pool, queued, kinds...)
 }
 
