@@ -66,9 +66,12 @@ func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 // MigrateAndSealWith is MigrateAndSeal on a pool of url opened already
 // (OpenPool), which it leaves open.
 func MigrateAndSealWith(ctx context.Context, pool *pgxpool.Pool, url string, log *slog.Logger, k secretbox.Keyring) (applied, sealed int, err error) {
-	current, err := upToDate(ctx, pool)
+	current, legacy, err := upToDate(ctx, pool)
 	if err != nil {
 		return 0, 0, err
+	}
+	if current && !legacy {
+		return 0, 0, nil // one statement for the deploy of a release with no new migration
 	}
 	if !current {
 		if applied, err = Migrate(ctx, url, log); err != nil {
@@ -84,29 +87,31 @@ func MigrateAndSealWith(ctx context.Context, pool *pgxpool.Pool, url string, log
 }
 
 // appliedSQL counts the versions $1 whose latest record in goose's table
-// says applied.
+// says applied, and says whether secrets are left to seal.
 const appliedSQL = `
-SELECT count(*) FROM (SELECT DISTINCT ON (version_id) version_id, is_applied FROM goose_db_version
-                      WHERE version_id = ANY ($1) ORDER BY version_id, id DESC) v
+SELECT count(*), ` + store.LegacySecretsSQL + `
+FROM (SELECT DISTINCT ON (version_id) version_id, is_applied FROM goose_db_version
+      WHERE version_id = ANY ($1) ORDER BY version_id, id DESC) v
 WHERE is_applied`
 
 // upToDate says whether every embedded migration is applied (no goose
-// table yet: no).
-func upToDate(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+// table yet, or no secrets table: no), and whether secrets are left to
+// seal.
+func upToDate(ctx context.Context, pool *pgxpool.Pool) (current, legacy bool, err error) {
 	versions, err := migrationVersions()
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	var n int
-	err = pool.QueryRow(ctx, appliedSQL, versions).Scan(&n)
+	err = pool.QueryRow(ctx, appliedSQL, versions).Scan(&n, &legacy)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("migrations: %w", err)
+		return false, false, fmt.Errorf("migrations: %w", err)
 	}
-	return n == len(versions), nil
+	return n == len(versions), legacy, nil
 }
 
 // migrationVersions are the versions of the embedded migrations (the

@@ -53,6 +53,11 @@ const environmentExistsSQL = `SELECT 1 FROM environments WHERE project_id = $1 A
 // legacySecretsSQL locks the secrets still stored in plain text.
 const legacySecretsSQL = `SELECT project_id, name, value FROM project_secrets WHERE value IS NOT NULL FOR UPDATE`
 
+// LegacySecretsSQL is true while some secret is stored in plain text
+// (SealLegacySecrets has work): a deploy's check of an installation
+// migrated and sealed asks it with goose's table, in one statement.
+const LegacySecretsSQL = `EXISTS (SELECT 1 FROM project_secrets WHERE value IS NOT NULL)`
+
 // MinSecretBytes is the shortest secret value accepted: shorter ones
 // cannot be told apart from ordinary log text to mask them.
 const MinSecretBytes = mask.MinLen
