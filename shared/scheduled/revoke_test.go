@@ -24,7 +24,14 @@ func TestRevocationWakesTheSweeper(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sweep notes %v", notes)
+			// Say what the sweeper saw: its notes against now, and the
+			// lease's expiry by the database's clock.
+			var expires time.Time
+			var state string
+			_ = f.st.Pool().QueryRow(ctx, `SELECT state, lease_expires_at FROM jobs WHERE id = $1`, c.Lease.JobID).Scan(&state, &expires)
+			next, nerr := f.st.NextSweep(ctx)
+			t.Fatalf("sweep notes %v (now %v); job %s, lease until %v; the next sweep by the store %v (%v)",
+				notes, time.Now(), state, expires, next, nerr)
 		}
 	}
 	revoked := time.Now()
