@@ -14,13 +14,20 @@ func TestRevocationWakesTheSweeper(t *testing.T) {
 	f := newFixtureTTL(t, time.Minute)
 	ctx := context.Background()
 	c := f.claimSwept(t)
-	// Wait for a pass to leave only the note of the lease's expiry.
+	// Wait for the passes to leave only notes of the lease's expiry: one
+	// slot, or two when the expiry lies within the difference between two
+	// passes' reading of it (the database's time turned into the board's
+	// clock) of a slot's edge, as it did in loaded runs.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		notes, err := f.board.Notes(ctx, wake.Sweep)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(notes) == 1 && notes[0].After(time.Now().Add(30*time.Second)) {
+		far := len(notes) > 0 && len(notes) <= 2
+		for _, n := range notes {
+			far = far && n.After(time.Now().Add(30*time.Second))
+		}
+		if far {
 			break
 		}
 		if time.Now().After(deadline) {
