@@ -84,8 +84,9 @@ type execer interface {
 // (but a pass's own kind) and, when queued, that jobs were queued. In a
 // pass, notes it cannot make are owed, in q, the write's own transaction
 // or connection, before it commits (see PayOwedNotes). It returns when it
-// began, which bounds the commit (coveredBy); zero when the notes were
-// owed: the write itself carries them, so its commit is not bounded.
+// began, which bounds a lone statement (coveredBy) and tells a late commit
+// (afterLateCommit); zero when the notes were owed: the write itself
+// carries them, so neither applies.
 func (s *Store) mark(ctx context.Context, q execer, queued bool, kinds ...string) (time.Time, error) {
 	if s.board == nil {
 		return time.Time{}, nil
@@ -235,9 +236,8 @@ func (s *Store) commitMarked(ctx context.Context, tx *noteTx) error {
 // toward an extra look, never none. A commit the server makes more than
 // MaxCommitDelay after its client saw it fail is not covered.
 func (s *Store) afterLateCommit(ctx context.Context, err error, started time.Time, queued bool, kinds []string) {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return // the server's error: it rolled the transaction back
+	if rolledBack(err) {
+		return
 	}
 	if err == nil && s.board.Now().Sub(started) <= s.board.CommitDelay()*4/5 {
 		return
@@ -300,11 +300,17 @@ func (s *Store) coveredBy(ctx context.Context, started time.Time) (context.Conte
 // when whatever such a commit left is due (a lease ends at the latest its
 // TTL after its statement began): toward an extra pass, never none.
 func (s *Store) afterFailure(ctx context.Context, err error, kind string, after time.Duration) {
-	var pgErr *pgconn.PgError
-	if s.board == nil || errors.As(err, &pgErr) {
-		return // the server's error: it rolled the statement back
+	if s.board == nil || rolledBack(err) {
+		return
 	}
 	_ = s.board.Due(context.WithoutCancel(ctx), kind, s.board.Now().Add(after))
+}
+
+// rolledBack says whether err is the server's own error: it rolled the
+// statement or transaction back, so nothing of it can commit later.
+func rolledBack(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
 }
 
 // nextUploadEndSQL is when the oldest upload handed out and not committed
