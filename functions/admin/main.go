@@ -11,6 +11,6 @@ import (
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectAtStart)
-	lambdaapp.StartAdmin(srv.Store)
+	be := lambdaapp.MustBackend(context.Background(), lambdaapp.ConnectAtStart)
+	lambdaapp.StartAdmin(be.Store)
 }

@@ -8,16 +8,17 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/lambdaapp/gateway"
 	"github.com/forgeci/forgeci/shared/scm/kick"
 )
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectAtStart)
+	srv := gateway.MustServer(ctx, lambdaapp.ConnectAtStart)
 	// A GitHub project's manual run, or a retried delivery, is a
 	// delivery: wake the scm function for it.
 	wake, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
 	lambdaapp.MustNot(srv.Log, "lambda client", err)
 	srv.OnDelivery = wake
-	lambdaapp.StartHTTP(srv.Serve(api.APIFunction))
+	gateway.StartHTTP(srv.Serve(api.APIFunction))
 }

@@ -7,9 +7,10 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/lambdaapp/gateway"
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectAtStart)
-	lambdaapp.StartHTTP(srv.Serve(api.ArtifactsFunction))
+	srv := gateway.MustServer(context.Background(), lambdaapp.ConnectAtStart)
+	gateway.StartHTTP(srv.Serve(api.ArtifactsFunction))
 }

@@ -7,9 +7,10 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/lambdaapp/gateway"
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectLazily)
-	lambdaapp.StartHTTP(srv.Serve(api.ClaimFunction))
+	srv := gateway.MustServer(context.Background(), lambdaapp.ConnectLazily)
+	gateway.StartHTTP(srv.Serve(api.ClaimFunction))
 }

@@ -14,11 +14,11 @@ import (
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectLazily)
-	pass := scheduled.GC(srv.Store, 0, srv.Log)
+	be := lambdaapp.MustBackend(context.Background(), lambdaapp.ConnectLazily)
+	pass := scheduled.GC(be.Store, 0, be.Log)
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
-		ran, err := scheduled.Run(ctx, srv.Store, wake.GC, pass)
-		srv.Log.Info("gc", "ran", ran, "err", err)
+		ran, err := scheduled.Run(ctx, be.Store, wake.GC, pass)
+		be.Log.Info("gc", "ran", ran, "err", err)
 		return err
 	})
 }

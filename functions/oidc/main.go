@@ -10,12 +10,13 @@ import (
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/idtoken"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/lambdaapp/gateway"
 )
 
 func main() {
 	ctx := context.Background()
 	// Lazily: its discovery and key routes are public and need no query.
-	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
+	srv := gateway.MustServer(ctx, lambdaapp.ConnectLazily)
 	// A KMS key signs the tokens (FORGECI_OIDC_*); without them, the
 	// routes answer 503 unavailable.
 	issuer, err := idtoken.FromEnv(ctx)
@@ -23,5 +24,5 @@ func main() {
 	if issuer != nil {
 		srv.IDTokens = issuer
 	}
-	lambdaapp.StartHTTP(srv.Serve(api.OIDCFunction))
+	gateway.StartHTTP(srv.Serve(api.OIDCFunction))
 }

@@ -14,11 +14,11 @@ import (
 )
 
 func main() {
-	srv := lambdaapp.MustServer(context.Background(), lambdaapp.ConnectLazily)
+	be := lambdaapp.MustBackend(context.Background(), lambdaapp.ConnectLazily)
 	groups, err := scaling.ParseGroups(os.Getenv("FORGECI_SCALE_GROUPS"))
-	lambdaapp.MustNot(srv.Log, "scale groups", err)
+	lambdaapp.MustNot(be.Log, "scale groups", err)
 	asg, err := scaling.NewAutoScaling()
-	lambdaapp.MustNot(srv.Log, "auto scaling client", err)
-	s := &scaling.Scaler{Store: srv.Store, ASG: asg, Groups: groups, Log: srv.Log, Now: time.Now}
+	lambdaapp.MustNot(be.Log, "auto scaling client", err)
+	s := &scaling.Scaler{Store: be.Store, ASG: asg, Groups: groups, Log: be.Log, Now: time.Now}
 	lambdaapp.StartScheduled(s.Run)
 }

@@ -16,8 +16,8 @@ import (
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
-	w := &scm.Worker{Store: srv.Store, CAS: srv.CAS, Log: srv.Log,
+	be := lambdaapp.MustBackend(ctx, lambdaapp.ConnectLazily)
+	w := &scm.Worker{Store: be.Store, CAS: be.CAS, Log: be.Log,
 		PublicURL: os.Getenv("FORGECI_PUBLIC_URL"), TempDir: os.TempDir()}
 	key, err := lambdaapp.Secret(ctx, "FORGECI_GITHUB_PRIVATE_KEY")
 	if err == nil {
@@ -25,14 +25,14 @@ func main() {
 		app, err = scm.AppFromEnv(key)
 		w.App = app
 	}
-	lambdaapp.MustNot(srv.Log, "github", err)
+	lambdaapp.MustNot(be.Log, "github", err)
 	lambdaapp.StartEvents(func(ctx context.Context, source string) error {
 		if source != "aws.events" {
 			// Kicked by a function that recorded a delivery.
-			return scheduled.RunKicked(ctx, srv.Store, wake.SCM, w.Pass)
+			return scheduled.RunKicked(ctx, be.Store, wake.SCM, w.Pass)
 		}
-		ran, err := scheduled.Run(ctx, srv.Store, wake.SCM, w.Pass)
-		srv.Log.Info("scm", "ran", ran, "err", err)
+		ran, err := scheduled.Run(ctx, be.Store, wake.SCM, w.Pass)
+		be.Log.Info("scm", "ran", ran, "err", err)
 		return err
 	})
 }

@@ -18,16 +18,16 @@ import (
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
+	be := lambdaapp.MustBackend(ctx, lambdaapp.ConnectLazily)
 	// A GitHub project's schedule firing is a delivery: wake the scm
 	// function for it rather than wait for its next pass.
-	wakeSCM, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
-	lambdaapp.MustNot(srv.Log, "lambda client", err)
-	w := &scheduled.Sweeper{Store: srv.Store, Log: srv.Log, Wake: wakeSCM,
-		Notifier: &notify.Deliverer{Store: srv.Store, Log: srv.Log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}}
+	wakeSCM, err := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), be.Log)
+	lambdaapp.MustNot(be.Log, "lambda client", err)
+	w := &scheduled.Sweeper{Store: be.Store, Log: be.Log, Wake: wakeSCM,
+		Notifier: &notify.Deliverer{Store: be.Store, Log: be.Log, PublicURL: os.Getenv("FORGECI_PUBLIC_URL")}}
 	lambdaapp.StartScheduled(func(ctx context.Context) error {
-		ran, err := scheduled.Run(ctx, srv.Store, wake.Sweep, w.Pass)
-		srv.Log.Info("sweeper", "ran", ran, "err", err)
+		ran, err := scheduled.Run(ctx, be.Store, wake.Sweep, w.Pass)
+		be.Log.Info("sweeper", "ran", ran, "err", err)
 		return err
 	})
 }

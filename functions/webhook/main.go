@@ -10,12 +10,13 @@ import (
 
 	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/lambdaapp"
+	"github.com/forgeci/forgeci/shared/lambdaapp/gateway"
 	"github.com/forgeci/forgeci/shared/scm/kick"
 )
 
 func main() {
 	ctx := context.Background()
-	srv := lambdaapp.MustServer(ctx, lambdaapp.ConnectLazily)
+	srv := gateway.MustServer(ctx, lambdaapp.ConnectLazily)
 	// The App's webhook secret is optional: repository webhooks carry their own.
 	var err error
 	if os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET_SECRET_ARN")+os.Getenv("FORGECI_GITHUB_WEBHOOK_SECRET") != "" {
@@ -26,5 +27,5 @@ func main() {
 	kick, kerr := kick.Lambda(ctx, os.Getenv("FORGECI_SCM_FUNCTION"), srv.Log)
 	lambdaapp.MustNot(srv.Log, "secret or lambda client", errors.Join(err, kerr))
 	srv.OnDelivery = kick
-	lambdaapp.StartHTTP(srv.Serve(api.WebhookFunction))
+	gateway.StartHTTP(srv.Serve(api.WebhookFunction))
 }

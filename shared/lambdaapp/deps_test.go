@@ -3,6 +3,7 @@ package lambdaapp_test
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,6 +36,29 @@ func TestHeavyDependenciesStayPut(t *testing.T) {
 		for pkg, owner := range owners {
 			if deps[pkg] != (d.Name() == owner) {
 				t.Errorf("functions/%s links %s: %v (only %s should)", d.Name(), pkg, deps[pkg], owner)
+			}
+		}
+	}
+}
+
+// TestRoutelessFunctionsLinkNoAPI: the functions without an HTTP route
+// build their backend with lambdaapp alone, so their cold starts do not
+// initialise the API server's packages (the pipeline parser, the GitHub
+// client, zstd), which lambdaapp would link if it built the API server.
+func TestRoutelessFunctionsLinkNoAPI(t *testing.T) {
+	for _, fn := range []string{"admin", "gc", "scaler", "sweeper"} {
+		out, err := exec.Command("go", "list", "-tags", "lambda.norpc", "-deps", "../../functions/"+fn).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", fn, err)
+		}
+		deps := strings.Fields(string(out))
+		if !slices.Contains(deps, "github.com/forgeci/forgeci/shared/lambdaapp") {
+			t.Fatalf("functions/%s does not link lambdaapp: is the check still right?", fn)
+		}
+		for _, pkg := range []string{"github.com/forgeci/forgeci/shared/api", "github.com/forgeci/forgeci/shared/pipeline",
+			"github.com/google/go-github/v62/github", "github.com/klauspost/compress/zstd"} {
+			if slices.Contains(deps, pkg) {
+				t.Errorf("functions/%s links %s", fn, pkg)
 			}
 		}
 	}

@@ -1,24 +1,21 @@
 // Package lambdaapp is what every functions/<name>/main.go shares: read the
 // configuration from the environment and fail fast, read secrets (Secrets
-// Manager in AWS, the environment elsewhere), open one small pgx pool per
-// container at cold start, and hand a plain net/http handler to the Lambda
-// runtime through the API Gateway HTTP API (payload v2) adapter.
+// Manager in AWS, the environment elsewhere), and build the backend: one
+// small pgx pool per container, the store, the CAS. The functions behind
+// API Gateway add the API server (package gateway); the others link no
+// more than this.
 package lambdaapp
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/awslabs/aws-lambda-go-api-proxy/core"
-	"github.com/awslabs/aws-lambda-go-api-proxy/httpadapter"
 
-	"github.com/forgeci/forgeci/shared/api"
 	"github.com/forgeci/forgeci/shared/cas"
 	"github.com/forgeci/forgeci/shared/secretbox"
 	"github.com/forgeci/forgeci/shared/store"
@@ -31,10 +28,7 @@ type Config struct {
 	LeaseTTL    time.Duration // FORGECI_LEASE_TTL_SECONDS
 	// WakeGrain (FORGECI_WAKE_GRAIN_SECONDS, default 60) is the width of
 	// a due note's slot (package wake): the scheduled functions' period.
-	WakeGrain time.Duration
-	// Polls: FORGECI_BUSY_POLL_SECONDS (default 2) and
-	// FORGECI_IDLE_POLL_SECONDS (default 20), what idle runners are told.
-	Polls       api.Polls
+	WakeGrain   time.Duration
 	MaxLogBytes int64 // FORGECI_MAX_LOG_BYTES
 	// FORGECI_MAX_RUN_LOG_BYTES, FORGECI_MAX_RUN_ARTIFACT_BYTES: what one
 	// run's jobs may log and commit together.
@@ -60,7 +54,7 @@ func LoadConfig(ctx context.Context) (Config, error) {
 	if cfg.CAS.Bucket == "" {
 		return cfg, fmt.Errorf("FORGECI_BUCKET is not set")
 	}
-	if err := loadWakeConfig(&cfg); err != nil {
+	if cfg.WakeGrain, err = EnvSeconds("FORGECI_WAKE_GRAIN_SECONDS", 60, 3600); err != nil {
 		return cfg, err
 	}
 	if v := os.Getenv("FORGECI_LEASE_TTL_SECONDS"); v != "" {
@@ -101,10 +95,18 @@ const (
 	ConnectAtStart
 )
 
-// MustServer builds the store and API server at cold start, or exits on
-// a configuration it cannot use. An unreachable database is met by the
+// Backend is what a function's cold start builds: the store over the
+// container's pool, the CAS, the log.
+type Backend struct {
+	Store *store.Store
+	CAS   *cas.Store
+	Log   *slog.Logger
+}
+
+// MustBackend builds the backend at cold start, or exits on a
+// configuration it cannot use. An unreachable database is met by the
 // first query, which answers its request with the error.
-func MustServer(ctx context.Context, connect Connect) *api.Server {
+func MustBackend(ctx context.Context, connect Connect) Backend {
 	cfg, err := LoadConfig(ctx)
 	if err != nil {
 		fail(cfg.Log, "config", err)
@@ -141,7 +143,7 @@ func MustServer(ctx context.Context, connect Connect) *api.Server {
 	st.SetBoard(wake.New(blobs, cfg.WakeGrain))
 	// With a GitHub App, writes note the GitHub worker's work too.
 	st.SetSCM(os.Getenv("FORGECI_SCM_ENABLED") == "1")
-	return &api.Server{Store: st, CAS: blobs, Log: cfg.Log, Polls: cfg.Polls}
+	return Backend{Store: st, CAS: blobs, Log: cfg.Log}
 }
 
 // PoolOptions shape the one pool of a container. A container serves one
@@ -154,22 +156,6 @@ func MustServer(ctx context.Context, connect Connect) *api.Server {
 // since a frozen container's timers do not run.
 var PoolOptions = store.PoolOptions{MaxConns: 2, NoStatementCache: true, NoStartupSettings: true,
 	IdleClose: 5 * time.Second, Lazy: true}
-
-// StartHTTP serves h to API Gateway HTTP API events. It does not return.
-func StartHTTP(h http.Handler) {
-	lambda.Start(httpadapter.NewV2(withGatewayID(h)).ProxyWithContext)
-}
-
-// withGatewayID gives each request API Gateway's request ID, which its
-// access log has too.
-func withGatewayID(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if rc, ok := core.GetAPIGatewayV2ContextFromContext(r.Context()); ok && rc.RequestID != "" {
-			r = api.WithRequestID(r, rc.RequestID)
-		}
-		h.ServeHTTP(w, r)
-	})
-}
 
 // StartScheduled runs fn for each scheduled (EventBridge) invocation.
 func StartScheduled(fn func(ctx context.Context) error) {
@@ -204,21 +190,15 @@ func fail(log *slog.Logger, what string, err error) {
 	os.Exit(1)
 }
 
-func loadWakeConfig(cfg *Config) error {
-	for _, v := range []struct {
-		name     string
-		into     *time.Duration
-		def, max int
-	}{{"FORGECI_WAKE_GRAIN_SECONDS", &cfg.WakeGrain, 60, 3600}, {"FORGECI_BUSY_POLL_SECONDS", &cfg.Polls.Busy, 2, 60},
-		{"FORGECI_IDLE_POLL_SECONDS", &cfg.Polls.Idle, 20, 300}} {
-		n := v.def
-		if s := os.Getenv(v.name); s != "" {
-			var err error
-			if n, err = strconv.Atoi(s); err != nil || n < 1 || n > v.max {
-				return fmt.Errorf("%s must be an integer from 1 to %d, got %q", v.name, v.max, s)
-			}
+// EnvSeconds reads a whole number of seconds from 1 to max from the
+// environment variable name, def when it is unset.
+func EnvSeconds(name string, def, max int) (time.Duration, error) {
+	n := def
+	if s := os.Getenv(name); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 1 || n > max {
+			return 0, fmt.Errorf("%s must be an integer from 1 to %d, got %q", name, max, s)
 		}
-		*v.into = time.Duration(n) * time.Second
 	}
-	return nil
+	return time.Duration(n) * time.Second, nil
 }

@@ -29,7 +29,7 @@ const migrationsResourceID = "forgeci-migrations"
 // Migrations is the handler of the template's Custom::Migrations resource:
 // on Create and Update it applies every pending migration (schema.Migrate is
 // idempotent and holds an advisory lock); on Delete it does nothing, since
-// the database outlives the resource. Unlike lambdaapp.MustServer it never exits at
+// the database outlives the resource. Unlike lambdaapp.MustBackend it never exits at
 // cold start: CloudFormation waits up to an hour for an answer, so every
 // failure, including a missing secret, must come back as a FAILED response.
 // early is the connection Start began at cold start (nil: none).
