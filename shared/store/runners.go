@@ -300,7 +300,11 @@ func (s *Store) lookupTokenWith(ctx context.Context, token, prefix, query string
 	}
 	want := hashSecret(token)
 	var got []byte
-	err = s.pool.QueryRow(ctx, query, append([]any{want}, args...)...).Scan(append(dest, &got)...)
+	// Exec mode: one round trip and one parse, where the describe would
+	// add a round trip and a parse on a new connection; a lookup is the
+	// first statement of most cold starts (0.2 ms less on a new backend
+	// here). The arguments are hashes (bytea) and numbers.
+	err = s.pool.QueryRow(ctx, query, append([]any{pgx.QueryExecModeExec, want}, args...)...).Scan(append(dest, &got)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
