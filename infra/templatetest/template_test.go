@@ -812,6 +812,9 @@ func checkIdle(t *testing.T, generic map[string]any, overrides map[string]any) {
 	if !strings.Contains(params, "idle_session_timeout:10000") {
 		t.Errorf("the database does not end idle sessions (idle_session_timeout): %s", params)
 	}
+	if !strings.Contains(params, "DateStyle:ISO, MDY") {
+		t.Errorf("the database's DateStyle is not pinned to ISO, which exec-mode statements read times in: %s", params)
+	}
 	cluster := fmt.Sprint(dig(res, "AuroraClusterParameterGroup", "Properties", "Parameters"))
 	if !strings.Contains(cluster, "rds.force_ssl:1") {
 		t.Errorf("Aurora does not require TLS: %s", cluster)

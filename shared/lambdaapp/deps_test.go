@@ -45,8 +45,9 @@ func TestHeavyDependenciesStayPut(t *testing.T) {
 // build their backend with lambdaapp alone, so their cold starts do not
 // initialise the API server's packages (the pipeline parser, the GitHub
 // client, zstd), which lambdaapp would link if it built the API server.
+// scm, the GitHub worker, needs the parser, the client and zstd itself.
 func TestRoutelessFunctionsLinkNoAPI(t *testing.T) {
-	for _, fn := range []string{"admin", "gc", "scaler", "sweeper"} {
+	for _, fn := range []string{"admin", "gc", "migrate", "scaler", "sweeper", "scm"} {
 		out, err := exec.Command("go", "list", "-tags", "lambda.norpc", "-deps", "../../functions/"+fn).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", fn, err)
@@ -55,9 +56,9 @@ func TestRoutelessFunctionsLinkNoAPI(t *testing.T) {
 		if !slices.Contains(deps, "github.com/forgeci/forgeci/shared/lambdaapp") {
 			t.Fatalf("functions/%s does not link lambdaapp: is the check still right?", fn)
 		}
-		for _, pkg := range []string{"github.com/forgeci/forgeci/shared/api", "github.com/forgeci/forgeci/shared/pipeline",
-			"github.com/google/go-github/v62/github", "github.com/klauspost/compress/zstd"} {
-			if slices.Contains(deps, pkg) {
+		for _, pkg := range []string{"github.com/forgeci/forgeci/shared/api", "github.com/forgeci/forgeci/shared/lambdaapp/gateway",
+			"github.com/forgeci/forgeci/shared/pipeline", "github.com/google/go-github/v62/github", "github.com/klauspost/compress/zstd"} {
+			if slices.Contains(deps, pkg) && (fn != "scm" || strings.HasSuffix(pkg, "/api") || strings.HasSuffix(pkg, "/gateway")) {
 				t.Errorf("functions/%s links %s", fn, pkg)
 			}
 		}

@@ -184,7 +184,7 @@ func MustNot(log *slog.Logger, what string, err error) {
 
 func fail(log *slog.Logger, what string, err error) {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	log.Error("cold start failed", "part", what, "err", err)
 	os.Exit(1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/store"
@@ -70,5 +71,33 @@ func TestListRunnersJobs(t *testing.T) {
 	}
 	if want := fmt.Sprintf("%s %s/q#%d:job-a", a.ID, third.ID, third.Number); got(rs[0]) != want {
 		t.Fatalf("page two: %s, want %s", got(rs[0]), want)
+	}
+}
+
+// TestListRunnersInAnotherDateStyle: the runner list, whose statements
+// read their times as text (exec mode), is read in ISO whatever DateStyle
+// the database is given: the pool sends ISO at connection (template.yaml
+// pins it for RDS Proxy, where no startup setting may be sent).
+func TestListRunnersInAnotherDateStyle(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	setup, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET DateStyle = ''SQL, DMY''', current_database()); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close()
+	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 2, NoStatementCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := store.New(pool, store.Limits{})
+	r := scopedRunner(t, s, store.Scope{Untrusted: true}, "x")
+	rs, _, err := s.ListRunners(ctx, store.Page{})
+	if err != nil || len(rs) != 1 || rs[0].ID != r.ID || time.Since(rs[0].CreatedAt).Abs() > time.Hour {
+		t.Fatalf("runners %+v, %v", rs, err)
 	}
 }

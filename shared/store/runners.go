@@ -300,11 +300,7 @@ func (s *Store) lookupTokenWith(ctx context.Context, token, prefix, query string
 	}
 	want := hashSecret(token)
 	var got []byte
-	// Exec mode: one round trip and one parse, where the describe would
-	// add a round trip and a parse on a new connection; a lookup is the
-	// first statement of most cold starts (0.2 ms less on a new backend
-	// here). The arguments are hashes (bytea) and numbers.
-	err = s.pool.QueryRow(ctx, query, append([]any{pgx.QueryExecModeExec, want}, args...)...).Scan(append(dest, &got)...)
+	err = s.pool.QueryRow(ctx, query, append([]any{want}, args...)...).Scan(append(dest, &got)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -392,7 +388,9 @@ func (s *Store) dropVerdict(ctx context.Context, hash []byte) error {
 
 // ListRunners returns a page of the runners, newest first. Both
 // statements go in pgx's exec mode (one round trip each, no describe
-// first): their arguments are text, numbers and a text array.
+// first): their arguments are text, numbers and a text array, and their
+// results come back as text, which pgx reads for times only in
+// PostgreSQL's default DateStyle, ISO (pinned: OpenPool, template.yaml).
 func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string, error) {
 	limit, after, err := pg.parseTimed(2, 0) // created_at, id
 	if err != nil {
@@ -427,9 +425,9 @@ func (s *Store) ListRunners(ctx context.Context, pg Page) ([]RunnerInfo, string,
 	return rs, next, s.addRunnersJobs(ctx, rs, busy)
 }
 
-// addRunnersJobs fills in the jobs the runners busy (of rs) run now. A job
-// that ended since the page was read is left out, one started since is
-// not added: the page shows a moment, as one statement would.
+// addRunnersJobs fills in the jobs the runners busy (of rs) run now, as
+// of this second statement: a busy runner shows the jobs it runs by
+// then, and a runner that was idle at the first shows none.
 func (s *Store) addRunnersJobs(ctx context.Context, rs []RunnerInfo, busy []string) error {
 	rows, err := s.pool.Query(ctx, runnersJobsSQL, pgx.QueryExecModeExec, busy)
 	if err != nil {

@@ -151,7 +151,7 @@ type PoolOptions struct {
 	// NoStartupSettings sends no server settings in the startup message
 	// (application_name only): RDS Proxy refuses connections that carry
 	// parameters it does not know. The server's parameter group sets
-	// plan_cache_mode instead (template.yaml).
+	// plan_cache_mode and DateStyle instead (template.yaml).
 	NoStartupSettings bool
 	// IdleClose closes a connection idle this long (checked every second
 	// while the process runs): an idle stack holds no connection, so a
@@ -188,6 +188,9 @@ func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 	// the custom plans), which doubled the cost of every claim.
 	if !opts.NoStartupSettings {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+		// Statements in exec mode get their times back as text, which
+		// pgx reads in this DateStyle only (PostgreSQL's default).
+		cfg.ConnConfig.RuntimeParams["DateStyle"] = "ISO, MDY"
 	}
 	if opts.Configure != nil {
 		if err := opts.Configure(cfg); err != nil {

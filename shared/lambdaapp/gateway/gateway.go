@@ -23,9 +23,9 @@ import (
 // server over it at cold start, or exits on a configuration it cannot
 // use.
 func MustServer(ctx context.Context, connect lambdaapp.Connect) *api.Server {
-	b := lambdaapp.MustBackend(ctx, connect)
 	polls, err := LoadPolls()
-	lambdaapp.MustNot(b.Log, "config", err)
+	lambdaapp.MustNot(nil, "config", err)
+	b := lambdaapp.MustBackend(ctx, connect)
 	return &api.Server{Store: b.Store, CAS: b.CAS, Log: b.Log, Polls: polls}
 }
 
