@@ -177,6 +177,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(src)
 	f.Add([]byte("jobs:\n  a:\n    steps: [{run: x}]\n"))
 	f.Add([]byte("jobs: {a: {needs: [a], steps: []}}"))
+	f.Add([]byte("jobs:\n  a:\n    steps:\n      - uses: actions/checkout@v4\n        with: {fetch-depth: 0, submodules: false}\n      - run: x\n"))
 	f.Add(pipelinetest.Realistic(8 << 10))
 	for _, c := range pipelinetest.Adversarial(4 << 10) {
 		f.Add(c.Src)

@@ -22,7 +22,10 @@ var shells = map[string][]string{
 func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) domain.Step {
 	var st domain.Step
 	hasRun := false
-	p.keys(kvs, sp, "name, run, env, timeout-minutes, id, if, shell, working-directory or continue-on-error", map[string]func(ast.Node, string){
+	var uses string
+	var usesNode, with ast.Node
+	var runOnly []string // shell and working-directory: for run steps
+	p.keys(kvs, sp, "name, run, uses, with, env, timeout-minutes, id, if, shell, working-directory or continue-on-error", map[string]func(ast.Node, string){
 		"name": func(v ast.Node, kp string) { st.Name, _ = p.str(v, kp) },
 		"run": func(v ast.Node, kp string) {
 			st.Run, hasRun = p.str(v, kp)
@@ -30,24 +33,50 @@ func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) d
 				p.errorf(v, kp, "run must not be empty")
 			}
 		},
-		"env":               func(v ast.Node, kp string) { st.Env = p.env(v, kp) },
-		"timeout-minutes":   func(v ast.Node, kp string) { st.TimeoutSeconds = p.minutes(v, kp) },
-		"id":                func(v ast.Node, kp string) { st.ID = p.stepID(v, kp) },
-		"if":                func(v ast.Node, kp string) { st.If = p.condition(v, kp, stepContexts) },
-		"shell":             func(v ast.Node, kp string) { st.Shell = p.shell(v, kp) },
-		"working-directory": func(v ast.Node, kp string) { st.WorkingDirectory = p.workDir(v, kp) },
-		"continue-on-error": func(v ast.Node, kp string) { st.ContinueOnError = p.boolean(v, kp) },
-		"uses": func(v ast.Node, kp string) {
-			p.errorf(v, kp, "uses (actions) is not supported: write the shell commands in run")
+		"env":             func(v ast.Node, kp string) { st.Env = p.env(v, kp) },
+		"timeout-minutes": func(v ast.Node, kp string) { st.TimeoutSeconds = p.minutes(v, kp) },
+		"id":              func(v ast.Node, kp string) { st.ID = p.stepID(v, kp) },
+		"if":              func(v ast.Node, kp string) { st.If = p.condition(v, kp, stepContexts) },
+		"shell":           func(v ast.Node, kp string) { st.Shell = p.shell(v, kp); runOnly = append(runOnly, "shell") },
+		"working-directory": func(v ast.Node, kp string) {
+			st.WorkingDirectory = p.workDir(v, kp)
+			runOnly = append(runOnly, "working-directory")
 		},
+		"continue-on-error": func(v ast.Node, kp string) { st.ContinueOnError = p.boolean(v, kp) },
+		"uses":              func(v ast.Node, kp string) { uses, _ = p.str(v, kp); usesNode = v },
+		"with":              func(v ast.Node, kp string) { with = v },
 	})
-	if !hasRun {
+	switch {
+	case usesNode != nil && hasRun:
+		p.errorf(usesNode, sp+".uses", "a step has run or uses, not both")
+	case usesNode != nil && !isCheckout(uses):
+		p.errorf(usesNode, sp+".uses", "uses (actions) is not supported but for actions/checkout (the workspace is the run's snapshot): write the shell commands in run")
+	case usesNode != nil:
+		p.checkoutStep(&st, sn, sp, with, runOnly)
+	case !hasRun:
 		p.errorf(sn, sp+".run", "run is required")
+	case with != nil:
+		p.errorf(with, sp+".with", "with is for a uses step")
 	}
 	if st.Name == "" {
 		st.Name = firstLine(strings.TrimSpace(st.Run))
 	}
 	return st
+}
+
+// checkoutStep makes a checkout step one that says there is nothing to
+// fetch (checkoutScript).
+func (p *parseState) checkoutStep(st *domain.Step, sn ast.Node, sp string, with ast.Node, runOnly []string) {
+	for _, key := range runOnly {
+		p.errorf(sn, sp+"."+key, "%s is for a run step", key)
+	}
+	if with != nil {
+		p.checkoutWith(with, sp+".with")
+	}
+	st.Run = checkoutScript
+	if st.Name == "" {
+		st.Name = "actions/checkout"
+	}
 }
 
 func (p *parseState) minutes(v ast.Node, kp string) int {

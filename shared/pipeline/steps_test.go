@@ -54,7 +54,7 @@ func TestStepKeys(t *testing.T) {
 		"{run: a, if: 'x ${{ true }}'}":       "an if: is one expression",
 		"{run: a, if: nope()}":                "unknown function nope()",
 		"{run: a, continue-on-error: 'yes'}":  "must be true or false",
-		"{run: a, uses: actions/checkout@v4}": "uses (actions) is not supported",
+		"{run: a, uses: actions/checkout@v4}": "a step has run or uses, not both",
 	})
 	_, err = pipeline.Parse("f.yml", []byte("jobs:\n  a:\n    steps:\n      - {id: x, run: a}\n      - {id: x, run: b}\n"))
 	if err == nil || !strings.Contains(err.Error(), `step id "x" is used twice`) {
