@@ -287,6 +287,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("artifacts: list and download with the CLI", testArtifactsCLI(s))
 	t.Run("test reports: summed up, kept, shown", testReports(s))
 	t.Run("starter workflows", testWorkflows(s))
+	t.Run("actions/checkout: nothing to fetch, the run's commit and ref as outputs", testCheckout(s))
 
 	t.Run("timeout fails the job with a reason", func(t *testing.T) {
 		// timeout-minutes is whole minutes, so this waits one minute.

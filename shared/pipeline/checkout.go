@@ -1,34 +1,67 @@
 package pipeline
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/goccy/go-yaml/ast"
+
+	"github.com/forgeci/forgeci/shared/domain"
 )
 
 // checkoutScript is what a step `uses: actions/checkout@REF` runs: the
 // workspace is the run's snapshot already, verified by its digest before
-// the job starts, so there is nothing to fetch; the log says so.
-const checkoutScript = `echo "actions/checkout: nothing to fetch; the workspace is this run's snapshot, verified by its digest (it holds no .git)"`
+// the job starts, so there is nothing to fetch; the log says so. Its
+// outputs are GitHub's: the commit and ref of what is in the workspace
+// (the runner sets $FORGECI_OUTPUT for the steps feature, which a step
+// with an id needs).
+const checkoutScript = `echo "actions/checkout: nothing to fetch; the workspace is this run's snapshot, verified by its digest (it holds no .git)"
+if [ -n "${FORGECI_OUTPUT:-}" ]; then printf 'commit=%s\nref=%s\n' "${FORGECI_SHA:-}" "${FORGECI_REF:-}" >> "$FORGECI_OUTPUT"; fi`
 
 // checkoutIgnored are the inputs of actions/checkout that change nothing
-// when nothing is fetched: how deep, with what credentials, what is kept.
-var checkoutIgnored = []string{"fetch-depth", "fetch-tags", "persist-credentials", "clean", "show-progress",
-	"set-safe-directory", "token", "ssh-key", "ssh-known-hosts", "ssh-strict", "ssh-user"}
+// when nothing is fetched: with what credentials, what is kept, how.
+var checkoutIgnored = map[string]bool{"persist-credentials": true, "clean": true, "show-progress": true,
+	"set-safe-directory": true, "token": true, "ssh-key": true, "ssh-known-hosts": true, "ssh-strict": true,
+	"ssh-user": true, "filter": true, "sparse-checkout-cone-mode": true, "allow-unsafe-pr-checkout": true}
 
-// checkoutOff are its inputs accepted only when false: the snapshot holds
-// no submodule and no LFS object but what the repository commits.
-var checkoutOff = []string{"submodules", "lfs"}
+// checkoutRefRE is the version a uses names: a tag, branch or commit.
+var checkoutRefRE = domain.LazyRegexp(`^[A-Za-z0-9._/-]{1,255}$`)
 
-// isCheckout says whether uses names actions/checkout at some version.
-func isCheckout(uses string) bool {
-	name, ref, ok := strings.Cut(uses, "@")
-	return ok && ref != "" && strings.EqualFold(name, "actions/checkout")
+// isCheckoutStep says whether st was made from actions/checkout: the
+// defaults for run steps do not apply to it.
+func isCheckoutStep(st domain.Step) bool { return st.Run == checkoutScript }
+
+// checkoutUses says whether uses names actions/checkout (ASCII letters in
+// any case, as GitHub reads an action's name), and whether with a version.
+func checkoutUses(uses string) (checkout, versioned bool) {
+	name, ref, _ := strings.Cut(uses, "@")
+	if !asciiEqualFold(name, "actions/checkout") {
+		return false, false
+	}
+	return true, checkoutRefRE().MatchString(ref)
+}
+
+func asciiEqualFold(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := range len(s) {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
 }
 
 // checkoutWith checks a checkout step's with: what would fetch another
-// repository, ref, path or subset than the run's snapshot is refused.
+// repository, ref, path, subset or history than the run's snapshot is
+// refused; the rest must be single values and is not read.
 func (p *parseState) checkoutWith(n ast.Node, path string) {
 	kvs, ok := p.mapping(n, path)
 	if !ok {
@@ -36,26 +69,48 @@ func (p *parseState) checkoutWith(n ast.Node, path string) {
 	}
 	for _, kv := range kvs {
 		key, kp := keyOf(kv), path+"."+keyOf(kv)
-		switch {
-		case slices.Contains(checkoutIgnored, key):
-		case slices.Contains(checkoutOff, key):
-			if !isFalse(kv.Value) {
-				p.errorf(kv.Value, kp, "actions/checkout with %s is not supported: the workspace is the run's snapshot, which holds no submodules or LFS objects; set it to false or leave it out", key)
+		s, single := p.checkoutValue(kv.Value, kp)
+		if !single {
+			continue
+		}
+		switch key {
+		case "submodules", "lfs":
+			if v := strings.ToLower(s); v == "true" || v == "recursive" || strings.Contains(s, "${{") {
+				p.errorf(kv.Value, kp, "actions/checkout with %s is not supported: nothing is fetched but the run's snapshot; set it to false or leave it out", key)
+			}
+		case "fetch-depth":
+			if s != "1" && s != "" {
+				p.errorf(kv.Value, kp, "actions/checkout with fetch-depth %s is not supported: the workspace holds no .git, so no history; "+
+					"leave it out, and use $GITHUB_SHA and $GITHUB_REF rather than git", s)
+			}
+		case "fetch-tags":
+			if v := strings.ToLower(s); v != "false" && v != "" {
+				p.errorf(kv.Value, kp, "actions/checkout with fetch-tags is not supported: the workspace holds no .git, so no tags; leave it out")
 			}
 		default:
-			p.errorf(kv.Key, kp, "actions/checkout with %s is not supported: the workspace is the run's snapshot (its repository, at its commit, whole, at the workspace's root); "+
-				"leave %s out, or fetch what else the job needs in a run step", key, key)
+			if !checkoutIgnored[key] {
+				p.errorf(kv.Key, kp, "actions/checkout with %s is not supported: the workspace is the run's snapshot (its repository, at its commit, whole, "+
+					"at the workspace's root); leave %s out, or fetch what else the job needs in a run step", key, key)
+			}
 		}
 	}
 }
 
-// isFalse says whether n is false, written as a boolean or a string.
-func isFalse(n ast.Node) bool {
+// checkoutValue reads an input's value as text: a single value (string,
+// number, boolean or null, expressions checked), not a list or mapping.
+func (p *parseState) checkoutValue(n ast.Node, kp string) (string, bool) {
 	switch v := unwrap(n).(type) {
-	case *ast.BoolNode:
-		return !v.Value
 	case *ast.StringNode:
-		return strings.EqualFold(v.Value, "false")
+		p.checkExprs(n, kp, v.Value)
+		return v.Value, true
+	case *ast.LiteralNode:
+		p.checkExprs(n, kp, v.Value.Value)
+		return v.Value.Value, true
+	case *ast.IntegerNode, *ast.BoolNode, *ast.FloatNode:
+		return v.GetToken().Value, true
+	case *ast.NullNode, nil:
+		return "", true
 	}
-	return false
+	p.errorf(n, kp, "must be a single value, not %s", kindOf(n))
+	return "", false
 }

@@ -125,10 +125,12 @@ func (p *parseState) expandSteps(j *rawJob, combo map[string]string) []domain.St
 	defaults := p.runDefaults.over(j.runDefaults)
 	for i, st := range j.steps {
 		sp := fmt.Sprintf("%s.steps[%d]", j.path, i)
-		if st.Shell == nil {
+		// defaults.run is for run steps, as GitHub's: a checkout step's
+		// script is for the runner's shell, in the workspace.
+		if st.Shell == nil && !isCheckoutStep(st) {
 			st.Shell = defaults.shell
 		}
-		if st.WorkingDirectory == "" {
+		if st.WorkingDirectory == "" && !isCheckoutStep(st) {
 			st.WorkingDirectory = defaults.dir
 		}
 		at := place{secrets: true, runner: stepContexts, steps: ids}

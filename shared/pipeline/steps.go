@@ -21,10 +21,15 @@ var shells = map[string][]string{
 
 func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) domain.Step {
 	var st domain.Step
-	hasRun := false
+	hasRun, usesOK := false, false
 	var uses string
 	var usesNode, with ast.Node
-	var runOnly []string // shell and working-directory: for run steps
+	var runOnly []*ast.MappingValueNode // shell and working-directory: for run steps
+	for _, kv := range kvs {
+		if k := keyOf(kv); k == "shell" || k == "working-directory" {
+			runOnly = append(runOnly, kv)
+		}
+	}
 	p.keys(kvs, sp, "name, run, uses, with, env, timeout-minutes, id, if, shell, working-directory or continue-on-error", map[string]func(ast.Node, string){
 		"name": func(v ast.Node, kp string) { st.Name, _ = p.str(v, kp) },
 		"run": func(v ast.Node, kp string) {
@@ -33,26 +38,27 @@ func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) d
 				p.errorf(v, kp, "run must not be empty")
 			}
 		},
-		"env":             func(v ast.Node, kp string) { st.Env = p.env(v, kp) },
-		"timeout-minutes": func(v ast.Node, kp string) { st.TimeoutSeconds = p.minutes(v, kp) },
-		"id":              func(v ast.Node, kp string) { st.ID = p.stepID(v, kp) },
-		"if":              func(v ast.Node, kp string) { st.If = p.condition(v, kp, stepContexts) },
-		"shell":           func(v ast.Node, kp string) { st.Shell = p.shell(v, kp); runOnly = append(runOnly, "shell") },
-		"working-directory": func(v ast.Node, kp string) {
-			st.WorkingDirectory = p.workDir(v, kp)
-			runOnly = append(runOnly, "working-directory")
-		},
+		"env":               func(v ast.Node, kp string) { st.Env = p.env(v, kp) },
+		"timeout-minutes":   func(v ast.Node, kp string) { st.TimeoutSeconds = p.minutes(v, kp) },
+		"id":                func(v ast.Node, kp string) { st.ID = p.stepID(v, kp) },
+		"if":                func(v ast.Node, kp string) { st.If = p.condition(v, kp, stepContexts) },
+		"shell":             func(v ast.Node, kp string) { st.Shell = p.shell(v, kp) },
+		"working-directory": func(v ast.Node, kp string) { st.WorkingDirectory = p.workDir(v, kp) },
 		"continue-on-error": func(v ast.Node, kp string) { st.ContinueOnError = p.boolean(v, kp) },
-		"uses":              func(v ast.Node, kp string) { uses, _ = p.str(v, kp); usesNode = v },
+		"uses":              func(v ast.Node, kp string) { uses, usesOK = p.str(v, kp); usesNode = v },
 		"with":              func(v ast.Node, kp string) { with = v },
 	})
+	checkout, versioned := checkoutUses(uses)
 	switch {
 	case usesNode != nil && hasRun:
 		p.errorf(usesNode, sp+".uses", "a step has run or uses, not both")
-	case usesNode != nil && !isCheckout(uses):
-		p.errorf(usesNode, sp+".uses", "uses (actions) is not supported but for actions/checkout (the workspace is the run's snapshot): write the shell commands in run")
+	case usesNode != nil && !usesOK: // str has said why
+	case usesNode != nil && !checkout:
+		p.errorf(usesNode, sp+".uses", "uses (actions) is not supported, except actions/checkout (the workspace is the run's snapshot): write the shell commands in run")
+	case usesNode != nil && !versioned:
+		p.errorf(usesNode, sp+".uses", "actions/checkout needs a version of letters, digits and . _ / -, as actions/checkout@v4")
 	case usesNode != nil:
-		p.checkoutStep(&st, sn, sp, with, runOnly)
+		p.checkoutStep(&st, sp, with, runOnly)
 	case !hasRun:
 		p.errorf(sn, sp+".run", "run is required")
 	case with != nil:
@@ -65,10 +71,10 @@ func (p *parseState) step(sn ast.Node, sp string, kvs []*ast.MappingValueNode) d
 }
 
 // checkoutStep makes a checkout step one that says there is nothing to
-// fetch (checkoutScript).
-func (p *parseState) checkoutStep(st *domain.Step, sn ast.Node, sp string, with ast.Node, runOnly []string) {
-	for _, key := range runOnly {
-		p.errorf(sn, sp+"."+key, "%s is for a run step", key)
+// fetch and gives GitHub's outputs (checkoutScript).
+func (p *parseState) checkoutStep(st *domain.Step, sp string, with ast.Node, runOnly []*ast.MappingValueNode) {
+	for _, kv := range runOnly {
+		p.errorf(kv.Key, sp+"."+keyOf(kv), "%s is for a run step", keyOf(kv))
 	}
 	if with != nil {
 		p.checkoutWith(with, sp+".with")
