@@ -96,21 +96,11 @@ func (p *parseState) checkoutWith(n ast.Node, path string) {
 	}
 }
 
-// checkoutValue reads an input's value as text: a single value (string,
-// number, boolean or null, expressions checked), not a list or mapping.
+// checkoutValue reads an input's value as text: a string, number,
+// boolean or nothing (expressions checked), not a list or mapping.
 func (p *parseState) checkoutValue(n ast.Node, kp string) (string, bool) {
-	switch v := unwrap(n).(type) {
-	case *ast.StringNode:
-		p.checkExprs(n, kp, v.Value)
-		return v.Value, true
-	case *ast.LiteralNode:
-		p.checkExprs(n, kp, v.Value.Value)
-		return v.Value.Value, true
-	case *ast.IntegerNode, *ast.BoolNode, *ast.FloatNode:
-		return v.GetToken().Value, true
-	case *ast.NullNode, nil:
+	if _, null := unwrap(n).(*ast.NullNode); null || n == nil {
 		return "", true
 	}
-	p.errorf(n, kp, "must be a single value, not %s", kindOf(n))
-	return "", false
+	return p.str(n, kp)
 }

@@ -29,6 +29,7 @@ jobs:
           submodules: false
           lfs: "false"
           filter: blob:none
+          ssh-strict:
           token: ${{ secrets.PAT }}
       - name: Get the code
         id: co
@@ -105,7 +106,7 @@ func TestCheckoutRefusals(t *testing.T) {
 		"{uses: actions/checkout@v4, with: {lfs: true}}":             "actions/checkout with lfs is not supported",
 		"{uses: actions/checkout@v4, with: {fetch-depth: 0}}":        "actions/checkout with fetch-depth 0 is not supported: the workspace holds no .git",
 		"{uses: actions/checkout@v4, with: {fetch-tags: true}}":      "actions/checkout with fetch-tags is not supported",
-		"{uses: actions/checkout@v4, with: {token: [a]}}":            "steps[0].with.token: must be a single value, not a list",
+		"{uses: actions/checkout@v4, with: {token: [a]}}":            "steps[0].with.token: must be a string, not a list",
 		"{uses: actions/checkout@v4, with: {clean: '${{ foo( }}'}}":  "steps[0].with.clean: expression",
 		"{uses: actions/checkout@v4, with: [fetch-depth]}":           "steps[0].with: must be a mapping",
 		"{uses: actions/checkout@v4, shell: bash}":                   "steps[0].shell: shell is for a run step",
