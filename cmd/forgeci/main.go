@@ -95,7 +95,7 @@ func newRoot() *cobra.Command {
 	pf.StringVar(&g.config, "config", "", "config file (default $FORGECI_CONFIG or ~/.config/forgeci/config.json)")
 	pf.BoolVar(&g.json, "json", false, "print JSON instead of text")
 	root.AddGroup(&cobra.Group{ID: "use", Title: "Runs and runners:"}, &cobra.Group{ID: "ops", Title: "Operating ForgeCI:"})
-	for _, c := range []*cobra.Command{loginCmd(g), submitCmd(g), runCmd(g), runsCmd(g), artifactsCmd(g), logsCmd(g), testsCmd(g), cancelCmd(g), retryCmd(g),
+	for _, c := range []*cobra.Command{loginCmd(g), checkCmd(g), submitCmd(g), runCmd(g), runsCmd(g), artifactsCmd(g), logsCmd(g), testsCmd(g), cancelCmd(g), retryCmd(g),
 		decideCmd(g, "approve", "Approve a run from a first-time contributor: its jobs start (project writers)"),
 		decideCmd(g, "reject", "Reject a run from a first-time contributor: its jobs end CANCELED (project writers)"),
 		projectCmd(g), secretCmd(g), varCmd(g), envCmd(g), deploymentsCmd(g), deployCmd(g), runnerCmd(g), tokenCmd(g)} {

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forgeci/forgeci/shared/pipeline"
+)
+
+// checkCmd parses a pipeline file here, with the parser the control plane
+// uses, so that a workflow being moved from GitHub Actions can be made to
+// parse without a server: each problem located, or the jobs it makes.
+func checkCmd(g *global) *cobra.Command {
+	return &cobra.Command{
+		Use: "check [FILE|DIR]",
+		Short: "Check a pipeline file offline, as the server would parse it (default ./" + pipeline.FileName +
+			"): each problem with its line, or the jobs it makes; exit 1 on problems",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			path := pipeline.FileName
+			if len(args) == 1 {
+				path = args[0]
+			}
+			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+				path = filepath.Join(path, pipeline.FileName)
+			}
+			return checkFile(g, path)
+		},
+	}
+}
+
+// checkedJob is a job as check shows it.
+type checkedJob struct {
+	Name     string   `json:"name"`
+	Needs    []string `json:"needs"`
+	RunsOn   []string `json:"runs_on"`
+	Steps    int      `json:"steps"`
+	Features []string `json:"runner_features"`
+}
+
+func checkFile(g *global, path string) error {
+	src, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no pipeline file at %s: name the file, or the directory holding its %s", path, pipeline.FileName)
+	}
+	if err != nil {
+		return err
+	}
+	if len(src) > pipeline.MaxFileBytes {
+		return fmt.Errorf("%s is %d bytes, over the limit of %d", path, len(src), pipeline.MaxFileBytes)
+	}
+	p, err := pipeline.Parse(filepath.Base(path), src)
+	var errs pipeline.Errors
+	if errors.As(err, &errs) {
+		for _, e := range errs {
+			fmt.Fprintln(os.Stderr, plainText(e.Error(), false))
+		}
+		fmt.Fprintf(os.Stderr, "forgeci: %s: %d problem(s)\n", plainText(path, false), len(errs))
+		return exitError(1)
+	}
+	if err != nil {
+		return err
+	}
+	jobs := make([]checkedJob, 0, len(p.Jobs))
+	for _, j := range p.Jobs {
+		jobs = append(jobs, checkedJob{Name: j.Name, Needs: orNone(j.Needs), RunsOn: orNone(j.Labels),
+			Steps: len(j.Spec.Steps), Features: orNone(j.Spec.Features())})
+	}
+	if !g.json {
+		printf("%s: ok, %d job(s)\n", path, len(jobs))
+	}
+	return printTable(g, jobs, "JOB\tNEEDS\tRUNS-ON\tSTEPS\tRUNNER FEATURES", func(j checkedJob) []any {
+		return []any{j.Name, strings.Join(j.Needs, ","), strings.Join(j.RunsOn, ","), j.Steps, strings.Join(j.Features, ",")}
+	})
+}
+
+func orNone(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

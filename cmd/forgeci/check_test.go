@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckPrintsTheJobs: check parses a pipeline offline (no server, no
+// token) and prints the jobs it makes: matrix combinations, needs,
+// runs-on, steps and the runner features each needs; a directory means
+// its .forgeci.yml; --json prints the same as data.
+func TestCheckPrintsTheJobs(t *testing.T) {
+	t.Setenv("FORGECI_URL", "")
+	t.Setenv("FORGECI_TOKEN", "")
+	dir := t.TempDir()
+	src := `jobs:
+  build:
+    runs-on: linux
+    strategy: {matrix: {go: ["1.25", "1.26"]}}
+    steps:
+      - uses: actions/checkout@v4
+      - {id: v, run: go version}
+  ship:
+    needs: build
+    runs-on: [linux, deploy]
+    steps: [{run: echo ship}]
+`
+	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := cliOutput(t, "--config", filepath.Join(dir, "none.json"), "check", dir)
+	for _, want := range []string{"ok, 3 job(s)", "build (1.25)", "build (1.26)", "ship ", "linux,deploy", "steps"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check's output lacks %q:\n%s", want, out)
+		}
+	}
+	var jobs []checkedJob
+	if err := json.Unmarshal([]byte(cliOutput(t, "--json", "check", filepath.Join(dir, ".forgeci.yml"))), &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 3 || jobs[2].Name != "ship" || strings.Join(jobs[2].Needs, ",") != "build (1.25),build (1.26)" ||
+		jobs[0].Steps != 2 || strings.Join(jobs[0].Features, ",") != "steps" || len(jobs[2].Features) != 0 {
+		t.Fatalf("jobs %+v", jobs)
+	}
+}
+
+// TestCheckLocatesEachProblem: a file that does not parse gets every
+// problem on stderr with its line and column, as plain text (a key may
+// hold escape sequences), and exit status 1.
+func TestCheckLocatesEachProblem(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ci.yml")
+	src := "jobs:\n  a:\n    steps:\n      - uses: actions/setup-go@v5\n  \"b\\e[31m\":\n    needs: nope\n    steps: [{run: x}]\n"
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	root := newRoot()
+	root.SetArgs([]string{"check", path})
+	err = root.ExecuteContext(context.Background())
+	w.Close()
+	os.Stderr = stderr
+	msg, _ := io.ReadAll(r)
+	var exit exitError
+	if !errors.As(err, &exit) || exit != 1 {
+		t.Fatalf("exit %v, want status 1; stderr:\n%s", err, msg)
+	}
+	for _, want := range []string{"ci.yml:4:15: jobs.a.steps[0].uses: uses (actions) is not supported", "ci.yml:5:3: ", "job name", "2 problem(s)"} {
+		if !strings.Contains(string(msg), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.ContainsRune(string(msg), 0x1b) {
+		t.Errorf("stderr holds an escape character: %q", msg)
+	}
+}
