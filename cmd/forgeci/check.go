@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,15 +45,22 @@ type checkedJob struct {
 }
 
 func checkFile(g *global, path string) error {
-	src, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no pipeline file at %s: name the file, or the directory holding its %s", path, pipeline.FileName)
 	}
 	if err != nil {
 		return err
 	}
+	defer f.Close()
+	// Read no more than a pipeline may hold: FILE may be a device or a
+	// pipe that never ends.
+	src, err := io.ReadAll(io.LimitReader(f, pipeline.MaxFileBytes+1))
+	if err != nil {
+		return err
+	}
 	if len(src) > pipeline.MaxFileBytes {
-		return fmt.Errorf("%s is %d bytes, over the limit of %d", path, len(src), pipeline.MaxFileBytes)
+		return fmt.Errorf("%s is over the limit of %d bytes", path, pipeline.MaxFileBytes)
 	}
 	p, err := pipeline.Parse(filepath.Base(path), src)
 	var errs pipeline.Errors

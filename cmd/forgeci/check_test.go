@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCheckPrintsTheJobs: check parses a pipeline offline (no server, no
@@ -82,5 +83,24 @@ func TestCheckLocatesEachProblem(t *testing.T) {
 	}
 	if strings.ContainsRune(string(msg), 0x1b) {
 		t.Errorf("stderr holds an escape character: %q", msg)
+	}
+}
+
+// TestCheckReadsABoundedFile: a FILE that never ends (a device, a pipe)
+// is read no further than a pipeline may be, and refused.
+func TestCheckReadsABoundedFile(t *testing.T) {
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot()
+		root.SetArgs([]string{"check", "/dev/zero"})
+		done <- root.ExecuteContext(context.Background())
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "over the limit") {
+			t.Fatalf("check /dev/zero: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("check /dev/zero did not end")
 	}
 }
