@@ -45,16 +45,24 @@ type checkedJob struct {
 }
 
 func checkFile(g *global, path string) error {
-	f, err := os.Open(path)
+	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no pipeline file at %s: name the file, or the directory holding its %s", path, pipeline.FileName)
 	}
 	if err != nil {
 		return err
 	}
+	// As the server: a snapshot keeps a link as a link, and the pipeline
+	// must be a file (a device or a pipe could also never end).
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%s): the server reads %s only as one", path, fi.Mode().Type(), pipeline.FileName)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
 	defer f.Close()
-	// Read no more than a pipeline may hold: FILE may be a device or a
-	// pipe that never ends.
+	// No more than a pipeline may hold, should it have grown meanwhile.
 	src, err := io.ReadAll(io.LimitReader(f, pipeline.MaxFileBytes+1))
 	if err != nil {
 		return err
@@ -62,7 +70,7 @@ func checkFile(g *global, path string) error {
 	if len(src) > pipeline.MaxFileBytes {
 		return fmt.Errorf("%s is over the limit of %d bytes", path, pipeline.MaxFileBytes)
 	}
-	p, err := pipeline.Parse(filepath.Base(path), src)
+	p, err := pipeline.Parse(path, src)
 	var errs pipeline.Errors
 	if errors.As(err, &errs) {
 		for _, e := range errs {
@@ -80,7 +88,7 @@ func checkFile(g *global, path string) error {
 			Steps: len(j.Spec.Steps), Features: orNone(j.Spec.Features())})
 	}
 	if !g.json {
-		printf("%s: ok, %d job(s)\n", path, len(jobs))
+		printf("%s: ok, %d job(s)\n", cell(path), len(jobs))
 	}
 	return printTable(g, jobs, "JOB\tNEEDS\tRUNS-ON\tSTEPS\tRUNNER FEATURES", func(j checkedJob) []any {
 		return []any{j.Name, strings.Join(j.Needs, ","), strings.Join(j.RunsOn, ","), j.Steps, strings.Join(j.Features, ",")}

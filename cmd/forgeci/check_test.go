@@ -87,7 +87,7 @@ func TestCheckLocatesEachProblem(t *testing.T) {
 }
 
 // TestCheckReadsABoundedFile: a FILE that never ends (a device, a pipe)
-// is read no further than a pipeline may be, and refused.
+// or a link, which the server would not read either, is refused unread.
 func TestCheckReadsABoundedFile(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
@@ -97,10 +97,34 @@ func TestCheckReadsABoundedFile(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "over the limit") {
+		if err == nil || !strings.Contains(err.Error(), "/dev/zero is not a regular file") {
 			t.Fatalf("check /dev/zero: %v", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("check /dev/zero did not end")
+	}
+}
+
+// TestCheckShowsNamesAsText: a job's name made of a matrix value holding
+// a bidi override, and a link for the pipeline file, as a checkout could
+// hold: the table shows the override as U+FFFD, the link is refused.
+func TestCheckShowsNamesAsText(t *testing.T) {
+	dir := t.TempDir()
+	src := "jobs:\n  b:\n    strategy: {matrix: {x: [\"\\u202etxt.exe\"]}}\n    steps: [{run: x}]\n"
+	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := cliOutput(t, "check", dir)
+	if strings.ContainsRune(out, 0x202e) || !strings.Contains(out, "b (\uFFFDtxt.exe)") {
+		t.Errorf("the table shows %q", out)
+	}
+	linked := t.TempDir()
+	if err := os.Symlink(filepath.Join(dir, ".forgeci.yml"), filepath.Join(linked, ".forgeci.yml")); err != nil {
+		t.Fatal(err)
+	}
+	root := newRoot()
+	root.SetArgs([]string{"check", linked})
+	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "is not a regular file") {
+		t.Errorf("a linked pipeline file: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -182,8 +183,8 @@ func safeLog(fn func(out io.Writer) error) error {
 }
 
 // plainText is s with every control character shown: C0 and DEL in caret
-// notation (but newlines and tabs when keep says so), C1 and bytes that
-// are not UTF-8 as U+FFFD. For what the CLI prints that has no use for
+// notation (but newlines and tabs when keep says so), C1, format
+// characters and bytes that are not UTF-8 as U+FFFD. For what the CLI prints that has no use for
 // controls: a server's strings (a job's name is the pipeline's text) in
 // its messages, and table cells, where a tab or a newline would also
 // forge a column or a row.
@@ -206,10 +207,12 @@ func plainText(s string, keep bool) string {
 	return b.String()
 }
 
-// printable says r is no control character (C0, DEL, C1) and no
-// undecodable byte (U+FFFD as range reads it).
+// printable says r is no control character (C0, DEL, C1), no format
+// character (Unicode's Cf: bidi overrides and isolates, which reorder
+// what follows them, zero-width characters) and no undecodable byte
+// (U+FFFD as range reads it).
 func printable(r rune) bool {
-	return r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f) && r != utf8.RuneError
+	return r >= 0x20 && r != 0x7f && (r < 0x80 || r > 0x9f) && r != utf8.RuneError && !unicode.Is(unicode.Cf, r)
 }
 
 // cell is v as a table cell: plain text on one line.

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -72,6 +73,16 @@ func (p *parseState) expandJob(j *rawJob, combo map[string]string, names map[str
 	}
 	for _, l := range j.labels {
 		job.Labels = append(job.Labels, p.substitute(j, j.path+".runs-on", l, combo, place{made: madeContexts}))
+	}
+	// As the store would: the labels the file fixes (a matrix's values
+	// in), each valid and none twice; those the run fills in (vars,
+	// inputs) are checked when it is made.
+	fixed := slices.DeleteFunc(slices.Clone(job.Labels), func(l string) bool { return strings.Contains(l, "${{") })
+	if err := domain.ValidateLabels(fixed); err != nil {
+		var de *domain.Error
+		if errors.As(err, &de) {
+			p.errorf(j.labelsNode, j.path+".runs-on", "job %q: %s", job.Name, de.Message)
+		}
 	}
 	job.Spec.Limits = j.limits
 	job.Spec.Env = map[string]string{}

@@ -168,7 +168,6 @@ func AsError(err error) error {
 var (
 	jobNameRE    = domain.LazyRegexp(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$`)
 	envKeyRE     = domain.LazyRegexp(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	labelRE      = domain.LazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
 	secretNameRE = domain.LazyRegexp(`^[A-Z_][A-Z0-9_]{0,99}$`)
 	// Compiled once: compiling it for each artifact cost a realistic
 	// 256 KiB pipeline 30 MB.
@@ -295,6 +294,7 @@ type rawJob struct {
 	needsNode  ast.Node
 	needs      []string
 	labels     []string
+	labelsNode ast.Node
 	timeout    int
 	env        map[string]string
 	steps      []domain.Step
@@ -404,9 +404,9 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 		kp := path + "." + key
 		switch key {
 		case "runs-on":
-			j.labels = p.strList(kv.Value, kp)
+			j.labels, j.labelsNode = p.strList(kv.Value, kp), kv.Value
 			for _, l := range j.labels {
-				if !labelRE().MatchString(l) && !strings.Contains(l, "${{") {
+				if !domain.LabelRE().MatchString(l) && !strings.Contains(l, "${{") {
 					p.errorf(kv.Value, kp, "label %q must hold only letters, digits and . _ : / - (at most 64)", l)
 				}
 			}

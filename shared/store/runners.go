@@ -140,25 +140,8 @@ type RunnerJob struct {
 	RunNumber int64  `json:"run_number"`
 }
 
-var labelRE = domain.LazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
-
-// ValidateLabels checks runner or job labels.
-func ValidateLabels(labels []string) error {
-	if len(labels) > 32 {
-		return domain.Errorf(domain.EInvalid, "at most 32 labels are allowed")
-	}
-	seen := map[string]bool{}
-	for _, l := range labels {
-		if !labelRE().MatchString(l) {
-			return domain.Errorf(domain.EInvalid, "label %q is not valid: use letters, digits and . _ : / - (at most 64)", l)
-		}
-		if seen[l] {
-			return domain.Errorf(domain.EInvalid, "label %q is repeated", l)
-		}
-		seen[l] = true
-	}
-	return nil
-}
+// ValidateLabels checks runner or job labels (domain.ValidateLabels).
+func ValidateLabels(labels []string) error { return domain.ValidateLabels(labels) }
 
 // newSecret returns a random token with the given prefix: 32 random bytes.
 func newSecret(prefix string) string {
