@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/forgeci/forgeci/shared/pipeline"
+	"github.com/forgeci/forgeci/shared/snapshot"
 )
 
 // checkCmd parses a pipeline file here, with the parser the control plane
@@ -82,6 +84,7 @@ func checkFile(g *global, path string) error {
 	if err != nil {
 		return err
 	}
+	warnUntracked(path)
 	jobs := make([]checkedJob, 0, len(p.Jobs))
 	for _, j := range p.Jobs {
 		jobs = append(jobs, checkedJob{Name: j.Name, Needs: orNone(j.Needs), RunsOn: orNone(j.Labels),
@@ -100,4 +103,18 @@ func orNone(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// warnUntracked says so when the pipeline file is the root's of a git
+// checkout and git does not track it: submit takes what git tracks, and
+// would say the snapshot has no pipeline file.
+func warnUntracked(path string) {
+	dir := filepath.Dir(path)
+	if filepath.Base(path) != pipeline.FileName || !snapshot.IsGitCheckout(dir) {
+		return
+	}
+	if exec.Command("git", "-C", dir, "ls-files", "--error-unmatch", "--", pipeline.FileName).Run() != nil {
+		fmt.Fprintf(os.Stderr, "forgeci: warning: git does not track %s, and forgeci submit takes what git tracks: git add it (or submit --untracked)\n",
+			plainText(path, false))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,18 +61,7 @@ func TestCheckLocatesEachProblem(t *testing.T) {
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := os.Stderr
-	os.Stderr = w
-	root := newRoot()
-	root.SetArgs([]string{"check", path})
-	err = root.ExecuteContext(context.Background())
-	w.Close()
-	os.Stderr = stderr
-	msg, _ := io.ReadAll(r)
+	msg, err := cliStderr(t, "check", path)
 	var exit exitError
 	if !errors.As(err, &exit) || exit != 1 {
 		t.Fatalf("exit %v, want status 1; stderr:\n%s", err, msg)
@@ -126,5 +116,47 @@ func TestCheckShowsNamesAsText(t *testing.T) {
 	root.SetArgs([]string{"check", linked})
 	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "is not a regular file") {
 		t.Errorf("a linked pipeline file: %v", err)
+	}
+}
+
+// cliStderr runs the CLI with args and returns what it printed on stderr
+// and its error.
+func cliStderr(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	root := newRoot()
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	w.Close()
+	os.Stderr = stderr
+	msg, _ := io.ReadAll(r)
+	return msg, err
+}
+
+// TestCheckWarnsOfAnUntrackedFile: in a git checkout, a pipeline file git
+// does not track passes check with a warning (submit would not take it),
+// and without one once added.
+func TestCheckWarnsOfAnUntrackedFile(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("git", "-C", dir, "init", "-q").CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v %s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte("jobs: {a: {steps: [{run: x}]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := cliStderr(t, "check", dir)
+	if err != nil || !strings.Contains(string(msg), "git does not track") {
+		t.Fatalf("untracked: %v, stderr %q", err, msg)
+	}
+	if out, err := exec.Command("git", "-C", dir, "add", ".forgeci.yml").CombinedOutput(); err != nil {
+		t.Fatalf("git add: %v %s", err, out)
+	}
+	if msg, err = cliStderr(t, "check", dir); err != nil || len(msg) != 0 {
+		t.Fatalf("tracked: %v, stderr %q", err, msg)
 	}
 }
