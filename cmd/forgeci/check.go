@@ -75,11 +75,7 @@ func checkFile(g *global, path string) error {
 	p, err := pipeline.Parse(path, src)
 	var errs pipeline.Errors
 	if errors.As(err, &errs) {
-		for _, e := range errs {
-			fmt.Fprintln(os.Stderr, plainText(e.Error(), false))
-		}
-		fmt.Fprintf(os.Stderr, "forgeci: %s: %d problem(s)\n", plainText(path, false), len(errs))
-		return exitError(1)
+		return reportProblems(g, path, errs)
 	}
 	if err != nil {
 		return err
@@ -96,6 +92,35 @@ func checkFile(g *global, path string) error {
 	return printTable(g, jobs, "JOB\tNEEDS\tRUNS-ON\tSTEPS\tRUNNER FEATURES", func(j checkedJob) []any {
 		return []any{j.Name, strings.Join(j.Needs, ","), strings.Join(j.RunsOn, ","), j.Steps, strings.Join(j.Features, ",")}
 	})
+}
+
+// problem is a pipeline's problem as check --json prints it.
+type problem struct {
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Column  int    `json:"column"`
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+// reportProblems prints a file's problems, located (on stderr, or on
+// stdout as JSON with --json, for an editor or a CI step), and exits 1.
+func reportProblems(g *global, path string, errs pipeline.Errors) error {
+	if g.json {
+		out := make([]problem, 0, len(errs))
+		for _, e := range errs {
+			out = append(out, problem{File: e.File, Line: e.Line, Column: e.Column, Path: e.Path, Message: e.Msg})
+		}
+		if err := printJSON(out); err != nil {
+			return err
+		}
+		return exitError(1)
+	}
+	for _, e := range errs {
+		fmt.Fprintln(os.Stderr, plainText(e.Error(), false))
+	}
+	fmt.Fprintf(os.Stderr, "forgeci: %s: %d problem(s)\n", plainText(path, false), len(errs))
+	return exitError(1)
 }
 
 func orNone(s []string) []string {

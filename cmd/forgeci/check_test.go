@@ -74,6 +74,24 @@ func TestCheckLocatesEachProblem(t *testing.T) {
 	if strings.ContainsRune(string(msg), 0x1b) {
 		t.Errorf("stderr holds an escape character: %q", msg)
 	}
+	// --json: the same problems on stdout as data, exit status 1.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	root := newRoot()
+	root.SetArgs([]string{"--json", "check", path})
+	err = root.ExecuteContext(context.Background())
+	w.Close()
+	os.Stdout = stdout
+	out, _ := io.ReadAll(r)
+	var problems []problem
+	if !errors.As(err, &exit) || exit != 1 || json.Unmarshal(out, &problems) != nil || len(problems) != 2 ||
+		problems[0].Line != 4 || problems[0].Column != 15 || problems[0].Path != "jobs.a.steps[0].uses" || problems[0].File != path {
+		t.Fatalf("--json: %v, %s", err, out)
+	}
 }
 
 // TestCheckReadsABoundedFile: a FILE that never ends (a device, a pipe)
