@@ -94,24 +94,11 @@ func checkFile(g *global, path string) error {
 	})
 }
 
-// problem is a pipeline's problem as check --json prints it.
-type problem struct {
-	File    string `json:"file"`
-	Line    int    `json:"line"`
-	Column  int    `json:"column"`
-	Path    string `json:"path"`
-	Message string `json:"message"`
-}
-
 // reportProblems prints a file's problems, located (on stderr, or on
 // stdout as JSON with --json, for an editor or a CI step), and exits 1.
 func reportProblems(g *global, path string, errs pipeline.Errors) error {
 	if g.json {
-		out := make([]problem, 0, len(errs))
-		for _, e := range errs {
-			out = append(out, problem{File: e.File, Line: e.Line, Column: e.Column, Path: e.Path, Message: e.Msg})
-		}
-		if err := printJSON(out); err != nil {
+		if err := printJSON(errs); err != nil {
 			return err
 		}
 		return exitError(1)

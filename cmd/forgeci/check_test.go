@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/forgeci/forgeci/shared/pipeline"
 )
 
 // TestCheckPrintsTheJobs: check parses a pipeline offline (no server, no
@@ -61,7 +62,7 @@ func TestCheckLocatesEachProblem(t *testing.T) {
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	msg, err := cliStderr(t, "check", path)
+	msg, err := cliCapture(t, &os.Stderr, "check", path)
 	var exit exitError
 	if !errors.As(err, &exit) || exit != 1 {
 		t.Fatalf("exit %v, want status 1; stderr:\n%s", err, msg)
@@ -75,19 +76,8 @@ func TestCheckLocatesEachProblem(t *testing.T) {
 		t.Errorf("stderr holds an escape character: %q", msg)
 	}
 	// --json: the same problems on stdout as data, exit status 1.
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	root := newRoot()
-	root.SetArgs([]string{"--json", "check", path})
-	err = root.ExecuteContext(context.Background())
-	w.Close()
-	os.Stdout = stdout
-	out, _ := io.ReadAll(r)
-	var problems []problem
+	out, err := cliCapture(t, &os.Stdout, "--json", "check", path)
+	var problems []pipeline.Error
 	if !errors.As(err, &exit) || exit != 1 || json.Unmarshal(out, &problems) != nil || len(problems) != 2 ||
 		problems[0].Line != 4 || problems[0].Column != 15 || problems[0].Path != "jobs.a.steps[0].uses" || problems[0].File != path {
 		t.Fatalf("--json: %v, %s", err, out)
@@ -137,25 +127,6 @@ func TestCheckShowsNamesAsText(t *testing.T) {
 	}
 }
 
-// cliStderr runs the CLI with args and returns what it printed on stderr
-// and its error.
-func cliStderr(t *testing.T, args ...string) ([]byte, error) {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr := os.Stderr
-	os.Stderr = w
-	root := newRoot()
-	root.SetArgs(args)
-	err = root.ExecuteContext(context.Background())
-	w.Close()
-	os.Stderr = stderr
-	msg, _ := io.ReadAll(r)
-	return msg, err
-}
-
 // TestCheckWarnsOfAnUntrackedFile: in a git checkout, a pipeline file git
 // does not track passes check with a warning (submit would not take it),
 // and without one once added.
@@ -167,14 +138,14 @@ func TestCheckWarnsOfAnUntrackedFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, ".forgeci.yml"), []byte("jobs: {a: {steps: [{run: x}]}}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	msg, err := cliStderr(t, "check", dir)
+	msg, err := cliCapture(t, &os.Stderr, "check", dir)
 	if err != nil || !strings.Contains(string(msg), "git does not track") {
 		t.Fatalf("untracked: %v, stderr %q", err, msg)
 	}
 	if out, err := exec.Command("git", "-C", dir, "add", ".forgeci.yml").CombinedOutput(); err != nil {
 		t.Fatalf("git add: %v %s", err, out)
 	}
-	if msg, err = cliStderr(t, "check", dir); err != nil || len(msg) != 0 {
+	if msg, err = cliCapture(t, &os.Stderr, "check", dir); err != nil || len(msg) != 0 {
 		t.Fatalf("tracked: %v, stderr %q", err, msg)
 	}
 }

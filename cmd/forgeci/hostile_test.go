@@ -62,22 +62,30 @@ func withStdin(t *testing.T, input string, fn func() error) error {
 // cliOutput runs the CLI with args and returns what it printed on stdout.
 func cliOutput(t *testing.T, args ...string) string {
 	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	root := newRoot()
-	root.SetArgs(args)
-	err = root.ExecuteContext(context.Background())
-	w.Close()
-	os.Stdout = stdout
-	out, _ := io.ReadAll(r)
+	out, err := cliCapture(t, &os.Stdout, args...)
 	if err != nil {
 		t.Fatalf("forgeci %s: %v", strings.Join(args, " "), err)
 	}
 	return string(out)
+}
+
+// cliCapture runs the CLI with args and returns what it printed on
+// stream (&os.Stdout or &os.Stderr) and its error.
+func cliCapture(t *testing.T, stream **os.File, args ...string) ([]byte, error) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := *stream
+	*stream = w
+	root := newRoot()
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	w.Close()
+	*stream = saved
+	out, _ := io.ReadAll(r)
+	return out, err
 }
 
 // TestArtifactsStayInTheirDirectory: `forgeci artifacts -o DIR` unpacks

@@ -114,11 +114,11 @@ func (pl *Pipeline) WorkflowName() string {
 
 // Error is one problem, located.
 type Error struct {
-	File   string
-	Line   int
-	Column int
-	Path   string // e.g. jobs.build.steps[0].run
-	Msg    string
+	File   string `json:"file"`
+	Line   int    `json:"line"`
+	Column int    `json:"column"`
+	Path   string `json:"path"` // e.g. jobs.build.steps[0].run
+	Msg    string `json:"message"`
 }
 
 func (e Error) Error() string {

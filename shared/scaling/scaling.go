@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/store"
 	"github.com/forgeci/forgeci/shared/wake"
 )
@@ -72,7 +73,7 @@ func ParseGroups(raw string) ([]Group, error) {
 		case g.WaitSeconds < 0 || g.IdleSeconds < 60:
 			return nil, fmt.Errorf("scale group %s: wait_seconds must be at least 0 and idle_seconds at least 60", g.ASG)
 		}
-		if err := store.ValidateLabels(g.Labels); err != nil {
+		if err := domain.ValidateLabels(g.Labels); err != nil {
 			return nil, fmt.Errorf("scale group %s: %w", g.ASG, err)
 		}
 		seen[g.ASG], runners[g.Runner] = true, true

@@ -186,7 +186,7 @@ func (s *Store) Claim(ctx context.Context, runner Runner, labels []string, wait 
 }
 
 func effectiveLabels(runner Runner, requested []string) ([]string, error) {
-	if err := ValidateLabels(requested); err != nil {
+	if err := domain.ValidateLabels(requested); err != nil {
 		return nil, err
 	}
 	if len(requested) == 0 {

@@ -34,7 +34,7 @@ func jobLabels(run *Run, j NewJob) ([]string, error) {
 	if len(out) == 0 {
 		return nil, domain.Errorf(domain.EInvalid, "job %s: runs-on made no label (%v)", j.Name, j.Labels)
 	}
-	if err := ValidateLabels(out); err != nil {
+	if err := domain.ValidateLabels(out); err != nil {
 		return nil, domain.Errorf(domain.EInvalid, "job %s: runs-on: %v", j.Name, err)
 	}
 	return out, nil

@@ -140,9 +140,6 @@ type RunnerJob struct {
 	RunNumber int64  `json:"run_number"`
 }
 
-// ValidateLabels checks runner or job labels (domain.ValidateLabels).
-func ValidateLabels(labels []string) error { return domain.ValidateLabels(labels) }
-
 // newSecret returns a random token with the given prefix: 32 random bytes.
 func newSecret(prefix string) string {
 	b := make([]byte, 32)
@@ -220,7 +217,7 @@ func (s *Store) RegisterRunner(ctx context.Context, registrationToken, name stri
 	if labels == nil {
 		labels = []string{}
 	}
-	if err := ValidateLabels(labels); err != nil {
+	if err := domain.ValidateLabels(labels); err != nil {
 		return "", "", err
 	}
 	if !strings.HasPrefix(registrationToken, registrationTokenPrefix) {

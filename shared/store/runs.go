@@ -461,7 +461,7 @@ func validateJobs(jobs []NewJob) error {
 		if _, dup := byName[j.Name]; dup {
 			return domain.Errorf(domain.EInvalid, "job name %q is used twice", j.Name)
 		}
-		if err := ValidateLabels(slices.DeleteFunc(slices.Clone(j.Labels), isTemplate)); err != nil {
+		if err := domain.ValidateLabels(slices.DeleteFunc(slices.Clone(j.Labels), isTemplate)); err != nil {
 			return err // the templates are checked once evaluated (jobLabels)
 		}
 		byName[j.Name] = j
