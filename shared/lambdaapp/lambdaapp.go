@@ -107,6 +107,7 @@ type Backend struct {
 // configuration it cannot use. An unreachable database is met by the
 // first query, which answers its request with the error.
 func MustBackend(ctx context.Context, connect Connect) Backend {
+	store.PrepareConnect()
 	cfg, err := LoadConfig(ctx)
 	if err != nil {
 		fail(cfg.Log, "config", err)
