@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -50,7 +51,8 @@ const registrationUsedSQL = `UPDATE registration_tokens SET used_at = now(), use
 
 // authenticateRunnerSQL finds the runner whose token has hash $1.
 const authenticateRunnerSQL = `
-SELECT id, name, labels, projects, untrusted, untrusted_only, revoked_at IS NOT NULL, token_hash FROM runners WHERE token_hash = $1`
+SELECT id, name, labels, projects, untrusted, untrusted_only, revoked_at IS NOT NULL, encode(token_hash, 'hex')
+FROM runners WHERE token_hash = $1`
 
 const revokeRunnerSQL = `UPDATE runners SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING token_hash`
 
@@ -265,29 +267,36 @@ func (s *Store) AuthenticateRunner(ctx context.Context, token string) (Runner, e
 }
 
 // lookupToken finds a bearer token by its hash: query's row scans into dest
-// and then the stored hash. found is false for a token without prefix, an
-// overlong one, an unknown one or one whose hash differs; the lookup is by
-// hash, so its timing depends on the hash, not on the secret, and the final
-// compare is constant time anyway.
+// and then the stored hash, in hex. found is false for a token without
+// prefix, an overlong one, an unknown one or one whose hash differs; the
+// lookup is by hash, so its timing depends on the hash, not on the secret,
+// and the final compare is constant time anyway.
 func (s *Store) lookupToken(ctx context.Context, token, prefix, query string, dest ...any) (found bool, err error) {
 	return s.lookupTokenWith(ctx, token, prefix, query, nil, dest...)
 }
 
 // lookupTokenWith is lookupToken with more arguments for query ($2 on).
+//
+// A lookup is the first statement of most cold starts, so it goes in exec
+// mode: one round trip and one parse, where pgx's describe adds a round
+// trip and a parse on a new connection. Exec mode reads results as text,
+// which is why the stored hash comes back in hex: bytea's text form
+// depends on the server's bytea_output. The arguments are hashes (bytea)
+// and numbers, whose types follow from their Go types.
 func (s *Store) lookupTokenWith(ctx context.Context, token, prefix, query string, args []any, dest ...any) (found bool, err error) {
 	if !strings.HasPrefix(token, prefix) || len(token) > 200 {
 		return false, nil
 	}
 	want := hashSecret(token)
-	var got []byte
-	err = s.pool.QueryRow(ctx, query, append([]any{want}, args...)...).Scan(append(dest, &got)...)
+	var got string
+	err = s.pool.QueryRow(ctx, query, append([]any{pgx.QueryExecModeExec, want}, args...)...).Scan(append(dest, &got)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	return subtle.ConstantTimeCompare(got, want) == 1, nil
+	return subtle.ConstantTimeCompare([]byte(got), []byte(hex.EncodeToString(want))) == 1, nil
 }
 
 // RevokeRunner revokes a runner: every later request with its token gets 401,

@@ -30,7 +30,7 @@ WITH found AS (
     SELECT $2, f.token_id, least(now() + make_interval(secs => $3), t.expires_at)
     FROM found f JOIN user_tokens t ON t.id = f.token_id
 ), ` + touchTokenSQL + `
-SELECT user_id, name, role, token_id, token_hash FROM found`
+SELECT user_id, name, role, token_id, encode(token_hash, 'hex') FROM found`
 
 // authenticateSessionSQL finds the unexpired session with hash $1 of an
 // active token of an active user.
@@ -40,7 +40,7 @@ WITH found AS (
     FROM ui_sessions s JOIN user_tokens t ON t.id = s.token_id JOIN users u ON u.id = t.user_id
     WHERE s.secret_hash = $1 AND s.expires_at > now() AND ` + liveTokenSQL + ` AND u.disabled_at IS NULL
 ), ` + touchTokenSQL + `
-SELECT user_id, name, role, token_id, secret_hash FROM found`
+SELECT user_id, name, role, token_id, encode(secret_hash, 'hex') FROM found`
 
 // OpenSession signs in with an API token: it returns the secret of a new
 // session and its user. Sessions past their time are deleted meanwhile

@@ -43,7 +43,7 @@ WITH found AS (
     SELECT u.id AS user_id, u.name, u.role, t.id AS token_id, t.token_hash FROM user_tokens t JOIN users u ON u.id = t.user_id
     WHERE t.token_hash = $1 AND ` + liveTokenSQL + ` AND u.disabled_at IS NULL
 ), ` + touchTokenSQL + `
-SELECT user_id, name, role, token_id, token_hash FROM found`
+SELECT user_id, name, role, token_id, encode(token_hash, 'hex') FROM found`
 
 // touchTokenSQL, a clause of a WITH whose "found" has the token's
 // token_id, notes that the token was used: to the hour, so that a busy
