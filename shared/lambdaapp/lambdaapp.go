@@ -108,6 +108,10 @@ type Backend struct {
 // first query, which answers its request with the error.
 func MustBackend(ctx context.Context, connect Connect) Backend {
 	store.PrepareConnect()
+	var pre *store.PreDialed
+	if connect == ConnectAtStart {
+		pre = PreDialDatabase()
+	}
 	cfg, err := LoadConfig(ctx)
 	if err != nil {
 		fail(cfg.Log, "config", err)
@@ -116,6 +120,7 @@ func MustBackend(ctx context.Context, connect Connect) Backend {
 	if err != nil {
 		fail(cfg.Log, "database", err)
 	}
+	opts.PreDialed = pre
 	pool, err := store.OpenPool(ctx, cfg.DatabaseURL, opts)
 	if err != nil {
 		fail(cfg.Log, "database", err)

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/forgeci/forgeci/shared/awsenv"
+	"github.com/forgeci/forgeci/shared/store"
 )
 
 // Secret returns the secret called name. In AWS the template sets
@@ -86,6 +87,19 @@ func DatabaseURL(ctx context.Context) (string, error) {
 	u := url.URL{Scheme: "postgres", User: url.UserPassword(creds.Username, creds.Password),
 		Host: net.JoinHostPort(host, port), Path: "/" + name, RawQuery: q.Encode()}
 	return u.String(), nil
+}
+
+// PreDialDatabase opens the TCP connection to the database in the
+// background (store.PreDial), for a function that connects at cold start,
+// while DatabaseURL reads the credentials; nil without
+// FORGECI_DATABASE_HOST (the whole URL is a secret: nothing to dial
+// before it is read).
+func PreDialDatabase() *store.PreDialed {
+	host := os.Getenv("FORGECI_DATABASE_HOST")
+	if host == "" {
+		return nil
+	}
+	return store.PreDial(host, envOr("FORGECI_DATABASE_PORT", "5432"))
 }
 
 func envOr(name, def string) string {

@@ -49,7 +49,7 @@ func Migrate(ctx context.Context, url string, log *slog.Logger) (applied int, er
 // applied already (most deploys) it asks one question on one connection
 // instead of running goose, which opens its own and takes a lock.
 func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretbox.Keyring) (applied, sealed int, err error) {
-	pool, err := OpenPool(ctx, url)
+	pool, err := OpenPool(ctx, url, nil)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -58,9 +58,10 @@ func MigrateAndSeal(ctx context.Context, url string, log *slog.Logger, k secretb
 }
 
 // OpenPool opens and checks the one connection MigrateAndSealWith asks
-// on.
-func OpenPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	return store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 1, NoStatementCache: true, NoStartupSettings: true})
+// on, over pre's connection when it is not nil (store.PreDial).
+func OpenPool(ctx context.Context, url string, pre *store.PreDialed) (*pgxpool.Pool, error) {
+	return store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 1, NoStatementCache: true, NoStartupSettings: true,
+		PreDialed: pre})
 }
 
 // MigrateAndSealWith is MigrateAndSeal on a pool of url opened already

@@ -163,6 +163,9 @@ type PoolOptions struct {
 	// Configure, when set, adjusts the parsed configuration (IAM database
 	// authentication: a token per connection, the RDS authorities).
 	Configure func(*pgxpool.Config) error
+	// PreDialed, when set, is the TCP connection the pool's first
+	// connection takes (PreDial).
+	PreDialed *PreDialed
 }
 
 // ConnectTimeout bounds opening one connection, unless the URL sets
@@ -202,6 +205,9 @@ func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 	// context its first caller had.
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
+	}
+	if opts.PreDialed != nil {
+		cfg.ConnConfig.DialFunc = opts.PreDialed.dialFunc(cfg.ConnConfig.DialFunc)
 	}
 	if opts.IdleClose > 0 {
 		cfg.MaxConnIdleTime = opts.IdleClose

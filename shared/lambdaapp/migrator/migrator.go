@@ -62,7 +62,7 @@ func Migrations(ctx context.Context, ev cfn.Event, early *EarlyDB) (physicalID s
 		if url, err = lambdaapp.DatabaseURL(ctx); err != nil {
 			return migrationsResourceID, nil, err
 		}
-		if pool, err = schema.OpenPool(ctx, url); err != nil {
+		if pool, err = schema.OpenPool(ctx, url, nil); err != nil {
 			return migrationsResourceID, nil, err
 		}
 		defer pool.Close()
@@ -104,6 +104,8 @@ type EarlyDB struct {
 // background.
 func ConnectEarly() *EarlyDB {
 	e := &EarlyDB{done: make(chan struct{})}
+	store.PrepareConnect()
+	pre := lambdaapp.PreDialDatabase()
 	go func() {
 		defer close(e.done)
 		// A panic here would end the process unanswered, and CloudFormation
@@ -116,7 +118,7 @@ func ConnectEarly() *EarlyDB {
 		ctx, cancel := context.WithTimeout(context.Background(), store.ConnectTimeout+10*time.Second)
 		defer cancel()
 		if e.url, e.err = lambdaapp.DatabaseURL(ctx); e.err == nil {
-			e.pool, e.err = schema.OpenPool(ctx, e.url)
+			e.pool, e.err = schema.OpenPool(ctx, e.url, pre)
 		}
 	}()
 	return e
