@@ -107,7 +107,6 @@ type Backend struct {
 // configuration it cannot use. An unreachable database is met by the
 // first query, which answers its request with the error.
 func MustBackend(ctx context.Context, connect Connect) Backend {
-	store.PrepareConnect()
 	var pre *store.PreDialed
 	if connect == ConnectAtStart {
 		pre = PreDialDatabase()

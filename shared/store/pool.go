@@ -5,7 +5,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -52,15 +51,6 @@ func (p *pool) Begin(ctx context.Context) (pgx.Tx, error) {
 func (p *pool) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	p.wait(ctx)
 	return p.pgx.Acquire(ctx)
-}
-
-// PrepareConnect builds in the background what pgx builds once per
-// process before its first connection can dial: its registry of
-// PostgreSQL types, half a millisecond or more at a cold start. Called
-// first thing at cold start, it overlaps the reading of the configuration
-// (and of the database's secret) instead of delaying the connection.
-func PrepareConnect() {
-	go pgtype.NewMap()
 }
 
 // ConnectEarly opens the pool's first connection in the background. It is

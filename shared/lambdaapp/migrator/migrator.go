@@ -104,7 +104,6 @@ type EarlyDB struct {
 // background.
 func ConnectEarly() *EarlyDB {
 	e := &EarlyDB{done: make(chan struct{})}
-	store.PrepareConnect()
 	pre := lambdaapp.PreDialDatabase()
 	go func() {
 		defer close(e.done)
