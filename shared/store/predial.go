@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -17,51 +18,110 @@ import (
 // until the pool's first connection speaks on it (TLS, startup,
 // authentication, all as with a connection it dialed itself).
 type PreDialed struct {
-	done  chan struct{}
-	conn  net.Conn
-	err   error
-	taken atomic.Bool
+	host     string
+	resolved chan struct{} // closed once addrs and addr are set (or the lookup failed)
+	addrs    []string      // the host's addresses, as the resolver gave them
+	addr     string        // the one dialed: addrs[0] and the port
+	done     chan struct{} // closed once conn or err is set
+	conn     net.Conn
+	err      error
+	taken    atomic.Bool
 }
 
-// PreDial dials host:port (a name is resolved as pgx resolves it, and
-// the first address is dialed) in the background.
+// preDialedLife bounds how long a pre-dialed connection waits to be
+// taken: one not taken by then (the configuration failed, the pool never
+// dialed) is closed.
+const preDialedLife = 10 * time.Second
+
+// PreDial resolves host as pgx does and dials its first address at port,
+// in the background.
 func PreDial(host, port string) *PreDialed {
-	p := &PreDialed{done: make(chan struct{})}
+	p := &PreDialed{host: host, resolved: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(context.Background(), ConnectTimeout)
 		defer cancel()
 		addrs, err := net.DefaultResolver.LookupHost(ctx, host)
-		if err != nil {
-			p.err = err
+		if err == nil && len(addrs) > 0 {
+			p.addrs, p.addr = addrs, net.JoinHostPort(addrs[0], port)
+		}
+		close(p.resolved)
+		if p.addr == "" {
+			p.err = &net.DNSError{Err: "no address", Name: host}
 			return
 		}
 		var d net.Dialer // pgx's own dialer is a zero net.Dialer
-		p.conn, p.err = d.DialContext(ctx, "tcp", net.JoinHostPort(addrs[0], port))
+		p.conn, p.err = d.DialContext(ctx, "tcp", p.addr)
 	}()
+	time.AfterFunc(preDialedLife, p.Release)
 	return p
 }
 
-// dialFunc wraps next: the pool's first dial takes the pre-dialed
-// connection when it is to the same address; any other dial, or a first
-// one the pre-dial cannot serve (it failed, or reached another address),
-// dials as next does. A connection not taken is closed.
+// Release closes the connection unless it was taken: for a cold start
+// that will not connect after all.
+func (p *PreDialed) Release() {
+	if p != nil && p.taken.CompareAndSwap(false, true) {
+		go p.discard()
+	}
+}
+
+// lookupFunc wraps next: the first lookup of the pre-dialed host answers
+// the addresses PreDial found, in their order, so that pgx dials the
+// pre-dialed one first (a resolver may rotate a name's addresses between
+// two lookups). Later lookups, and any of another host, are next's.
+func (p *PreDialed) lookupFunc(next pgconn.LookupFunc) pgconn.LookupFunc {
+	var first atomic.Bool
+	return func(ctx context.Context, host string) ([]string, error) {
+		if host == p.host && first.CompareAndSwap(false, true) {
+			select {
+			case <-p.resolved:
+				if p.addrs != nil {
+					return p.addrs, nil
+				}
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return next(ctx, host)
+	}
+}
+
+// dialFunc wraps next: the pool's first TCP dial takes the pre-dialed
+// connection when it is to the same address and still open. A first dial
+// to another address does not wait for the pre-dial, and the pre-dialed
+// connection is closed; every other dial is next's.
 func (p *PreDialed) dialFunc(next pgconn.DialFunc) pgconn.DialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if !p.taken.CompareAndSwap(false, true) {
+		if network != "tcp" || !p.taken.CompareAndSwap(false, true) {
 			return next(ctx, network, addr)
 		}
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			go p.discard()
+		if !p.wait(ctx, p.resolved) {
 			return nil, ctx.Err()
 		}
-		if p.err == nil && network == "tcp" && p.conn.RemoteAddr().String() == addr {
-			return p.conn, nil
+		if p.addr != addr {
+			go p.discard()
+			return next(ctx, network, addr)
 		}
-		p.discard()
-		return next(ctx, network, addr)
+		if !p.wait(ctx, p.done) {
+			return nil, ctx.Err()
+		}
+		if p.err != nil || !open(p.conn) {
+			go p.discard()
+			return next(ctx, network, addr)
+		}
+		return p.conn, nil
+	}
+}
+
+// wait waits for ch to close; when ctx ends first, the pre-dialed
+// connection is closed whenever it comes.
+func (p *PreDialed) wait(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		go p.discard()
+		return false
 	}
 }
 

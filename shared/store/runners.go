@@ -281,8 +281,11 @@ func (s *Store) lookupToken(ctx context.Context, token, prefix, query string, de
 // mode: one round trip and one parse, where pgx's describe adds a round
 // trip and a parse on a new connection. Exec mode reads results as text,
 // which is why the stored hash comes back in hex: bytea's text form
-// depends on the server's bytea_output. The arguments are hashes (bytea)
-// and numbers, whose types follow from their Go types.
+// depends on the server's bytea_output. The server infers each
+// argument's type from the statement (pgx sends none, and encodes each as
+// its Go type): the hash compared with a bytea column, the numbers given
+// to a function of one type. A new argument elsewhere needs a cast
+// ($n::bytea).
 func (s *Store) lookupTokenWith(ctx context.Context, token, prefix, query string, args []any, dest ...any) (found bool, err error) {
 	if !strings.HasPrefix(token, prefix) || len(token) > 200 {
 		return false, nil

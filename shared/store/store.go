@@ -174,6 +174,14 @@ const ConnectTimeout = 25 * time.Second
 
 // OpenPool connects to PostgreSQL and checks the connection.
 func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, error) {
+	pool, err := openPool(ctx, url, opts)
+	if err != nil {
+		opts.PreDialed.Release() // a pool not opened takes nothing
+	}
+	return pool, err
+}
+
+func openPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -207,6 +215,7 @@ func OpenPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 		cfg.ConnConfig.ConnectTimeout = ConnectTimeout
 	}
 	if opts.PreDialed != nil {
+		cfg.ConnConfig.LookupFunc = opts.PreDialed.lookupFunc(cfg.ConnConfig.LookupFunc)
 		cfg.ConnConfig.DialFunc = opts.PreDialed.dialFunc(cfg.ConnConfig.DialFunc)
 	}
 	if opts.IdleClose > 0 {

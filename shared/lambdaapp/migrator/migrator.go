@@ -118,6 +118,8 @@ func ConnectEarly() *EarlyDB {
 		defer cancel()
 		if e.url, e.err = lambdaapp.DatabaseURL(ctx); e.err == nil {
 			e.pool, e.err = schema.OpenPool(ctx, e.url, pre)
+		} else {
+			pre.Release()
 		}
 	}()
 	return e
