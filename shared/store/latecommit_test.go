@@ -25,22 +25,37 @@ func TestUnseenCommitWakesTheSweeper(t *testing.T) {
 	s.SetBoard(b)
 	pgtest.Project(t, s, "p")
 	// The server commits a second after its client gave up and asked it
-	// to cancel, as a commit whose record is being written does.
+	// to cancel, as a commit whose record is being written does. The
+	// commit holds advisory lock 7345 meanwhile (visible outside its
+	// transaction), so that the client gives up during the commit, not
+	// before it however slow the machine.
 	if _, err := s.Pool().Exec(ctx, `
 		CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
 		DECLARE t0 timestamptz := clock_timestamp();
 		BEGIN
+			PERFORM pg_advisory_lock(7345);
 			LOOP
 				BEGIN PERFORM pg_sleep(0.05); EXCEPTION WHEN query_canceled THEN NULL; END;
 				EXIT WHEN clock_timestamp() > t0 + interval '1 second';
 			END LOOP;
+			PERFORM pg_advisory_unlock(7345);
 			RETURN NULL;
 		END $$;
 		CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON jobs DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slow_commit()`); err != nil {
 		t.Fatal(err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go func() {
+		defer cancel()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var committing bool
+			if s.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objid = 7345 AND granted)`).
+				Scan(&committing) != nil || committing {
+				return
+			}
+		}
+	}()
 	if _, err := s.CreateRun(rctx, store.NewRun{Project: "p", Jobs: []store.NewJob{{Name: "a",
 		Spec: domain.JobSpec{Steps: []domain.Step{{Run: "true"}}}}}}); err == nil {
 		t.Fatal("the run's request did not give up during its commit")
