@@ -80,15 +80,7 @@ func TestListRunnersJobs(t *testing.T) {
 // pins it for RDS Proxy, where no startup setting may be sent).
 func TestListRunnersInAnotherDateStyle(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	setup, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := setup.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET DateStyle = ''SQL, DMY''', current_database()); END $$`); err != nil {
-		t.Fatal(err)
-	}
-	setup.Close()
+	url := databaseWith(t, "DateStyle = 'SQL, DMY'")
 	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 2, NoStatementCache: true})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/store"
@@ -19,17 +21,7 @@ import (
 // runner's labels and projects read back whole.
 func TestTokenLookupsInOtherServerSettings(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	setup, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := setup.Exec(ctx, `DO $$ BEGIN
-		EXECUTE format('ALTER DATABASE %I SET bytea_output = ''escape''', current_database());
-		EXECUTE format('ALTER DATABASE %I SET DateStyle = ''SQL, DMY''', current_database()); END $$`); err != nil {
-		t.Fatal(err)
-	}
-	setup.Close()
+	url := databaseWith(t, "bytea_output = 'escape'", "DateStyle = 'SQL, DMY'")
 	pool, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 2, NoStatementCache: true, NoStartupSettings: true})
 	if err != nil {
 		t.Fatal(err)
@@ -86,4 +78,27 @@ func TestTokenLookupsInOtherServerSettings(t *testing.T) {
 			t.Fatalf("a token one character off (%.6s...): %v, want unauthorized", off, err)
 		}
 	}
+}
+
+// databaseWith makes a database whose sessions start with settings
+// ("name = 'value'", as ALTER DATABASE ... SET takes them).
+func databaseWith(t *testing.T, settings ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	setup, err := store.OpenPool(ctx, url, store.PoolOptions{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setup.Close()
+	var name string
+	if err := setup.QueryRow(ctx, `SELECT current_database()`).Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range settings {
+		if _, err := setup.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET "+set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return url
 }
