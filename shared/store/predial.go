@@ -65,14 +65,16 @@ func (p *PreDialed) Release() {
 	}
 }
 
-// lookupFunc wraps next: the first lookup of the pre-dialed host answers
-// the addresses PreDial found, in their order, so that pgx dials the
-// pre-dialed one first (a resolver may rotate a name's addresses between
-// two lookups). Later lookups, and any of another host, are next's.
+// lookupFunc wraps next: the first lookup of the pre-dialed host, while
+// the pre-dialed connection is still on offer, answers the addresses
+// PreDial found, in their order, so that pgx dials the pre-dialed one
+// first (a resolver may rotate a name's addresses between two lookups).
+// Later lookups, any of another host, and one after the connection was
+// released (its addresses may be stale by then) are next's.
 func (p *PreDialed) lookupFunc(next pgconn.LookupFunc) pgconn.LookupFunc {
 	var first atomic.Bool
 	return func(ctx context.Context, host string) ([]string, error) {
-		if host == p.host && first.CompareAndSwap(false, true) {
+		if host == p.host && !p.taken.Load() && first.CompareAndSwap(false, true) {
 			select {
 			case <-p.resolved:
 				if p.addrs != nil {
@@ -88,17 +90,21 @@ func (p *PreDialed) lookupFunc(next pgconn.LookupFunc) pgconn.LookupFunc {
 
 // dialFunc wraps next: the pool's first TCP dial takes the pre-dialed
 // connection when it is to the same address and still open. A first dial
-// to another address does not wait for the pre-dial, and the pre-dialed
-// connection is closed; every other dial is next's.
+// to another address, or made before the pre-dial's lookup ended (then
+// the dial's own lookup was not the pre-dial's), does not wait for it, and
+// the pre-dialed connection is closed; every other dial is next's.
 func (p *PreDialed) dialFunc(next pgconn.DialFunc) pgconn.DialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if network != "tcp" || !p.taken.CompareAndSwap(false, true) {
 			return next(ctx, network, addr)
 		}
-		if !p.wait(ctx, p.resolved) {
-			return nil, ctx.Err()
+		resolved := false
+		select {
+		case <-p.resolved:
+			resolved = true
+		default:
 		}
-		if p.addr != addr {
+		if !resolved || p.addr != addr {
 			go p.discard()
 			return next(ctx, network, addr)
 		}
