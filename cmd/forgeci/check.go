@@ -20,14 +20,21 @@ import (
 // parse without a server: each problem located, or the jobs it makes.
 func checkCmd(g *global) *cobra.Command {
 	return &cobra.Command{
-		Use: "check [FILE|DIR]",
+		Use: "check [FILE|DIR|-]",
 		Short: "Check a pipeline file offline, as the server would parse it (default ./" + pipeline.FileName +
-			"): each problem with its line, or the jobs it makes; exit 1 on problems",
+			", - for standard input): each problem with its line, or the jobs it makes; exit 1 on problems",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			path := pipeline.FileName
 			if len(args) == 1 {
 				path = args[0]
+			}
+			if path == "-" {
+				src, err := readPipeline(c.InOrStdin(), "standard input")
+				if err != nil {
+					return err
+				}
+				return checkSource(g, "<stdin>", src, false)
 			}
 			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 				path = filepath.Join(path, pipeline.FileName)
@@ -64,14 +71,29 @@ func checkFile(g *global, path string) error {
 		return err
 	}
 	defer f.Close()
-	// No more than a pipeline may hold, should it have grown meanwhile.
-	src, err := io.ReadAll(io.LimitReader(f, pipeline.MaxFileBytes+1))
+	src, err := readPipeline(f, path)
 	if err != nil {
 		return err
 	}
-	if len(src) > pipeline.MaxFileBytes {
-		return fmt.Errorf("%s is over the limit of %d bytes", path, pipeline.MaxFileBytes)
+	return checkSource(g, path, src, true)
+}
+
+// readPipeline reads no more than a pipeline may hold (a file may have
+// grown meanwhile; standard input may never end).
+func readPipeline(r io.Reader, name string) ([]byte, error) {
+	src, err := io.ReadAll(io.LimitReader(r, pipeline.MaxFileBytes+1))
+	if err != nil {
+		return nil, err
 	}
+	if len(src) > pipeline.MaxFileBytes {
+		return nil, fmt.Errorf("%s is over the limit of %d bytes", name, pipeline.MaxFileBytes)
+	}
+	return src, nil
+}
+
+// checkSource parses src, named path in what it prints; gitFile says path
+// is a file of this machine's, which git may not track.
+func checkSource(g *global, path string, src []byte, gitFile bool) error {
 	p, err := pipeline.Parse(path, src)
 	var errs pipeline.Errors
 	if errors.As(err, &errs) {
@@ -80,7 +102,9 @@ func checkFile(g *global, path string) error {
 	if err != nil {
 		return err
 	}
-	warnUntracked(path)
+	if gitFile {
+		warnUntracked(path)
+	}
 	jobs := make([]checkedJob, 0, len(p.Jobs))
 	for _, j := range p.Jobs {
 		jobs = append(jobs, checkedJob{Name: j.Name, Needs: orNone(j.Needs), RunsOn: orNone(j.Labels),

@@ -149,3 +149,39 @@ func TestCheckWarnsOfAnUntrackedFile(t *testing.T) {
 		t.Fatalf("tracked: %v, stderr %q", err, msg)
 	}
 }
+
+// TestCheckReadsStandardInput: "check -" parses standard input, named
+// <stdin> in what it prints, and reads no more of it than a pipeline may
+// hold.
+func TestCheckReadsStandardInput(t *testing.T) {
+	withStdin := func(src string) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "in")
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved := os.Stdin
+		os.Stdin = f
+		t.Cleanup(func() { os.Stdin = saved; f.Close() })
+	}
+	withStdin("jobs:\n  a:\n    steps: [{run: x}]\n")
+	if out := cliOutput(t, "check", "-"); !strings.Contains(out, "<stdin>: ok, 1 job(s)") {
+		t.Errorf("check - of a good pipeline printed:\n%s", out)
+	}
+	withStdin("jobs:\n  a:\n    needs: nope\n    steps: [{run: x}]\n")
+	msg, err := cliCapture(t, &os.Stderr, "check", "-")
+	var exit exitError
+	if !errors.As(err, &exit) || exit != 1 || !strings.Contains(string(msg), "<stdin>:3:") {
+		t.Errorf("check - of a bad pipeline: %v\n%s", err, msg)
+	}
+	withStdin(strings.Repeat("#", pipeline.MaxFileBytes+1))
+	root := newRoot()
+	root.SetArgs([]string{"check", "-"})
+	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "standard input is over the limit") {
+		t.Errorf("check - of too much: %v", err)
+	}
+}
