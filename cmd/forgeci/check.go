@@ -32,14 +32,18 @@ func checkCmd(g *global) *cobra.Command {
 			if path == "-" {
 				src, err := readPipeline(c.InOrStdin(), "standard input")
 				if err != nil {
-					return err
+					return statusError{err, 2}
 				}
 				return checkSource(g, "<stdin>", src, false)
 			}
 			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 				path = filepath.Join(path, pipeline.FileName)
 			}
-			return checkFile(g, path)
+			src, err := readPipelineFile(path)
+			if err != nil {
+				return statusError{err, 2}
+			}
+			return checkSource(g, path, src, true)
 		},
 	}
 }
@@ -53,29 +57,27 @@ type checkedJob struct {
 	Features []string `json:"runner_features"`
 }
 
-func checkFile(g *global, path string) error {
+// readPipelineFile reads the pipeline file at path, refusing what the
+// server would not read.
+func readPipelineFile(path string) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no pipeline file at %s: name the file, or the directory holding its %s", path, pipeline.FileName)
+		return nil, fmt.Errorf("no pipeline file at %s: name the file, or the directory holding its %s", path, pipeline.FileName)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// As the server: a snapshot keeps a link as a link, and the pipeline
 	// must be a file (a device or a pipe could also never end).
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%s): the server reads %s only as one", path, fi.Mode().Type(), pipeline.FileName)
+		return nil, fmt.Errorf("%s is not a regular file (%s): the server reads %s only as one", path, fi.Mode().Type(), pipeline.FileName)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
-	src, err := readPipeline(f, path)
-	if err != nil {
-		return err
-	}
-	return checkSource(g, path, src, true)
+	return readPipeline(f, path)
 }
 
 // readPipeline reads no more than a pipeline may hold (a file may have

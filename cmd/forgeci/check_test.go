@@ -95,8 +95,8 @@ func TestCheckReadsABoundedFile(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "/dev/zero is not a regular file") {
-			t.Fatalf("check /dev/zero: %v", err)
+		if err == nil || !strings.Contains(err.Error(), "/dev/zero is not a regular file") || exitStatus(err) != 2 {
+			t.Fatalf("check /dev/zero: %v (exit status %d, want 2: not read)", err, exitStatus(err))
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("check /dev/zero did not end")
@@ -181,7 +181,24 @@ func TestCheckReadsStandardInput(t *testing.T) {
 	withStdin(strings.Repeat("#", pipeline.MaxFileBytes+1))
 	root := newRoot()
 	root.SetArgs([]string{"check", "-"})
-	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "standard input is over the limit") {
-		t.Errorf("check - of too much: %v", err)
+	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "standard input is over the limit") ||
+		exitStatus(err) != 2 {
+		t.Errorf("check - of too much: %v (exit status %d, want 2)", err, exitStatus(err))
+	}
+}
+
+// TestCheckExitStatuses: 1 for a file read and found wrong, 2 for one that
+// could not be read (none there), so that a CI step can tell them apart.
+func TestCheckExitStatuses(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yml")
+	if err := os.WriteFile(bad, []byte("jobs: {a: {needs: nope, steps: [{run: x}]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]int{bad: 1, filepath.Join(dir, "none.yml"): 2, dir: 2} {
+		_, err := cliCapture(t, &os.Stderr, "check", path)
+		if got := exitStatus(err); got != want {
+			t.Errorf("check %s: exit status %d (%v), want %d", path, got, err, want)
+		}
 	}
 }

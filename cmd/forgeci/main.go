@@ -24,15 +24,37 @@ func main() {
 	root := newRoot()
 	err := root.ExecuteContext(ctx)
 	var exit exitError
-	switch {
-	case errors.As(err, &exit):
-		os.Exit(int(exit))
-	case err != nil:
+	if err != nil && !errors.As(err, &exit) {
 		// A server's message may quote a stranger's text (a job's name).
 		fmt.Fprintf(os.Stderr, "forgeci: %s\n", plainText(explain(err).Error(), true))
-		os.Exit(1)
 	}
+	os.Exit(exitStatus(err))
 }
+
+// exitStatus is the status the CLI exits with after err.
+func exitStatus(err error) int {
+	var exit exitError
+	var se statusError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return int(exit)
+	case errors.As(err, &se):
+		return se.status
+	}
+	return 1
+}
+
+// statusError is an error whose message is printed as any, and whose exit
+// status is its own: check's 2 for a file it could not read, against 1
+// for one it read and found wrong.
+type statusError struct {
+	error
+	status int
+}
+
+func (e statusError) Unwrap() error { return e.error }
 
 // exitError carries an exit status out of a command (a run's outcome, a
 // child's status) without printing anything more.
