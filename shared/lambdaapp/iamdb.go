@@ -44,7 +44,7 @@ func iamDatabaseURL(host, user string) (string, error) {
 		return "", err
 	}
 	u := url.URL{Scheme: "postgres", User: url.User(user),
-		Host: net.JoinHostPort(host, envOr("FORGECI_DATABASE_PORT", "5432")), Path: "/" + envOr("FORGECI_DATABASE_NAME", "forgeci"),
+		Host: net.JoinHostPort(host, databasePort()), Path: "/" + envOr("FORGECI_DATABASE_NAME", "forgeci"),
 		RawQuery: q.Encode()}
 	return u.String(), nil
 }

@@ -78,7 +78,7 @@ func DatabaseURL(ctx context.Context) (string, error) {
 	if err := json.Unmarshal([]byte(raw), &creds); err != nil || creds.Username == "" || creds.Password == "" {
 		return "", fmt.Errorf("FORGECI_DATABASE_CREDENTIALS must be JSON with username and password")
 	}
-	port := envOr("FORGECI_DATABASE_PORT", "5432")
+	port := databasePort()
 	name := envOr("FORGECI_DATABASE_NAME", "forgeci")
 	q := url.Values{"sslmode": {envOr("FORGECI_DATABASE_SSLMODE", "verify-full")}}
 	if err := rdsRootCert(q); err != nil {
@@ -99,8 +99,11 @@ func PreDialDatabase() *store.PreDialed {
 	if host == "" {
 		return nil
 	}
-	return store.PreDial(host, envOr("FORGECI_DATABASE_PORT", "5432"))
+	return store.PreDial(host, databasePort())
 }
+
+// databasePort is FORGECI_DATABASE_PORT, PostgreSQL's own by default.
+func databasePort() string { return envOr("FORGECI_DATABASE_PORT", "5432") }
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {

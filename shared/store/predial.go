@@ -98,17 +98,14 @@ func (p *PreDialed) dialFunc(next pgconn.DialFunc) pgconn.DialFunc {
 		if network != "tcp" || !p.taken.CompareAndSwap(false, true) {
 			return next(ctx, network, addr)
 		}
-		resolved := false
-		select {
-		case <-p.resolved:
-			resolved = true
-		default:
-		}
-		if !resolved || p.addr != addr {
+		if !isClosed(p.resolved) || p.addr != addr {
 			go p.discard()
 			return next(ctx, network, addr)
 		}
-		if !p.wait(ctx, p.done) {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			go p.discard() // whenever it comes
 			return nil, ctx.Err()
 		}
 		if p.err != nil || !open(p.conn) {
@@ -119,14 +116,11 @@ func (p *PreDialed) dialFunc(next pgconn.DialFunc) pgconn.DialFunc {
 	}
 }
 
-// wait waits for ch to close; when ctx ends first, the pre-dialed
-// connection is closed whenever it comes.
-func (p *PreDialed) wait(ctx context.Context, ch <-chan struct{}) bool {
+func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
 		return true
-	case <-ctx.Done():
-		go p.discard()
+	default:
 		return false
 	}
 }
