@@ -55,6 +55,8 @@ fuzz:                         ## each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzCommandFilter -fuzztime $(or $(FUZZTIME),30s) ./runner/agent/
 	$(GO) test -run '^$$' -fuzz FuzzFilterPattern -fuzztime $(or $(FUZZTIME),30s) ./shared/pipeline/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(or $(FUZZTIME),30s) ./shared/junit/
+	$(GO) test -run '^$$' -fuzz FuzzValidLabel -fuzztime $(or $(FUZZTIME),30s) ./shared/domain/
+	$(GO) test -run '^$$' -fuzz FuzzVersionAndDigest -fuzztime $(or $(FUZZTIME),30s) ./shared/protocol/
 
 dev: deps bin/forgeci         ## a local ForgeCI on 127.0.0.1:8080
 	bin/forgeci dev

@@ -1,8 +1,5 @@
 package domain
 
-// LabelRE is a runner or job label.
-var LabelRE = LazyRegexp(`^[A-Za-z0-9][A-Za-z0-9._:/-]{0,63}$`)
-
 // MaxLabels bounds a runner's or a job's labels.
 const MaxLabels = 32
 
@@ -15,7 +12,7 @@ func ValidateLabels(labels []string) error {
 	}
 	seen := map[string]bool{}
 	for _, l := range labels {
-		if !LabelRE().MatchString(l) {
+		if !ValidLabel(l) {
 			return Errorf(EInvalid, "label %q is not valid: use letters, digits and . _ : / - (at most 64)", l)
 		}
 		if seen[l] {

@@ -406,7 +406,7 @@ func (p *parseState) job(name, path string, n ast.Node, globalEnv map[string]str
 		case "runs-on":
 			j.labels, j.labelsNode = p.strList(kv.Value, kp), kv.Value
 			for _, l := range j.labels {
-				if !domain.LabelRE().MatchString(l) && !strings.Contains(l, "${{") {
+				if !domain.ValidLabel(l) && !strings.Contains(l, "${{") {
 					p.errorf(kv.Value, kp, "label %q must hold only letters, digits and . _ : / - (at most 64)", l)
 				}
 			}

@@ -101,12 +101,12 @@ const (
 // maxQueueHint bounds queue_hint (tokens are 24 hex digits).
 const maxQueueHint = 64
 
-// runnerVersionRE is a runner's version as shown: printable, short.
-var runnerVersionRE = domain.LazyRegexp(`^[A-Za-z0-9._+:@-]{0,64}$`)
+// validVersion is a runner's version as shown: printable, short.
+func validVersion(v string) bool { return len(v) <= 64 && domain.OnlyChars(v, "._+:@-") }
 
 // Validate checks the wait and the features.
 func (r *ClaimRequest) Validate() error {
-	if !runnerVersionRE().MatchString(r.Version) || r.Slots < 0 || r.Slots > 1024 {
+	if !validVersion(r.Version) || r.Slots < 0 || r.Slots > 1024 {
 		return domain.Errorf(domain.EInvalid, "version is at most 64 letters, digits and . _ + : @ -; slots from 0 to 1024")
 	}
 	if r.WaitSeconds < 0 || time.Duration(r.WaitSeconds)*time.Second > MaxClaimWait {
@@ -309,14 +309,15 @@ type CompleteResponse struct {
 	JobState string `json:"job_state"`
 }
 
-var digestRE = domain.LazyRegexp(`^sha256:[0-9a-f]{64}$`)
-
 // ValidDigest reports whether d is sha256:<64 lowercase hex digits>.
-func ValidDigest(d string) bool { return digestRE().MatchString(d) }
+func ValidDigest(d string) bool {
+	hexDigits, ok := strings.CutPrefix(d, "sha256:")
+	return ok && domain.LowerHex(hexDigits, 64)
+}
 
 // ValidBlob checks a digest (sha256:<64 hex>) and a size from 0 to MaxBlobBytes.
 func ValidBlob(digest string, size *int64) error {
-	if !digestRE().MatchString(digest) {
+	if !ValidDigest(digest) {
 		return domain.Errorf(domain.EInvalid, "field digest must be sha256:<64 lowercase hex digits>")
 	}
 	if size == nil || *size < 0 || *size > MaxBlobBytes {
