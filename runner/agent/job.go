@@ -64,9 +64,16 @@ func (j *job) stopped() error {
 }
 
 // newJob holds the claim's lease and gives the job its context: it ends
-// with the lease, at the job's timeout, or by stop. It returns nil if the
-// job already runs here (a bad or hostile server's answer): nothing of
-// that one is to be touched or reported.
+// with the lease, at the job's timeout, or by stop. It returns nil if this
+// generation of the job, or a later one, already runs here (a bad or
+// hostile server's answer): nothing of that one is to be touched or
+// reported.
+//
+// A later generation of a job still here is taken: the control plane
+// granted it only once the earlier lease had ended (a retry claimed by
+// another slot the moment this one completed, before its clean-up; or a
+// lease that expired while this runner was stopped). That earlier attempt
+// is lost, if it had not ended, and goes on to its clean-up alone.
 func (a *Agent) newJob(c *protocol.Claim) (*job, func()) {
 	h := a.cfg.Client.Hold(c.Lease)
 	timed, cancelTimeout := context.WithTimeoutCause(h.Context(), time.Duration(c.Job.TimeoutSeconds)*time.Second, ErrTimedOut)
@@ -74,11 +81,16 @@ func (a *Agent) newJob(c *protocol.Claim) (*job, func()) {
 	j := &job{a: a, claim: c, lease: h, ctx: ctx, stop: stop}
 	j.logs = newLogAppender(h, redactions(a.cfg.Client.Token, c))
 	a.mu.Lock()
-	if _, dup := a.running[c.Lease.JobID]; dup {
-		a.mu.Unlock()
-		stop(nil)
-		cancelTimeout()
-		return nil, func() {}
+	if earlier, here := a.running[c.Lease.JobID]; here {
+		if earlier.Generation() >= c.Lease.Generation {
+			a.mu.Unlock()
+			stop(nil)
+			cancelTimeout()
+			return nil, func() {}
+		}
+		if !earlier.Ended() {
+			earlier.Lose(fmt.Errorf("the control plane granted generation %d of the job", c.Lease.Generation))
+		}
 	}
 	a.running[c.Lease.JobID] = h
 	a.mu.Unlock()
@@ -86,7 +98,9 @@ func (a *Agent) newJob(c *protocol.Claim) (*job, func()) {
 		stop(nil)
 		cancelTimeout()
 		a.mu.Lock()
-		delete(a.running, c.Lease.JobID)
+		if a.running[c.Lease.JobID] == h { // not a later generation's
+			delete(a.running, c.Lease.JobID)
+		}
 		a.mu.Unlock()
 	}
 }
@@ -118,7 +132,7 @@ func (a *Agent) runJob(c *protocol.Claim, slot int) (slotOK bool) {
 	j, done := a.newJob(c)
 	defer done()
 	if j == nil {
-		log.Error("claim refused: the job already runs on this runner")
+		log.Error("claim refused: this generation of the job, or a later one, already runs on this runner")
 		return true
 	}
 	go j.logs.loop()

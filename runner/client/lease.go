@@ -49,6 +49,9 @@ func (h *Lease) Lose(why error) {
 // runner is stopping); the control plane will see it expire.
 func (h *Lease) Abandon(cause error) { h.end(cause) }
 
+// Generation is the lease's generation of its job.
+func (h *Lease) Generation() int { return h.tuple.Lease.Generation }
+
 // Lost reports whether the lease was lost (not merely abandoned).
 func (h *Lease) Lost() bool { return h.lost.Load() }
 
