@@ -50,9 +50,10 @@ type Config struct {
 // Agent runs jobs.
 type Agent struct {
 	cfg Config
-	// running holds the leases of jobs in progress (for Abort).
+	// running holds the leases of the attempts in progress, by job ID
+	// (newJob; Abort).
 	mu      sync.Mutex
-	running map[string]*client.Lease
+	running map[string][]*client.Lease
 	// workLock is the work directory's lock, held shared while it runs.
 	workLock *os.File
 	// stop ends every slot's claiming, with its cause (Run).
@@ -80,7 +81,7 @@ func New(cfg Config) *Agent {
 	if cfg.Client != nil {
 		cfg.Client.Slots = cfg.Concurrency // said in its claims, for the runners page
 	}
-	return &Agent{cfg: cfg, running: map[string]*client.Lease{}}
+	return &Agent{cfg: cfg, running: map[string][]*client.Lease{}}
 }
 
 // Run claims and runs jobs until ctx is done; then it stops claiming and
@@ -187,8 +188,10 @@ func sweepSockets(dir string) {
 func (a *Agent) Abort() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, h := range a.running {
-		h.Abandon(ErrRunnerStopping)
+	for _, attempts := range a.running {
+		for _, h := range attempts {
+			h.Abandon(ErrRunnerStopping)
+		}
 	}
 }
 

@@ -25,6 +25,9 @@ var (
 	ErrCanceled       = errors.New("canceled")
 	ErrTimedOut       = errors.New("timed out")
 	ErrRunnerStopping = errors.New("runner stopping")
+	// errSuperseded: the control plane granted a later generation of the
+	// job, so this attempt's lease had ended.
+	errSuperseded = errors.New("the control plane granted a later generation of the job")
 )
 
 // job is one job being run.
@@ -64,42 +67,47 @@ func (j *job) stopped() error {
 }
 
 // newJob holds the claim's lease and gives the job its context: it ends
-// with the lease, at the job's timeout, or by stop. It returns nil if this
-// generation of the job, or a later one, already runs here (a bad or
-// hostile server's answer): nothing of that one is to be touched or
-// reported.
+// with the lease, at the job's timeout, or by stop. It returns nil if an
+// attempt of the job still here is of this generation or a later one, or
+// of another run (a bad or hostile server's answer): nothing of that one
+// is to be touched or reported.
 //
-// A later generation of a job still here is taken: the control plane
-// granted it only once the earlier lease had ended (a retry claimed by
-// another slot the moment this one completed, before its clean-up; or a
-// lease that expired while this runner was stopped). That earlier attempt
-// is lost, if it had not ended, and goes on to its clean-up alone.
+// A later generation is taken: the control plane granted it only once the
+// earlier lease had ended (a retry claimed by another slot the moment the
+// earlier attempt completed, before its clean-up; or a lease that expired
+// while this runner was stopped). An earlier attempt whose lease had not
+// ended is lost, and goes on to its clean-up alone. Every attempt stays
+// in the runner's list until its own clean-up, so that a claim of its
+// lease again is refused meanwhile.
 func (a *Agent) newJob(c *protocol.Claim) (*job, func()) {
 	h := a.cfg.Client.Hold(c.Lease)
 	timed, cancelTimeout := context.WithTimeoutCause(h.Context(), time.Duration(c.Job.TimeoutSeconds)*time.Second, ErrTimedOut)
 	ctx, stop := context.WithCancelCause(timed)
 	j := &job{a: a, claim: c, lease: h, ctx: ctx, stop: stop}
 	j.logs = newLogAppender(h, redactions(a.cfg.Client.Token, c))
+	id := c.Lease.JobID
 	a.mu.Lock()
-	if earlier, here := a.running[c.Lease.JobID]; here {
-		if earlier.Generation() >= c.Lease.Generation {
+	for _, earlier := range a.running[id] {
+		if t := earlier.Tuple(); t.Generation >= c.Lease.Generation || t.RunID != c.Lease.RunID {
 			a.mu.Unlock()
 			stop(nil)
 			cancelTimeout()
 			return nil, func() {}
 		}
-		if !earlier.Ended() {
-			earlier.Lose(fmt.Errorf("the control plane granted generation %d of the job", c.Lease.Generation))
-		}
 	}
-	a.running[c.Lease.JobID] = h
+	for _, earlier := range a.running[id] {
+		earlier.Lose(fmt.Errorf("%w: generation %d", errSuperseded, c.Lease.Generation)) // nothing if it had ended
+	}
+	a.running[id] = append(a.running[id], h)
 	a.mu.Unlock()
 	return j, func() {
 		stop(nil)
 		cancelTimeout()
 		a.mu.Lock()
-		if a.running[c.Lease.JobID] == h { // not a later generation's
-			delete(a.running, c.Lease.JobID)
+		if rest := slices.DeleteFunc(a.running[id], func(o *client.Lease) bool { return o == h }); len(rest) > 0 {
+			a.running[id] = rest
+		} else {
+			delete(a.running, id)
 		}
 		a.mu.Unlock()
 	}
@@ -132,7 +140,7 @@ func (a *Agent) runJob(c *protocol.Claim, slot int) (slotOK bool) {
 	j, done := a.newJob(c)
 	defer done()
 	if j == nil {
-		log.Error("claim refused: this generation of the job, or a later one, already runs on this runner")
+		log.Error("claim refused: this generation of the job, a later one or another run's job of its ID is on this runner")
 		return true
 	}
 	go j.logs.loop()
@@ -193,6 +201,11 @@ func (j *job) report(log *slog.Logger, outcome domain.Outcome, exitCode int, sto
 	}
 	stopHeartbeats() // none races the completion, which ends the lease
 	if err := j.lease.Complete(ctx, outcome, exitCode, why); err != nil {
+		if errors.Is(context.Cause(j.lease.Context()), errSuperseded) {
+			// Its lease had ended, by this completion or by expiry.
+			log.Info("the completion's answer was not awaited: a later generation of the job was claimed", "outcome", outcome)
+			return
+		}
 		log.Warn("complete failed", "err", err)
 		return
 	}

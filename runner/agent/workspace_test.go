@@ -16,8 +16,9 @@ import (
 
 // TestDuplicateClaimLeavesTheRunningJobAlone: a claim that names the
 // generation of a job already running on another slot (a bad or hostile
-// server's answer) is refused (a later one is taken: generation_test.go); one of its lease that got as far as the workspace fails before
-// a step, and its clean-up removes nothing of the job running there.
+// server's answer) is refused (a later one is taken: generation_test.go);
+// one of its lease that got as far as the workspace fails before a step,
+// and its clean-up removes nothing of the job running there.
 func TestDuplicateClaimLeavesTheRunningJobAlone(t *testing.T) {
 	iso, err := isolate.New(isolate.Config{Mode: isolate.None}, 2)
 	if err != nil {

@@ -66,3 +66,41 @@ func TestLeaseEndsOnConflict(t *testing.T) {
 		t.Fatalf("%d calls, want 3 (the 409 is not retried)", n)
 	}
 }
+
+// TestLeaseEndsWithItsCompletion: an accepted completion ends the lease
+// (ErrCompleted); a loss learnt afterwards, as a guard firing late or a
+// later generation claimed here, leaves it completed, not lost. A refused
+// completion leaves the lease as the refusal says.
+func TestLeaseEndsWithItsCompletion(t *testing.T) {
+	var refuse atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuse.Load() {
+			http.Error(w, "bad", http.StatusBadRequest)
+			return
+		}
+		_, _ = w.Write([]byte(`{"state":"RUNNING","job_state":"PASSED"}`))
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "t")
+	h := c.Hold(domain.Lease{RunID: "r", JobID: "j", RunnerID: "x", LeaseID: "l", Generation: 1})
+	if err := h.Complete(context.Background(), domain.OutcomePassed, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if !h.Ended() || !errors.Is(context.Cause(h.Context()), ErrCompleted) {
+		t.Fatalf("after its completion: ended %v, cause %v", h.Ended(), context.Cause(h.Context()))
+	}
+	h.Lose(errors.New("late"))
+	if h.Lost() || !errors.Is(context.Cause(h.Context()), ErrCompleted) {
+		t.Fatalf("a completed lease made lost: lost %v, cause %v", h.Lost(), context.Cause(h.Context()))
+	}
+	refuse.Store(true)
+	h2 := c.Hold(domain.Lease{RunID: "r", JobID: "j", RunnerID: "x", LeaseID: "l2", Generation: 2})
+	if err := h2.Complete(context.Background(), domain.OutcomePassed, 0, ""); err == nil || h2.Ended() {
+		t.Fatalf("a refused completion: %v, ended %v", err, h2.Ended())
+	}
+	h2.Abandon(errors.New("stopping"))
+	h2.Lose(errors.New("late"))
+	if h2.Lost() {
+		t.Fatal("an abandoned lease made lost")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 
 	"github.com/forgeci/forgeci/shared/domain"
@@ -15,6 +16,10 @@ import (
 // plane said, or the runner must assume, that the job is no longer ours.
 var ErrLeaseLost = errors.New("lease lost")
 
+// ErrCompleted is the cause of a held lease's context once its completion
+// was accepted: nothing more may be reported under it.
+var ErrCompleted = errors.New("completed")
+
 // Lease is one claimed job as the runner holds it. Every job-scoped call
 // goes through it and carries its tuple; the first answer that says the
 // lease is gone ends Context with ErrLeaseLost, so no call site has to
@@ -24,6 +29,7 @@ type Lease struct {
 	tuple protocol.Leased
 	ctx   context.Context
 	end   context.CancelCauseFunc
+	mu    sync.Mutex // orders the endings: the first one counts
 	lost  atomic.Bool
 }
 
@@ -39,18 +45,29 @@ func (c *Client) Hold(l domain.Lease) *Lease {
 func (h *Lease) Context() context.Context { return h.ctx }
 
 // Lose ends the lease as lost: the runner must assume another may hold
-// the job (heartbeats failed for a whole TTL).
-func (h *Lease) Lose(why error) {
-	h.lost.Store(true)
-	h.end(fmt.Errorf("%w: %w", ErrLeaseLost, why))
-}
+// the job (heartbeats failed for a whole TTL). A lease that had ended
+// (completed, abandoned) stays as it ended.
+func (h *Lease) Lose(why error) { h.finish(true, fmt.Errorf("%w: %w", ErrLeaseLost, why)) }
 
 // Abandon ends the lease for cause without reporting anything more (the
 // runner is stopping); the control plane will see it expire.
-func (h *Lease) Abandon(cause error) { h.end(cause) }
+func (h *Lease) Abandon(cause error) { h.finish(false, cause) }
 
-// Generation is the lease's generation of its job.
-func (h *Lease) Generation() int { return h.tuple.Lease.Generation }
+// finish ends the lease with cause, unless it had ended: only the first
+// ending counts, so that a guard firing after the completion does not
+// make a completed lease lost.
+func (h *Lease) finish(lost bool, cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx.Err() != nil {
+		return
+	}
+	h.lost.Store(lost)
+	h.end(cause)
+}
+
+// Tuple is the lease as the control plane granted it.
+func (h *Lease) Tuple() domain.Lease { return *h.tuple.Lease }
 
 // Lost reports whether the lease was lost (not merely abandoned).
 func (h *Lease) Lost() bool { return h.lost.Load() }
@@ -167,7 +184,11 @@ func (h *Lease) IDToken(ctx context.Context, audience string) (protocol.IDTokenR
 }
 
 // Complete reports the outcome; reason (optional) says why a job failed.
+// Once it is accepted the lease has ended (ErrCompleted).
 func (h *Lease) Complete(ctx context.Context, outcome domain.Outcome, exitCode int, reason string) error {
 	_, err := h.call(ctx, protocol.RouteComplete, protocol.CompleteRequest{Leased: h.tuple, Outcome: outcome, ExitCode: &exitCode, Reason: reason}, nil)
+	if err == nil {
+		h.finish(false, ErrCompleted)
+	}
 	return err
 }
