@@ -103,8 +103,12 @@ func upToDate(ctx context.Context, pool *pgxpool.Pool) (current, legacy bool, er
 	if err != nil {
 		return false, false, err
 	}
+	// In exec mode: one round trip and one parse on the new connection
+	// of a migrate function's cold start, where describing first takes
+	// two of each. The versions go as text; the server reads them as
+	// bigint[] from the comparison.
 	var n int
-	err = pool.QueryRow(ctx, appliedSQL, versions).Scan(&n, &legacy)
+	err = pool.QueryRow(ctx, appliedSQL, pgx.QueryExecModeExec, versions).Scan(&n, &legacy)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
 		return false, false, nil
