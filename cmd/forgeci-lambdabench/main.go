@@ -45,7 +45,7 @@ var only string
 const sizeGoal = 15 << 20
 
 func main() {
-	colds := flag.Int("cold", 9, "cold starts per function (the median is reported)")
+	colds := flag.Int("cold", 15, "cold starts per function (the median is reported)")
 	warms := flag.Int("warm", 50, "warm invokes per function")
 	flag.StringVar(&only, "only", "", "measure only these functions (comma-separated), beside hello")
 	flag.Parse()

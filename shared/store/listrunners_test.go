@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forgeci/forgeci/shared/domain"
 	"github.com/forgeci/forgeci/shared/pgtest"
 	"github.com/forgeci/forgeci/shared/store"
 )
@@ -91,5 +92,59 @@ func TestListRunnersInAnotherDateStyle(t *testing.T) {
 	rs, _, err := s.ListRunners(ctx, store.Page{})
 	if err != nil || len(rs) != 1 || rs[0].ID != r.ID || time.Since(rs[0].CreatedAt).Abs() > time.Hour {
 		t.Fatalf("runners %+v, %v", rs, err)
+	}
+}
+
+// TestListRunnersActivity: each runner shows the projects it may serve,
+// by name and sorted (none: every project, shown as []), and its
+// attempts of the last week, failed or aborted and all, its own and no
+// other's; an empty fleet is an empty list.
+func TestListRunnersActivity(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t, store.Limits{})
+	if rs, next, err := s.ListRunners(ctx, store.Page{}); err != nil || len(rs) != 0 || next != "" {
+		t.Fatalf("an empty fleet: %+v %q %v", rs, next, err)
+	}
+	pgtest.Project(t, s, "zeta")
+	pgtest.Project(t, s, "alpha")
+	pgtest.Project(t, s, "mid")
+	scoped := scopedRunner(t, s, store.Scope{Projects: []string{"zeta", "alpha"}, Untrusted: true}, "s")
+	every := scopedRunner(t, s, store.Scope{Untrusted: true}, "e")
+	one := scopedRunner(t, s, store.Scope{Projects: []string{"mid"}, Untrusted: true}, "o")
+	finish := func(r store.Runner, project, label string, outcome domain.Outcome) {
+		t.Helper()
+		if _, err := s.CreateRun(ctx, store.NewRun{Project: project, Jobs: []store.NewJob{{Name: "j", Labels: []string{label}}}}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.Claim(ctx, r, nil, 0)
+		if err != nil || c == nil {
+			t.Fatalf("claim by %s: %v %v", r.Name, c, err)
+		}
+		if _, err := s.Complete(ctx, r.ID, c.Lease.JobID, c.Lease, outcome, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish(every, "mid", "e", domain.OutcomePassed)
+	finish(every, "mid", "e", domain.OutcomeFailed)
+	finish(every, "alpha", "e", domain.OutcomeFailed)
+	finish(scoped, "zeta", "s", domain.OutcomePassed)
+	rs, _, err := s.ListRunners(ctx, store.Page{})
+	if err != nil || len(rs) != 3 {
+		t.Fatalf("runners %+v, %v", rs, err)
+	}
+	got := map[string]string{}
+	for _, r := range rs {
+		got[r.ID] = fmt.Sprintf("%v %d/%d", r.ProjectNames, r.Failures, r.Attempts)
+	}
+	want := map[string]string{scoped.ID: "[alpha zeta] 0/1", every.ID: "[] 2/3", one.ID: "[mid] 0/0"}
+	for id, w := range want {
+		if got[id] != w {
+			t.Errorf("runner %s: %s, want %s", id, got[id], w)
+		}
+	}
+	for _, r := range rs {
+		if j, _ := json.Marshal(r); r.ID == every.ID && !strings.Contains(string(j), `"project_names":[]`) {
+			t.Errorf("a runner of every project is shown as %s", j)
+		}
 	}
 }
