@@ -229,12 +229,17 @@ func openPool(ctx context.Context, url string, opts PoolOptions) (*pgxpool.Pool,
 	if opts.Lazy {
 		return pool, nil
 	}
+	// The first connection is opened now, and kept: its startup's last
+	// answer (ReadyForQuery) shows the server ready, so no ping follows
+	// (a round trip more on the cold start of the migrate function).
 	pctx, cancel := context.WithTimeout(ctx, ConnectTimeout+5*time.Second)
 	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
+	c, err := pool.Acquire(pctx)
+	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("ping database: %w", err)
+		return nil, fmt.Errorf("connect to the database: %w", err)
 	}
+	c.Release()
 	return pool, nil
 }
 

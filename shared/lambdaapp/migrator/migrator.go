@@ -117,7 +117,7 @@ func ConnectEarly() *EarlyDB {
 		ctx, cancel := context.WithTimeout(context.Background(), store.ConnectTimeout+10*time.Second)
 		defer cancel()
 		// Whatever happens, a pre-dialed connection not taken is closed
-		// (OpenPool pings: once it has opened, the connection was taken).
+		// (OpenPool connects: once it has opened, the connection was taken).
 		defer pre.Release()
 		if e.url, e.err = lambdaapp.DatabaseURL(ctx); e.err == nil {
 			e.pool, e.err = schema.OpenPool(ctx, e.url, pre)
