@@ -1,5 +1,7 @@
 package domain
 
+import "strings"
+
 // The checks below are the runner routes' and the CAS's, on the path of a
 // Lambda function's first event: written as loops, since compiling the
 // regular expressions they replace (a class with a bounded repetition,
@@ -9,7 +11,7 @@ package domain
 // digit or one of extra (ASCII).
 func OnlyChars(s, extra string) bool {
 	for i := 0; i < len(s); i++ {
-		if !alnum(s[i]) && !inASCII(s[i], extra) {
+		if !alnum(s[i]) && strings.IndexByte(extra, s[i]) < 0 {
 			return false
 		}
 	}
@@ -37,13 +39,4 @@ func LowerHex(s string, n int) bool {
 
 func alnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
-func inASCII(c byte, set string) bool {
-	for i := 0; i < len(set); i++ {
-		if set[i] == c {
-			return true
-		}
-	}
-	return false
 }
